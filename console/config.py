@@ -1,0 +1,447 @@
+"""Phantom configuration: one TOML file, validated in full before anything runs.
+
+Discovery: ``--config PATH`` wins; otherwise ``$XDG_CONFIG_HOME/phantom/config.toml``
+(``~/.config/phantom/config.toml``). No file at all means the built-in local pod emulator
+with 4 hosts. Every problem in a file is reported (key, bad value, what is allowed), not
+just the first one, so a user fixes the file in one pass; the CLI exits 2 on any of them.
+
+Secrets are never stored here: ``wandb.api_key_env`` names the environment variable that
+holds the key, and the key itself is read from the environment only when a job needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+PROVIDERS = ("local", "gcp")
+KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
+WANDB_MODES = ("online", "offline", "disabled")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+class ConfigError(Exception):
+    """All problems found in one config source; ``problems`` has one line each."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+    def render(self) -> str:
+        lines = [f"phantom: invalid config {self.source}:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    provider: Literal["local", "gcp"] = "local"
+    project: str = "phantom-local"
+    zone: str = "local-a"
+    node_name: str = "phantom-pod"
+    accelerator_type: str = "v4-32"
+    hosts: int = 4
+    # gcp: API endpoint override (empty = Google's); local: filled from the emulator.
+    api_endpoint: str = ""
+    # local: where the emulator keeps its state (empty = XDG state dir).
+    run_dir: str = ""
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    user: str = ""  # empty: the provider's default (emulator: "phantom"; gcp: $USER)
+    key: str = ""  # empty: the provider's default key
+    known_hosts_policy: Literal["tpu-api", "file", "accept-new"] = "tpu-api"
+    known_hosts: str = ""  # empty: <state dir>/known_hosts
+    port: int = 22
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 600.0
+    parallelism: int = 32
+    retries: int = 3
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    gcs_port: int = 6379
+    dashboard_port: int = 8265
+    client_port: int = 10001
+    local_dashboard_port: int = 8265  # tunnel's local end
+    local_client_port: int = 10001
+    num_cpus: int = 2
+    object_store_mb: int = 256
+    resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    project: str = "phantom"
+    entity: str = ""
+    mode: Literal["online", "offline", "disabled"] = "offline"
+    api_key_env: str = "WANDB_API_KEY"
+    dir: str = ""  # where offline runs live locally (cadence reads them); empty = ./wandb
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    auto: bool = True
+    poll_interval_s: float = 5.0
+    stall_factor: float = 5.0
+    step_retries: int = 3
+    ready_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Config:
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    ssh: SshConfig = field(default_factory=SshConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    bootstrap_command: str = ""  # empty: provider default (emulator: check python/ray import)
+    storage: str = ""  # fsspec URI for checkpoints; empty: local emulator bucket
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<defaults>"
+
+    @property
+    def is_local(self) -> bool:
+        return self.cluster.provider == "local"
+
+
+_SECTIONS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "ssh": SshConfig,
+    "ray": RayConfig,
+    "wandb": WandbConfig,
+    "recovery": RecoveryConfig,
+}
+_TOP_LEVEL = {"bootstrap": "bootstrap_command", "storage": "storage", "runtime_env": "runtime_env"}
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "phantom" / "config.toml"
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "phantom"
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, discover: bool = True) -> Config:
+    """Load and validate. ``path=None`` with ``discover`` looks in the XDG location."""
+    if path is None:
+        if not discover:
+            return Config()
+        candidate = default_config_path()
+        if not candidate.exists():
+            return Config()
+        path = candidate
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(str(p), [f"file not found (create one with `phantom init {p}`)"])
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
+    return parse_config(data, source=str(p))
+
+
+def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config:
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            if not isinstance(value, Mapping):
+                problems.append(f"[{key}] must be a table, got {value!r}")
+                continue
+            sections[key] = _parse_section(key, _SECTIONS[key], value, problems)
+        elif key == "bootstrap":
+            if isinstance(value, Mapping):
+                cmd = value.get("command", "")
+                extra = set(value) - {"command"}
+                if extra:
+                    problems.append(f"bootstrap: unknown key(s) {sorted(extra)}; allowed: command")
+            else:
+                cmd = value
+            if not isinstance(cmd, str):
+                problems.append(f"bootstrap.command = {cmd!r}: must be a string shell command")
+            else:
+                sections["bootstrap_command"] = cmd
+        elif key == "storage":
+            uri = value.get("uri", "") if isinstance(value, Mapping) else value
+            if not isinstance(uri, str):
+                problems.append(f"storage.uri = {uri!r}: must be a string URI")
+            elif uri and not re.match(r"^(file://|gs://|/|\./|~)", uri):
+                problems.append(
+                    f"storage.uri = {uri!r}: use file:///abs/path, gs://bucket/prefix or a path"
+                )
+            else:
+                sections["storage"] = uri
+        elif key == "runtime_env":
+            env = _parse_runtime_env(value, problems)
+            if env is not None:
+                sections["runtime_env"] = env
+        else:
+            allowed = sorted([*_SECTIONS, *_TOP_LEVEL])
+            problems.append(f"unknown section or key {key!r}; allowed: {', '.join(allowed)}")
+    if not problems:
+        _cross_check(sections, problems)
+    if problems:
+        raise ConfigError(source, problems)
+    return Config(**sections, source=source)
+
+
+def _parse_section(name: str, cls: type, table: Mapping[str, Any], problems: list[str]) -> Any:
+    defaults = cls()
+    values: dict[str, Any] = {}
+    known = {f.name: f for f in fields(cls)}
+    for key, value in table.items():
+        if key not in known:
+            problems.append(f"{name}.{key}: unknown key; allowed: {', '.join(sorted(known))}")
+            continue
+        default = getattr(defaults, key)
+        checked = _check_value(f"{name}.{key}", default, value, problems)
+        if checked is not _BAD:
+            values[key] = checked
+    for key, value in values.items():
+        _check_domain(f"{name}.{key}", value, problems)
+    return replace(defaults, **values)
+
+
+_BAD = object()
+
+
+def _check_value(key: str, default: Any, value: Any, problems: list[str]) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            problems.append(f"{key} = {value!r}: must be true or false")
+            return _BAD
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{key} = {value!r}: must be an integer")
+            return _BAD
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"{key} = {value!r}: must be a number")
+            return _BAD
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            problems.append(f"{key} = {value!r}: must be a string")
+            return _BAD
+        return value
+    if isinstance(default, Mapping):
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            for k, v in value.items()
+        ):
+            problems.append(
+                f"{key} = {value!r}: must be a table of name = number, e.g. {{TPU = 8}}"
+            )
+            return _BAD
+        return {k: float(v) for k, v in value.items()}
+    return value
+
+
+_POSITIVE = {
+    "cluster.hosts",
+    "ssh.connect_timeout_s",
+    "ssh.command_timeout_s",
+    "ssh.parallelism",
+    "ray.num_cpus",
+    "ray.object_store_mb",
+    "recovery.poll_interval_s",
+    "recovery.ready_timeout_s",
+}
+_PORTS = {
+    "ssh.port",
+    "ray.gcs_port",
+    "ray.dashboard_port",
+    "ray.client_port",
+    "ray.local_dashboard_port",
+    "ray.local_client_port",
+}
+
+
+def _check_domain(key: str, value: Any, problems: list[str]) -> None:
+    if key == "cluster.provider" and value not in PROVIDERS:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(PROVIDERS)}")
+    elif key == "ssh.known_hosts_policy" and value not in KNOWN_HOSTS_POLICIES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}")
+    elif key == "wandb.mode" and value not in WANDB_MODES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(WANDB_MODES)}")
+    elif key == "cluster.node_name" and not _NAME_RE.match(value):
+        problems.append(
+            f"{key} = {value!r}: lower-case letters, digits and '-', starting with a letter"
+        )
+    elif key in _PORTS and not 1 <= value <= 65535:
+        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535")
+    elif key in _POSITIVE and value <= 0:
+        problems.append(f"{key} = {value!r}: must be greater than 0")
+    elif key == "cluster.hosts" and value > 1024:
+        problems.append(f"{key} = {value!r}: at most 1024 hosts")
+    elif key == "recovery.stall_factor" and value <= 1:
+        problems.append(f"{key} = {value!r}: must be greater than 1 (k x the median interval)")
+    elif key in ("ssh.retries", "recovery.step_retries") and value < 0:
+        problems.append(f"{key} = {value!r}: must be 0 or more")
+    elif key == "wandb.api_key_env":
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+            problems.append(
+                f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
+                "never the key itself"
+            )
+    elif key == "ray.resources":
+        for name, amount in value.items():
+            if amount < 0:
+                problems.append(f"{key}.{name} = {amount!r}: must be 0 or more")
+
+
+def _parse_runtime_env(value: Any, problems: list[str]) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            problems.append(f"runtime_env: not valid JSON ({exc.msg} at char {exc.pos})")
+            return None
+    try:
+        return validate_runtime_env(value, key="runtime_env")
+    except ValueError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def validate_runtime_env(value: Any, *, key: str = "runtime_env") -> dict[str, Any]:
+    """Check a Ray runtime env (as used by `ray job submit --runtime-env-json`).
+
+    Raises ValueError naming the field. Secret values must not be inlined: an env var whose
+    name looks secret (KEY/TOKEN/SECRET/PASSWORD) must be given as ``"$NAME"``, resolved from
+    the submitting machine's environment at submit time and never shown.
+    """
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key}: must be a JSON object, got {type(value).__name__}")
+    allowed = {"pip", "env_vars", "working_dir", "excludes", "py_modules", "conda", "uv", "config"}
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{key}: unknown field(s) {unknown}; allowed: {', '.join(sorted(allowed))}"
+        )
+    pip = value.get("pip")
+    if pip is not None and (
+        not isinstance(pip, list) or not all(isinstance(x, str) and x.strip() for x in pip)
+    ):
+        raise ValueError(f'{key}.pip: must be a list of requirement strings, e.g. ["gymnasium"]')
+    env_vars = value.get("env_vars")
+    if env_vars is not None:
+        if not isinstance(env_vars, Mapping):
+            raise ValueError(f"{key}.env_vars: must be an object of NAME: string")
+        for name, val in env_vars.items():
+            if not isinstance(val, str):
+                raise ValueError(
+                    f"{key}.env_vars.{name}: must be a string, got {type(val).__name__}"
+                )
+            if is_secret_name(name) and val and not val.startswith("$"):
+                raise ValueError(
+                    f'{key}.env_vars.{name}: do not inline secrets; write "${name}" so the '
+                    "value is taken from your environment at submit time"
+                )
+    excludes = value.get("excludes")
+    if excludes is not None and (
+        not isinstance(excludes, list) or not all(isinstance(x, str) for x in excludes)
+    ):
+        raise ValueError(f"{key}.excludes: must be a list of path patterns")
+    return dict(value)
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in _SECRET_MARKERS)
+
+
+def mask_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """Copy of ``env`` safe to show: secret-looking values become '••••••'."""
+    return {k: ("••••••" if is_secret_name(k) and v else v) for k, v in env.items()}
+
+
+def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
+    cluster: ClusterConfig = sections.get("cluster", ClusterConfig())
+    if cluster.provider == "gcp":
+        if cluster.project in ("", "phantom-local"):
+            problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
+        if cluster.zone in ("", "local-a"):
+            problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
+    ray: RayConfig = sections.get("ray", RayConfig())
+    ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
+    if len(set(ports)) != len(ports):
+        problems.append(f"ray: gcs_port, dashboard_port and client_port must differ, got {ports}")
+
+
+EXAMPLE_CONFIG = """\
+# Phantom Console configuration.
+# With no config file at all, phantom drives the built-in local pod emulator (4 hosts).
+
+[cluster]
+provider = "local"            # "local" (emulated spot pod on loopback) or "gcp"
+project = "phantom-local"     # gcp: your project id
+zone = "local-a"              # gcp: e.g. "us-central2-b"
+node_name = "phantom-pod"     # the TPU VM (pod slice) name
+accelerator_type = "v4-32"
+hosts = 4                     # local: number of emulated hosts (127.0.0.10, .11, ...)
+# run_dir = ""                # local: emulator state dir (default: $XDG_STATE_HOME/phantom/pod)
+
+[ssh]
+# user = ""                   # default: emulator "phantom", gcp: your login user
+# key = "~/.ssh/google_compute_engine"
+known_hosts_policy = "tpu-api"  # "tpu-api" (trust keys published in guest attributes),
+                                # "file" (only known_hosts), "accept-new" (trust on first use)
+port = 22
+connect_timeout_s = 10.0
+command_timeout_s = 600.0
+parallelism = 32              # concurrent SSH sessions in a fan-out
+retries = 3                   # transient errors are retried with backoff
+
+[ray]
+gcs_port = 6379
+dashboard_port = 8265         # bound to 127.0.0.1 on the head, reached through the tunnel
+client_port = 10001
+local_dashboard_port = 8265   # local end of the tunnel
+local_client_port = 10001
+num_cpus = 2                  # logical CPUs per host
+object_store_mb = 256
+resources = { TPU = 8 }       # custom resources per host
+
+[bootstrap]
+# Run on every worker before Ray starts (the seed's "pre-heating"). Empty = check python + ray.
+command = ""
+
+[storage]
+# Checkpoints: file:///path, gs://bucket/prefix (needs gcsfs). Empty = the emulator's bucket.
+uri = ""
+
+[wandb]
+project = "phantom"
+entity = ""
+mode = "offline"              # "online", "offline" or "disabled"
+api_key_env = "WANDB_API_KEY" # the NAME of the env var holding your key, never the key
+
+[runtime_env]
+pip = []
+# Secret values are never written here: "$NAME" is read from your environment at submit time.
+env_vars = { WANDB_PROJECT = "phantom", WANDB_API_KEY = "$WANDB_API_KEY" }
+
+[recovery]
+auto = true                   # the watchdog recovers on its own
+poll_interval_s = 5.0
+stall_factor = 5.0            # a run is stalled after k x its median metric interval
+step_retries = 3
+ready_timeout_s = 600.0
+"""

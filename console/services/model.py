@@ -1,0 +1,241 @@
+"""Typed, immutable data the services publish and the front ends (TUI, --script) consume.
+
+Data flows one way: services poll or stream the cluster and publish these values on an
+``UpdateBus``; the TUI turns them into Textual messages, ``--script`` into JSON lines.
+Times are epoch seconds (float) taken from an injected clock, never read at render time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class HostState(StrEnum):
+    """A host's TPU-level state (node states from the real TPU v2 API, per worker)."""
+
+    CREATING = "CREATING"
+    READY = "READY"
+    REPAIRING = "REPAIRING"
+    PREEMPTED = "PREEMPTED"
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+    UNKNOWN = "UNKNOWN"
+
+
+class Reachability(StrEnum):
+    OK = "ok"
+    DOWN = "down"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    index: int
+    name: str
+    ip: str
+    tpu_state: str = HostState.UNKNOWN
+    health: str = ""
+    ray_state: str = "-"  # ALIVE, DEAD or "-" when no Ray node is known on this IP
+    ray_nodes: int = 0  # Ray nodes on this IP (2+ is a duplicate: the seed's checklist)
+    ssh: str = Reachability.UNKNOWN
+    resources: Mapping[str, float] = field(default_factory=dict)
+    last_seen: float | None = None  # last time SSH or Ray saw it alive
+
+
+@dataclass(frozen=True)
+class PodSnapshot:
+    at: float
+    provider: str
+    node_name: str
+    accelerator_type: str = ""
+    tpu_state: str = HostState.UNKNOWN
+    health: str = ""
+    hosts: tuple[HostStatus, ...] = ()
+    tunnel_up: bool = False
+    dashboard_url: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ray_alive(self) -> int:
+        return sum(1 for h in self.hosts if h.ray_state == "ALIVE")
+
+    @property
+    def ready_hosts(self) -> int:
+        return sum(1 for h in self.hosts if h.tpu_state == HostState.READY)
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """One host's share of a fan-out action."""
+
+    host: str
+    ok: bool
+    exit_status: int | None = None
+    elapsed_s: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error: str = ""  # a one-line reason when not ok (timeout, refused, host key mismatch...)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    action: str
+    ok: bool
+    elapsed_s: float
+    per_host: Mapping[str, HostResult] = field(default_factory=dict)
+    message: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    status: str  # PENDING RUNNING STOPPED SUCCEEDED FAILED (Ray's JobStatus names)
+    entrypoint: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    message: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    job_id: str
+    text: str
+    at: float
+
+
+@dataclass(frozen=True)
+class LogStreamClosed:
+    """The log stream ended. ``job_status`` says whether the job really finished."""
+
+    job_id: str
+    job_status: str
+    at: float
+
+    @property
+    def early(self) -> bool:
+        return self.job_status in ("PENDING", "RUNNING")
+
+
+@dataclass(frozen=True)
+class RunCadence:
+    run_id: str
+    name: str
+    source: str  # "offline" or "online"
+    last_step: int | None
+    last_at: float | None
+    seconds_since: float | None
+    median_interval_s: float | None
+    steps_per_min: float | None
+    recent_intervals: tuple[float, ...] = ()
+    stalled: bool = False
+    state: str = ""  # running / finished / crashed when known
+
+
+@dataclass(frozen=True)
+class Event:
+    """A journal row: something observed or done. ``actor`` is who started an action."""
+
+    at: float
+    kind: str  # preempted recovered stalled job_state state_change action duplicate_ray_node ...
+    message: str
+    host: str = ""
+    actor: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+    id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "host": self.host, "at": self.at, "message": self.message}
+        if self.actor:
+            out["actor"] = self.actor
+        out.update(self.data)
+        return out
+
+
+class StepState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not needed this time (e.g. no host to recreate) — shown, never silent
+
+
+@dataclass(frozen=True)
+class RecoveryStep:
+    name: str
+    state: str = StepState.PENDING
+    started_at: float | None = None
+    elapsed_s: float = 0.0
+    attempts: int = 0
+    hosts: Mapping[str, str] = field(default_factory=dict)  # host -> pending/running/ok/failed
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RecoveryStatus:
+    active: bool
+    auto: bool
+    steps: tuple[RecoveryStep, ...] = ()
+    trigger: str = ""
+    started_at: float | None = None
+    detected_at: float | None = None
+    detect_s: float | None = None
+    mttr_s: float | None = None
+    result: str = ""  # "" while running / never run, then "ok" or "failed: <step>"
+
+
+Update = PodSnapshot | JobInfo | LogLine | LogStreamClosed | RunCadence | Event | RecoveryStatus
+
+
+class UpdateBus:
+    """Fan-out of published updates to subscribers (thread-safe, never blocks a publisher).
+
+    The TUI subscribes with a callback that posts a Textual message; ``--script`` with one
+    that writes a JSON line. A subscriber that raises is logged and kept; one bad front end
+    cannot stall the services or the other subscribers.
+    """
+
+    def __init__(self) -> None:
+        self._subs: list[Callable[[Update], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, callback: Callable[[Update], None]) -> Callable[[], None]:
+        with self._lock:
+            self._subs.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subs:
+                    self._subs.remove(callback)
+
+        return unsubscribe
+
+    def publish(self, update: Update) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for cb in subs:
+            try:
+                cb(update)
+            except Exception:  # a broken subscriber must not stop publishing to the others
+                log.exception("update subscriber %r failed", cb)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclass/tuple/mapping tree -> plain JSON-able values (for --script and status)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return to_jsonable(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, StrEnum):
+        return str(value)
+    return value

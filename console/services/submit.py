@@ -1,0 +1,163 @@
+"""What a job submission is, validated before anything is sent.
+
+One ``SubmitSpec`` serves the TUI's submit form, ``--script``'s ``submit`` line and
+``submit_ray_job.sh``: the same modes (single / distributed / sweep), the same variables as
+the seed, the same entrypoints. ``validate`` returns every problem keyed by field so a form
+can mark each one; ``entrypoint`` and ``command_preview`` show exactly what will run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from console.config import is_secret_name, mask_secrets, validate_runtime_env
+
+MODES = ("single", "distributed", "sweep")
+SWEEP_METHODS = ("random", "grid", "bayes")
+SWEEP_BACKENDS = ("tune", "wandb")
+DEFAULT_TRAIN_ARGS = "--algo ppo --total-timesteps 5000 --alpha 0.3 --device cpu"
+# Never upload these with the working dir: a venv alone is GBs.
+WORKING_DIR_EXCLUDES = [".venv", ".git", "runs", "wandb", "tests/__snapshots__", "*.egg-info"]
+
+
+class SpecError(ValueError):
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        self.problems = dict(problems)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.problems.items()))
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    mode: str = "single"
+    train_args: str = DEFAULT_TRAIN_ARGS
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    num_nodes: int = 1
+    tpu_per_task: int = 0
+    agents_per_node: int = 1
+    base_seed: int = 42
+    sweep_kind: str = "ppo_rl_study"
+    sweep_method: str = "random"
+    run_cap: int = 6
+    sweep_backend: str = "tune"
+    sweep_id: str = ""  # set to resume / relaunch an existing sweep
+    submission_id: str = ""
+
+    def validate(self) -> dict[str, str]:
+        """Every problem, keyed by field name (empty dict: valid)."""
+        p: dict[str, str] = {}
+        if self.mode not in MODES:
+            p["mode"] = f"{self.mode!r} is not a mode; use one of {', '.join(MODES)}"
+        try:
+            args = shlex.split(self.train_args)
+        except ValueError as exc:
+            p["train_args"] = f"bad quoting: {exc}"
+            args = []
+        if self.mode != "sweep" and not args:
+            p["train_args"] = "required, e.g. " + DEFAULT_TRAIN_ARGS
+        args = [x for a in args for x in (a.split("=", 1) if a.startswith("--alpha=") else [a])]
+        if "--alpha" in args:
+            i = args.index("--alpha")
+            val = args[i + 1] if i + 1 < len(args) else ""
+            if val != "auto":
+                try:
+                    if not 0.0 <= float(val) <= 1.0:
+                        p["train_args"] = f"--alpha {val}: must be in [0, 1] or 'auto'"
+                except ValueError:
+                    p["train_args"] = f"--alpha {val!r}: must be a number in [0, 1] or 'auto'"
+        for name in ("num_nodes", "agents_per_node", "run_cap"):
+            if getattr(self, name) < 1:
+                p[name] = f"must be at least 1, got {getattr(self, name)}"
+        if self.tpu_per_task < 0:
+            p["tpu_per_task"] = f"must be 0 or more, got {self.tpu_per_task}"
+        if self.mode == "sweep":
+            if self.sweep_method not in SWEEP_METHODS:
+                p["sweep_method"] = f"{self.sweep_method!r}: use one of {', '.join(SWEEP_METHODS)}"
+            if self.sweep_backend not in SWEEP_BACKENDS:
+                p["sweep_backend"] = f"{self.sweep_backend!r}: use tune or wandb"
+            if not self.sweep_kind.replace("_", "").isalnum():
+                p["sweep_kind"] = f"{self.sweep_kind!r}: a search-space name like ppo_rl_study"
+        try:
+            validate_runtime_env(self.runtime_env)
+        except ValueError as exc:
+            p["runtime_env"] = str(exc)
+        return p
+
+    def checked(self) -> SubmitSpec:
+        problems = self.validate()
+        if problems:
+            raise SpecError(problems)
+        return self
+
+    def entrypoint(self) -> str:
+        """The command the job runs on the cluster (the seed's commands)."""
+        q = shlex.quote
+        if self.mode == "single":
+            return "python -m engine.train " + self.train_args
+        if self.mode == "distributed":
+            return (
+                "python scripts/ray_distributed_train.py"
+                f" --train-args {q(self.train_args)} --num-nodes {self.num_nodes}"
+                f" --tpu-per-task {self.tpu_per_task} --base-seed {self.base_seed}"
+            )
+        parts = [
+            "python -m engine.sweep",
+            f"--backend {self.sweep_backend}",
+            f"--sweep-kind {q(self.sweep_kind)}",
+            f"--sweep-method {self.sweep_method}",
+            f"--run-cap {self.run_cap}",
+            f"--num-nodes {self.num_nodes}",
+            f"--agents-per-node {self.agents_per_node}",
+            f"--tpu-per-task {self.tpu_per_task}",
+        ]
+        if self.train_args:
+            parts.append(f"--train-args {q(self.train_args)}")
+        if self.sweep_id:
+            parts.append(f"--sweep-id {q(self.sweep_id)}")
+        return " ".join(parts)
+
+    def entrypoint_resources(self) -> dict[str, float]:
+        # The driver itself needs no TPU; trainers ask for theirs from Ray.
+        return {}
+
+    def resolved_runtime_env(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Runtime env to send: ``$NAME`` values resolved from the environment."""
+        env = dict(self.runtime_env)
+        environ = os.environ if environ is None else environ
+        if "env_vars" in env:
+            env["env_vars"] = {
+                k: (environ.get(v[1:], "") if v.startswith("$") else v)
+                for k, v in env["env_vars"].items()
+            }
+        env.setdefault("excludes", list(WORKING_DIR_EXCLUDES))
+        return env
+
+    def display_runtime_env(self) -> dict[str, Any]:
+        """Runtime env safe to show: secret values masked, references kept as $NAME."""
+        env = dict(self.runtime_env)
+        if "env_vars" in env:
+            env["env_vars"] = {
+                k: (v if v.startswith("$") else mask_secrets({k: v})[k])
+                for k, v in env["env_vars"].items()
+            }
+        return env
+
+    def command_preview(self, address: str, working_dir: str = ".") -> str:
+        """The equivalent `ray job submit` command line (secrets masked)."""
+        q = shlex.quote
+        env = json.dumps(self.display_runtime_env(), separators=(",", ":"))
+        return (
+            f"ray job submit --address {q(address)} --working-dir {q(working_dir)} "
+            f"--runtime-env-json {q(env)} -- {self.entrypoint()}"
+        )
+
+    def with_sweep_id(self, sweep_id: str) -> SubmitSpec:
+        return replace(self, sweep_id=sweep_id)
+
+
+def has_inline_secret(env: Mapping[str, str]) -> bool:
+    return any(is_secret_name(k) and v and not v.startswith("$") for k, v in env.items())
