@@ -1,0 +1,94 @@
+"""The one service interface both front ends drive: the Textual app and ``--script``.
+
+``ClusterServices`` (console/services/cluster.py) implements it against a real or emulated
+pod; tests of the TUI use a fake built on the same published data model. Every intent a
+key or a script line can express is one method here, so the two front ends cannot drift.
+Methods are coroutines on the services' event loop; long actions report progress by
+publishing ``RecoveryStatus`` / ``Event`` updates on the bus while they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+from console.config import Config
+from console.services.model import (
+    ActionResult,
+    Event,
+    JobInfo,
+    LogLine,
+    LogStreamClosed,
+    PodSnapshot,
+    RecoveryStatus,
+    RunCadence,
+    Update,
+)
+from console.services.submit import SubmitSpec
+
+
+class ConsoleServices(Protocol):
+    config: Config
+
+    # lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start pollers (pod, Ray, jobs, cadence) and the watchdog; returns quickly."""
+
+    async def stop(self) -> None:
+        """Stop pollers and close connections (the cluster itself keeps running)."""
+
+    def subscribe(self, callback: Callable[[Update], None]) -> Callable[[], None]:
+        """Receive every published update; returns an unsubscribe function."""
+
+    # state ---------------------------------------------------------------------------------
+    def snapshot(self) -> PodSnapshot:
+        """The latest pod snapshot (no I/O)."""
+
+    async def refresh(self) -> PodSnapshot:
+        """Poll every layer now and publish the result."""
+
+    def recovery_status(self) -> RecoveryStatus: ...
+
+    def cadence(self) -> list[RunCadence]: ...
+
+    async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
+        """Journal rows, newest last."""
+
+    # actions (actor = "user", "script", "watchdog") ------------------------------------------
+    async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult: ...
+
+    async def bootstrap(
+        self, hosts: Sequence[str] | None = None, actor: str = "user"
+    ) -> ActionResult: ...
+
+    async def ray_up(self, actor: str = "user") -> ActionResult:
+        """Start the head and join every worker (restart if already up)."""
+
+    async def open_tunnel(self, actor: str = "user") -> ActionResult: ...
+
+    async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo: ...
+
+    async def list_jobs(self) -> list[JobInfo]: ...
+
+    async def job_status(self, job_id: str) -> JobInfo: ...
+
+    async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult: ...
+
+    def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]: ...
+
+    async def job_logs(self, job_id: str) -> str: ...
+
+    async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
+        """Run the whole recovery loop now (or join the one running) and wait for it."""
+
+    def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None: ...
+
+    async def relaunch_sweep(self, actor: str = "user") -> JobInfo: ...
+
+    async def teardown(self, actor: str = "user") -> ActionResult:
+        """`ray stop -f` everywhere and close the tunnel (the VMs are left alone)."""
+
+    # local emulator only: raise ValueError naming the provider on gcp --------------------------
+    async def preempt(self, host: str, actor: str = "user") -> ActionResult: ...
+
+    async def recreate(self, host: str, actor: str = "user") -> ActionResult: ...
