@@ -1,0 +1,41 @@
+# The two commands a new user types on a fresh machine:
+#   make run    set up (virtualenv + deps) and open the console on the local pod emulator
+#   make test   set up and run the default test suite (slow end-to-end tests: make test-slow)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ENV := RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1
+
+.PHONY: run setup test test-slow test-all lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/phantom $(ARGS)
+
+test: $(STAMP)
+	@command -v ssh >/dev/null || echo "note: OpenSSH client (ssh) missing; its interop test will be skipped (apt-get install openssh-client)"
+	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PYTEST_ENV) $(BIN)/pytest -m "slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PYTEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check console engine tests scripts
+	$(BIN)/ruff format --check console engine tests scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""`phantom`: the console's command line.
+
+    phantom                      open the console (TUI) on the configured cluster
+    phantom --script FILE|-      run a script of console actions headless (JSON lines out)
+    phantom status [--json]      one snapshot of pod, Ray, jobs and cadence, then exit
+    phantom init [PATH]          write a commented example config
+    phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
+
+Exit codes are an API: 0 ok, 1 an action failed, 2 bad usage / config / script, 130 interrupted.
+Heavy modules (ray, jax, torch, textual) are imported only by the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from console.config import EXAMPLE_CONFIG, Config, ConfigError, default_config_path, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"phantom: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="phantom",
+        description="Operations console for RL training on preemptible TPU pods with Ray.",
+        epilog=(
+            "With no config file phantom drives the built-in local pod emulator (4 hosts on "
+            "127.0.0.10-13). `phantom init` writes an example config."
+        ),
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"config file (default: {default_config_path()}, if it exists)",
+    )
+    parser.add_argument(
+        "--script",
+        metavar="FILE",
+        help="run console actions from FILE ('-' for stdin) without a screen",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
+    status.add_argument("--json", action="store_true", help="machine-readable JSON")
+    init = sub.add_parser("init", help="write a commented example config")
+    init.add_argument(
+        "path", nargs="?", help=f"where to write it (default: {default_config_path()})"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    pod = sub.add_parser(
+        "pod",
+        help="the local spot-pod emulator: up|status|preempt|recreate|down",
+        add_help=False,
+    )
+    pod.add_argument("pod_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Config:
+    return load_config(args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY"))
+
+
+def cmd_init(path_arg: str | None, force: bool) -> int:
+    path = Path(path_arg) if path_arg else default_config_path()
+    if path.exists() and not force:
+        print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)
+        return EXIT_USAGE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
+    print(str(path))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "init":
+        return cmd_init(args.path, args.force)
+    if args.command == "pod":
+        from console.emulator.cli import pod_main
+
+        return pod_main(list(args.pod_args))
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.script is not None:
+            if args.command:
+                parser.error("--script cannot be combined with a command")
+            from console.services.script import script_main
+
+            return script_main(args.script, config)
+        if args.command == "status":
+            from console.services.status import status_main
+
+            return status_main(config, as_json=args.json)
+        from console.app import run_tui
+
+        return run_tui(config)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,21 @@
+"""Shared test setup: isolated XDG dirs, offline W&B, no Ray usage stats, pod fixtures."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Before anything imports ray/wandb/jax: tests never phone home and never touch ~/.
+_SESSION_HOME = tempfile.mkdtemp(prefix="phantom-tests-")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.pop("WANDB_API_KEY", None)
+os.environ["PHANTOM_NO_CONFIG_DISCOVERY"] = "1"
+os.environ["XDG_STATE_HOME"] = os.path.join(_SESSION_HOME, "state")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_SESSION_HOME, "config")
+os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
+
+# The emulator pod fixtures (`pod`, `ray_pod`) live in tests/fixtures_pod.py.
+if os.path.exists(os.path.join(os.path.dirname(__file__), "fixtures_pod.py")):
+    pytest_plugins = ["fixtures_pod"]
