@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any
 
 import asyncssh
@@ -125,6 +126,8 @@ async def test_preempt_one_host_then_recreate_it(pod: PodInfo) -> None:
         assert node.hosts_in(HostState.PREEMPTED) == [2]
         assert node.hosts_in(HostState.READY) == [0, 1, 3]
         assert [s.worker_id for s in node.symptoms] == ["2"]
+        preempted_at = node.symptom_time(2)
+        assert preempted_at is not None and abs(preempted_at - time.time()) < 600
         keys_before = await prov.host_keys()
         assert pod.hosts[2].ip not in keys_before  # a dead VM publishes no key
 

@@ -54,6 +54,7 @@ class Symptom:
     worker_id: str
     type: str
     details: str = ""
+    at: float | None = None  # epoch seconds the API says it started (e.g. preemption time)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,11 @@ class NodeInfo:
             and bool(self.endpoints)
             and all(self.host_states.get(ep.index) == HostState.READY for ep in self.endpoints)
         )
+
+    def symptom_time(self, index: int) -> float | None:
+        """When the API says worker ``index``'s newest symptom began (preemption time)."""
+        times = [s.at for s in self.symptoms if s.worker_id == str(index) and s.at is not None]
+        return max(times) if times else None
 
     def hosts_in(self, *states: str) -> list[int]:
         return sorted(i for i, s in self.host_states.items() if s in states)
@@ -190,6 +196,16 @@ def host_states_of(
     return out
 
 
+def _epoch(ts: Any) -> float | None:
+    if ts is None:
+        return None
+    try:
+        value = float(ts.timestamp())
+    except (AttributeError, ValueError, OverflowError):
+        return None
+    return value if value > 0 else None
+
+
 def node_info_from_proto(node: tpu_v2.Node, *, ssh_port: int = 22) -> NodeInfo:
     short = node.name.rsplit("/", 1)[-1]
     endpoints = tuple(
@@ -198,7 +214,12 @@ def node_info_from_proto(node: tpu_v2.Node, *, ssh_port: int = 22) -> NodeInfo:
         if ep.ip_address
     )
     symptoms = tuple(
-        Symptom(worker_id=s.worker_id, type=_state_name(s.symptom_type), details=s.details)
+        Symptom(
+            worker_id=s.worker_id,
+            type=_state_name(s.symptom_type),
+            details=s.details,
+            at=_epoch(s.create_time),
+        )
         for s in node.symptoms
     )
     state = _state_name(node.state)
