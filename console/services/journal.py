@@ -1,0 +1,514 @@
+"""The journal: every observed event and every action, in SQLite, so history survives restarts.
+
+One table of ``Event`` rows (``kind``, ``at``, ``host``, ``actor``, ``message``, JSON
+``data``). Actions are events of kind ``"action"`` whose data hold the action name, ok,
+duration and the per-host results. The database runs in WAL mode with
+``synchronous=NORMAL``: each committed row survives a crash or ``kill -9`` of the console
+(WAL frames are in the OS page cache; only a power loss can drop the last commits).
+
+Secrets never reach the file: values under secret-looking keys (``api_key``, ``token``,
+``password``, ``WANDB_API_KEY``...; not ``host_key``/``public_key`` fingerprints) are masked,
+``key=value``-style secrets inside text are masked, and any occurrence of the current value of
+``WANDB_API_KEY`` (and of extra variables named in ``secret_env``) is masked anywhere.
+
+Thread-safe: one connection guarded by a lock; calls take well under a millisecond to a few
+ms, so the event loop may call them directly, or through the ``AsyncJournal`` adapter that
+runs them in a thread and matches the watchdog's ``WatchdogJournal`` protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import re
+import sqlite3
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from console.config import default_state_dir
+from console.services.model import ActionResult, Event, HostResult
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+MASK = "••••••"
+ACTION = "action"
+# Kinds the watchdog writes around one recovery (one recovery runs at a time).
+RECOVERY_STARTED = "recovery_started"
+RECOVERED = "recovered"
+RECOVERY_FAILED = "recovery_failed"
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+        CREATE TABLE events (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            at      REAL    NOT NULL,
+            kind    TEXT    NOT NULL,
+            host    TEXT    NOT NULL DEFAULT '',
+            actor   TEXT    NOT NULL DEFAULT '',
+            message TEXT    NOT NULL DEFAULT '',
+            data    TEXT    NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_at ON events(at);
+        CREATE INDEX events_kind_id ON events(kind, id);
+        CREATE INDEX events_host_id ON events(host, id);
+    """,
+}
+
+
+class JournalError(Exception):
+    """The journal file cannot be used (names the path and the fix)."""
+
+
+def default_journal_path() -> Path:
+    return default_state_dir() / "journal.sqlite"
+
+
+# -- secret scrubbing ------------------------------------------------------------------------------
+_SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL"}
+_SECRET_WORDS |= {w + "S" for w in _SECRET_WORDS}
+_NOT_SECRET_BEFORE_KEY = {"HOST", "PUBLIC", "PUB", "SORT", "PRIMARY", "PARTITION"}
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_INLINE = re.compile(
+    r"(?i)\b((?:[A-Z0-9_]*_)?(?:api[_-]?key|token|secret|password|passwd|auth)\s*[=:]\s*)"
+    r"(\"[^\"]*\"|'[^']*'|[^\s,;&\"'}]+)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a data key names a secret: ``WANDB_API_KEY``, ``token``, ``dbPassword``...
+
+    ``key`` on its own counts (``private_key``, ``api_key``, ``ssh key``) unless it is a host
+    or public key, whose fingerprints the journal must keep (a changed host key is an event).
+    """
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", _CAMEL.sub("_", name).upper()) if p]
+    for i, part in enumerate(parts):
+        if part in _SECRET_WORDS:
+            return True
+        if part == "KEY" and (i == 0 or parts[i - 1] not in _NOT_SECRET_BEFORE_KEY):
+            return True
+        if part == "API" and i + 1 < len(parts) and parts[i + 1] == "KEY":
+            return True
+    return False
+
+
+class Scrubber:
+    """Masks secrets in event text and data (see the module docstring)."""
+
+    def __init__(self, secret_env: Sequence[str] = ("WANDB_API_KEY",)) -> None:
+        self.secret_env = tuple(secret_env)
+
+    def _values(self) -> list[str]:
+        # Read at each call: the key may be exported after the console started.
+        values = {os.environ.get(name, "") for name in self.secret_env}
+        return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+    def text(self, value: str, values: Sequence[str] | None = None) -> str:
+        for secret in self._values() if values is None else values:
+            value = value.replace(secret, MASK)
+        value = _INLINE.sub(lambda m: m.group(1) + MASK, value)
+        return _BEARER.sub(lambda m: m.group(1) + MASK, value)
+
+    def data(self, value: Any, values: Sequence[str] | None = None) -> Any:
+        values = self._values() if values is None else values
+        if isinstance(value, Mapping):
+            return {
+                str(k): (
+                    MASK if is_secret_key(str(k)) and v not in (None, "") else self.data(v, values)
+                )
+                for k, v in value.items()
+            }
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self.data(v, values) for v in value]
+        if isinstance(value, str):
+            return self.text(value, values)
+        if hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
+            return self.data(asdict(value), values)
+        if isinstance(value, float) and not math.isfinite(value):
+            return None  # JSON has no inf/nan
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        return self.text(str(value), values)
+
+
+# -- recoveries ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Recovery:
+    """One recovery, from its ``recovery_started`` row to its ``recovered``/``recovery_failed``."""
+
+    started_at: float
+    ended_at: float | None  # None: still running, or the console died mid-recovery
+    ok: bool | None  # None while unfinished
+    trigger: str
+    actor: str
+    mttr_s: float | None  # detection -> verified cluster, as the watchdog measured it
+    detect_s: float | None
+    failed_step: str = ""
+    started_id: int | None = None
+    ended_id: int | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class MttrSummary:
+    recoveries: int
+    succeeded: int
+    failed: int
+    mean_mttr_s: float | None
+    median_mttr_s: float | None
+    max_mttr_s: float | None
+    mean_detect_s: float | None
+
+
+# -- the journal -----------------------------------------------------------------------------------
+class Journal:
+    """Append-only event log in SQLite (WAL). ``path=":memory:"`` for a throwaway one."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        secret_env: Sequence[str] = ("WANDB_API_KEY",),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_journal_path()
+        self._clock = clock
+        self.scrub = Scrubber(secret_env)
+        self._lock = threading.RLock()
+        memory = str(path) == ":memory:"
+        if not memory:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise JournalError(
+                    f"journal {self.path}: cannot create its directory ({exc.strerror}); "
+                    "set XDG_STATE_HOME to a writable directory"
+                ) from None
+        try:
+            self._db = sqlite3.connect(
+                ":memory:" if memory else str(self.path),
+                check_same_thread=False,
+                isolation_level=None,  # autocommit; transactions are explicit
+                timeout=10.0,
+            )
+            self._db.execute("PRAGMA busy_timeout = 10000")
+            if not memory:
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    log.warning("journal %s: WAL not available (mode %s)", self.path, mode)
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(
+                f"journal {self.path}: not a usable SQLite database ({exc}); move it aside "
+                f"(mv {self.path} {self.path}.bad) and phantom starts a new one"
+            ) from None
+
+    # schema ------------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        with self._lock:
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise JournalError(
+                    f"journal {self.path}: schema version {version} was written by a newer "
+                    f"phantom (this one knows {SCHEMA_VERSION}); upgrade phantom or move the "
+                    "file aside"
+                )
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _MIGRATIONS[target].split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version = {target}")
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # writing -----------------------------------------------------------------------------------
+    def record_event(self, event: Event) -> Event:
+        """Store one event (secrets masked); returns it as stored, with its ``id``."""
+        values = self.scrub._values()
+        clean = replace(
+            event,
+            message=self.scrub.text(event.message, values),
+            host=self.scrub.text(event.host, values),
+            actor=self.scrub.text(event.actor, values),
+            data=self.scrub.data(dict(event.data), values),
+            id=None,
+        )
+        payload = json.dumps(clean.data, separators=(",", ":"), default=str)
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO events (at, kind, host, actor, message, data) VALUES (?,?,?,?,?,?)",
+                (float(clean.at), clean.kind, clean.host, clean.actor, clean.message, payload),
+            )
+            row_id = cur.lastrowid
+        return replace(clean, id=row_id)
+
+    def record_action(
+        self,
+        actor: str,
+        action: str,
+        per_host: Mapping[str, HostResult],
+        duration_s: float,
+        ok: bool,
+        message: str = "",
+        *,
+        at: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> Event:
+        """Store an action (who, what, per-host results, duration) as an ``"action"`` event.
+
+        ``at`` defaults to when the action started (now - duration), which orders an action
+        before the events it caused.
+        """
+        started = at if at is not None else self._clock() - max(0.0, duration_s)
+        hosts_ok = sum(1 for r in per_host.values() if r.ok)
+        if not message:
+            verdict = "ok" if ok else "failed"
+            scope = f" ({hosts_ok}/{len(per_host)} hosts ok)" if per_host else ""
+            message = f"{action} {verdict} in {duration_s:.1f}s{scope}"
+        payload: dict[str, Any] = dict(data or {})
+        payload.update(
+            action=action,
+            ok=bool(ok),
+            duration_s=round(float(duration_s), 3),
+            per_host={h: asdict(r) for h, r in per_host.items()},
+        )
+        failed_hosts = [h for h, r in per_host.items() if not r.ok]
+        host = failed_hosts[0] if len(failed_hosts) == 1 else ""
+        return self.record_event(
+            Event(at=started, kind=ACTION, message=message, actor=actor, host=host, data=payload)
+        )
+
+    def record_result(self, result: ActionResult, actor: str, *, at: float | None = None) -> Event:
+        """``record_action`` for an ``ActionResult`` (what the services return)."""
+        return self.record_action(
+            actor,
+            result.action,
+            result.per_host,
+            result.elapsed_s,
+            result.ok,
+            result.message,
+            at=at,
+            data=result.data,
+        )
+
+    # reading -----------------------------------------------------------------------------------
+    def query(
+        self,
+        limit: int = 500,
+        kinds: Iterable[str] | None = None,
+        since: float | None = None,
+        host: str | None = None,
+        text: str | None = None,
+        *,
+        actions: Iterable[str] | None = None,
+    ) -> list[Event]:
+        """The newest ``limit`` matching rows, returned oldest first (newest last).
+
+        ``kinds``: any of these kinds; ``since``: at >= since (epoch s); ``host``: exact host;
+        ``text``: case-insensitive substring of the message or data; ``actions``: action names
+        (kind "action" rows whose data.action is one of them).
+        """
+        where: list[str] = []
+        args: list[Any] = []
+        kinds = list(kinds) if kinds is not None else None
+        if kinds is not None:
+            if not kinds:
+                return []
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += kinds
+        if since is not None:
+            where.append("at >= ?")
+            args.append(float(since))
+        if host:
+            where.append("host = ?")
+            args.append(host)
+        if text:
+            pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append("(message LIKE ? ESCAPE '\\' OR data LIKE ? ESCAPE '\\')")
+            args += [pattern, pattern]
+        if actions is not None:
+            names = list(actions)
+            if not names:
+                return []
+            where.append(
+                f"kind = 'action' AND json_extract(data, '$.action') IN ({','.join('?' * len(names))})"
+            )
+            args += names
+        sql = "SELECT id, at, kind, host, actor, message, data FROM events"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(max(0, int(limit)))
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_row_to_event(r) for r in reversed(rows)]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    def recoveries(self, limit: int | None = None) -> list[Recovery]:
+        """Recoveries, oldest first: each ``recovery_started`` paired with the next
+        ``recovered``/``recovery_failed`` (one recovery runs at a time). MTTR is the
+        watchdog's own figure (``data.mttr_s``: detection -> verified cluster) when it recorded
+        one, else the time from start to end. "Nothing to recover" runs are left out."""
+        rows = self.query(
+            limit=1_000_000 if limit is None else max(1, limit) * 4,
+            kinds=(RECOVERY_STARTED, RECOVERED, RECOVERY_FAILED),
+        )
+        out: list[Recovery] = []
+        open_: Event | None = None
+        for ev in rows:
+            if ev.kind == RECOVERY_STARTED:
+                if open_ is not None:  # console died mid-recovery: never ended
+                    out.append(_unfinished(open_))
+                open_ = ev
+                continue
+            if open_ is None:
+                continue  # an end whose start fell outside the window
+            ok = ev.kind == RECOVERED
+            mttr = _num(ev.data.get("mttr_s"))
+            if ok and mttr is None and "nothing to recover" in ev.message:
+                open_ = None
+                continue
+            detect = _num(ev.data.get("detect_s"))
+            if detect is None:
+                detect = _num(open_.data.get("detect_s"))
+            out.append(
+                Recovery(
+                    started_at=open_.at,
+                    ended_at=ev.at,
+                    ok=ok,
+                    trigger=_trigger(open_.message),
+                    actor=open_.actor,
+                    mttr_s=mttr if mttr is not None or not ok else ev.at - open_.at,
+                    detect_s=detect,
+                    failed_step="" if ok else str(ev.data.get("step", "")),
+                    started_id=open_.id,
+                    ended_id=ev.id,
+                )
+            )
+            open_ = None
+        if open_ is not None:
+            out.append(_unfinished(open_))
+        return out[-limit:] if limit else out
+
+    def mttr_summary(self) -> MttrSummary:
+        recs = self.recoveries()
+        done = [r for r in recs if r.ok]
+        mttrs = [r.mttr_s for r in done if r.mttr_s is not None]
+        detects = [r.detect_s for r in recs if r.detect_s is not None]
+        return MttrSummary(
+            recoveries=len(recs),
+            succeeded=len(done),
+            failed=sum(1 for r in recs if r.ok is False),
+            mean_mttr_s=statistics.fmean(mttrs) if mttrs else None,
+            median_mttr_s=statistics.median(mttrs) if mttrs else None,
+            max_mttr_s=max(mttrs) if mttrs else None,
+            mean_detect_s=statistics.fmean(detects) if detects else None,
+        )
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _trigger(message: str) -> str:
+    prefix = "recovery started: "
+    return message[len(prefix) :] if message.startswith(prefix) else message
+
+
+def _unfinished(ev: Event) -> Recovery:
+    return Recovery(
+        started_at=ev.at,
+        ended_at=None,
+        ok=None,
+        trigger=_trigger(ev.message),
+        actor=ev.actor,
+        mttr_s=None,
+        detect_s=_num(ev.data.get("detect_s")),
+        started_id=ev.id,
+    )
+
+
+def _row_to_event(row: tuple[Any, ...]) -> Event:
+    row_id, at, kind, host, actor, message, data = row
+    try:
+        parsed = json.loads(data) if data else {}
+    except ValueError:
+        parsed = {"_unparsed": data}
+    return Event(
+        at=float(at),
+        kind=kind,
+        message=message,
+        host=host,
+        actor=actor,
+        data=parsed if isinstance(parsed, dict) else {"value": parsed},
+        id=int(row_id),
+    )
+
+
+class AsyncJournal:
+    """The journal for the event loop: each call runs in a worker thread.
+
+    Matches the watchdog's ``WatchdogJournal`` protocol (``record_event(event)``,
+    ``record_action(result, actor)``), and offers the reads the front ends need.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    async def record_event(self, event: Event) -> None:
+        await asyncio.to_thread(self.journal.record_event, event)
+
+    async def record_action(self, result: ActionResult, actor: str) -> None:
+        await asyncio.to_thread(self.journal.record_result, result, actor)
+
+    async def add_event(self, event: Event) -> Event:
+        return await asyncio.to_thread(self.journal.record_event, event)
+
+    async def query(
+        self,
+        limit: int = 500,
+        kinds: Iterable[str] | None = None,
+        since: float | None = None,
+        host: str | None = None,
+        text: str | None = None,
+    ) -> list[Event]:
+        kinds = list(kinds) if kinds is not None else None
+        return await asyncio.to_thread(self.journal.query, limit, kinds, since, host, text)
+
+    async def recoveries(self, limit: int | None = None) -> list[Recovery]:
+        return await asyncio.to_thread(self.journal.recoveries, limit)
