@@ -50,6 +50,7 @@ class Behaviour:
     hosts: int = 4
     reachable: bool = True
     publish_job_updates: bool = True
+    job_updates_as_events: bool = False  # publish Event(kind="job_state") like JobWatcher
     resubmit_on_recover: bool = False
     action_data: dict[str, Any] = field(default_factory=dict)
 
@@ -198,9 +199,20 @@ class FakeServices:
         await self._call("job_status", job_id)
         if job_id not in self._jobs:
             raise ValueError(f"unknown job id {job_id!r}")
+        before = self._status(job_id) if self._jobs[job_id] else None
         info = JobInfo(job_id=job_id, status=self._status(job_id))
         self._jobs[job_id] += 1
-        if self.b.publish_job_updates:
+        if self.b.job_updates_as_events:
+            if before != info.status:
+                self.bus.publish(
+                    Event(
+                        at=self.now(),
+                        kind="job_state",
+                        message=f"job {job_id} {before or 'new'} -> {info.status}",
+                        data={"job_id": job_id, "old_status": before, "new_status": info.status},
+                    )
+                )
+        elif self.b.publish_job_updates:
             self.bus.publish(info)  # the poller would publish the same transition
         return info
 

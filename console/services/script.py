@@ -838,7 +838,6 @@ class ScriptRunner:
         self._stalled_runs: set[str] = set()
         self._submitted: list[str] = []
         self._last_job: str | None = None
-        self._last_job_line: int | None = None
         self._pod_started = False
         self._ray_started = False
         self._interrupted: str | None = None
@@ -857,8 +856,14 @@ class ScriptRunner:
             if update.kind == "action" and update.actor == ACTOR:
                 return  # our own steps are already on stdout as step lines
             data = dict(update.data)
-            if update.kind in ("job_state", "job") and "job_id" in data and "status" in data:
-                key: Any = ("job_state", data["job_id"], data["status"])
+            obj = {"type": "event", **update.to_json()}
+            status = data.get("new_status") or data.get("status")
+            if update.kind == "job_state" and "job_id" in data and status:
+                # Same key as transitions seen by our own polling: one line per transition.
+                key: Any = ("job_state", data["job_id"], status)
+                obj["status"] = status
+                with self._ev_lock:
+                    self._job_status[str(data["job_id"])] = str(status)
             elif update.kind == "stalled" and "run_id" in data:
                 # One line per stall episode, whether the watchdog or the cadence feed says so.
                 with self._ev_lock:
@@ -881,7 +886,7 @@ class ScriptRunner:
                 old, new = data.get("old_job_id"), data.get("new_job_id")
                 if old and new:
                     self._resubmitted[str(old)] = str(new)
-            self._record(key, {"type": "event", **update.to_json()})
+            self._record(key, obj)
         elif isinstance(update, JobInfo):
             self._observe_job(update)
         elif isinstance(update, RunCadence):
@@ -920,11 +925,12 @@ class ScriptRunner:
                 "kind": "job_state",
                 "host": "",
                 "at": self._clock(),
-                "message": f"job {info.job_id} {info.status}"
+                "message": f"job {info.job_id} {before or 'new'} -> {info.status}"
                 + (f": {info.message}" if info.message and info.status in TERMINAL else ""),
                 "job_id": info.job_id,
+                "old_status": before,
+                "new_status": info.status,
                 "status": info.status,
-                **({"from": before} if before else {}),
             },
         )
 

@@ -1,0 +1,102 @@
+"""`phantom status [--json]`: one snapshot, then exit; clear failure when unreachable."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from test_script_fakes import Behaviour, Harness
+
+from console.config import Config, ConfigError
+from console.services.status import MASK, Scrubber, render_table, status_main
+
+
+def run_status(h: Harness, *, as_json: bool) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = status_main(
+        Config(), as_json=as_json, services_factory=h.factory, stdout=out, stderr=err
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_json_snapshot_is_one_object_with_every_layer() -> None:
+    h = Harness()
+    code, out, err = run_status(h, as_json=True)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1
+    snap = json.loads(lines[0])
+    assert snap["type"] == "status" and snap["reachable"] is True
+    assert snap["pod"]["node_name"] == "phantom-pod" and snap["pod"]["ready_hosts"] == 4
+    assert [h["name"] for h in snap["pod"]["hosts"]][:2] == ["phantom-pod-w0", "phantom-pod-w1"]
+    assert snap["ray"] == {
+        "alive_nodes": 4,
+        "hosts": 4,
+        "dead_hosts": [],
+        "duplicate_hosts": [],
+        "dashboard_url": "http://127.0.0.1:8265",
+        "tunnel_up": True,
+    }
+    assert snap["jobs"] == []
+    assert snap["cadence"][0]["run_id"] == "run1" and snap["cadence"][0]["stalled"] is False
+    assert snap["recovery"]["active"] is False
+    # A status query never starts the watchdog/pollers, and always closes what it opened.
+    assert h.names() == ["refresh", "stop"]
+
+
+def test_table_without_json_fits_80_columns() -> None:
+    code, out, _ = run_status(Harness(), as_json=False)
+    assert code == 0
+    assert "phantom-pod-w3" in out and "127.0.0.13" in out and "READY" in out
+    assert "ray 4/4 alive" in out and "ppo-a0.3" in out and "recovery: idle" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    with_json = json.loads(run_status(Harness(), as_json=True)[1])
+    assert render_table(with_json) + "\n" == out
+
+
+def test_unreachable_cluster_is_non_zero_with_a_clear_message() -> None:
+    code, out, err = run_status(Harness(Behaviour(reachable=False)), as_json=True)
+    assert code == 1
+    snap = json.loads(out)
+    assert snap["reachable"] is False and "TPU API unreachable" in snap["unreachable_reason"]
+    assert "phantom status: cluster 'phantom-pod' unreachable: TPU API unreachable" in err
+    assert "phantom pod up" in err
+
+
+def test_services_that_cannot_be_built_are_unreachable_not_a_traceback() -> None:
+    h = Harness(Behaviour(raise_in={"refresh": ConnectionRefusedError(111, "Connection refused")}))
+    code, out, err = run_status(h, as_json=True)
+    assert code == 1 and out == ""
+    assert err.startswith("phantom status: cannot reach the local cluster 'phantom-pod': ")
+    assert "ConnectionRefusedError" in err and "Traceback" not in err
+
+    def no_pod(config: Config) -> None:
+        raise ValueError("cluster.provider = 'local' needs a running pod emulator")
+
+    err_io = io.StringIO()
+    code = status_main(Config(), as_json=False, services_factory=no_pod, stderr=err_io)  # type: ignore[arg-type]
+    assert code == 1 and "needs a running pod emulator" in err_io.getvalue()
+
+
+def test_config_error_is_exit_2() -> None:
+    def bad(config: Config) -> None:
+        raise ConfigError("c.toml", ["ssh.key = '/nope': file not found"])
+
+    err = io.StringIO()
+    assert status_main(Config(), as_json=True, services_factory=bad, stderr=err) == 2  # type: ignore[arg-type]
+    assert "ssh.key" in err.getvalue()
+
+
+def test_scrubber_masks_secret_values_and_keys_but_not_references() -> None:
+    env = {"WANDB_API_KEY": "k" * 40, "GH_TOKEN": "ghp_abcdef123", "SHORT_KEY": "ab", "HOME": "/x"}
+    scrub = Scrubber(Config(), environ=env)
+    assert scrub("login " + "k" * 40) == f"login {MASK}"
+    assert scrub({"nested": ["ghp_abcdef123 here"]}) == {"nested": [f"{MASK} here"]}
+    assert scrub({"api_token": "zzz", "WANDB_API_KEY": "$WANDB_API_KEY", "n": 3}) == {
+        "api_token": MASK,
+        "WANDB_API_KEY": "$WANDB_API_KEY",
+        "n": 3,
+    }
+    assert scrub("ab is not masked (too short to be a key)") == (
+        "ab is not masked (too short to be a key)"
+    )
