@@ -332,6 +332,8 @@ def test_incremental_reads_of_a_file_being_appended(finished_run: Path, tmp_path
     assert seen == all_records
     assert reader.read_new() == []
     assert reader.corrupt_skips == 0
+    # Small read chunks (rows here are bigger than 1000 bytes) give the same records.
+    assert RecordLogReader(finished_run).read_new(chunk_bytes=1000) == all_records
 
 
 def test_corrupt_block_is_skipped_and_reading_goes_on(finished_run: Path, tmp_path: Path) -> None:

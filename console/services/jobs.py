@@ -159,7 +159,7 @@ class JobService:
         reason = exc if isinstance(exc, str) else _reason(exc)
         return DashboardUnreachableError(
             f"Ray dashboard at {self._address} is unreachable ({reason}); is the cluster up? "
-            "re-open the tunnel to the head (`phantom tunnel`) and retry",
+            "re-open the tunnel to the head (the `tunnel` action) and retry",
             address=self._address,
         )
 

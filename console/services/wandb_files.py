@@ -81,14 +81,35 @@ class RecordLogReader:
         self._stuck_at: int | None = None
         self._stuck_polls = 0
 
-    def read_new(self) -> list[bytes]:
-        """Records completed since the last call (empty if nothing new or the file is gone)."""
+    def read_new(self, chunk_bytes: int = 4 << 20) -> list[bytes]:
+        """Records completed since the last call (empty if nothing new or the file is gone).
+
+        Reads at most ``chunk_bytes`` at a time (more only for a record larger than that), so
+        a first look at a large finished run does not load it whole.
+        """
+        out: list[bytes] = []
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            f = open(self.path, "rb")  # noqa: SIM115 (closed below; FileNotFoundError first)
         except FileNotFoundError:
-            return []
+            return out
+        with f:
+            while True:
+                before = self.offset
+                f.seek(before)
+                data = f.read(chunk_bytes)
+                at_eof = len(data) < chunk_bytes
+                out += self._parse(data, at_eof)
+                if at_eof:
+                    break
+                if self.offset == before:
+                    chunk_bytes *= 2  # one record larger than the chunk
+        if out:
+            self._stuck_at, self._stuck_polls = None, 0
+        self.records_read += len(out)
+        return out
+
+    def _parse(self, data: bytes, at_eof: bool) -> list[bytes]:
+        """Complete logical records in ``data`` (read at ``self.offset``); advances offset."""
         base = self.offset
         pos = 0
         if base == 0:
@@ -125,7 +146,8 @@ class RecordLogReader:
             checksum, length, rtype = RECORD_HEADER.unpack_from(data, pos)
             if checksum == 0 and length == 0 and rtype == 0:
                 # Zeros where a header should be: preallocated/padded space not written yet.
-                if self._give_up_waiting(base + committed, len(data) - pos > left_in_block):
+                more = len(data) - pos > left_in_block or not at_eof
+                if self._give_up_waiting(base + committed, more):
                     pos = pos + left_in_block
                     committed, fragments = pos, []
                     continue
@@ -143,7 +165,7 @@ class RecordLogReader:
             if zlib.crc32(payload, _TYPE_CRC[rtype]) != checksum:
                 # At the tail this may be a torn write still in progress; in the middle of the
                 # file it is corruption: skip the rest of the block (as LevelDB's reader does).
-                if self._give_up_waiting(base + committed, end < len(data)):
+                if self._give_up_waiting(base + committed, end < len(data) or not at_eof):
                     pos += left_in_block
                     committed, fragments = pos, []
                     continue
@@ -167,9 +189,6 @@ class RecordLogReader:
                 fragments = []
                 committed = pos
         self.offset = base + committed
-        if out:
-            self._stuck_at, self._stuck_polls = None, 0
-        self.records_read += len(out)
         return out
 
     def _give_up_waiting(self, at: int, more_follows: bool) -> bool:
