@@ -23,6 +23,7 @@ import contextlib
 import inspect
 import logging
 import os
+import re
 import shlex
 import time
 from collections import deque
@@ -442,7 +443,7 @@ class SshFanout:
                 return self._fail(ep, start, out, err, why, status=None)
             error = ""
             if status != 0:
-                last = err.lines[-1].strip() if err.lines else ""
+                last = _last_line(err) or _last_line(out)  # 2>&1 puts the reason on stdout
                 error = f"{ep.label}: exit status {status}" + (f": {last}" if last else "")
             return HostResult(
                 host=ep.name,
@@ -485,6 +486,18 @@ class SshFanout:
             stderr_tail=err.text(),
             error=f"{ep.label}: {why}",
         )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _last_line(tail: _Tail, limit: int = 300) -> str:
+    """The last non-blank output line, without terminal colours, for one-line errors."""
+    for line in reversed(tail.lines):
+        text = _ANSI.sub("", line).strip()
+        if text:
+            return text if len(text) <= limit else text[: limit - 3] + "..."
+    return ""
 
 
 async def _pump(
