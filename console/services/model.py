@@ -114,7 +114,11 @@ class LogLine:
 
 @dataclass(frozen=True)
 class LogStreamClosed:
-    """The log stream ended. ``job_status`` says whether the job really finished."""
+    """The log stream ended. ``job_status`` says whether the job really finished.
+
+    Besides Ray's statuses it can be LOST (the job is gone with its head) or UNKNOWN (the
+    dashboard is unreachable, so the job may well run on).
+    """
 
     job_id: str
     job_status: str
@@ -122,7 +126,7 @@ class LogStreamClosed:
 
     @property
     def early(self) -> bool:
-        return self.job_status in ("PENDING", "RUNNING")
+        return self.job_status in ("PENDING", "RUNNING", "UNKNOWN")
 
 
 @dataclass(frozen=True)
