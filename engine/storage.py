@@ -1,0 +1,253 @@
+"""Preemption-safe checkpoint storage on any fsspec URI (local path, ``file://``, ``gs://``).
+
+Layout under ``<storage>/<run-name>/``::
+
+    checkpoints/step-000000002048/   model.zip [replay_buffer.pkl] [vecnormalize.pkl] MANIFEST.json
+    final/                           model.zip [vecnormalize.pkl] MANIFEST.json
+
+A checkpoint is valid only when its ``MANIFEST.json`` exists, parses, and lists
+files whose sizes (and, when fetched, SHA-256) match. The manifest is always
+written last. On a local filesystem the whole directory is first assembled
+under ``checkpoints/.tmp-*`` and renamed into place (rename is atomic), so a
+process killed mid-write leaves only a ``.tmp-*`` directory that is ignored and
+cleaned up. On object stores (no atomic rename) the data files are uploaded
+first and the manifest last, so a partial upload has no manifest and is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+MANIFEST = "MANIFEST.json"
+MANIFEST_FORMAT = 1
+_STEP_DIR = re.compile(r"^step-(\d{12})$")
+
+
+class StorageError(ValueError):
+    """The storage URI cannot be used (unknown protocol, missing driver, ...)."""
+
+
+def resolve_storage(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Return ``(filesystem, root path)`` for a storage URI, or raise StorageError."""
+    if not uri or not uri.strip():
+        raise StorageError("storage URI is empty")
+    protocol = uri.split("://", 1)[0] if "://" in uri else "file"
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        hint = " (pip install 'phantom-console[gcs]')" if protocol in ("gs", "gcs") else ""
+        raise StorageError(
+            f"storage {uri!r} needs the {protocol}:// driver, which is not installed{hint}"
+        ) from exc
+    except ValueError as exc:
+        raise StorageError(
+            f"storage {uri!r}: unknown protocol {protocol!r}; use a local path, file://, or gs://"
+        ) from exc
+    if protocol == "file" and "://" not in uri:
+        uri = os.path.abspath(os.path.expanduser(uri))
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path.rstrip("/") or "/"
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.rstrip("/") for p in parts if p)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A valid checkpoint found in storage."""
+
+    step: int
+    uri: str
+    manifest: dict[str, Any]
+
+
+class CheckpointStore(Protocol):
+    """Where a trainer persists and finds its checkpoints."""
+
+    description: str
+
+    def latest(self) -> CheckpointInfo | None: ...
+
+    def fetch(self, info: CheckpointInfo, into: Path) -> Path: ...
+
+    def save(
+        self, local_dir: Path, step: int, manifest: dict[str, Any], metrics: dict[str, Any]
+    ) -> str: ...
+
+    def save_final(
+        self, local_dir: Path, step: int, manifest: dict[str, Any], metrics: dict[str, Any]
+    ) -> str: ...
+
+
+def build_manifest(local_dir: Path, step: int, extra: dict[str, Any]) -> dict[str, Any]:
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(local_dir.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
+    return {
+        "format": MANIFEST_FORMAT,
+        "step": int(step),
+        "files": files,
+        "created_unix": time.time(),
+        **extra,
+    }
+
+
+class FsspecCheckpointStore:
+    """Checkpoints of one run under ``<storage>/<run-name>/`` on an fsspec filesystem."""
+
+    def __init__(self, storage: str, run_name: str, keep: int = 3) -> None:
+        self.fs, root = resolve_storage(storage)
+        self.storage = storage
+        self.run_name = run_name
+        self.keep = max(1, keep)
+        self.run_path = _join(root, run_name)
+        self.ckpt_path = _join(self.run_path, "checkpoints")
+        self.description = self.uri(self.run_path)
+
+    def uri(self, path: str) -> str:
+        if is_local(self.fs):
+            return path
+        return self.fs.unstrip_protocol(path)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_manifest(self, ckpt_dir: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open(_join(ckpt_dir, MANIFEST), "rb") as fh:
+                manifest = json.loads(fh.read().decode())
+            if manifest.get("format") != MANIFEST_FORMAT or not isinstance(
+                manifest.get("files"), dict
+            ):
+                return None
+            for name, meta in manifest["files"].items():
+                if self.fs.size(_join(ckpt_dir, name)) != meta["size"]:
+                    return None
+            return dict(manifest)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def list_steps(self) -> list[tuple[int, str]]:
+        """All step directories (valid or not), newest first."""
+        try:
+            entries = self.fs.ls(self.ckpt_path, detail=False)
+        except (FileNotFoundError, OSError):
+            return []
+        found = []
+        for entry in entries:
+            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+            match = _STEP_DIR.match(name)
+            if match:
+                found.append((int(match.group(1)), _join(self.ckpt_path, name)))
+        return sorted(found, reverse=True)
+
+    def latest(self) -> CheckpointInfo | None:
+        for step, path in self.list_steps():
+            manifest = self._read_manifest(path)
+            if manifest is not None and manifest.get("step") == step:
+                return CheckpointInfo(step=step, uri=self.uri(path), manifest=manifest)
+            print(f"[engine] skipping incomplete checkpoint {self.uri(path)}", file=sys.stderr)
+        return None
+
+    def fetch(self, info: CheckpointInfo, into: Path) -> Path:
+        """Copy a checkpoint's files into ``into`` and verify their SHA-256."""
+        into.mkdir(parents=True, exist_ok=True)
+        src = self.fs._strip_protocol(info.uri) if not is_local(self.fs) else info.uri
+        for name, meta in info.manifest["files"].items():
+            target = into / name
+            self.fs.get_file(_join(src, name), str(target))
+            if sha256_file(target) != meta["sha256"]:
+                raise OSError(f"checkpoint file {name} in {info.uri} is corrupt (sha256 mismatch)")
+        (into / MANIFEST).write_text(json.dumps(info.manifest))
+        return into
+
+    # -- writing ---------------------------------------------------------------------------
+    def _publish(self, local_dir: Path, final_path: str, manifest: dict[str, Any]) -> str:
+        if is_local(self.fs):
+            parent = final_path.rsplit("/", 1)[0]
+            os.makedirs(parent, exist_ok=True)
+            tmp = _join(parent, f".tmp-{final_path.rsplit('/', 1)[-1]}-{uuid.uuid4().hex[:8]}")
+            shutil.copytree(local_dir, tmp)
+            with open(_join(tmp, MANIFEST), "w") as fh:
+                json.dump(manifest, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if os.path.exists(final_path):
+                # Same step written again (e.g. a resumed run that was already complete):
+                # move the old one aside first so the final name is never half-written.
+                old = f"{tmp}-old"
+                os.rename(final_path, old)
+                os.rename(tmp, final_path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, final_path)
+        else:
+            if self.fs.exists(_join(final_path, MANIFEST)):
+                self.fs.rm_file(_join(final_path, MANIFEST))
+            for path in sorted(local_dir.iterdir()):
+                if path.is_file() and path.name != MANIFEST:
+                    self.fs.put_file(str(path), _join(final_path, path.name))
+            with self.fs.open(_join(final_path, MANIFEST), "wb") as fh:
+                fh.write(json.dumps(manifest, indent=1).encode())
+        return self.uri(final_path)
+
+    def save(
+        self, local_dir: Path, step: int, manifest: dict[str, Any], metrics: dict[str, Any]
+    ) -> str:
+        uri = self._publish(local_dir, _join(self.ckpt_path, f"step-{step:012d}"), manifest)
+        self.prune()
+        return uri
+
+    def save_final(
+        self, local_dir: Path, step: int, manifest: dict[str, Any], metrics: dict[str, Any]
+    ) -> str:
+        return self._publish(local_dir, _join(self.run_path, "final"), manifest)
+
+    def prune(self) -> None:
+        """Keep the newest ``keep`` valid checkpoints; drop older ones and stale temp dirs."""
+        valid = 0
+        for _step, path in self.list_steps():
+            if valid < self.keep:
+                if self._read_manifest(path) is not None:
+                    valid += 1
+                continue
+            self.fs.rm(path, recursive=True)
+        if is_local(self.fs) and os.path.isdir(self.ckpt_path):
+            for name in os.listdir(self.ckpt_path):
+                full = _join(self.ckpt_path, name)
+                if name.startswith(".tmp-") and time.time() - os.path.getmtime(full) > 60:
+                    shutil.rmtree(full, ignore_errors=True)
+
+
+def local_run_dir(storage: str, run_name: str) -> Path:
+    """A local directory for files that only work on a local disk (TensorBoard events)."""
+    fs, root = resolve_storage(storage)
+    if is_local(fs):
+        return Path(root) / run_name
+    return Path("runs") / run_name
