@@ -379,7 +379,7 @@ def parse_script(
         if not tokens:
             continue
         try:
-            step = _parse_line(lineno, tokens, ctx, logical.strip())
+            step = _parse_line(lineno, tokens, ctx, shlex.join(tokens))
         except _ArgError as exc:
             issues.append(ScriptIssue(lineno, str(exc)))
             if tokens[0] in ("submit", "relaunch-sweep"):

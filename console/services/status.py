@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console.config import Config, ConfigError, is_secret_name
-from console.services.model import HostState, PodSnapshot, to_jsonable
+from console.services.model import PodSnapshot, to_jsonable
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -83,10 +83,15 @@ class Scrubber:
 
 
 def default_factory() -> ServicesFactory:
+    """The real services, never starting a pod: a status query or a script that does not
+    say `pod up` must not leave an emulator running behind the user's back."""
     # Imported lazily: cluster.py pulls in grpc, asyncssh and ray's job client.
     from console.services.cluster import make_services
 
-    return make_services
+    def factory(config: Config) -> ConsoleServices:
+        return make_services(config, autostart_pod=False)
+
+    return factory
 
 
 def reachable(snap: PodSnapshot) -> tuple[bool, str]:
@@ -228,11 +233,11 @@ def status_main(
         print(scrub.text(exc.render()), file=err)
         return EXIT_CONFIG
     except Exception as exc:  # anything that stops us reaching the cluster is "unreachable"
+        reason = _reason(exc)
         print(
             scrub.text(
                 f"phantom status: cannot reach the {config.cluster.provider} cluster "
-                f"{config.cluster.node_name!r}: {_reason(exc)}"
-                + (" (is the pod up? `phantom pod up`)" if config.is_local else "")
+                f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}"
             ),
             file=err,
         )
@@ -244,16 +249,22 @@ def status_main(
         out.write(render_table(clean) + "\n")
     out.flush()
     if not status["reachable"]:
-        hint = " (is the pod up? `phantom pod up`)" if config.is_local else ""
+        reason = status["unreachable_reason"]
         print(
             scrub.text(
                 f"phantom status: cluster {config.cluster.node_name!r} unreachable: "
-                f"{status['unreachable_reason']}{hint}"
+                f"{reason}{_pod_hint(config, reason)}"
             ),
             file=err,
         )
         return EXIT_UNREACHABLE
     return EXIT_OK
+
+
+def _pod_hint(config: Config, reason: str) -> str:
+    if not config.is_local or "pod up" in reason:
+        return ""
+    return " (is the pod up? `phantom pod up`)"
 
 
 async def _collect(factory: ServicesFactory, config: Config) -> dict[str, Any]:
@@ -268,7 +279,6 @@ __all__ = [
     "EXIT_CONFIG",
     "EXIT_OK",
     "EXIT_UNREACHABLE",
-    "HostState",
     "Scrubber",
     "collect_status",
     "render_table",
