@@ -356,3 +356,45 @@ async def test_parallelism_limits_concurrent_sessions(pod: PodInfo, tmp_path: Pa
     assert len(spans) == 4
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert start >= end  # one session at a time
+
+
+def test_identity_defaults_and_overrides(tmp_path: Path) -> None:
+    from console.config import parse_config
+    from console.services.ssh import known_hosts_path, ssh_identity
+
+    gcp = parse_config(
+        {
+            "cluster": {"provider": "gcp", "project": "p", "zone": "z-a"},
+            "ssh": {"user": "alice", "key": str(tmp_path / "id"), "known_hosts": "~/kh"},
+        }
+    )
+    assert ssh_identity(gcp) == ("alice", tmp_path / "id")
+    assert known_hosts_path(gcp) == Path("~/kh").expanduser()
+    assert known_hosts_path(parse_config({})).name == "known_hosts"
+
+
+async def test_make_fanout_from_config_reaches_the_pod(pod: PodInfo) -> None:
+    from console.config import Config
+    from console.services.ssh import make_fanout
+
+    provider = LocalTpuProvider(pod)
+    events: list[HostKeyEvent] = []
+    try:
+        node = await provider.get_node()
+        assert node is not None
+        fan = make_fanout(
+            Config(),
+            node.endpoints,
+            api_keys=provider.host_keys,
+            on_host_key_event=events.append,
+            pod=pod,
+        )
+        try:
+            res = await fan.run(["printenv", "PHANTOM_HOST"])
+        finally:
+            await fan.close()
+    finally:
+        await provider.close()
+    assert {n: r.stdout_tail.strip() for n, r in res.items()} == {h.name: h.name for h in pod.hosts}
+    assert fan.user == pod.ssh_user and fan.host_keys.policy == "tpu-api"
+    assert len(events) == 4

@@ -29,12 +29,23 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncssh
 
-from console.config import SshConfig
-from console.services.hostkeys import HostKeyClient, HostKeyError, HostKeyPolicy
+from console.config import Config, SshConfig, default_state_dir
+from console.services.hostkeys import (
+    HostKeyClient,
+    HostKeyError,
+    HostKeyEvent,
+    HostKeyPolicy,
+    KeySource,
+)
 from console.services.model import HostResult
+
+if TYPE_CHECKING:
+    from console.emulator.client import PodInfo
 
 log = logging.getLogger(__name__)
 
@@ -545,6 +556,49 @@ def _describe_keys(keys: Sequence[asyncssh.SSHKey]) -> str:
     return "key " + ", ".join(fps)
 
 
+def ssh_identity(config: Config, pod: PodInfo | None = None) -> tuple[str, Path]:
+    """(user, private key path) from ``config.ssh``, else the provider's default:
+    the emulator's user and key, or $USER and gcloud's ``~/.ssh/google_compute_engine``."""
+    if config.is_local and pod is not None:
+        user, key = pod.ssh_user, Path(pod.client_key)
+    else:
+        user = os.environ.get("USER", "") or "root"
+        key = Path("~/.ssh/google_compute_engine").expanduser()
+    if config.ssh.user:
+        user = config.ssh.user
+    if config.ssh.key:
+        key = Path(config.ssh.key).expanduser()
+    return user, key
+
+
+def known_hosts_path(config: Config) -> Path:
+    """``ssh.known_hosts`` or ``<state dir>/known_hosts`` (never ~/.ssh/known_hosts: the
+    console rewrites entries of recreated VMs and must not touch the user's own file)."""
+    if config.ssh.known_hosts:
+        return Path(config.ssh.known_hosts).expanduser()
+    return default_state_dir() / "known_hosts"
+
+
+def make_fanout(
+    config: Config,
+    endpoints: Sequence[HostEndpoint],
+    *,
+    api_keys: KeySource | None = None,
+    on_host_key_event: Callable[[HostKeyEvent], None] | None = None,
+    pod: PodInfo | None = None,
+) -> SshFanout:
+    """The fan-out the facade uses: identity, host-key policy and limits from ``config``.
+    ``api_keys`` is the TPU provider's ``host_keys`` (needed by policy ``tpu-api``)."""
+    user, key = ssh_identity(config, pod)
+    policy = HostKeyPolicy(
+        config.ssh.known_hosts_policy,
+        known_hosts_path(config),
+        api_keys=api_keys,
+        on_event=on_host_key_event,
+    )
+    return SshFanout.from_config(config.ssh, endpoints, policy, user=user, key_path=key)
+
+
 def endpoints_from(pairs: Mapping[str, str], port: int) -> list[HostEndpoint]:
     """``{name: ip}`` (in worker order) -> endpoints, for tests and scripts."""
     return [HostEndpoint(n, ip, port, i) for i, (n, ip) in enumerate(pairs.items())]
@@ -552,6 +606,9 @@ def endpoints_from(pairs: Mapping[str, str], port: int) -> list[HostEndpoint]:
 
 __all__ = [
     "AuthFailed",
+    "make_fanout",
+    "ssh_identity",
+    "known_hosts_path",
     "HostEndpoint",
     "HostKeyRefused",
     "HostUnreachable",
