@@ -666,7 +666,8 @@ async def test_detect_time_falls_back_to_last_healthy_poll(pod: FakePod, clock: 
 
 async def test_set_auto_publishes_and_journals(pod: FakePod, clock: Clock) -> None:
     wd, journal, published = make_watchdog(pod, clock)
-    await wd.set_auto(False, actor="user")
+    wd.set_auto(False, actor="user")
+    await wd.flush()
     assert not wd.auto and wd.status.auto is False
     assert journal.events[-1].kind == "watchdog" and journal.events[-1].actor == "user"
     assert any(isinstance(u, RecoveryStatus) and not u.auto for u in published)
@@ -691,3 +692,36 @@ async def test_close_cancels_a_running_recovery(pod: FakePod, clock: Clock) -> N
     assert task.cancelled() or task.done()
     assert wd.status.result == "failed: cancelled"
     assert StepState.RUNNING in {s.state for s in wd.status.steps}
+
+
+async def test_user_action_suspends_auto_recovery(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    with wd.suspended():
+        pod.preempt("pod-w1")
+        await poll(wd, pod)
+        assert not wd.running
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "ok"
+
+
+async def test_teardown_disarms_and_forgets_jobs(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    pod.submit("train")
+    await poll(wd, pod)
+    assert wd.armed and wd.active_jobs
+    wd.disarm()
+    assert not wd.armed and not wd.active_jobs
+    pod.preempt("pod-w0")  # a torn-down cluster is not "recovered" behind the user's back
+    await poll(wd, pod)
+    assert not wd.running
+
+
+async def test_stall_events_can_be_left_to_the_cadence_tracker(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock, emit_stall_events=False)
+    await poll(wd, pod)
+    pod.stalled = ("run-a",)
+    await poll(wd, pod)
+    assert "stalled" not in kinds(journal.events)
+    assert wd.last_diagnosis is not None and wd.last_diagnosis.stalled_runs == ("run-a",)

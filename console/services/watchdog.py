@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -293,6 +293,7 @@ class Watchdog:
         backoff_s: float = 1.0,
         confirm_polls: int = 2,
         max_rounds: int = 3,
+        emit_stall_events: bool = True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -309,6 +310,11 @@ class Watchdog:
         self.backoff_s = backoff_s
         self.confirm_polls = max(1, confirm_polls)
         self.max_rounds = max(1, max_rounds)
+        # The facade's cadence tracker journals stalls itself (with silence and threshold);
+        # then the watchdog only uses them, so each stall is one journal row.
+        self.emit_stall_events = emit_stall_events
+        self._held = 0
+        self._background: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._sleep = sleep
         self._task: asyncio.Task[RecoveryStatus] | None = None
@@ -351,11 +357,34 @@ class Watchdog:
     def active_jobs(self) -> dict[str, JobInfo]:
         return dict(self._active_jobs)
 
-    async def set_auto(self, enabled: bool, actor: str = "user") -> None:
+    def set_auto(self, enabled: bool, actor: str = "user") -> None:
+        """Switch auto recovery; published at once, journaled in the background."""
         self._auto = enabled
         self._status = replace(self._status, auto=enabled)
         self._publish(self._status)
-        await self._event("watchdog", f"auto recovery {'on' if enabled else 'off'}", actor=actor)
+        coro = self._event("watchdog", f"auto recovery {'on' if enabled else 'off'}", actor=actor)
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop (a synchronous caller): publish only
+            coro.close()
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def flush(self) -> None:
+        """Wait for background journal writes (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No auto recovery starts inside (a user action is reshaping the cluster)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self._unhealthy_polls = 0
 
     def arm(self) -> None:
         """Start treating deviations as failures (after the cluster was formed once)."""
@@ -368,6 +397,7 @@ class Watchdog:
         self._armed = False
         self._unhealthy_since = None
         self._unhealthy_polls = 0
+        self._active_jobs = {}  # their cluster is gone on purpose: nothing to resubmit
 
     # -- detection ------------------------------------------------------------------------------
     async def on_observation(self, obs: Observation) -> Diagnosis:
@@ -395,7 +425,7 @@ class Watchdog:
         elif diag.hard and self._detect_s is None:
             self._detect_s = self.detect_delay(obs, diag)
         self._unhealthy_polls += 1
-        if not (self._auto and self._armed):
+        if not (self._auto and self._armed) or self._held:
             return diag
         confirmed = diag.hard or diag.head_lost or self._unhealthy_polls >= self.confirm_polls
         if confirmed and self._clock() >= self._next_auto_at:
@@ -463,6 +493,9 @@ class Watchdog:
         if diag.tunnel_down and not self._tunnel_down and self._armed:
             await self._event("tunnel_down", "dashboard tunnel is down")
         self._tunnel_down = diag.tunnel_down
+        if not self.emit_stall_events:
+            self._stalled = set(diag.stalled_runs)
+            return
         for run in sorted(set(diag.stalled_runs) - self._stalled):
             await self._event("stalled", f"run {run}: metrics stalled", data={"run_id": run})
         for run in sorted(self._stalled - set(diag.stalled_runs)):
@@ -506,6 +539,13 @@ class Watchdog:
             return await asyncio.wait_for(asyncio.shield(task), timeout_s)
         except TimeoutError:
             return self._status
+
+    async def wait_idle(self) -> None:
+        """Return once no recovery runs (its outcome is in ``status``)."""
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(task)
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

@@ -1,0 +1,93 @@
+"""Fast checks of the ClusterServices facade: job registry, factory errors, provider guards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from console.config import parse_config
+from console.services.cluster import (
+    JobRegistry,
+    SubmittedJob,
+    _ClusterOps,
+    make_services,
+)
+from console.services.submit import SubmitSpec
+
+
+def test_registry_persists_specs_and_lineage(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "jobs.json"
+    reg = JobRegistry(path)
+    spec = SubmitSpec(
+        mode="sweep",
+        train_args="--algo ppo --total-timesteps 100",
+        runtime_env={"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY"}},
+        run_cap=4,
+    )
+    reg.add(SubmittedJob(job_id="a", spec=spec, submitted_at=1.0, actor="user"))
+    reg.update("a", sweep_id="ppo_rl_study-random-cap4-s42")
+    reg.add(
+        SubmittedJob(
+            job_id="b",
+            spec=reg.get("a").relaunch_spec(),  # type: ignore[union-attr]
+            submitted_at=2.0,
+            actor="watchdog",
+            resubmitted_from="a",
+        )
+    )
+    again = JobRegistry(path)  # a console restart reads the same history
+    a, b = again.get("a"), again.get("b")
+    assert a is not None and b is not None
+    assert a.superseded_by == "b" and b.resubmitted_from == "a"
+    assert [j.job_id for j in again.current()] == ["b"]
+    # the relaunch keeps every field and pins the SAME sweep id; secrets stay references
+    assert b.spec.sweep_id == "ppo_rl_study-random-cap4-s42"
+    assert b.spec.run_cap == 4 and b.spec.train_args == spec.train_args
+    assert b.spec.runtime_env == {"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY"}}
+    assert "--sweep-id ppo_rl_study-random-cap4-s42" in b.spec.entrypoint()
+    assert "$WANDB_API_KEY" in path.read_text()
+
+
+def test_registry_survives_a_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.json"
+    path.write_text("{not json")
+    reg = JobRegistry(path)
+    assert reg.current() == []
+    reg.add(SubmittedJob(job_id="x", spec=SubmitSpec(), submitted_at=0.0))
+    assert JobRegistry(path).get("x") is not None
+
+
+def test_local_without_a_running_pod_names_the_run_dir(tmp_path: Path) -> None:
+    cfg = parse_config({"cluster": {"run_dir": str(tmp_path / "nopod")}})
+    with pytest.raises(ValueError, match=r"no pod emulator is running for .*nopod.*phantom pod up"):
+        make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
+
+
+@pytest.fixture
+def gcp_services(tmp_path: Path):  # type: ignore[no-untyped-def]
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_path = tmp_path / "id_ed25519"
+    key.write_private_key(str(key_path))
+    cfg = parse_config(
+        {
+            "cluster": {"provider": "gcp", "project": "my-proj", "zone": "us-central2-b"},
+            "ssh": {"user": "me", "key": str(key_path)},
+        }
+    )
+    svc = make_services(cfg, state_dir=tmp_path / "state")
+    try:
+        yield svc
+    finally:
+        svc.close_journal()
+
+
+async def test_chaos_is_local_only(gcp_services) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="only available with cluster.provider = 'local'.*'gcp'"):
+        await gcp_services.preempt("0")
+    with pytest.raises(ValueError, match="provider 'gcp'"):
+        await gcp_services.recreate("0")
+    assert isinstance(gcp_services._ops, _ClusterOps)
+    # the ops the watchdog drives exist for every provider
+    assert gcp_services.watchdog.auto is True
