@@ -41,6 +41,7 @@ from console.emulator.layout import (
     resolve_host_ref,
 )
 from console.emulator.procs import kill_marked, marker_value
+from console.emulator.rayshim import write_wrapper
 from console.emulator.sshd import (
     HostContext,
     HostSSH,
@@ -263,7 +264,8 @@ class PodDaemon:
             "LOGNAME": SSH_USER,
             "SHELL": "/bin/bash",
             "LANG": "C.UTF-8",
-            "PATH": f"{venv_bin}:{sandbox}/.local/bin:{SYSTEM_PATH}",
+            # The shim dir comes first so `ray stop` only stops this host's Ray.
+            "PATH": f"{self.layout.shim_bin}:{venv_bin}:{sandbox}/.local/bin:{SYSTEM_PATH}",
             "TMPDIR": str(self._short_tmp(host)),
             "PHANTOM_HOST": host.name,
             "PHANTOM_HOST_IP": host.ip,
@@ -594,6 +596,7 @@ class PodDaemon:
         shutil.rmtree(self.layout.hosts_dir, ignore_errors=True)
         self.layout.hosts_dir.mkdir()
         self.layout.bucket.mkdir(exist_ok=True)
+        write_wrapper(self.layout.shim_bin)
         shutil.rmtree(self.short_tmp_root, ignore_errors=True)
         key_path = self.layout.client_key
         try:

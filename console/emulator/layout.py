@@ -78,6 +78,11 @@ class RunLayout:
     def run_id_file(self) -> Path:
         return self.run_dir / "run_id"
 
+    @property
+    def shim_bin(self) -> Path:
+        """Commands put first on every host's PATH (the host-scoped ``ray`` wrapper)."""
+        return self.run_dir / "bin"
+
     def sandbox(self, name: str) -> Path:
         return self.hosts_dir / name / "home"
 
