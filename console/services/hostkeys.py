@@ -131,6 +131,9 @@ def _pattern_matches(field: str, pattern: str) -> bool:
     return False
 
 
+_Parsed = tuple[dict[str, list[asyncssh.SSHKey]], list[tuple[str, list[asyncssh.SSHKey]]]]
+
+
 class KnownHostsFile:
     """A known_hosts file read and rewritten entry by entry (exact host patterns only).
 
@@ -140,6 +143,8 @@ class KnownHostsFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser()
+        # Parsed once per (inode, mtime_ns, size): a 32-host fan-out looks hosts up 64 times.
+        self._cache: tuple[tuple[int, int, int], _Parsed] | None = None
 
     def _lines(self) -> list[str]:
         try:
@@ -149,14 +154,38 @@ class KnownHostsFile:
 
     def keys_for(self, ip: str, port: int) -> list[asyncssh.SSHKey]:
         pattern = host_pattern(ip, port)
-        keys: list[asyncssh.SSHKey] = []
+        try:
+            st = self.path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            return []
+        if self._cache is None or self._cache[0] != stamp:
+            self._cache = (stamp, self._parse())
+        exact, hashed = self._cache[1]
+        keys = list(exact.get(pattern, []))
+        for field, entry_keys in hashed:
+            if _pattern_matches(field, pattern):
+                keys += [k for k in entry_keys if k not in keys]
+        return keys
+
+    def _parse(self) -> _Parsed:
+        """Exact host patterns -> keys, plus hashed fields checked per lookup."""
+        exact: dict[str, list[asyncssh.SSHKey]] = {}
+        hashed: list[tuple[str, list[asyncssh.SSHKey]]] = []
         for line in self._lines():
             parts = line.split()
             if len(parts) < 3 or parts[0].startswith(("#", "@")):
                 continue
-            if _pattern_matches(parts[0], pattern):
-                keys += parse_public_keys(" ".join(parts[1:3]))
-        return keys
+            keys = parse_public_keys(" ".join(parts[1:3]))
+            if not keys:
+                continue
+            for entry in parts[0].split(","):
+                if entry.startswith("|1|"):
+                    hashed.append((entry, keys))
+                else:
+                    bucket = exact.setdefault(entry, [])
+                    bucket += [k for k in keys if k not in bucket]
+        return exact, hashed
 
     def replace(self, ip: str, port: int, keys: Sequence[asyncssh.SSHKey]) -> None:
         """Drop this host's entries and append ``keys``; atomic rewrite (no torn file)."""
@@ -179,6 +208,7 @@ class KnownHostsFile:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write("\n".join(kept) + ("\n" if kept else ""))
             os.replace(tmp, self.path)
+            self._cache = None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
