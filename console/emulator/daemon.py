@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,19 @@ def reserve_common_port(ips: list[str], port: int, attempts: int = 50) -> list[s
                     f"port {port} on {taken} is in use; pass --ssh-port", exit_code=2
                 ) from exc
     raise StartupError(f"found no port free on all of {ips[0]}..{ips[-1]}; pass --ssh-port")
+
+
+def chaos_schedule(seed: int | None, interval: float, n_hosts: int) -> Iterator[tuple[float, str]]:
+    """Endless seeded (delay seconds, target) pairs; target is a host index or "all".
+
+    Delays are uniform in [0.5, 1.5] x interval; one reclaim in ten takes the
+    whole node, as a zone-wide spot reclaim would.
+    """
+    rng = random.Random(seed)
+    while True:
+        delay = interval * rng.uniform(0.5, 1.5)
+        target = "all" if rng.random() < 0.1 else str(rng.randrange(n_hosts))
+        yield delay, target
 
 
 class PodDaemon:
@@ -538,13 +551,10 @@ class PodDaemon:
         await self._chaos(self.cfg.chaos_seed, self.cfg.chaos_interval)
 
     async def _chaos(self, seed: int | None, interval: float) -> None:
-        rng = random.Random(seed)
-        while True:
-            await asyncio.sleep(interval * rng.uniform(0.5, 1.5))
-            ready = [h for h in self.hosts if h.state == READY]
-            if not ready:
-                continue
-            target = "all" if rng.random() < 0.1 else str(rng.choice(ready).index)
+        for delay, target in chaos_schedule(seed, interval, len(self.hosts)):
+            await asyncio.sleep(delay)
+            # A reclaim of a host that is not up is a no-op, so the sequence of
+            # (delay, target) depends on the seed alone.
             await self.preempt(target, source="chaos")
 
     # --- control channel -----------------------------------------------------
