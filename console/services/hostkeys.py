@@ -281,6 +281,13 @@ class HostKeyPolicy:
             self._api_error = ""
             self._api_at = time.monotonic()
 
+    async def published(self, ep: HostEndpoint) -> list[asyncssh.SSHKey]:
+        """The keys the TPU API publishes for this host now (fresh read; [] without an API)."""
+        if self._api_keys_fn is None:
+            return []
+        await self.refresh_api(force=True)
+        return list(self._api.get(ep.ip, []))
+
     def trusted(self, ep: HostEndpoint) -> tuple[list[asyncssh.SSHKey], str]:
         """The keys to accept now and where they come from ("tpu-api", "file" or "")."""
         if self.uses_api and self._api.get(ep.ip):

@@ -397,10 +397,7 @@ class SshFanout:
         publishes one for this IP, else the key the server offers. Returns the message."""
         ep = self.endpoint(host)
         policy = self.host_keys
-        keys: list[asyncssh.SSHKey] = []
-        if policy._api_keys_fn is not None:
-            await policy.refresh_api(force=True)
-            keys = list(policy._api.get(ep.ip, []))
+        keys = await policy.published(ep)
         if not keys:
             async with asyncio.timeout(self.connect_timeout_s):
                 key = await asyncssh.get_server_host_key(ep.ip, ep.port, config=None)
@@ -435,6 +432,8 @@ class SshFanout:
                     )
                     completed = await proc.wait()
             except TimeoutError:
+                with contextlib.suppress(Exception):
+                    proc.send_signal("TERM")  # sshd delivers it; closing alone leaves it running
                 proc.close()
                 return self._fail(ep, start, out, err, f"command timed out after {limit}s")
             except (asyncssh.Error, OSError) as exc:
