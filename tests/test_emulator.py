@@ -101,7 +101,13 @@ def test_openssh_runs_command_on_host_2_with_strict_host_keys(pod: PodInfo) -> N
     assert "oops" in result.stderr
 
     env = ssh_run(pod, "127.0.0.12", "env").stdout
-    assert f"PATH={Path(sys.executable).parent}:" in env
+    path = next(line for line in env.splitlines() if line.startswith("PATH=")).split("=", 1)[1]
+    # The host-scoped `ray` wrapper, then the venv's bin, then ~/.local/bin, then system.
+    assert path.split(":")[:3] == [
+        str(pod.run_dir / "bin"),
+        str(Path(sys.executable).parent),
+        f"{sandbox}/.local/bin",
+    ]
     assert "TMPDIR=" in env and f"HOME={sandbox}" in env
 
 
