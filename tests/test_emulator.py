@@ -144,6 +144,15 @@ async def test_asyncssh_forwards_to_loopback_only(pod: PodInfo) -> None:
             await conn.open_connection("example.invalid", 80)
 
 
+async def test_signals_from_the_client_reach_the_command(pod: PodInfo) -> None:
+    async with asyncssh.connect(**pod.asyncssh_options(1)) as conn:
+        proc = await conn.create_process("echo up; exec sleep 1000", stdin=asyncssh.DEVNULL)
+        assert await proc.stdout.readline() == "up\n"
+        proc.send_signal("TERM")
+        result = await asyncio.wait_for(proc.wait(), 30)
+        assert result.exit_signal is not None and result.exit_signal[0] == "TERM"
+
+
 def test_preempt_kills_host_processes_and_recreate_gives_fresh_vm(pod: PodInfo) -> None:
     # A detached daemon (own session, like `ray start`) and a foreground session.
     started = ssh_run(

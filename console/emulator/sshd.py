@@ -231,6 +231,7 @@ class HostSSH:
             cwd=str(self.ctx.sandbox),
             env=env,
         )
+        self._forward_signals(process, transport)
         pump = loop.create_task(self._pump_stdin(process, transport))
         finished: asyncio.Future[Any] = asyncio.gather(proto.exited, *proto.outputs_closed.values())
         closed: asyncio.Future[Any] = loop.create_task(process.channel.wait_closed())
@@ -257,6 +258,32 @@ class HostSSH:
             closed.cancel()
             finished.cancel()
             transport.close()
+
+    @staticmethod
+    def _forward_signals(
+        process: asyncssh.SSHServerProcess[bytes], transport: asyncio.SubprocessTransport
+    ) -> None:
+        """Deliver "signal" and "break" channel requests to the command, as sshd does.
+
+        asyncssh would queue them on stdin, where they are lost once stdin hit EOF.
+        """
+
+        def send(sig: signal.Signals) -> None:
+            if transport.get_returncode() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    transport.send_signal(sig)
+
+        def on_signal(name: str) -> None:
+            sig = getattr(signal.Signals, f"SIG{name}", None)
+            if sig is not None:
+                send(sig)
+
+        def on_break(msec: int) -> bool:
+            send(signal.SIGINT)
+            return True
+
+        process.signal_received = on_signal  # type: ignore[method-assign,assignment]
+        process.break_received = on_break  # type: ignore[method-assign,assignment]
 
     async def _pump_stdin(
         self, process: asyncssh.SSHServerProcess[bytes], transport: asyncio.SubprocessTransport
