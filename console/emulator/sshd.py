@@ -218,7 +218,13 @@ class HostSSH:
             process.exit(1)
             return
         peer = process.get_extra_info("peername") or ("", 0)
+        # Like sshd's usual `AcceptEnv LANG LC_*`: other client variables are dropped.
         env = dict(self.ctx.env)
+        env.update(
+            (k, v)
+            for k, v in process.env.items()
+            if isinstance(k, str) and isinstance(v, str) and (k == "LANG" or k.startswith("LC_"))
+        )
         env["SSH_CLIENT"] = f"{peer[0]} {peer[1]} {self.ctx.port}"
         env["SSH_CONNECTION"] = f"{peer[0]} {peer[1]} {self.ctx.ip} {self.ctx.port}"
         loop = asyncio.get_running_loop()
