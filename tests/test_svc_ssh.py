@@ -13,6 +13,7 @@ import pytest
 
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
+from console.emulator.procs import find_marked, marker_value
 from console.services.hostkeys import (
     HostKeyEvent,
     HostKeyPolicy,
@@ -344,6 +345,11 @@ async def test_command_timeout_is_reported(pod: PodInfo, tmp_path: Path) -> None
     r = res[pod.hosts[0].name]
     assert not r.ok and r.stdout_tail == "started\n"
     assert r.error.endswith("command timed out after 0.5s")
+    # the SIGTERM sent over the channel ends the remote command (no orphan `sleep 30`)
+    marker = marker_value(pod_client.read_run_id(pod.run_dir), pod.hosts[0].name)
+    async with asyncio.timeout(10):
+        while find_marked(marker):
+            await asyncio.sleep(0.05)
 
 
 async def test_parallelism_limits_concurrent_sessions(pod: PodInfo, tmp_path: Path) -> None:
