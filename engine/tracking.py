@@ -118,6 +118,7 @@ def start_wandb(
     run_name: str,
     config: dict[str, Any],
     resume_id: str | None,
+    directory: str | None = None,
 ) -> Any:
     """Start (or continue) a W&B run; reuses a run an agent already started."""
     import wandb
@@ -135,6 +136,7 @@ def start_wandb(
             mode=mode,  # type: ignore[arg-type]
             config=config,
             job_type="train",
+            dir=directory,
             settings=wandb.Settings(console="off", x_disable_stats=True),
         )
     run.define_metric("global_step")

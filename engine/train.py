@@ -672,6 +672,9 @@ def run_training(
                 cfg.run_name,
                 {**cfg.to_dict(), "resumed_from_step": resumed_from_step},
                 latest.manifest.get("wandb_run_id") if latest else None,
+                # offline runs stay next to the checkpoints (for `wandb sync`) unless
+                # WANDB_DIR says otherwise
+                directory=os.environ.get("WANDB_DIR") or str(run_dir),
             )
             writers.append(WandbWriter(wandb_run))
         model.set_logger(Logger(folder=str(tb_dir), output_formats=writers))
@@ -724,6 +727,8 @@ def run_training(
                     "alpha_current": None if alpha_now is None else float(alpha_now),
                     "wandb_run_id": getattr(wandb_run, "id", None),
                     "attempt": attempt,
+                    "node": node,
+                    "resumed_from_step": resumed_from_step,
                 },
             )
             return out, manifest
@@ -733,13 +738,14 @@ def run_training(
                 "num_timesteps": int(model.num_timesteps),
                 "resumed_from_step": resumed_from_step,
                 "attempt": attempt,
-                "node": _node_name(),
+                "node": node,
                 **progress.last_values,
                 **(extra or {}),
             }
 
         checkpoint_uri = latest.uri if latest else None
         every = cfg.checkpoint_every
+        node = _node_name()
         while model.num_timesteps < total:
             next_boundary = (model.num_timesteps // every + 1) * every
             chunk_end = min(next_boundary, total)
@@ -798,7 +804,7 @@ def run_training(
             wandb_artifact=artifact,
             wandb_run_dir=wandb_dir,
             attempt=attempt,
-            node=_node_name(),
+            node=node,
         )
     finally:
         venv.close()

@@ -1,0 +1,282 @@
+"""One trainer per node as Ray tasks (``scripts/ray_distributed_train.py``).
+
+Each trainer runs ``engine.train`` in-process (``run_training``) with
+``--seed base + i`` and its own run name, so trainer i always writes to
+``<storage>/<run-name-i>/``. Trainers are pinned to distinct nodes with a
+STRICT_SPREAD placement group (one bundle per trainer, ``{"CPU": c, "TPU": t}``
+when ``--tpu-per-task`` > 0); ``--placement spread`` uses Ray's best-effort SPREAD
+strategy instead. A trainer whose node is lost fails with a system error and is
+retried by Ray (``max_retries``); its bundle is rescheduled on a live node (or
+waits for the node to come back) and the retried trainer resumes from its last
+checkpoint, provided ``--storage`` is shared by all nodes (``file://`` on the
+emulator's bucket, ``gs://`` on GCP).
+
+Results are gathered and printed as one JSON object (last line on stdout).
+Exit codes: 0 all trainers finished, 1 a trainer failed or the cluster could not
+place the trainers, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from engine.train import UsageError, build_parser, config_from_args, default_run_name
+
+
+def log(msg: str) -> None:
+    print(f"[distributed] {msg}", file=sys.stderr, flush=True)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def build_launcher_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/ray_distributed_train.py",
+        description="Run one engine.train trainer per Ray node (seeds base-seed + i).",
+    )
+    parser.add_argument(
+        "--train-args",
+        required=True,
+        help='arguments for engine.train, e.g. "--algo ppo --total-timesteps 100000 --alpha 0.4"',
+    )
+    parser.add_argument("--num-nodes", type=_positive_int, required=True, help="trainers (1/node)")
+    parser.add_argument(
+        "--tpu-per-task", type=_non_negative_float, default=0.0, help="TPU resource per trainer"
+    )
+    parser.add_argument("--cpus-per-task", type=_non_negative_float, default=1.0)
+    parser.add_argument("--base-seed", type=_non_negative_int, default=0)
+    parser.add_argument(
+        "--address", default=None, help="Ray address (default: $RAY_ADDRESS or a local cluster)"
+    )
+    parser.add_argument(
+        "--max-retries", type=_non_negative_int, default=3, help="retries of a lost trainer"
+    )
+    parser.add_argument(
+        "--placement",
+        choices=("strict", "spread"),
+        default="strict",
+        help="strict: one trainer per node guaranteed (STRICT_SPREAD); spread: best effort",
+    )
+    parser.add_argument(
+        "--placement-timeout",
+        type=_non_negative_float,
+        default=300.0,
+        help="seconds to wait for enough nodes before giving up",
+    )
+    return parser
+
+
+def trainer_argvs(train_args: str, num_nodes: int, base_seed: int) -> list[list[str]]:
+    """Per-trainer argv lists: the user's args plus ``--seed`` and ``--run-name``.
+
+    Raises UsageError if ``train_args`` is not valid for engine.train.
+    """
+    try:
+        base_argv = shlex.split(train_args)
+    except ValueError as exc:
+        raise UsageError(f"--train-args: cannot split {train_args!r} ({exc})") from None
+    try:
+        cfg = config_from_args(build_parser(raise_errors=True).parse_args(base_argv))
+    except UsageError as exc:
+        raise UsageError(f"--train-args: {exc}") from None
+    user_name = "--run-name" in base_argv or any(a.startswith("--run-name=") for a in base_argv)
+    out = []
+    for i in range(num_nodes):
+        seed = base_seed + i
+        if user_name:
+            name = f"{cfg.run_name}-t{i}"
+        else:
+            name = default_run_name(replace(cfg, seed=seed, run_name=""))
+        out.append([*base_argv, "--seed", str(seed), "--run-name", name])
+    return out
+
+
+def _storage_warning(argv: Sequence[str], num_nodes: int) -> None:
+    parser = build_parser()
+    args, _ = parser.parse_known_args(list(argv))
+    storage = str(args.storage)
+    if num_nodes > 1 and "://" not in storage and not os.path.isabs(storage):
+        log(
+            f"warning: --storage {storage!r} is relative, so each node writes its own copy; "
+            "a trainer retried on another node starts over. Use file:///shared/path or gs://."
+        )
+
+
+# Variables a trainer needs from the launcher's environment. Secrets are deliberately not
+# here: WANDB_API_KEY reaches trainers through the job's runtime env (submit_ray_job.sh),
+# which Ray tasks inherit.
+FORWARDED_ENV = (
+    "WANDB_MODE",
+    "WANDB_DIR",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_SILENT",
+    "WANDB_BASE_URL",
+    "PHANTOM_JAX_PLATFORM",
+    "JAX_PLATFORMS",
+)
+
+
+def forwarded_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+
+
+def _run_trainer(index: int, argv: list[str]) -> dict[str, Any]:
+    """Body of the Ray task: train in-process and say where it ran."""
+    import socket
+
+    import ray
+
+    from engine.train import train_from_argv
+
+    ctx = ray.get_runtime_context()
+    node_ip = ray.util.get_node_ip_address()
+    print(
+        f"[distributed] trainer {index} on node {node_ip} ({ctx.get_node_id()[:12]}), "
+        f"attempt task {ctx.get_task_id()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    result = train_from_argv(argv)
+    result.update(
+        {
+            "index": index,
+            "node_ip": node_ip,
+            "node_id": ctx.get_node_id(),
+            "hostname": socket.gethostname(),
+            "argv": argv,
+        }
+    )
+    return result
+
+
+def run(args: argparse.Namespace, argvs: list[list[str]]) -> dict[str, Any]:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ray.init(address=args.address, log_to_driver=True)
+    n = args.num_nodes
+    bundle: dict[str, float] = {"CPU": float(args.cpus_per_task)}
+    if args.tpu_per_task > 0:
+        bundle["TPU"] = float(args.tpu_per_task)
+    resources = {"TPU": float(args.tpu_per_task)} if args.tpu_per_task > 0 else {}
+    task = ray.remote(_run_trainer)
+    pg = None
+    started = time.monotonic()
+    try:
+        if args.placement == "strict":
+            pg = placement_group([dict(bundle) for _ in range(n)], strategy="STRICT_SPREAD")
+            deadline = time.monotonic() + args.placement_timeout
+            while True:
+                ready, _ = ray.wait([pg.ready()], timeout=10.0)
+                if ready:
+                    break
+                alive = [node for node in ray.nodes() if node.get("Alive")]
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"cannot place {n} trainers on distinct nodes with {bundle} each: "
+                        f"{len(alive)} node(s) alive with resources "
+                        f"{[node.get('Resources', {}) for node in alive]}"
+                    )
+                log(f"waiting for {n} nodes with {bundle} ({len(alive)} alive)")
+        refs = []
+        for i, argv in enumerate(argvs):
+            if pg is not None:
+                strategy: Any = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+            else:
+                strategy = "SPREAD"
+            refs.append(
+                task.options(
+                    num_cpus=args.cpus_per_task,
+                    resources=resources,
+                    scheduling_strategy=strategy,
+                    max_retries=args.max_retries,
+                    retry_exceptions=False,
+                    name=f"trainer-{i}",
+                    runtime_env={"env_vars": forwarded_env()},
+                ).remote(i, argv)
+            )
+        log(f"submitted {n} trainers ({args.placement} placement, max_retries={args.max_retries})")
+        results: dict[int, dict[str, Any]] = {}
+        failures: dict[int, str] = {}
+        index_of = {ref: i for i, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            i = index_of[done[0]]
+            try:
+                results[i] = ray.get(done[0])
+                r = results[i]
+                log(
+                    f"trainer {i} finished on {r['node_ip']}: {r['num_timesteps']} steps "
+                    f"(resumed from {r['resumed_from_step']})"
+                )
+            except Exception as exc:  # a trainer's own error, or retries exhausted
+                failures[i] = f"{type(exc).__name__}: {exc}"
+                log(f"trainer {i} failed: {failures[i].splitlines()[0]}")
+        return {
+            "num_nodes": n,
+            "placement": args.placement,
+            "wall_seconds": time.monotonic() - started,
+            "distinct_nodes": len({r["node_id"] for r in results.values()}),
+            "trainers": [results[i] for i in sorted(results)],
+            "failures": {str(k): v for k, v in sorted(failures.items())},
+        }
+    finally:
+        if pg is not None:
+            remove_placement_group(pg)
+        ray.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_launcher_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        argvs = trainer_argvs(args.train_args, args.num_nodes, args.base_seed)
+    except UsageError as exc:
+        parser.error(str(exc))
+    _storage_warning(argvs[0], args.num_nodes)
+    try:
+        summary = run(args, argvs)
+    except RuntimeError as exc:
+        log(f"error: {exc}")
+        return 1
+    print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+    return 1 if summary["failures"] else 0

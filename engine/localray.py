@@ -1,0 +1,224 @@
+"""A small multi-node Ray cluster on loopback addresses, for development, tests and benches.
+
+Each node is a ``ray start --block`` process in its own session, on its own
+loopback address (``127.0.66.<1+i>`` by default, away from the pod emulator's
+``127.0.0.1x``), with every port picked free and a private ``--temp-dir``.
+Stopping kills exactly the processes this cluster started: the process groups of
+its ``ray start`` commands and any process whose command line mentions the
+cluster's private temp dir. It never runs a global ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _free_ports(host: str, n: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port(host))
+    return sorted(ports)
+
+
+@dataclass
+class LocalNode:
+    ip: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@dataclass
+class LocalRayCluster:
+    """Start with ``start()``, add nodes with ``add_node()``, always ``stop()``."""
+
+    ip_prefix: str = "127.0.66."
+    cpus_per_node: int = 1
+    object_store_mb: int = 80
+    resources: dict[str, float] = field(default_factory=dict)
+    nodes: list[LocalNode] = field(default_factory=list)
+    gcs_address: str = ""
+    dashboard_url: str = ""
+    temp_dir: str = ""
+
+    def _ray_bin(self) -> str:
+        return str(Path(sys.executable).with_name("ray"))
+
+    def _node_args(self, ip: str) -> list[str]:
+        p = _free_ports(ip, 7)
+        return [
+            "--node-ip-address",
+            ip,
+            "--num-cpus",
+            str(int(self.cpus_per_node)),
+            "--object-store-memory",
+            str(self.object_store_mb * 1024 * 1024),
+            "--resources",
+            json.dumps(self.resources),
+            "--node-manager-port",
+            str(p[0]),
+            "--object-manager-port",
+            str(p[1]),
+            "--dashboard-agent-listen-port",
+            str(p[2]),
+            "--dashboard-agent-grpc-port",
+            str(p[3]),
+            "--metrics-export-port",
+            str(p[4]),
+            "--runtime-env-agent-port",
+            str(p[5]),
+            "--min-worker-port",
+            "0",
+            "--max-worker-port",
+            "0",
+            "--disable-usage-stats",
+            "--block",
+        ]
+
+    def _spawn(self, ip: str, args: list[str]) -> LocalNode:
+        log_path = Path(self.temp_dir) / f"node-{ip}.log"
+        # job entrypoints say `python`: make that this interpreter, as on a bootstrapped VM
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": path}
+        with open(log_path, "ab") as log_fh:
+            proc = subprocess.Popen(
+                [self._ray_bin(), "start", *args],
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        node = LocalNode(ip=ip, proc=proc, log_path=log_path)
+        self.nodes.append(node)
+        return node
+
+    def start(self, timeout: float = 90.0) -> LocalRayCluster:
+        # short path: Ray puts unix sockets under the temp dir (108-char limit)
+        self.temp_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")
+        ip = f"{self.ip_prefix}1"
+        gcs_port, dash_port, client_port = _free_ports(ip, 3)
+        self.gcs_address = f"{ip}:{gcs_port}"
+        self.dashboard_url = f"http://{ip}:{dash_port}"
+        args = [
+            "--head",
+            "--port",
+            str(gcs_port),
+            "--dashboard-host",
+            ip,
+            "--dashboard-port",
+            str(dash_port),
+            "--include-dashboard",
+            "true",
+            "--ray-client-server-port",
+            str(client_port),
+            "--temp-dir",
+            self.temp_dir,
+            *self._node_args(ip),
+        ]
+        self._spawn(ip, args)
+        self.wait_for_nodes(1, timeout)
+        return self
+
+    def add_node(self, timeout: float = 90.0) -> LocalNode:
+        ip = f"{self.ip_prefix}{len(self.nodes) + 1}"
+        node = self._spawn(ip, ["--address", self.gcs_address, *self._node_args(ip)])
+        self.wait_for_nodes(len(self.alive_nodes()) + 1, timeout)
+        return node
+
+    def alive_nodes(self) -> list[dict[str, object]]:
+        """Alive nodes as reported by the dashboard (empty if it is not up yet)."""
+        try:
+            with urllib.request.urlopen(f"{self.dashboard_url}/nodes?view=summary", timeout=5) as r:
+                data = json.loads(r.read().decode())
+        except (OSError, ValueError):
+            return []
+        summary = data.get("data", {}).get("summary", [])
+        return [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]
+
+    def wait_for_nodes(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"ray node {node.ip} exited: {node.log_path.read_text()[-2000:]}"
+                    )
+            if len(self.alive_nodes()) >= n:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"ray cluster did not reach {n} alive nodes in {timeout}s")
+
+    def kill_node(self, node: LocalNode) -> None:
+        """Abruptly kill one node (SIGKILL its process group and its workers)."""
+        self._kill_group(node.proc)
+        for pid in self._pids_mentioning(f"--node-ip-address={node.ip}", node.ip):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def _pids_mentioning(self, *needles: str) -> list[int]:
+        """Processes whose command line contains this cluster's temp dir and a needle."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if self.temp_dir and self.temp_dir in cmdline and any(n in cmdline for n in needles):
+                pids.append(int(entry))
+        return pids
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            self._kill_group(node.proc)
+        if self.temp_dir:
+            for pid in self._pids_mentioning(self.temp_dir):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self.nodes.clear()
+
+
+@contextlib.contextmanager
+def local_ray_cluster(
+    n_nodes: int = 1,
+    cpus_per_node: int = 1,
+    resources: dict[str, float] | None = None,
+    ip_prefix: str = "127.0.66.",
+) -> Iterator[LocalRayCluster]:
+    cluster = LocalRayCluster(
+        ip_prefix=ip_prefix, cpus_per_node=cpus_per_node, resources=dict(resources or {})
+    )
+    try:
+        cluster.start()
+        for _ in range(n_nodes - 1):
+            cluster.add_node()
+        yield cluster
+    finally:
+        cluster.stop()
