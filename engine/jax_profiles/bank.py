@@ -1,0 +1,572 @@
+"""Profile bank: behavioural profiles as fixed-shape device arrays.
+
+A *profile* is a policy kernel ``K[l, s, a] = P(action a | level l, state s)`` over
+``L`` levels, ``S`` states per level (padded to a common ``S``; ``state_mask[l, s]``
+is False on padding and terminal states) and ``A`` actions. The bank stacks ``P``
+profiles into ``kernels[P, L, S, A]`` with a ``kinds[P]`` code (human, agent,
+contamination, padding), so every scoring pass has static shapes.
+
+Estimation from trajectories (masked scatter-add + Dirichlet smoothing)
+    Padded trajectories ``level, state, action: int[N, T]`` with ``mask: bool[N, T]``
+    give counts ``c[l, s, a] = sum_{n,t} mask[n,t] * 1[level,state,action = l,s,a]``
+    (one scatter-add; masked or out-of-range steps add nothing). With a symmetric
+    Dirichlet(``prior``) prior the posterior-mean kernel is
+
+        K[l, s, a] = (c[l, s, a] + prior) / (sum_a' c[l, s, a'] + A * prior)
+
+    and rows with no mass at all (``prior = 0`` and no visits), or padded states,
+    are uniform.
+
+Contamination profiles (epsilon mixtures)
+    ``K_eps = (1 - eps) * K_h + eps * K_c`` for a human kernel ``K_h`` and
+
+    * ``uniform``:     ``K_c(a|s) = 1 / A`` (a random button masher);
+    * ``biased``:      ``K_c(a|s) = b_a`` with ``b = softmax(z / bias_temperature)``,
+      ``z ~ N(0, I_A)``, drawn once per profile and shared by all states (a player who
+      favours some buttons everywhere; logistic-normal rather than Dirichlet because
+      the gamma sampler's rejection loop costs seconds of XLA compile per shape);
+    * ``adversarial``: ``K_c(a|s) = 1[a = argmin_a' K_h(a'|s)]`` (the human's least
+      likely action; exact ties broken by a random action order per profile).
+
+    Randomness is deterministic: the contamination slot ``i`` of human ``h`` uses
+    ``fold_in(fold_in(key, h), i)``, so a profile does not depend on which process or
+    device builds it.
+
+Log kernels and the KL floor
+    The bank also holds ``log_kernels = log(max(K, floor))`` (``floor`` defaults to
+    ``KL_FLOOR = 1e-8``), computed once on device, because KL scoring needs only
+    ``log K`` and this keeps the scoring pass to a single read of one bank-sized
+    array. See ``divergence.py`` for what the floor means for KL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "AGENT",
+    "CONTAMINATION",
+    "CONTAMINATIONS",
+    "HUMAN",
+    "KIND_NAMES",
+    "KL_FLOOR",
+    "PADDING",
+    "ProfileBank",
+    "build_bank",
+    "contamination_kernels",
+    "count_actions",
+    "empirical_kernels",
+    "kernels_from_trajectories",
+    "load_bank",
+    "make_bank",
+    "pad_profiles",
+    "sample_actions",
+    "smooth_counts",
+    "to_device",
+]
+
+HUMAN, AGENT, CONTAMINATION, PADDING = 0, 1, 2, 3
+KIND_NAMES = ("human", "agent", "contamination", "padding")
+CONTAMINATIONS = ("uniform", "biased", "adversarial")
+NO_CONTAMINATION = -1
+KL_FLOOR = 1e-8
+_FORMAT_VERSION = 1
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ProfileBank:
+    """``P`` behavioural profiles over ``L`` levels, ``S`` padded states, ``A`` actions.
+
+    A pytree (``floor`` is static), so it can be passed to jitted functions, placed
+    on devices with ``jax.device_put`` and sharded along the profile axis.
+    """
+
+    kernels: jax.Array  # float32 [P, L, S, A], rows sum to 1
+    log_kernels: jax.Array  # float32 [P, L, S, A], log(max(kernels, floor))
+    state_mask: jax.Array  # bool [L, S]
+    kinds: jax.Array  # int32 [P]: HUMAN, AGENT, CONTAMINATION or PADDING
+    epsilon: jax.Array  # float32 [P]: contamination weight (0 for non-contaminated)
+    contamination: jax.Array  # int32 [P]: index into CONTAMINATIONS, or -1
+    floor: float = dataclasses.field(default=KL_FLOOR, metadata={"static": True})
+
+    @property
+    def n_profiles(self) -> int:
+        return int(self.kernels.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        p, lv, s, a = self.kernels.shape
+        return int(p), int(lv), int(s), int(a)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.kernels.size) * self.kernels.dtype.itemsize
+
+    def describe(self, index: int) -> str:
+        """Human-readable name of profile ``index`` (e.g. ``contamination/adversarial@0.2``)."""
+        kind = KIND_NAMES[int(self.kinds[index])]
+        code = int(self.contamination[index])
+        if code == NO_CONTAMINATION:
+            return f"{kind}#{index}"
+        return f"{kind}/{CONTAMINATIONS[code]}@{float(self.epsilon[index]):g}#{index}"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the bank to ``path`` (``.npz``); ``log_kernels`` are recomputed on load."""
+        np.savez(
+            path,
+            format_version=np.int32(_FORMAT_VERSION),
+            kernels=np.asarray(self.kernels),
+            state_mask=np.asarray(self.state_mask),
+            kinds=np.asarray(self.kinds),
+            epsilon=np.asarray(self.epsilon),
+            contamination=np.asarray(self.contamination),
+            floor=np.float64(self.floor),
+        )
+
+
+@jax.jit
+def _log_floor(kernels: jax.Array, floor: jax.Array) -> jax.Array:
+    return jnp.log(jnp.maximum(kernels, floor))
+
+
+def make_bank(
+    kernels: Any,
+    state_mask: Any,
+    kinds: Any,
+    *,
+    epsilon: Any = None,
+    contamination: Any = None,
+    floor: float = KL_FLOOR,
+) -> ProfileBank:
+    """Assemble a bank from kernels ``[P, L, S, A]`` (validated, on the default device)."""
+    k = jnp.asarray(kernels, dtype=jnp.float32)
+    if k.ndim != 4:
+        raise ValueError(f"kernels must have shape [P, L, S, A], got {tuple(k.shape)}")
+    p, n_levels, n_states, _ = k.shape
+    mask = jnp.asarray(state_mask, dtype=bool)
+    if mask.shape != (n_levels, n_states):
+        raise ValueError(
+            f"state_mask must have shape [L, S] = {(n_levels, n_states)}, got {tuple(mask.shape)}"
+        )
+    kinds_a = jnp.asarray(kinds, dtype=jnp.int32).reshape(-1)
+    if kinds_a.shape != (p,):
+        raise ValueError(f"kinds must have one entry per profile ({p}), got {kinds_a.shape[0]}")
+    eps = jnp.zeros(p, jnp.float32) if epsilon is None else jnp.asarray(epsilon, jnp.float32)
+    code = (
+        jnp.full(p, NO_CONTAMINATION, jnp.int32)
+        if contamination is None
+        else jnp.asarray(contamination, jnp.int32)
+    )
+    if not 0.0 < floor < 1.0:
+        raise ValueError(f"floor must be in (0, 1), got {floor}")
+    return ProfileBank(
+        kernels=k,
+        log_kernels=_log_floor(k, jnp.float32(floor)),
+        state_mask=mask,
+        kinds=kinds_a,
+        epsilon=eps,
+        contamination=code,
+        floor=float(floor),
+    )
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+def count_actions(
+    level: jax.Array,
+    state: jax.Array,
+    action: jax.Array,
+    mask: jax.Array,
+    n_levels: int,
+    n_states: int,
+    n_actions: int,
+) -> jax.Array:
+    """Masked scatter-add of padded trajectories ``[N, T]`` into counts ``[L, S, A]``.
+
+    Steps with ``mask`` False or any index out of range contribute nothing.
+    """
+    valid = (
+        mask
+        & (level >= 0)
+        & (level < n_levels)
+        & (state >= 0)
+        & (state < n_states)
+        & (action >= 0)
+        & (action < n_actions)
+    )
+    flat = (level * n_states + state) * n_actions + action
+    flat = jnp.where(valid, flat, 0).reshape(-1)
+    counts = jnp.zeros(n_levels * n_states * n_actions, jnp.float32)
+    counts = counts.at[flat].add(valid.reshape(-1).astype(jnp.float32), mode="drop")
+    return counts.reshape(n_levels, n_states, n_actions)
+
+
+def smooth_counts(counts: jax.Array, state_mask: jax.Array, prior: float | jax.Array) -> jax.Array:
+    """Dirichlet posterior mean of counts ``[..., L, S, A]``; empty and padded rows uniform."""
+    n_actions = counts.shape[-1]
+    alpha = counts + prior
+    total = alpha.sum(axis=-1, keepdims=True)
+    uniform = jnp.full_like(alpha, 1.0 / n_actions)
+    smoothed = alpha / jnp.where(total > 0, total, 1.0)
+    keep = (total > 0) & state_mask[..., None]
+    return jnp.where(keep, smoothed, uniform)
+
+
+def _kernels_from_trajectories(
+    level: jax.Array,
+    state: jax.Array,
+    action: jax.Array,
+    mask: jax.Array,
+    state_mask: jax.Array,
+    prior: jax.Array,
+    n_actions: int,
+) -> jax.Array:
+    n_levels, n_states = state_mask.shape
+    counts = count_actions(level, state, action, mask, n_levels, n_states, n_actions)
+    return smooth_counts(counts, state_mask, prior)
+
+
+_kernels_jit = jax.jit(_kernels_from_trajectories, static_argnames=("n_actions",))
+
+
+def _kernels_batched(
+    level: jax.Array,
+    state: jax.Array,
+    action: jax.Array,
+    mask: jax.Array,
+    state_mask: jax.Array,
+    prior: jax.Array,
+    n_actions: int,
+) -> jax.Array:
+    def one(lv: jax.Array, st: jax.Array, ac: jax.Array, m: jax.Array) -> jax.Array:
+        return _kernels_from_trajectories(lv, st, ac, m, state_mask, prior, n_actions)
+
+    return jax.vmap(one)(level, state, action, mask)
+
+
+_kernels_batched_jit = jax.jit(_kernels_batched, static_argnames=("n_actions",))
+
+
+def _check_trajectories(
+    level: Any, state: Any, action: Any, mask: Any, n_levels: int, n_states: int, n_actions: int
+) -> None:
+    arrays = {"level": level, "state": state, "action": action, "mask": mask}
+    shapes = {name: np.shape(v) for name, v in arrays.items()}
+    if len(set(shapes.values())) != 1:
+        raise ValueError(f"trajectory arrays must share one shape, got {shapes}")
+    if len(shapes["mask"]) not in (2, 3):
+        raise ValueError(f"trajectories must be [N, T] or [P, N, T], got {shapes['mask']}")
+    # Only host arrays are checked: checking device arrays would force a sync.
+    m = mask if isinstance(mask, np.ndarray) else None
+    for name, arr, bound in (
+        ("level", level, n_levels),
+        ("state", state, n_states),
+        ("action", action, n_actions),
+    ):
+        if m is None or not isinstance(arr, np.ndarray) or not m.any():
+            continue
+        vals = arr[m]
+        if vals.min() < 0 or vals.max() >= bound:
+            raise ValueError(
+                f"trajectory field {name!r} has values outside [0, {bound}) on unmasked steps; "
+                "fix the indices or set mask=False on padding steps"
+            )
+
+
+def kernels_from_trajectories(
+    level: Any,
+    state: Any,
+    action: Any,
+    mask: Any,
+    state_mask: Any,
+    n_actions: int,
+    prior: float = 1.0,
+) -> jax.Array:
+    """Smoothed kernels from padded trajectories.
+
+    ``[N, T]`` inputs give one kernel ``[L, S, A]``; ``[P, N, T]`` inputs give ``P``
+    kernels ``[P, L, S, A]`` in one vmapped call.
+    """
+    sm = jnp.asarray(state_mask, dtype=bool)
+    if sm.ndim != 2:
+        raise ValueError(f"state_mask must be [L, S], got shape {tuple(sm.shape)}")
+    if prior < 0:
+        raise ValueError(f"prior must be >= 0, got {prior}")
+    _check_trajectories(level, state, action, mask, sm.shape[0], sm.shape[1], n_actions)
+    args = (
+        jnp.asarray(level, jnp.int32),
+        jnp.asarray(state, jnp.int32),
+        jnp.asarray(action, jnp.int32),
+        jnp.asarray(mask, bool),
+        sm,
+        jnp.float32(prior),
+    )
+    fn = _kernels_jit if args[0].ndim == 2 else _kernels_batched_jit
+    return fn(*args, n_actions=n_actions)
+
+
+@jax.jit
+def sample_actions(
+    key: jax.Array, kernel: jax.Array, level: jax.Array, state: jax.Array
+) -> jax.Array:
+    """Sample ``action ~ kernel[level, state]`` for index arrays of any shape."""
+    logits = jnp.log(kernel[level, state])
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+@jax.jit
+def _sample_profiles(
+    key: jax.Array, kernels: jax.Array, level: jax.Array, state: jax.Array
+) -> jax.Array:
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(kernels.shape[0]))
+    return jax.vmap(sample_actions, in_axes=(0, 0, None, None))(keys, kernels, level, state)
+
+
+def empirical_kernels(
+    key: jax.Array,
+    kernels: Any,
+    level: Any,
+    state: Any,
+    mask: Any,
+    state_mask: Any,
+    prior: float = 1.0,
+) -> jax.Array:
+    """Finite-sample estimates of ``kernels [P, L, S, A]`` on the visits ``[N, T]``.
+
+    Profile ``p`` samples its actions with ``fold_in(key, p)`` and is re-estimated by
+    ``kernels_from_trajectories``: an "agent" profile as it would be measured.
+    """
+    k = jnp.asarray(kernels, jnp.float32)
+    lv = jnp.asarray(level, jnp.int32)
+    st = jnp.asarray(state, jnp.int32)
+    actions = _sample_profiles(key, k, lv, st)
+    p = k.shape[0]
+    rep = (p, *lv.shape)
+    return kernels_from_trajectories(
+        jnp.broadcast_to(lv, rep),
+        jnp.broadcast_to(st, rep),
+        actions,
+        jnp.broadcast_to(jnp.asarray(mask, bool), rep),
+        state_mask,
+        k.shape[-1],
+        prior,
+    )
+
+
+# --------------------------------------------------------------------------- contamination
+
+
+def _contaminate_one(
+    key: jax.Array,
+    human: jax.Array,
+    state_mask: jax.Array,
+    code: jax.Array,
+    eps: jax.Array,
+    bias_temperature: jax.Array,
+) -> jax.Array:
+    n_actions = human.shape[-1]
+    k_bias, k_tie = jax.random.split(key)
+    uniform = jnp.full_like(human, 1.0 / n_actions)
+    bias = jax.nn.softmax(jax.random.normal(k_bias, (n_actions,)) / bias_temperature)
+    biased = jnp.broadcast_to(bias.astype(human.dtype), human.shape)
+    # exact ties (e.g. several zero-probability actions) go to the first tied action in
+    # an action order rotated by a random offset per profile
+    offset = jax.random.randint(k_tie, (), 0, n_actions)
+    order = (jnp.arange(n_actions) - offset) % n_actions
+    tied = human == human.min(axis=-1, keepdims=True)
+    least = jnp.argmin(jnp.where(tied, order, n_actions), axis=-1)
+    adversarial = jax.nn.one_hot(least, n_actions, dtype=human.dtype)
+    other = jnp.select([code == 0, code == 1], [uniform, biased], adversarial)
+    mixed = (1.0 - eps) * human + eps * other
+    return jnp.where(state_mask[..., None], mixed, uniform)
+
+
+@jax.jit
+def _contaminate_batch(
+    key: jax.Array,
+    human: jax.Array,
+    state_mask: jax.Array,
+    codes: jax.Array,
+    eps: jax.Array,
+    bias_temperature: jax.Array,
+) -> jax.Array:
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(codes.shape[0]))
+    one = jax.vmap(_contaminate_one, in_axes=(0, None, None, 0, 0, None))
+    return one(keys, human, state_mask, codes, eps, bias_temperature)
+
+
+def contamination_kernels(
+    key: jax.Array,
+    human: Any,
+    state_mask: Any,
+    epsilons: Sequence[float] = (0.05, 0.1, 0.2, 0.4),
+    contaminations: Sequence[str] = CONTAMINATIONS,
+    n_biased: int = 2,
+    bias_temperature: float = 0.5,
+) -> tuple[jax.Array, np.ndarray, np.ndarray]:
+    """Epsilon-mixtures of one human kernel ``[L, S, A]``.
+
+    Returns ``(kernels [C, L, S, A], epsilon [C], contamination code [C])``. For each
+    ``eps`` in order: one ``uniform``, ``n_biased`` ``biased`` draws, one
+    ``adversarial`` (restricted to the names in ``contaminations``). Slot ``i`` uses
+    ``fold_in(key, i)``.
+    """
+    unknown = [c for c in contaminations if c not in CONTAMINATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown contamination kind(s) {unknown}; choose from {', '.join(CONTAMINATIONS)}"
+        )
+    bad_eps = [e for e in epsilons if not 0.0 <= e <= 1.0]
+    if bad_eps:
+        raise ValueError(f"epsilons must lie in [0, 1], got {bad_eps}")
+    if n_biased < 0:
+        raise ValueError(f"n_biased must be >= 0, got {n_biased}")
+    if not bias_temperature > 0:
+        raise ValueError(f"bias_temperature must be > 0, got {bias_temperature}")
+    codes: list[int] = []
+    eps_list: list[float] = []
+    for eps in epsilons:
+        for name in CONTAMINATIONS:
+            if name not in contaminations:
+                continue
+            reps = n_biased if name == "biased" else 1
+            codes += [CONTAMINATIONS.index(name)] * reps
+            eps_list += [float(eps)] * reps
+    h = jnp.asarray(human, jnp.float32)
+    sm = jnp.asarray(state_mask, bool)
+    if not codes:
+        empty = jnp.zeros((0, *h.shape), jnp.float32)
+        return empty, np.zeros(0, np.float32), np.zeros(0, np.int32)
+    code_a = np.asarray(codes, np.int32)
+    eps_a = np.asarray(eps_list, np.float32)
+    kernels = _contaminate_batch(
+        key, h, sm, jnp.asarray(code_a), jnp.asarray(eps_a), jnp.float32(bias_temperature)
+    )
+    return kernels, eps_a, code_a
+
+
+def build_bank(
+    human_kernels: Any,
+    state_mask: Any,
+    *,
+    key: jax.Array,
+    agent_kernels: Any = None,
+    epsilons: Sequence[float] = (0.05, 0.1, 0.2, 0.4),
+    contaminations: Sequence[str] = CONTAMINATIONS,
+    n_biased: int = 2,
+    bias_temperature: float = 0.5,
+    floor: float = KL_FLOOR,
+    device: Any = None,
+) -> ProfileBank:
+    """Bank of humans ``[H, L, S, A]`` (or one ``[L, S, A]``), optional agents, and the
+    contamination profiles of every human, placed on ``device`` (or a sharding) once.
+
+    Profile order: humans, agents, then the contaminations of human 0, 1, ...
+    """
+    humans = jnp.asarray(human_kernels, jnp.float32)
+    if humans.ndim == 3:
+        humans = humans[None]
+    if humans.ndim != 4:
+        raise ValueError(f"human_kernels must be [H, L, S, A] or [L, S, A], got {humans.shape}")
+    parts = [humans]
+    kinds = [np.full(humans.shape[0], HUMAN, np.int32)]
+    eps = [np.zeros(humans.shape[0], np.float32)]
+    codes = [np.full(humans.shape[0], NO_CONTAMINATION, np.int32)]
+    if agent_kernels is not None:
+        agents = jnp.asarray(agent_kernels, jnp.float32)
+        if agents.ndim == 3:
+            agents = agents[None]
+        if agents.shape[1:] != humans.shape[1:]:
+            raise ValueError(
+                f"agent_kernels must have shape [J, {', '.join(map(str, humans.shape[1:]))}], "
+                f"got {tuple(agents.shape)}"
+            )
+        parts.append(agents)
+        kinds.append(np.full(agents.shape[0], AGENT, np.int32))
+        eps.append(np.zeros(agents.shape[0], np.float32))
+        codes.append(np.full(agents.shape[0], NO_CONTAMINATION, np.int32))
+    for h in range(humans.shape[0]):
+        k, e, c = contamination_kernels(
+            jax.random.fold_in(key, h),
+            humans[h],
+            state_mask,
+            epsilons,
+            contaminations,
+            n_biased,
+            bias_temperature,
+        )
+        parts.append(k)
+        kinds.append(np.full(k.shape[0], CONTAMINATION, np.int32))
+        eps.append(e)
+        codes.append(c)
+    bank = make_bank(
+        jnp.concatenate(parts),
+        state_mask,
+        np.concatenate(kinds),
+        epsilon=np.concatenate(eps),
+        contamination=np.concatenate(codes),
+        floor=floor,
+    )
+    return to_device(bank, device)
+
+
+def pad_profiles(bank: ProfileBank, multiple: int) -> ProfileBank:
+    """Append uniform ``PADDING`` profiles so the profile count divides by ``multiple``.
+
+    Padding profiles are never in a robust set, so scores on real profiles are unchanged.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    p, n_levels, n_states, n_actions = bank.shape
+    extra = (-p) % multiple
+    if extra == 0:
+        return bank
+    pad = jnp.full((extra, n_levels, n_states, n_actions), 1.0 / n_actions, jnp.float32)
+    return make_bank(
+        jnp.concatenate([jnp.asarray(bank.kernels), pad]),
+        bank.state_mask,
+        jnp.concatenate([jnp.asarray(bank.kinds), jnp.full(extra, PADDING, jnp.int32)]),
+        epsilon=jnp.concatenate([jnp.asarray(bank.epsilon), jnp.zeros(extra, jnp.float32)]),
+        contamination=jnp.concatenate(
+            [jnp.asarray(bank.contamination), jnp.full(extra, NO_CONTAMINATION, jnp.int32)]
+        ),
+        floor=bank.floor,
+    )
+
+
+def to_device(bank: ProfileBank, device: Any = None) -> ProfileBank:
+    """Place every array of the bank on ``device`` (a Device or Sharding) once."""
+    if device is None:
+        return jax.block_until_ready(bank)
+    return jax.block_until_ready(jax.device_put(bank, device))
+
+
+def load_bank(path: str | os.PathLike[str], device: Any = None) -> ProfileBank:
+    """Read a bank written by ``ProfileBank.save`` and place it on ``device``."""
+    with np.load(path) as data:
+        missing = {"format_version", "kernels", "state_mask", "kinds"} - set(data.files)
+        if missing:
+            raise ValueError(f"{path}: not a profile bank file (missing {sorted(missing)})")
+        version = int(data["format_version"])
+        if version != _FORMAT_VERSION:
+            raise ValueError(
+                f"{path}: bank format version {version}, this code reads {_FORMAT_VERSION}"
+            )
+        bank = make_bank(
+            data["kernels"],
+            data["state_mask"],
+            data["kinds"],
+            epsilon=data["epsilon"],
+            contamination=data["contamination"],
+            floor=float(data["floor"]),
+        )
+    return to_device(bank, device)

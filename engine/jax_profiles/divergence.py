@@ -1,0 +1,211 @@
+"""Divergences between J agent kernels and all P bank profiles in one compiled pass.
+
+Notation: agent kernel ``q_j(a|l,s)``, profile kernel ``k_p(a|l,s)``, valid states
+``state_mask[l, s]``, agent state-visitation weights ``v_j[l, s] >= 0`` (uniform over
+valid states when not given). Masked states get weight 0, whatever the kernels hold
+there. Per-state divergences (natural log, ``0 log 0 = 0``):
+
+* KL  ``d_KL = sum_a q(a) * (log q(a) - log max(k(a), floor))``.
+  The floor (``ProfileBank.floor``, default ``1e-8``) makes a profile that gives an
+  action zero probability cost at most ``-log(floor) ~= 18.4`` nats per unit of agent
+  mass on that action, instead of ``inf``: scores stay finite and ordered, and
+  gradients/argmaxes stay meaningful. It is KL against ``max(k, floor)``, which
+  differs from ``k`` by at most ``A * floor`` in total mass.
+* JS  ``d_JS = 1/2 KL(q || m) + 1/2 KL(k || m)``, ``m = (q + k) / 2``; in ``[0, log 2]``,
+  needs no floor.
+* TV  ``d_TV = 1/2 sum_a |q(a) - k(a)|``; in ``[0, 1]``.
+
+Aggregation with visitation weights ``w = v * state_mask``:
+
+    per_level[j, p, l] = sum_s w[j,l,s] d(q_j, k_p)(l,s) / W[j,l],   W[j,l] = sum_s w[j,l,s]
+    total[j, p]        = sum_{l,s} w[j,l,s] d(q_j, k_p)(l,s) / sum_l W[j,l]
+                       = sum_l (W[j,l] / sum_l' W[j,l']) per_level[j, p, l]
+
+A level (or agent) with zero weight gets 0.
+
+Structure used for speed: KL splits into an agent-only term and a cross term,
+
+    total_KL[j, p] = sum_x wq[j, x] log q[j, x]  -  sum_x wq[j, x] logk[p, x],
+    wq[j, x] = (w[j, l, s] / sum W[j]) q[j, l, s, a],  x = (l, s, a) flattened,
+
+so all J x P cross terms are one matrix product ``logk[P, X] @ wq[J, X]^T`` over the
+flattened kernel (one read of the bank). ``precision=HIGHEST`` keeps it float32 on
+TPU (whose default f32 matmul uses bf16 passes). JS and TV have no such split and
+are evaluated pairwise with ``lax.map`` over agents (memory O(P L S) per agent).
+Shapes are static, so new data with the same shapes never recompiles.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import xlogy
+
+from engine.jax_profiles.bank import ProfileBank
+
+__all__ = [
+    "METRICS",
+    "Divergences",
+    "divergence_total",
+    "divergences",
+    "per_level_divergences",
+    "total_divergences",
+    "validate_agents",
+]
+
+METRICS = ("kl", "js", "tv")
+_HI = jax.lax.Precision.HIGHEST
+
+
+class Divergences(NamedTuple):
+    per_level: jax.Array  # float32 [J, P, L]
+    total: jax.Array  # float32 [J, P]
+
+
+class _Weights(NamedTuple):
+    q: jax.Array  # [J, L, S, A] agent kernels, zero on masked states
+    level: jax.Array  # [J, L, S] normalised within each level
+    total: jax.Array  # [J, L, S] normalised over all levels
+    level_frac: jax.Array  # [J, L] share of each level in the total
+
+
+def _weights(state_mask: jax.Array, agents: jax.Array, visitation: jax.Array | None) -> _Weights:
+    mask = state_mask[None]
+    v = jnp.ones(agents.shape[:-1], agents.dtype) if visitation is None else visitation
+    w = jnp.where(mask, jnp.maximum(v.astype(agents.dtype), 0.0), 0.0)
+    level_mass = w.sum(-1)  # [J, L]
+    total_mass = level_mass.sum(-1)  # [J]
+    safe_level = jnp.where(level_mass > 0, level_mass, 1.0)
+    safe_total = jnp.where(total_mass > 0, total_mass, 1.0)
+    return _Weights(
+        q=jnp.where(mask[..., None], agents, 0.0),
+        level=w / safe_level[..., None],
+        total=w / safe_total[:, None, None],
+        level_frac=level_mass / safe_total[:, None],
+    )
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise ValueError(
+            f"unknown divergence metric {metric!r}; choose one of {', '.join(METRICS)}"
+        )
+
+
+def _pairwise_per_level(bank: ProfileBank, wt: _Weights, metric: str) -> jax.Array:
+    """[J, P, L] for JS/TV: one agent at a time against the whole bank."""
+    k = bank.kernels
+    # sum_a k log k is per profile: computed once, not once per agent
+    neg_ent_k = xlogy(k, k).sum(-1) if metric == "js" else jnp.zeros((), k.dtype)  # [P, L, S]
+
+    def one(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        qj, wj = args  # [L, S, A], [L, S]
+        if metric == "js":
+            m = 0.5 * (qj[None] + k)
+            per_state = 0.5 * xlogy(qj, qj).sum(-1)[None] + 0.5 * neg_ent_k - xlogy(m, m).sum(-1)
+            # cancellation can leave -1e-8 where q == k
+            per_state = jnp.maximum(per_state, 0.0)
+        else:
+            per_state = 0.5 * jnp.abs(qj[None] - k).sum(-1)
+        return jnp.einsum("pls,ls->pl", per_state, wj, precision=_HI)
+
+    return jax.lax.map(one, (wt.q, wt.level))
+
+
+def _kl_per_level(bank: ProfileBank, wt: _Weights) -> jax.Array:
+    j, n_levels = wt.level.shape[:2]
+    wq = wt.level[..., None] * wt.q  # [J, L, S, A]
+    neg_ent = xlogy(wt.q, wt.q).sum(-1)  # [J, L, S]
+    self_term = (wt.level * neg_ent).sum(-1)  # [J, L]
+    p = bank.log_kernels.shape[0]
+    cross = jnp.einsum(
+        "jlx,plx->jpl",
+        wq.reshape(j, n_levels, -1),
+        bank.log_kernels.reshape(p, n_levels, -1),
+        precision=_HI,
+    )
+    return self_term[:, None, :] - cross
+
+
+def _kl_total(bank: ProfileBank, wt: _Weights) -> jax.Array:
+    j = wt.q.shape[0]
+    p = bank.log_kernels.shape[0]
+    wq = (wt.total[..., None] * wt.q).reshape(j, -1)  # [J, X]
+    self_term = (wt.total * xlogy(wt.q, wt.q).sum(-1)).sum((1, 2))  # [J]
+    # Materialise wq first: fused into the GEMM (XLA CPU fuses producers into it), the
+    # weighting is recomputed per tile and the pass runs ~2x slower.
+    wq = jax.lax.optimization_barrier(wq)
+    # [P, X] x [J, X] -> [P, J]: the bank-major output keeps XLA's CPU GEMM on the fast
+    # layout (asking for [J, P] directly makes it transpose the operands).
+    cross = jax.lax.dot_general(
+        bank.log_kernels.reshape(p, -1), wq, (((1,), (1,)), ((), ())), precision=_HI
+    )
+    return self_term[None, :] - cross
+
+
+def per_level_divergences(
+    bank: ProfileBank, agents: jax.Array, visitation: jax.Array | None, metric: str
+) -> Divergences:
+    """Pure (traceable) per-level and total divergences; ``metric`` must be static."""
+    _check_metric(metric)
+    wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
+    kl = metric == "kl"
+    per_level = _kl_per_level(bank, wt) if kl else _pairwise_per_level(bank, wt, metric)
+    total = jnp.einsum("jpl,jl->jp", per_level, wt.level_frac, precision=_HI)
+    return Divergences(per_level=per_level, total=total)
+
+
+def total_divergences(
+    bank: ProfileBank, agents: jax.Array, visitation: jax.Array | None, metric: str
+) -> jax.Array:
+    """Pure (traceable) aggregated divergences, profile-major ``[P, J]``.
+
+    The hot path of scoring and selection: for KL a single matrix product.
+    """
+    _check_metric(metric)
+    wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
+    if metric == "kl":
+        return _kl_total(bank, wt)
+    per_level = _pairwise_per_level(bank, wt, metric)
+    return jnp.einsum("jpl,jl->pj", per_level, wt.level_frac, precision=_HI)
+
+
+_divergences_jit = jax.jit(per_level_divergences, static_argnames=("metric",))
+_total_jit = jax.jit(total_divergences, static_argnames=("metric",))
+
+
+def validate_agents(bank: ProfileBank, agents: Any, visitation: Any) -> None:
+    """Raise ``ValueError`` naming the argument when shapes do not match the bank."""
+    _, n_levels, n_states, n_actions = bank.shape
+    shape = tuple(getattr(agents, "shape", ()))
+    if len(shape) != 4 or shape[1:] != (n_levels, n_states, n_actions):
+        raise ValueError(
+            f"agents must have shape [J, {n_levels}, {n_states}, {n_actions}] (bank L, S, A), "
+            f"got {shape}"
+        )
+    if visitation is not None:
+        vshape = tuple(getattr(visitation, "shape", ()))
+        if vshape != shape[:3]:
+            raise ValueError(f"visitation must have shape [J, L, S] = {shape[:3]}, got {vshape}")
+
+
+def divergences(
+    bank: ProfileBank, agents: Any, visitation: Any = None, metric: str = "kl"
+) -> Divergences:
+    """Per-level ``[J, P, L]`` and total ``[J, P]`` divergences of agents from every profile."""
+    _check_metric(metric)
+    validate_agents(bank, agents, visitation)
+    v = None if visitation is None else jnp.asarray(visitation, jnp.float32)
+    return _divergences_jit(bank, jnp.asarray(agents, jnp.float32), v, metric=metric)
+
+
+def divergence_total(
+    bank: ProfileBank, agents: Any, visitation: Any = None, metric: str = "kl"
+) -> jax.Array:
+    """Aggregated divergences ``[J, P]`` (the cheaper pass when per-level is not needed)."""
+    _check_metric(metric)
+    validate_agents(bank, agents, visitation)
+    v = None if visitation is None else jnp.asarray(visitation, jnp.float32)
+    return _total_jit(bank, jnp.asarray(agents, jnp.float32), v, metric=metric).T
