@@ -169,7 +169,8 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         assert snap.ray_alive == 4 and not snap.warnings, snap
         tunnel = await svc.open_tunnel()
         assert tunnel.ok, tunnel.message
-        assert svc.snapshot().dashboard_url.startswith("http://127.0.0.1:")
+        snap = await svc.refresh()
+        assert snap.tunnel_up and snap.dashboard_url.startswith("http://127.0.0.1:")
 
         spec = SubmitSpec(train_args="--algo ppo --total-timesteps 1000 --alpha 0.3 --hold 900")
         job = await svc.submit(spec)

@@ -70,7 +70,7 @@ from console.services.ray import (
     alive_by_ip,
     default_bootstrap_command,
 )
-from console.services.ssh import HostEndpoint, SshFanout
+from console.services.ssh import HostEndpoint, SshFanout, ssh_identity
 from console.services.submit import SubmitSpec
 from console.services.tpu import LocalTpuProvider, NodeInfo, TpuApiError, TpuProvider
 from console.services.tunnel import Tunnel, default_forwards
@@ -755,8 +755,10 @@ class ClusterServices:
             return await self._record(await self._ops.open_tunnel(), actor)
 
     async def _open_tunnel(self) -> None:
-        self._tunnel_wanted = True
-        await self.tunnel.open()
+        try:
+            await self.tunnel.open()
+        finally:
+            self._tunnel_wanted = True  # from now on a closed tunnel is a problem to show
         self.tunnel.start()
         url = self._tunnel_dashboard_url()
         if url:
@@ -1046,7 +1048,14 @@ class _ClusterOps:
         eps = svc.ssh.resolve(hosts)
         try:
             await self._wait_stale_nodes_gone([ep for ep in eps if ep.name in self.recreated_at])
-            per_host = await svc.ray.join_workers([ep.name for ep in eps])
+            if svc.config.is_local:
+                # Every emulated host shares this machine's cores: raylets started together
+                # compete, and `ray start` gives each only 30 s to register. One at a time.
+                per_host = {}
+                for ep in eps:
+                    per_host.update(await svc.ray.join_workers([ep.name]))
+            else:
+                per_host = await svc.ray.join_workers([ep.name for ep in eps])
         except (RayError, ValueError) as exc:
             return ActionResult(
                 action="join_workers",
@@ -1166,25 +1175,17 @@ def make_services(
         pod_info = _local_pod(config, autostart_pod)
         provider = make_provider(config, pod_info)
         endpoints = [HostEndpoint(h.name, h.ip, h.ssh_port, h.index) for h in pod_info.hosts]
-        user = config.ssh.user or pod_info.ssh_user
-        key: str | os.PathLike[str] = config.ssh.key or pod_info.client_key
     else:
         provider = make_provider(config)
-        endpoints = [
-            HostEndpoint(f"{config.cluster.node_name}-w{i}", "0.0.0.0", config.ssh.port, i)
-            for i in range(config.cluster.hosts)
-        ]
-        user = config.ssh.user or os.environ.get("USER", "")
-        key = config.ssh.key or os.path.expanduser("~/.ssh/google_compute_engine")
-        if not user:
-            raise ValueError("ssh.user: not set and $USER is empty; set ssh.user in the config")
+        endpoints = []  # the first GetNode reports the workers' addresses
+    user, key = ssh_identity(config, pod_info)
     try:
         return ClusterServices(
             config,
             provider=provider,
             endpoints=endpoints,
             ssh_user=user,
-            ssh_key=os.path.expanduser(os.fspath(key)),
+            ssh_key=key,
             state_dir=sdir,
             journal=journal,
             clock=clock,
