@@ -192,6 +192,10 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         await until(lambda: bool(rec.events("preempted", w1)), 30, f"{w1} detected")
         detected = rec.events("preempted", w1)[0]
         assert rec.polls_between(t_preempt, detected) <= 2
+        assert any(
+            isinstance(u, PodSnapshot) and any(w1 in w and "preempted" in w for w in u.warnings)
+            for _, u in rec.updates
+        )
         await until(lambda: len(rec.finished_recoveries()) >= 1, 300, "worker recovery")
         worker_rec = rec.finished_recoveries()[0]
         assert worker_rec.result == "ok", worker_rec

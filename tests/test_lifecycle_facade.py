@@ -91,3 +91,28 @@ async def test_chaos_is_local_only(gcp_services) -> None:  # type: ignore[no-unt
     assert isinstance(gcp_services._ops, _ClusterOps)
     # the ops the watchdog drives exist for every provider
     assert gcp_services.watchdog.auto is True
+
+
+def test_snapshot_warns_about_preemption_duplicates_and_tunnel(gcp_services) -> None:  # type: ignore[no-untyped-def]
+    from console.services.watchdog import HostObservation, Observation
+
+    obs = Observation(
+        at=100.0,
+        hosts=(
+            HostObservation("pod-w0", "10.0.0.2", "READY", ssh_ok=True, ray_alive=1),
+            HostObservation("pod-w1", "10.0.0.3", "READY", ssh_ok=True, ray_alive=2),
+            HostObservation("pod-w2", "10.0.0.4", "PREEMPTED", ssh_ok=False, preempted_at=90.0),
+        ),
+        head="pod-w0",
+        ray_reachable=True,
+        tunnel_up=False,
+    )
+    snap = gcp_services._make_snapshot(obs, None, None)
+    text = " | ".join(snap.warnings)
+    assert "pod-w2 (10.0.0.4) preempted at" in text
+    assert "2 live Ray nodes on 10.0.0.3 (pod-w1): duplicate" in text
+    assert "tunnel to the head down" in text
+    by_name = {h.name: h for h in snap.hosts}
+    assert by_name["pod-w2"].ssh == "down" and by_name["pod-w2"].ray_state == "-"
+    assert by_name["pod-w1"].ray_nodes == 2 and by_name["pod-w0"].ray_state == "ALIVE"
+    assert snap.ray_alive == 2 and not snap.tunnel_up
