@@ -13,7 +13,15 @@ import pytest
 
 from console.emulator.daemon import chaos_schedule
 from console.emulator.layout import MARKER_ENV, resolve_host_ref
-from console.emulator.procs import find_marked, kill_marked, marker_value
+from console.emulator.procs import (
+    cgroup_pids,
+    find_marked,
+    kill_marked,
+    make_host_cgroup,
+    make_run_cgroup,
+    marker_value,
+    remove_cgroup,
+)
 from console.services import raycmd
 
 
@@ -128,3 +136,40 @@ def test_kill_marked_kills_detached_descendants_only() -> None:
         other.kill()
         other.wait()
         kill_marked(marker_value(run_id))
+
+
+def test_descendants_with_a_wiped_environment_are_found() -> None:
+    # Like setproctitle (Ray's ray::IDLE workers): the child's environ shows no marker.
+    run_id = f"unitd{os.getpid()}"
+    env = {**os.environ, MARKER_ENV: marker_value(run_id, "h0", 1)}
+    parent = subprocess.Popen(["bash", "-c", "env -i sleep 1000 & wait"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while len(find_marked(marker_value(run_id, "h0"))) < 2:
+            assert time.monotonic() < deadline, "child never showed up"
+            time.sleep(0.01)
+        assert kill_marked(marker_value(run_id, "h0")) == 2
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_cgroup_catches_orphans_without_marker() -> None:
+    run_id = f"unitc{os.getpid()}"
+    run_cg = make_run_cgroup(run_id)
+    if run_cg is None:
+        pytest.skip("no writable cgroup hierarchy on this machine")
+    host_cg = make_host_cgroup(run_cg, "h0")
+    assert host_cg is not None
+    try:
+        join = 'echo $$ > "$0/cgroup.procs"; env -i setsid sleep 1000 </dev/null >/dev/null 2>&1 &'
+        subprocess.run(["sh", "-c", join, str(host_cg)], check=True)  # the parent exits
+        orphans = cgroup_pids(host_cg)
+        assert len(orphans) == 1
+        assert find_marked(marker_value(run_id, "h0"), host_cg) == sorted(orphans)
+        assert kill_marked(marker_value(run_id, "h0"), host_cg) == 1
+        assert cgroup_pids(host_cg) == set()
+    finally:
+        kill_marked(marker_value(run_id), run_cg)
+        remove_cgroup(run_cg)
+    assert not run_cg.exists()

@@ -412,7 +412,7 @@ def stop_pod(run_dir: Path | str, timeout: float = 30.0) -> bool:
             was_running = True
     run_id = read_run_id(layout.run_dir)
     if run_id:
-        kill_marked(marker_value(run_id))
+        kill_marked(marker_value(run_id), read_cgroup(layout.run_dir))
     return was_running
 
 
@@ -433,10 +433,19 @@ def read_run_id(run_dir: Path | str) -> str:
         return ""
 
 
+def read_cgroup(run_dir: Path | str) -> Path | None:
+    """The run's cgroup directory if the daemon uses one."""
+    try:
+        text = RunLayout(Path(run_dir)).cgroup_file.read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
 def leftover_pids(run_dir: Path | str) -> list[int]:
-    """Pids still carrying this run's marker (should be [] after stop_pod)."""
+    """Pids of this run's hosts still alive (should be [] after stop_pod)."""
     run_id = read_run_id(run_dir)
-    return find_marked(marker_value(run_id)) if run_id else []
+    return find_marked(marker_value(run_id), read_cgroup(run_dir)) if run_id else []
 
 
 def preempt(run_dir: Path | str, host: int | str) -> PodInfo:

@@ -40,7 +40,14 @@ from console.emulator.layout import (
     node_path,
     resolve_host_ref,
 )
-from console.emulator.procs import kill_marked, marker_value
+from console.emulator.procs import (
+    CGROUP_ENV,
+    kill_marked,
+    make_host_cgroup,
+    make_run_cgroup,
+    marker_value,
+    remove_cgroup,
+)
 from console.emulator.rayshim import write_wrapper
 from console.emulator.sshd import (
     HostContext,
@@ -100,6 +107,7 @@ class Host:
     ssh: HostSSH | None = None
     ready_task: asyncio.Task[None] | None = None
     preempted_at: float | None = None
+    cgroup: Path | None = None
     reserved_sock: socket.socket | None = field(default=None, repr=False)
 
 
@@ -164,6 +172,7 @@ class PodDaemon:
         self.create_time = time.time()
         self.events: deque[dict[str, Any]] = deque(maxlen=100)
         self.client_key: asyncssh.SSHKey | None = None
+        self.run_cgroup: Path | None = None
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._stop = asyncio.Event()
@@ -283,6 +292,7 @@ class PodDaemon:
             "PHANTOM_HOST": host.name,
             "PHANTOM_HOST_IP": host.ip,
             MARKER_ENV: self._marker(host),
+            **({CGROUP_ENV: str(host.cgroup)} if host.cgroup else {}),
         }
 
     def _wipe_sandbox(self, host: Host) -> None:
@@ -307,6 +317,8 @@ class PodDaemon:
         host.host_key = asyncssh.generate_private_key("ssh-ed25519")
         host.preempted_at = None
         self._wipe_sandbox(host)
+        remove_cgroup(host.cgroup)
+        host.cgroup = make_host_cgroup(self.run_cgroup, f"{host.name}-g{host.generation}")
         host.state = CREATING
         host.ready_task = self._spawn(self._become_ready(host, host.generation))
 
@@ -323,6 +335,7 @@ class PodDaemon:
             user=SSH_USER,
             client_key=self.client_key,
             host_key=host.host_key,
+            cgroup=host.cgroup,
         )
         ssh = HostSSH(ctx)
         while True:
@@ -359,9 +372,12 @@ class PodDaemon:
             if host.ssh is not None:
                 host.ssh.stop()
                 host.ssh = None
-        prefixes = [marker_value(self.run_id, h.name) for h in hosts]
         results = await asyncio.gather(
-            *(asyncio.to_thread(kill_marked, p) for p in prefixes), return_exceptions=True
+            *(
+                asyncio.to_thread(kill_marked, marker_value(self.run_id, h.name), h.cgroup)
+                for h in hosts
+            ),
+            return_exceptions=True,
         )
         killed = 0
         for host, res in zip(hosts, results, strict=True):
@@ -369,6 +385,8 @@ class PodDaemon:
                 log.error("%s: %s", host.name, res)
             else:
                 killed += res
+                remove_cgroup(host.cgroup)
+                host.cgroup = None
         return {"killed": killed, "kill_seconds": round(time.monotonic() - t0, 4)}
 
     def _resolve(self, ref: str) -> list[Host]:
@@ -599,9 +617,17 @@ class PodDaemon:
         if old.exists():
             # A previous daemon died without cleaning up: its hosts' processes go now.
             old_id = old.read_text().strip()
+            old_cg = self._read_cgroup_file()
             if old_id:
-                kill_marked(marker_value(old_id))
+                kill_marked(marker_value(old_id), old_cg)
+            remove_cgroup(old_cg)
         self.layout.run_id_file.write_text(self.run_id + "\n")
+        self.run_cgroup = make_run_cgroup(self.run_id)
+        self.layout.cgroup_file.write_text(f"{self.run_cgroup or ''}\n")
+        log.info(
+            "process tracking: marker + descendants%s",
+            f" + cgroup {self.run_cgroup}" if self.run_cgroup else " (no usable cgroup)",
+        )
         self.layout.pid_file.write_text(f"{os.getpid()}\n")
         shutil.rmtree(self.layout.hosts_dir, ignore_errors=True)
         self.layout.hosts_dir.mkdir()
@@ -619,6 +645,13 @@ class PodDaemon:
             self.client_key.write_private_key(key_path)
             key_path.chmod(0o600)
             self.client_key.write_public_key(key_path.with_name("client_key.pub"))
+
+    def _read_cgroup_file(self) -> Path | None:
+        try:
+            text = self.layout.cgroup_file.read_text().strip()
+        except OSError:
+            return None
+        return Path(text) if text else None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -671,7 +704,8 @@ class PodDaemon:
                 host.reserved_sock = None
         await self._kill_hosts(self.hosts, DELETED)
         # A last sweep over the whole run catches anything of older generations.
-        await asyncio.to_thread(kill_marked, marker_value(self.run_id))
+        await asyncio.to_thread(kill_marked, marker_value(self.run_id), self.run_cgroup)
+        remove_cgroup(self.run_cgroup)
         if grpc_server is not None:
             await grpc_server.stop(grace=0.2)
         control.close()

@@ -79,6 +79,11 @@ class RunLayout:
         return self.run_dir / "run_id"
 
     @property
+    def cgroup_file(self) -> Path:
+        """Holds the run's cgroup directory while the daemon uses one."""
+        return self.run_dir / "cgroup"
+
+    @property
     def shim_bin(self) -> Path:
         """Commands put first on every host's PATH (the host-scoped ``ray`` wrapper)."""
         return self.run_dir / "bin"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from console.emulator.layout import MARKER_ENV
-from console.emulator.procs import find_marked
+from console.emulator.procs import CGROUP_ENV, host_pids
 
 WRAPPER = """#!/bin/sh
 # Emulated host: `ray stop` must only stop this host's Ray, as on a real VM.
@@ -54,7 +54,8 @@ def main(argv: list[str]) -> None:
     original = psutil.process_iter
 
     def host_processes(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        mine = set(find_marked(prefix))
+        cgroup = os.environ.get(CGROUP_ENV)
+        mine = host_pids(prefix, Path(cgroup) if cgroup else None)
         mine.discard(os.getpid())
         for proc in original(*args, **kwargs):
             if proc.pid in mine:

@@ -40,6 +40,7 @@ class HostContext:
     user: str
     client_key: asyncssh.SSHKey
     host_key: asyncssh.SSHKey
+    cgroup: Path | None = None  # commands join it before exec (see procs)
 
 
 def bind_socket(ip: str, port: int) -> socket.socket:
@@ -207,9 +208,13 @@ class HostSSH:
     def _argv(self, process: asyncssh.SSHServerProcess[bytes]) -> list[str] | None:
         if process.subsystem is not None:
             return None
-        if process.command is None:
-            return ["bash"]  # a "shell" request without pty: bash reading stdin
-        return ["bash", "-c", process.command]
+        # A "shell" request without pty runs bash reading commands from stdin.
+        argv = ["bash"] if process.command is None else ["bash", "-c", process.command]
+        if self.ctx.cgroup is not None:
+            # Join the host's cgroup before exec, so every descendant is in it.
+            join = '{ echo $$ > "$0/cgroup.procs"; } 2>/dev/null; exec "$@"'
+            argv = ["/bin/sh", "-c", join, str(self.ctx.cgroup), *argv]
+        return argv
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         argv = self._argv(process)
