@@ -1,4 +1,4 @@
-"""Metric sinks for SB3's logger (stderr progress, W&B) and the W&B run lifecycle.
+"""Diagnostics on stderr and the W&B run lifecycle (metric writers: ``engine.metrics``).
 
 The W&B API key is never handled here: wandb reads ``WANDB_API_KEY`` from the
 environment itself. Nothing in this module prints configuration values that
@@ -8,95 +8,17 @@ could contain secrets.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.logger import KVWriter
-
 WANDB_MODES = ("online", "offline", "disabled")
-
-# keys shown on the one-line stderr progress report, in this order
-_PROGRESS_KEYS = (
-    ("rollout/ep_rew_mean", "ep_rew_mean"),
-    ("rollout/ep_len_mean", "ep_len_mean"),
-    ("time/fps", "fps"),
-    ("train/loss", "loss"),
-    ("train/value_loss", "value_loss"),
-    ("rollout/exploration_rate", "eps"),
-    ("behaviour/alpha", "alpha"),
-    ("eval/mean_reward", "eval_reward"),
-    ("eval/success_rate", "eval_success"),
-)
 
 
 def log(msg: str) -> None:
     """One diagnostic line on stderr (stdout is reserved for results)."""
     print(f"[engine] {msg}", file=sys.stderr, flush=True)
-
-
-def _numeric(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
-class ProgressWriter(KVWriter):
-    """One ``[engine] progress step=N/T ...`` line per logger dump; remembers the last values."""
-
-    def __init__(self, total: int, min_interval_steps: int = 0) -> None:
-        self.total = total
-        self.min_interval_steps = min_interval_steps
-        self.last_step = -(10**18)
-        self.last_values: dict[str, float] = {}
-        self.started = time.monotonic()
-
-    def write(
-        self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0
-    ) -> None:
-        for key, value in key_values.items():
-            num = _numeric(value)
-            if num is not None:
-                self.last_values[key] = num
-        if step - self.last_step < self.min_interval_steps and step < self.total:
-            return
-        self.last_step = step
-        parts = [f"step={step}/{self.total}", f"pct={100.0 * step / max(1, self.total):.1f}"]
-        for key, short in _PROGRESS_KEYS:
-            if key in key_values and _numeric(key_values[key]) is not None:
-                parts.append(f"{short}={_numeric(key_values[key]):.4g}")
-        log("progress " + " ".join(parts))
-
-    def close(self) -> None:
-        return None
-
-
-class WandbWriter(KVWriter):
-    """Forward every numeric SB3 metric to a W&B run, keyed on ``global_step``."""
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-
-    def write(
-        self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0
-    ) -> None:
-        data: dict[str, float] = {"global_step": float(step)}
-        for key, value in key_values.items():
-            excluded = key_excluded.get(key) or ()
-            if "wandb" in excluded:
-                continue
-            num = _numeric(value)
-            if num is not None:
-                data[key] = num
-        self.run.log(data)
-
-    def close(self) -> None:
-        return None
 
 
 def wandb_run_id(run_name: str, project: str | None) -> str:

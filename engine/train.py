@@ -284,6 +284,8 @@ def _check_env_id(env_id: str) -> None:
 
 
 def _check_hparams(algo: str, hparams: dict[str, Any]) -> None:
+    if not hparams:
+        return  # skip importing SB3 (and torch) just to check nothing
     cls = algo_class(algo)
     allowed = set(inspect.signature(cls.__init__).parameters) - _RESERVED_HPARAMS - {"self"}
     unknown = sorted(set(hparams) - allowed)
@@ -593,7 +595,8 @@ def run_training(
     from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from engine.tracking import ProgressWriter, WandbWriter, log_final_artifact, start_wandb
+    from engine.metrics import ProgressWriter, WandbWriter
+    from engine.tracking import log_final_artifact, start_wandb
 
     if not cfg.run_name:
         validate_config(cfg)
