@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="run console actions from FILE ('-' for stdin) without a screen",
     )
+    parser.add_argument(
+        "--script-help",
+        action="store_true",
+        help="print the script language reference (actions, flags, exit codes) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -84,6 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.script_help:
+        from console.services.script import usage_text
+
+        print(usage_text())
+        return EXIT_OK
     if args.command == "init":
         return cmd_init(args.path, args.force)
     if args.command == "pod":

@@ -107,3 +107,10 @@ def test_init_writes_a_config_that_loads(tmp_path: Path) -> None:
 def test_unknown_flag_exits_2() -> None:
     proc = _phantom("--no-such-flag")
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr
+
+
+def test_script_help_prints_the_language_reference() -> None:
+    proc = _phantom("--script-help")
+    assert proc.returncode == 0, proc.stderr
+    for action in ("pod up", "wait-ready", "submit single|distributed|sweep", "recover"):
+        assert action in proc.stdout

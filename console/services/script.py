@@ -1433,7 +1433,7 @@ def script_main(
             print(scrub.text(issue.render(exc.name)), file=err)
         print(
             f"phantom: {len(exc.issues)} problem(s) in {exc.name}; nothing was run "
-            "(`python -m console.services.script` prints the language reference)",
+            "(`phantom --script-help` prints the language reference)",
             file=err,
         )
         return EXIT_INVALID
