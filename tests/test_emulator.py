@@ -22,9 +22,6 @@ from console.emulator.cli import pod_main
 from console.emulator.client import PodInfo
 from console.emulator.layout import host_ip
 
-# Until tests/conftest.py lists it; registering twice is harmless.
-pytest_plugins = ["fixtures_pod"]
-
 
 def tpu_client(info: PodInfo) -> tuple[tpu_v2.TpuAsyncClient, grpc.aio.Channel]:
     channel = grpc.aio.insecure_channel(info.tpu_api)

@@ -19,8 +19,6 @@ from console.emulator import client
 from console.emulator.procs import find_marked, marker_value
 from console.services import raycmd
 
-pytest_plugins = ["fixtures_pod"]
-
 pytestmark = pytest.mark.slow
 
 NODES = """
