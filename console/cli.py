@@ -87,6 +87,10 @@ def cmd_init(path_arg: str | None, force: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pod"]:  # the emulator has its own parser (and its own --help)
+        from console.emulator.cli import pod_main
+
+        return pod_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.script_help:

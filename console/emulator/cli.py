@@ -148,7 +148,10 @@ def format_status(info: client.PodInfo) -> str:
 def _print_status(run_dir: Path, as_json: bool) -> int:
     status = client.status_json(run_dir)
     if status is None:
-        print(f"no pod emulator is running for {run_dir}; start one with `pod up`", file=sys.stderr)
+        print(
+            f"no pod emulator is running for {run_dir}; start one with `phantom pod up`",
+            file=sys.stderr,
+        )
         return 1
     if as_json:
         print(json.dumps(status, indent=2))
@@ -214,7 +217,7 @@ def pod_main(argv: list[str]) -> int:
                 print(f"no pod emulator was running for {run_dir}", file=sys.stderr)
             return 0
     except client.PodNotRunning as exc:
-        print(f"error: {exc}; start one with `pod up`", file=sys.stderr)
+        print(f"error: {exc}; start one with `phantom pod up`", file=sys.stderr)
         return 1
     except client.PodError as exc:
         print(f"error: {exc}", file=sys.stderr)
