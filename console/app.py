@@ -1,0 +1,544 @@
+"""The Phantom Console TUI: renders what the services publish, sends intents back to them.
+
+``PhantomApp`` takes its services, clock and settings in ``__init__`` (tests hand it a fake or
+the emulator-backed services); ``make_app(config)`` builds the real ones and ``run_tui`` is
+what bare ``phantom`` runs. The app never touches the network: every service call runs in a
+worker and a failure becomes a notification, never a crash. Updates arrive from any thread
+through ``UpdateBridge`` as Textual messages; the app folds them into ``ConsoleState`` and
+asks the visible screen to re-render what changed.
+
+Importing this module must stay cheap: no ray/jax/torch (the real services are imported
+lazily by ``make_app``), so the first frame shows fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from console.config import Config
+from console.messages import (
+    CadenceUpdated,
+    EventLogged,
+    JobUpdated,
+    LogClosed,
+    LogInbox,
+    LogsArrived,
+    PodUpdated,
+    RecoveryUpdated,
+    UpdateBridge,
+)
+from console.screens.base import PhantomScreen
+from console.screens.cadence import CadenceScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.events import EventsScreen
+from console.screens.help import HelpScreen
+from console.screens.host import HostScreen
+from console.screens.jobs import JobsScreen
+from console.screens.logview import LogViewScreen
+from console.screens.overview import OverviewScreen
+from console.screens.palette import PhantomCommands
+from console.screens.recovery import RecoveryScreen
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState, duration
+from console.screens.submit import SubmitScreen
+from console.services.api import ConsoleServices
+from console.services.model import ActionResult, LogLine, LogStreamClosed, PodSnapshot
+from console.services.submit import SubmitSpec
+
+T = TypeVar("T")
+SCREENS_GROUP = Binding.Group("screens", compact=True)
+
+
+@dataclass(frozen=True)
+class TuiSettings:
+    initial_mode: str = "overview"
+    tick_s: float | None = 1.0  # re-render "ago" columns; None: never (snapshot tests)
+    cursor_blink: bool = True
+    log_ring: int = DEFAULT_LOG_RING  # lines kept per job
+    manage_services: bool = True  # call services.start() on mount and stop() on quit
+    stop_timeout_s: float = 10.0
+
+
+def _mode_binding(key: str, mode: str, label: str) -> Binding:
+    return Binding(
+        key,
+        f"switch_mode('{mode}')",
+        label,
+        id=f"app.screen.{mode}",
+        tooltip=f"Show the {label} screen",
+        group=SCREENS_GROUP,
+    )
+
+
+class PhantomApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "Phantom Console"
+    BINDING_GROUP_TITLE = "Phantom"
+    COMMANDS = App.COMMANDS | {PhantomCommands}
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
+        "overview": OverviewScreen,
+        "jobs": JobsScreen,
+        "cadence": CadenceScreen,
+        "events": EventsScreen,
+        "recovery": RecoveryScreen,
+    }
+    BINDINGS: ClassVar[list[BindingType]] = [
+        _mode_binding("1", "overview", "Overview"),
+        _mode_binding("2", "jobs", "Jobs"),
+        _mode_binding("3", "cadence", "Cadence"),
+        _mode_binding("4", "events", "Events"),
+        _mode_binding("5", "recovery", "Recovery"),
+        Binding(
+            "question_mark",
+            "help",
+            "Help",
+            id="app.help",
+            tooltip="Every key of every screen",
+        ),
+        Binding(
+            "q", "quit", "Quit", id="app.quit", tooltip="Leave the console (the pod keeps running)"
+        ),
+        Binding(
+            "s",
+            "submit_form",
+            "Submit",
+            id="app.submit",
+            tooltip="Open the job submission form (single, distributed or sweep)",
+        ),
+    ]
+
+    def __init__(
+        self,
+        services: ConsoleServices,
+        *,
+        clock: Callable[[], float],
+        settings: TuiSettings | None = None,
+    ) -> None:
+        super().__init__()
+        self.services = services
+        self.clock = clock
+        self.settings = settings or TuiSettings()
+        self.state = ConsoleState(log_ring=self.settings.log_ring)
+        self._inbox = LogInbox(cap=max(200_000, 4 * self.settings.log_ring))
+        self._following: str | None = None
+        self._bridge = UpdateBridge(self, self._inbox, skip_line=self._is_followed)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._services_stopped = False
+        self._last_spec = SubmitSpec(runtime_env=dict(services.config.runtime_env))
+
+    # lifecycle -----------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        self._unsubscribe = self.services.subscribe(self._bridge)
+        self._pull_local_state()
+        await self.switch_mode(self.settings.initial_mode)
+        if self.settings.tick_s:
+            self.set_interval(self.settings.tick_s, self._tick)
+        self.start_services()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    async def action_quit(self) -> None:
+        await self._stop_services()
+        self.exit(0)
+
+    async def _stop_services(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._services_stopped or not self.settings.manage_services:
+            return
+        self._services_stopped = True
+        try:
+            await asyncio.wait_for(self.services.stop(), self.settings.stop_timeout_s)
+        except Exception as exc:  # leaving must never hang or crash on a sick cluster
+            self.log.error(f"services.stop failed: {exc!r}")
+
+    def _pull_local_state(self) -> None:
+        """What the services already know (no I/O), so the first frame is not empty."""
+        reads: list[tuple[str, Callable[[], None]]] = [
+            ("snapshot", lambda: self._set_pod_if_any(self.services.snapshot())),
+            ("recovery status", lambda: self.state.set_recovery(self.services.recovery_status())),
+            ("cadence", lambda: self.state.set_runs(self.services.cadence())),
+        ]
+        for label, read in reads:
+            try:
+                read()
+            except Exception as exc:
+                self.notify(f"Could not read {label}: {exc}", severity="error")
+
+    def _set_pod_if_any(self, snapshot: PodSnapshot) -> None:
+        if snapshot.hosts or snapshot.at:
+            self.state.set_pod(snapshot)
+
+    def _tick(self) -> None:
+        self.state.bump("tick")
+        self._sync_screen()
+
+    def _sync_screen(self) -> None:
+        try:
+            screen = self.screen
+        except Exception:  # no screen yet (startup) or already gone (shutdown)
+            return
+        if isinstance(screen, PhantomScreen):
+            screen.sync()
+        elif isinstance(screen, HostScreen):
+            screen.refresh_host()
+
+    # updates from the services (messages up) ---------------------------------------------
+
+    def on_pod_updated(self, message: PodUpdated) -> None:
+        self.apply_pod(message.snapshot)
+
+    def apply_pod(self, snapshot: PodSnapshot) -> None:
+        self.state.set_pod(snapshot)
+        self._sync_screen()
+
+    def on_recovery_updated(self, message: RecoveryUpdated) -> None:
+        self.state.set_recovery(message.status)
+        self._sync_screen()
+
+    def on_job_updated(self, message: JobUpdated) -> None:
+        self.state.set_job(message.job)
+        self._sync_screen()
+
+    def on_cadence_updated(self, message: CadenceUpdated) -> None:
+        self.state.set_run(message.run)
+        self._sync_screen()
+
+    def on_event_logged(self, message: EventLogged) -> None:
+        if self.state.add_events([message.event]):
+            self._sync_screen()
+
+    def on_logs_arrived(self, message: LogsArrived) -> None:
+        lines = self._inbox.drain()
+        if lines:
+            self.apply_logs(lines)
+
+    def apply_logs(self, lines: Sequence[LogLine]) -> None:
+        self.state.add_lines(lines)
+        self._sync_screen()
+
+    def on_log_closed(self, message: LogClosed) -> None:
+        # Lines still in the inbox were published before the close: show them first.
+        self.on_logs_arrived(LogsArrived())
+        self.state.set_closed(message.closed)
+        self._sync_screen()
+
+    # workers: every service call runs off the key handler, errors become notifications --
+
+    async def _call(self, label: str, awaitable: Awaitable[T]) -> T | None:
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.notify(f"{label} failed: {exc}", title=label, severity="error", timeout=10)
+            return None
+
+    def _report(self, result: ActionResult | None) -> None:
+        if result is None:
+            return
+        failed = [name for name, r in result.per_host.items() if not r.ok]
+        text = f"{result.action}: {'ok' if result.ok else 'FAILED'} in {duration(result.elapsed_s)}"
+        if result.message:
+            text += f" — {result.message}"
+        if failed:
+            text += f" (failed on {', '.join(failed[:6])}{'…' if len(failed) > 6 else ''})"
+        self.notify(text, severity="information" if result.ok else "error")
+
+    @work(exclusive=True, group="start", exit_on_error=False)
+    async def start_services(self) -> None:
+        if self.settings.manage_services:
+            await self._call("Starting services", self.services.start())
+        self._pull_local_state()
+        self._sync_screen()
+        self.refresh_jobs()
+        self.refresh_events()
+
+    def action_refresh_pod(self) -> None:
+        self.refresh_pod()
+
+    @work(exclusive=True, group="refresh", exit_on_error=False)
+    async def refresh_pod(self) -> None:
+        snapshot = await self._call("Refresh", self.services.refresh())
+        if snapshot is not None:
+            self.apply_pod(snapshot)
+
+    @work(exclusive=True, group="jobs", exit_on_error=False)
+    async def refresh_jobs(self) -> None:
+        jobs = await self._call("Listing jobs", self.services.list_jobs())
+        if jobs is not None:
+            self.state.set_jobs(jobs)
+            self._sync_screen()
+
+    def action_refresh_jobs(self) -> None:
+        self.refresh_jobs()
+
+    @work(exclusive=True, group="events", exit_on_error=False)
+    async def refresh_events(self) -> None:
+        events = await self._call("Reading the journal", self.services.events(limit=500))
+        if events is not None:
+            self.state.add_events(events)
+            self._sync_screen()
+
+    def action_refresh_events(self) -> None:
+        self.refresh_events()
+
+    def action_refresh_cadence(self) -> None:
+        try:
+            self.state.set_runs(self.services.cadence())
+        except Exception as exc:
+            self.notify(f"Reading cadence failed: {exc}", severity="error")
+        self._sync_screen()
+
+    def action_refresh_recovery(self) -> None:
+        try:
+            self.state.set_recovery(self.services.recovery_status())
+        except Exception as exc:
+            self.notify(f"Reading the watchdog status failed: {exc}", severity="error")
+        self._sync_screen()
+
+    # recovery ------------------------------------------------------------------------------
+
+    def action_recover(self) -> None:
+        pod = self.state.pod
+        lost = [h.name for h in pod.hosts if h.tpu_state != "READY"] if pod else []
+        body = (
+            "Runs detect → recreate preempted VMs → wait READY → bootstrap → Ray head and "
+            "workers → tunnel → relaunch jobs/sweep → verify metrics.\n"
+            "Ray is restarted on every host: running jobs are resubmitted."
+        )
+        if lost:
+            body = f"Not READY: {', '.join(lost[:8])}{' …' if len(lost) > 8 else ''}.\n" + body
+        self._confirm("Run the recovery loop now?", body, "Recover", self.run_recover)
+
+    @work(exclusive=True, group="recover", exit_on_error=False)
+    async def run_recover(self) -> None:
+        self.notify("Recovery started: follow it on screen 5.", title="Recovery")
+        status = await self._call("Recovery", self.services.recover(actor="user"))
+        if status is not None:
+            self.state.set_recovery(status)
+            self._sync_screen()
+            ok = status.result == "ok"
+            mttr = f" (MTTR {duration(status.mttr_s)})" if status.mttr_s is not None else ""
+            self.notify(
+                f"Recovery {status.result or 'finished'}{mttr}",
+                severity="information" if ok else "error",
+            )
+
+    def action_toggle_auto(self) -> None:
+        enabled = not self.state.recovery.auto
+        try:
+            self.services.set_auto_recovery(enabled, actor="user")
+            self.state.set_recovery(self.services.recovery_status())
+        except Exception as exc:
+            self.notify(f"Toggling auto-recovery failed: {exc}", severity="error")
+            return
+        self.notify(f"Auto-recovery {'on' if enabled else 'off'}.")
+        self._sync_screen()
+
+    # pod actions ---------------------------------------------------------------------------
+
+    @work(exclusive=True, group="bootstrap", exit_on_error=False)
+    async def run_bootstrap(self, hosts: list[str] | None = None) -> None:
+        self.notify(f"Bootstrapping {', '.join(hosts) if hosts else 'every host'}…")
+        self._report(await self._call("Bootstrap", self.services.bootstrap(hosts, actor="user")))
+
+    @work(exclusive=True, group="tunnel", exit_on_error=False)
+    async def run_open_tunnel(self) -> None:
+        self._report(await self._call("Tunnel", self.services.open_tunnel(actor="user")))
+
+    def request_ray_up(self) -> None:
+        self._confirm(
+            "Restart Ray on the pod?",
+            "Starts the head and joins every worker; a running Ray is restarted and its jobs stop.",
+            "Restart Ray",
+            self.run_ray_up,
+        )
+
+    @work(exclusive=True, group="ray-up", exit_on_error=False)
+    async def run_ray_up(self) -> None:
+        self._report(await self._call("Ray up", self.services.ray_up(actor="user")))
+
+    def request_teardown(self) -> None:
+        self._confirm(
+            "Tear down Ray?",
+            "Runs `ray stop -f` on every host and closes the tunnel. Running jobs stop. "
+            "The VMs are left alone.",
+            "Tear down",
+            self.run_teardown,
+        )
+
+    @work(exclusive=True, group="teardown", exit_on_error=False)
+    async def run_teardown(self) -> None:
+        self._report(await self._call("Teardown", self.services.teardown(actor="user")))
+
+    def request_preempt(self, host: str) -> None:
+        self._confirm(
+            f"Preempt {host}?",
+            "Emulator: kills every process of this host like a spot reclaim.",
+            "Preempt",
+            lambda: self.run_preempt(host),
+        )
+
+    @work(exclusive=True, group="preempt", exit_on_error=False)
+    async def run_preempt(self, host: str) -> None:
+        self._report(await self._call("Preempt", self.services.preempt(host, actor="user")))
+
+    def request_recreate(self, host: str) -> None:
+        self._confirm(
+            f"Recreate {host}?",
+            "Emulator: deletes the host and brings it back bare (new host key).",
+            "Recreate",
+            lambda: self.run_recreate(host),
+        )
+
+    @work(exclusive=True, group="recreate", exit_on_error=False)
+    async def run_recreate(self, host: str) -> None:
+        self._report(await self._call("Recreate", self.services.recreate(host, actor="user")))
+
+    @work(exclusive=True, group="sweep", exit_on_error=False)
+    async def run_relaunch_sweep(self) -> None:
+        job = await self._call("Relaunch sweep", self.services.relaunch_sweep(actor="user"))
+        if job is not None:
+            self.state.set_job(job)
+            self.notify(f"Sweep relaunched as {job.job_id}.")
+            self._sync_screen()
+
+    def dashboard_url(self) -> str:
+        pod = self.state.pod
+        if pod is not None and pod.dashboard_url:
+            return pod.dashboard_url
+        return f"http://127.0.0.1:{self.services.config.ray.local_dashboard_port}"
+
+    def open_dashboard(self) -> None:
+        url = self.dashboard_url()
+        # Only hand the URL to a browser when there is a desktop: in a bare tmux/ssh session
+        # `webbrowser` may start a text browser on this very terminal.
+        if (
+            sys.platform == "darwin"
+            or os.environ.get("DISPLAY")
+            or os.environ.get("WAYLAND_DISPLAY")
+        ):
+            self.open_url(url)
+        self.notify(url, title="Ray dashboard", timeout=15)
+
+    def _confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.push_screen(ConfirmScreen(title, body, label), done)
+
+    # jobs ----------------------------------------------------------------------------------
+
+    def action_submit_form(self) -> None:
+        form = SubmitScreen(
+            self._last_spec, self.dashboard_url(), cursor_blink=self.settings.cursor_blink
+        )
+        self.push_screen(form, self._submit_form_done)
+
+    def _submit_form_done(self, spec: SubmitSpec | None) -> None:
+        if spec is not None:
+            self._last_spec = spec
+            self.run_submit(spec)
+
+    # Not exclusive: a second submission must never cancel one still in flight.
+    @work(group="submit", exit_on_error=False)
+    async def run_submit(self, spec: SubmitSpec) -> None:
+        job = await self._call("Submit", self.services.submit(spec, actor="user"))
+        if job is not None:
+            self.state.set_job(job)
+            self.notify(f"Submitted {job.job_id} ({spec.mode}).", title="Submit")
+            self._sync_screen()
+
+    def request_stop_job(self, job_id: str) -> None:
+        self._confirm(
+            f"Stop job {job_id}?",
+            "Ray stops the job; its checkpoints stay in storage.",
+            "Stop job",
+            lambda: self.run_stop_job(job_id),
+        )
+
+    @work(group="stop-job", exit_on_error=False)
+    async def run_stop_job(self, job_id: str) -> None:
+        self._report(await self._call("Stop job", self.services.stop_job(job_id, actor="user")))
+        self.refresh_jobs()
+
+    def open_host(self, name: str) -> None:
+        self.push_screen(HostScreen(name))
+
+    def open_log(self, job_id: str) -> None:
+        self.push_screen(LogViewScreen(job_id))
+        self.open_log_stream(job_id)
+
+    def open_log_stream(self, job_id: str) -> None:
+        """(Re)start following a job's log from the start (the stream replays it)."""
+        self.state.logs.pop(job_id, None)
+        self.state.closed.pop(job_id, None)
+        self.state.bump("logs")
+        self._following = job_id
+        self._follow(job_id)
+
+    def stop_follow(self, job_id: str) -> None:
+        if self._following == job_id:
+            self._following = None
+            self.workers.cancel_group(self, "follow")
+
+    def _is_followed(self, job_id: str) -> bool:
+        return job_id == self._following
+
+    @work(exclusive=True, group="follow", exit_on_error=False)
+    async def _follow(self, job_id: str) -> None:
+        closed: LogStreamClosed | None = None
+        try:
+            async for item in self.services.follow_logs(job_id):
+                if isinstance(item, LogStreamClosed):
+                    closed = item
+                    break
+                if self._inbox.put(item):
+                    self.post_message(LogsArrived())
+            if closed is None:
+                info = await self.services.job_status(job_id)
+                closed = LogStreamClosed(job_id, info.status, self.clock())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.notify(f"Log stream of {job_id} failed: {exc}", severity="error")
+            job = self.state.jobs.get(job_id)
+            closed = LogStreamClosed(job_id, job.status if job else "RUNNING", self.clock())
+        self.post_message(LogClosed(closed))
+
+    # help ----------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.BINDINGS))
+
+
+def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomApp:
+    """The app on the configured cluster (real services; imported only here, lazily)."""
+    from console.services.cluster import make_services
+
+    return PhantomApp(make_services(config), clock=time.time, settings=settings)
+
+
+def run_tui(config: Config) -> int:
+    app = make_app(config)
+    result = app.run()
+    if isinstance(result, int):
+        return result
+    return app.return_code or 0

@@ -1,0 +1,163 @@
+"""Published updates as Textual messages, and the bridge that posts them.
+
+Services call their subscribers from any thread or loop; ``UpdateBridge`` turns each update
+into a ``Message`` and posts it with ``post_message`` (thread-safe). High-rate kinds
+collapse instead of queueing: a newer pod snapshot supersedes an older one still waiting
+(``can_replace``), and log lines go into a ``LogInbox`` with a single doorbell message
+outstanding, so 10,000 lines/s cost one message per frame, not 10,000.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from textual.message import Message
+from textual.message_pump import MessagePump
+
+from console.services.model import (
+    Event,
+    JobInfo,
+    LogLine,
+    LogStreamClosed,
+    PodSnapshot,
+    RecoveryStatus,
+    RunCadence,
+    Update,
+)
+
+
+class PodUpdated(Message):
+    """A new pod snapshot; a newer one waiting in the queue supersedes this one."""
+
+    def __init__(self, snapshot: PodSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, PodUpdated)
+
+
+class RecoveryUpdated(Message):
+    def __init__(self, status: RecoveryStatus) -> None:
+        super().__init__()
+        self.status = status
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RecoveryUpdated)
+
+
+class JobUpdated(Message):
+    def __init__(self, job: JobInfo) -> None:
+        super().__init__()
+        self.job = job
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, JobUpdated) and message.job.job_id == self.job.job_id
+
+
+class CadenceUpdated(Message):
+    def __init__(self, run: RunCadence) -> None:
+        super().__init__()
+        self.run = run
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CadenceUpdated) and message.run.run_id == self.run.run_id
+
+
+class EventLogged(Message):
+    """A journal row (never collapsed: every event is kept)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class LogsArrived(Message):
+    """Doorbell: lines are waiting in the app's ``LogInbox``; drain them all."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LogsArrived)
+
+
+class LogClosed(Message):
+    def __init__(self, closed: LogStreamClosed) -> None:
+        super().__init__()
+        self.closed = closed
+
+
+class LogInbox:
+    """Lines from any thread, drained in batches on the UI loop.
+
+    ``put`` returns True only for the first line after a drain: the caller then posts one
+    ``LogsArrived``. ``cap`` bounds memory if the UI stalls; the oldest lines go first,
+    which the per-job ring buffers would have dropped anyway (``dropped`` counts them).
+    """
+
+    def __init__(self, cap: int = 200_000) -> None:
+        self._lock = threading.Lock()
+        self._items: list[LogLine] = []
+        self._armed = False
+        self.cap = cap
+        self.dropped = 0
+
+    def put(self, line: LogLine) -> bool:
+        with self._lock:
+            self._items.append(line)
+            if len(self._items) > self.cap:
+                extra = len(self._items) - self.cap
+                del self._items[:extra]
+                self.dropped += extra
+            if self._armed:
+                return False
+            self._armed = True
+            return True
+
+    def drain(self) -> list[LogLine]:
+        with self._lock:
+            items, self._items = self._items, []
+            self._armed = False
+            return items
+
+
+class UpdateBridge:
+    """The services' subscriber: each ``Update`` becomes a message posted to ``target``.
+
+    ``skip_line(job_id)`` drops bus log lines of a job the app already follows through
+    ``follow_logs`` (the same lines would otherwise show twice).
+    """
+
+    def __init__(
+        self,
+        target: MessagePump,
+        inbox: LogInbox,
+        skip_line: Callable[[str], bool] = lambda job_id: False,
+    ) -> None:
+        self._target = target
+        self._inbox = inbox
+        self._skip_line = skip_line
+
+    def __call__(self, update: Update) -> None:
+        if isinstance(update, LogLine):
+            if not self._skip_line(update.job_id) and self._inbox.put(update):
+                self._target.post_message(LogsArrived())
+            return
+        message = to_message(update)
+        if message is not None:
+            self._target.post_message(message)
+
+
+def to_message(update: Update) -> Message | None:
+    if isinstance(update, PodSnapshot):
+        return PodUpdated(update)
+    if isinstance(update, RecoveryStatus):
+        return RecoveryUpdated(update)
+    if isinstance(update, JobInfo):
+        return JobUpdated(update)
+    if isinstance(update, RunCadence):
+        return CadenceUpdated(update)
+    if isinstance(update, Event):
+        return EventLogged(update)
+    if isinstance(update, LogStreamClosed):
+        return LogClosed(update)
+    return None

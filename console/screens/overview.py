@@ -1,0 +1,199 @@
+"""Pod overview: every host on one table, the pod summary line and its warnings.
+
+Built for 1,024 hosts: rows are keyed by host name and only changed cells are written;
+`/` filters by any text in the row (name, IP, PREEMPTED, DEAD, down...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Static
+
+from console.screens.base import FilteredScreen
+from console.screens.state import ago, resources_text, short_host
+from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.widgets.table import Cell
+
+COLUMNS: list[tuple[str, str, int | None]] = [
+    ("host", "HOST", 6),
+    ("ip", "IP", 11),
+    ("tpu", "TPU", 9),
+    ("health", "HEALTH", 9),
+    ("ray", "RAY", 7),
+    ("ssh", "SSH", 4),
+    ("res", "RESOURCES", 10),
+    ("seen", "SEEN", 5),
+]
+MAX_WARNINGS = 3
+
+_TPU_STYLE: dict[str, str] = {
+    HostState.READY: "green",
+    HostState.CREATING: "yellow",
+    HostState.REPAIRING: "yellow",
+    HostState.PREEMPTED: "bold red",
+    HostState.DELETING: "red",
+    HostState.DELETED: "red",
+}
+_HEALTH: dict[str, tuple[str, str]] = {
+    "HEALTHY": ("healthy", "green"),
+    "TIMEOUT": ("timeout", "red"),
+    "UNHEALTHY_TENSORFLOW": ("unhealthy", "red"),
+    "UNHEALTHY_MAINTENANCE": ("maint", "yellow"),
+    "HEALTH_UNSPECIFIED": ("-", "dim"),
+    "": ("-", "dim"),
+}
+
+
+def host_cells(host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]:
+    """One table row: what a reviewer reads for a host, with its colour."""
+    health, health_style = _HEALTH.get(host.health, (host.health.lower(), "yellow"))
+    if host.ray_nodes > 1:
+        ray: Cell = (f"{host.ray_state}×{host.ray_nodes}", "bold yellow")
+    elif host.ray_state == "ALIVE":
+        ray = ("ALIVE", "green")
+    elif host.ray_state == "DEAD":
+        ray = ("DEAD", "red")
+    else:
+        ray = (host.ray_state or "-", "dim")
+    ssh_style = {str(Reachability.OK): "green", str(Reachability.DOWN): "red"}.get(
+        str(host.ssh), "dim"
+    )
+    return (
+        (short_host(host.name, node_name), "bold"),
+        (host.ip, ""),
+        (str(host.tpu_state), _TPU_STYLE.get(host.tpu_state, "dim")),
+        (health, health_style),
+        ray,
+        (str(host.ssh), ssh_style),
+        (resources_text(host.resources), ""),
+        (ago(now, host.last_seen), ""),
+    )
+
+
+def summary_text(pod: PodSnapshot | None, now: float) -> Text:
+    out = Text()
+    if pod is None:
+        out.append("No snapshot yet: the first poll of TPU API, SSH and Ray is running.", "dim")
+        return out
+    out.append(pod.node_name or "pod", "bold")
+    if pod.accelerator_type:
+        out.append(f" {pod.accelerator_type}")
+    out.append(f" ({pod.provider})", "dim")
+    tpu_style = "green" if pod.tpu_state == HostState.READY else "bold red"
+    out.append("  TPU ")
+    out.append(str(pod.tpu_state), tpu_style)
+    if pod.health:
+        out.append(f"/{pod.health.lower()}", "dim")
+    total = len(pod.hosts)
+    out.append("  hosts ")
+    out.append(f"{pod.ready_hosts}/{total} ready", "green" if pod.ready_hosts == total else "red")
+    out.append("  ray ")
+    out.append(f"{pod.ray_alive}/{total} alive", "green" if pod.ray_alive == total else "yellow")
+    out.append("\ntunnel ")
+    if pod.tunnel_up:
+        out.append("up", "green")
+        if pod.dashboard_url:
+            out.append(f" {pod.dashboard_url}", "dim")
+    else:
+        out.append("down", "bold red")
+    out.append(f"  polled {ago(now, pod.at)} ago", "dim")
+    return out
+
+
+def warnings_text(warnings: tuple[str, ...]) -> Text:
+    out = Text()
+    for i, warning in enumerate(warnings[:MAX_WARNINGS]):
+        if i:
+            out.append("\n")
+        out.append("⚠ ", "bold yellow")
+        out.append(warning)
+    if len(warnings) > MAX_WARNINGS:
+        out.append(f"\n  … and {len(warnings) - MAX_WARNINGS} more (see Events)", "dim")
+    return out
+
+
+class OverviewScreen(FilteredScreen):
+    MODE = "overview"
+    WATCHES = frozenset({"pod", "tick"})
+    CSS_PATH = "overview.tcss"
+    BINDING_GROUP_TITLE = "Pod overview"
+    FILTER_PLACEHOLDER = "filter hosts: text in any column (w3, PREEMPTED, DEAD, down)"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="overview.filter",
+            tooltip="Show only hosts whose row contains the text (name, IP, PREEMPTED, DEAD…)",
+        ),
+        Binding(
+            "r",
+            "app.recover",
+            "Recover",
+            id="overview.recover",
+            tooltip="Run the whole recovery loop now (asks to confirm)",
+        ),
+        Binding(
+            "ctrl+r",
+            "app.refresh_pod",
+            "Refresh",
+            show=False,
+            id="overview.refresh",
+            tooltip="Poll TPU API, SSH and Ray now",
+        ),
+        Binding(
+            "escape",
+            "clear_filter",
+            "Clear filter",
+            show=False,
+            id="overview.clear_filter",
+            tooltip="Clear the filter and show every host",
+        ),
+    ]
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="summary")
+        yield Static(id="warnings")
+        yield self.make_filter_input()
+        table = self.make_table("hosts")
+        table.set_columns(COLUMNS)
+        yield table
+
+    def render_state(self, changed: Iterable[str]) -> None:
+        pod = self.state.pod
+        now = self.phantom.clock()
+        shown = self._render_hosts(pod, now)
+        summary = summary_text(pod, now)
+        if self.filter_text and pod is not None:
+            summary.append(
+                f"\nfilter {self.filter_text!r}: {shown} of {len(pod.hosts)} hosts", "cyan"
+            )
+        self.query_one("#summary", Static).update(summary)
+        warnings = self.query_one("#warnings", Static)
+        warnings.display = bool(pod and pod.warnings)
+        if pod and pod.warnings:
+            warnings.update(warnings_text(pod.warnings))
+
+    def _render_hosts(self, pod: PodSnapshot | None, now: float) -> int:
+        if pod is None:
+            self.table.sync_rows([])
+            return 0
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        for host in pod.hosts:
+            cells = host_cells(host, pod.node_name, now)
+            if self.matches(cells, extra=host.name):
+                rows.append((host.name, cells))
+        self.table.sync_rows(rows)
+        return len(rows)
+
+    # actions -------------------------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        name = event.row_key.value
+        if name is not None:
+            self.phantom.open_host(str(name))
