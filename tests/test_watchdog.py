@@ -725,3 +725,23 @@ async def test_stall_events_can_be_left_to_the_cadence_tracker(pod: FakePod, clo
     await poll(wd, pod)
     assert "stalled" not in kinds(journal.events)
     assert wd.last_diagnosis is not None and wd.last_diagnosis.stalled_runs == ("run-a",)
+
+
+async def test_teardown_in_progress_never_rearms(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    stale = await pod.observe()  # a poll that began before the teardown
+    clock.t += 1
+    with wd.suspended():
+        wd.disarm()
+        await poll(wd, pod)  # Ray is still up while `ray stop` runs everywhere
+        await wd.on_observation(stale)
+        assert not wd.armed
+        pod.head_up = False  # ray stop done
+        await poll(wd, pod)
+    await wd.on_observation(stale)  # late answer of the old poll: still no re-arm
+    assert not wd.armed
+    clock.t += 1
+    await poll(wd, pod)
+    assert not wd.armed and not wd.running
+    assert "head_lost" not in kinds(journal.events)

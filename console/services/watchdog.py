@@ -322,6 +322,7 @@ class Watchdog:
         self._status = RecoveryStatus(active=False, auto=auto)
         # detection state
         self._armed = False
+        self._disarmed_at = float("-inf")
         self._last_healthy_at: float | None = None
         self._unhealthy_since: float | None = None
         self._detect_s: float | None = None
@@ -395,6 +396,7 @@ class Watchdog:
     def disarm(self) -> None:
         """Teardown or a user action reshaping the cluster: don't "recover" what is intended."""
         self._armed = False
+        self._disarmed_at = self._clock()
         self._unhealthy_since = None
         self._unhealthy_polls = 0
         self._active_jobs = {}  # their cluster is gone on purpose: nothing to resubmit
@@ -416,7 +418,10 @@ class Watchdog:
             self._unhealthy_since = None
             self._detect_s = None
             self._unhealthy_polls = 0
-            if self._fully_formed(obs):
+            if self._fully_formed(obs) and not self._held and obs.at > self._disarmed_at:
+                # Ray is fully up (a console restarted over a running cluster): guard it. Not
+                # while a user action runs (a teardown's first polls still see Ray up), nor
+                # from a poll that began before the last disarm.
                 self._armed = True
             return diag
         if self._unhealthy_since is None:
