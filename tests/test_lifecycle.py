@@ -245,6 +245,10 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         down = await svc.teardown()
         assert down.ok, down.message
         await until(lambda: not pod_pids(pod), 60, "every Ray process of the pod to exit")
+        await svc.refresh()  # the watchdog must not "recover" what the user tore down
+        await svc.refresh()
+        assert not svc.watchdog.running and not svc.watchdog.armed
+        assert len(rec.finished_recoveries()) == 2
     finally:
         await svc.stop()
         svc.close_journal()

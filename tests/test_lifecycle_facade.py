@@ -116,3 +116,19 @@ def test_snapshot_warns_about_preemption_duplicates_and_tunnel(gcp_services) -> 
     assert by_name["pod-w2"].ssh == "down" and by_name["pod-w2"].ray_state == "-"
     assert by_name["pod-w1"].ray_nodes == 2 and by_name["pod-w0"].ray_state == "ALIVE"
     assert snap.ray_alive == 2 and not snap.tunnel_up
+
+
+@pytest.mark.parametrize(
+    ("line", "sweep_id"),
+    [
+        ("[sweep] W&B sweep abc123xy: 8 agents", "abc123xy"),
+        ("[sweep] starting sweep ppo_rl_study-random-cap6-s42: random, 6 sample(s)", None),
+        ("[sweep] resuming sweep ppo_rl_study-random-cap6-s42 from file:///b/x", None),
+    ],
+)
+def test_sweep_id_is_learned_from_the_engine_log(line: str, sweep_id: str | None) -> None:
+    from console.services.cluster import _SWEEP_ID_RE
+
+    m = _SWEEP_ID_RE.search("noise\n" + line + "\n")
+    assert m is not None
+    assert m.group(1) == (sweep_id or "ppo_rl_study-random-cap6-s42")
