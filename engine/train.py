@@ -547,7 +547,8 @@ def _alpha_value(cfg: TrainConfig) -> float | None:
 
 
 def _node_name() -> str:
-    """The Ray node IP when running inside Ray, else the host name."""
+    """Where this trainer runs: the Ray node IP inside Ray, else the host's IP as the
+    pod emulator publishes it (``PHANTOM_HOST_IP``), else the host name."""
     import socket
 
     if "ray" in sys.modules:
@@ -555,7 +556,7 @@ def _node_name() -> str:
 
         if ray.is_initialized():
             return str(ray.util.get_node_ip_address())
-    return socket.gethostname()
+    return os.environ.get("PHANTOM_HOST_IP") or socket.gethostname()
 
 
 def _fresh_model(cfg: TrainConfig, venv: Any) -> Any:
