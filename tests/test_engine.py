@@ -356,3 +356,32 @@ def test_alpha_auto_trains(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "runs/auto/final" / MANIFEST).read_text())
     assert 0.0 <= manifest["alpha_current"] <= 1.0
     assert "alpha=" in proc.stderr
+
+
+def test_dqn_checkpoint_carries_replay_buffer_and_vecnormalize(tmp_path: Path) -> None:
+    """In-process: checkpoints hold the replay buffer and VecNormalize stats; resuming
+    with a higher total continues from them instead of starting over."""
+    from engine.train import run_training
+
+    cfg = TrainConfig(
+        algo="dqn",
+        env="CartPole-v1",
+        total_timesteps=400,
+        checkpoint_every=200,
+        storage=str(tmp_path / "runs"),
+        run_name="dqn-vn",
+        wandb="disabled",
+        vec_normalize=True,
+        eval_episodes=1,
+        hparams={"learning_starts": 50, "buffer_size": 1000},
+    )
+    first = run_training(cfg)
+    assert first.num_timesteps == 400 and first.resumed_from_step == 0
+    ckpt = tmp_path / "runs/dqn-vn/checkpoints/step-000000000400"
+    assert {p.name for p in ckpt.iterdir()} == {
+        "model.zip", "replay_buffer.pkl", "vecnormalize.pkl", MANIFEST,
+    }  # fmt: skip
+
+    cfg.total_timesteps = 600
+    second = run_training(cfg)
+    assert second.resumed_from_step == 400 and second.num_timesteps == 600

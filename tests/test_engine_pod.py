@@ -194,3 +194,57 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
         first, *later = trial["attempts"]
         assert first["node"] == victim_ip
         assert all(a["resumed_from_step"] > 0 for a in later)
+
+
+def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: RayPod) -> None:
+    """3 trainers on 4 hosts; the host of one trainer is preempted after its first
+    checkpoint. Ray retries the trainer, its bundle moves to the spare host, and it
+    resumes from the checkpoint in the bucket."""
+    pod = ray_pod.pod
+    storage = pod.bucket / "dist-preempt"
+    proc = submit(
+        ray_pod,
+        RAY_MODE="distributed",
+        NUM_NODES="3",
+        TPU_PER_TASK="8",
+        BASE_SEED="7",
+        STORAGE=storage.as_uri(),
+        TRAIN_ARGS="--algo ppo --total-timesteps 6144 --alpha 0.4 --device cpu "
+        "--checkpoint-every 512 --eval-episodes 2",
+        SUBMISSION_ID="dist-preempt",
+        NO_WAIT="1",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    jobs = _job_client(ray_pod)
+    ip_to_host = {h.ip: i for i, h in enumerate(pod.hosts)}
+    victim = victim_run = None
+    deadline = time.monotonic() + 600
+    while victim is None:
+        assert time.monotonic() < deadline, "no trainer checkpointed on a worker host"
+        assert not jobs.get_job_status("dist-preempt").is_terminal()
+        for manifest_path in storage.glob("*/checkpoints/*/MANIFEST.json"):
+            try:
+                manifest = json.loads(manifest_path.read_text())
+            except (OSError, ValueError):
+                continue
+            host = ip_to_host.get(manifest.get("node", ""))
+            if host not in (None, 0) and manifest["step"] < 6144:
+                victim, victim_run = host, manifest["run_name"]
+                break
+        time.sleep(0.3)
+    client.preempt(pod.run_dir, victim)
+
+    deadline = time.monotonic() + 900
+    while not jobs.get_job_status("dist-preempt").is_terminal():
+        assert time.monotonic() < deadline, jobs.get_job_logs("dist-preempt")[-4000:]
+        time.sleep(2)
+    logs = jobs.get_job_logs("dist-preempt")
+    summary = last_json(logs, "trainers")
+    assert not summary["failures"], logs[-4000:]
+    by_run = {t["run_name"]: t for t in summary["trainers"]}
+    assert len(by_run) == 3 and all(t["num_timesteps"] == 6144 for t in by_run.values())
+    retried = by_run[victim_run]
+    assert retried["resumed_from_step"] > 0
+    assert retried["node_ip"] != pod.hosts[victim].ip
+    assert summary["distinct_nodes"] == 3
