@@ -36,6 +36,7 @@ from console.screens.state import LogRing
 from console.screens.submit import SubmitScreen
 from console.services.model import LogLine, PodSnapshot
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
+from console.widgets.fast_table import FastTable
 from console.widgets.table import PhantomTable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +64,8 @@ async def wait_for(pilot: Pilot[int], condition: Callable[[], bool], timeout: fl
         await pilot.pause(0.02)
 
 
-def host_table(app: PhantomApp) -> PhantomTable:
-    return app.screen.query_one("#hosts", PhantomTable)
+def host_table(app: PhantomApp) -> FastTable:
+    return app.screen.query_one("#hosts", FastTable)
 
 
 # recovery --------------------------------------------------------------------------------
@@ -348,6 +349,36 @@ async def test_sync_rows_writes_only_changed_cells() -> None:
         assert table.sync_rows(rows) == 1
         assert table.sync_rows(rows) == 0
         assert table.cell_texts("k42") == ("42", "y")
+
+
+async def test_fast_table_diffs_rows_and_moves_its_cursor() -> None:
+    selected: list[object] = []
+
+    class TableApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield FastTable()
+
+        def on_fast_table_row_selected(self, event: FastTable.RowSelected) -> None:
+            selected.append(event.key)
+
+    async with TableApp().run_test(size=(40, 10)) as pilot:
+        table = pilot.app.query_one(FastTable)
+        table.set_columns([("a", "A", 5), ("b", "B", 5)])
+        rows = [(f"k{i}", ((str(i), ""), ("x", ""))) for i in range(1024)]
+        assert table.sync_rows(rows) == 2048
+        rows[700] = ("k700", (("700", ""), ("y", "red")))
+        assert table.sync_rows(rows) == 1 and table.cell_texts("k700") == ("700", "y")
+        await pilot.pause()
+        table.focus()
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.highlighted_key() == "k1023" and table.scroll_y > 1000
+        await pilot.press("up", "up", "enter")
+        await pilot.pause()
+        assert table.highlighted_key() == "k1021" and "k1021" in selected
+        # Reordering keeps the cursor on the same key.
+        table.sync_rows(list(reversed(rows)))
+        assert table.highlighted_key() == "k1021" and table.cursor_row == 2
 
 
 async def test_palette_teardown_asks_then_calls_the_service() -> None:

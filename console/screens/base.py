@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from console.screens.state import ConsoleState
+from console.widgets.fast_table import FastTable
 from console.widgets.status import StatusBar, health_text
 from console.widgets.table import PhantomTable
 
@@ -90,11 +91,13 @@ class FilteredScreen(PhantomScreen):
         return box
 
     def make_table(self, table_id: str) -> PhantomTable:
-        return PhantomTable(id=table_id)
+        return PhantomTable(id=table_id, classes="main-table")
 
     @property
-    def table(self) -> PhantomTable:
-        return self.query_one(PhantomTable)
+    def table(self) -> PhantomTable | FastTable:
+        table = self.query_one(".main-table")
+        assert isinstance(table, PhantomTable | FastTable)
+        return table
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).cursor_blink = self.phantom.settings.cursor_blink
@@ -107,10 +110,16 @@ class FilteredScreen(PhantomScreen):
             return True
         return any(needle in text.lower() for text, _ in cells) or needle in extra.lower()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_filter":  # esc is listed only while there is a filter to clear
+            return bool(self.filter_text) or self.query_one("#filter", Input).display
+        return True
+
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.display = True
         box.focus()
+        self.refresh_bindings()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -119,6 +128,7 @@ class FilteredScreen(PhantomScreen):
         self.filter_text = ""
         self.render_state(self.WATCHES)
         self.table.focus()
+        self.refresh_bindings()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
@@ -130,3 +140,4 @@ class FilteredScreen(PhantomScreen):
             if not event.value.strip():
                 event.input.display = False
             self.table.focus()
+            self.refresh_bindings()

@@ -96,7 +96,6 @@ class CadenceScreen(FilteredScreen):
             "escape",
             "clear_filter",
             "Clear filter",
-            show=False,
             id="cadence.clear_filter",
             tooltip="Clear the filter",
         ),

@@ -82,7 +82,6 @@ class EventsScreen(FilteredScreen):
             "escape",
             "clear_filter",
             "Clear filter",
-            show=False,
             id="events.clear_filter",
             tooltip="Clear the filter",
         ),

@@ -78,7 +78,6 @@ class JobsScreen(FilteredScreen):
             "escape",
             "clear_filter",
             "Clear filter",
-            show=False,
             id="jobs.clear_filter",
             tooltip="Clear the filter",
         ),

@@ -163,7 +163,7 @@ class LogViewScreen(PhantomScreen):
         if self._highlighter.needle:
             where = f"{self._match_index + 1}/{len(self._matches)}" if self._matches else "0"
             title.append(f"  /{self._highlighter.needle} {where} (n/N)", "cyan")
-        self.query_one("#log-title", Static).update(title)
+        self.query_one("#log-title", Static).update(title, layout=False)  # always one line
 
     def _render_banner(self) -> None:
         banner = self.query_one("#banner", Static)

@@ -12,14 +12,15 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
 from console.screens.state import ago, resources_text, short_host
 from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.widgets.fast_table import FastTable
 from console.widgets.table import Cell
 
-COLUMNS: list[tuple[str, str, int | None]] = [
+COLUMNS: list[tuple[str, str, int]] = [
     ("host", "HOST", 6),
     ("ip", "IP", 11),
     ("tpu", "TPU", 9),
@@ -150,17 +151,23 @@ class OverviewScreen(FilteredScreen):
             "escape",
             "clear_filter",
             "Clear filter",
-            show=False,
             id="overview.clear_filter",
             tooltip="Clear the filter and show every host",
         ),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._host_cells: dict[str, tuple[HostStatus, str, tuple[Cell, ...]]] = {}
+        self._summary = Text()
+        self._warnings: tuple[str, ...] = ()
+
     def compose_body(self) -> ComposeResult:
         yield Static(id="summary")
         yield Static(id="warnings")
         yield self.make_filter_input()
-        table = self.make_table("hosts")
+        # Not a DataTable: 1,024 hosts changing several times a second need per-row caching.
+        table = FastTable(id="hosts", classes="main-table")
         table.set_columns(COLUMNS)
         yield table
 
@@ -173,10 +180,14 @@ class OverviewScreen(FilteredScreen):
             summary.append(
                 f"\nfilter {self.filter_text!r}: {shown} of {len(pod.hosts)} hosts", "cyan"
             )
-        self.query_one("#summary", Static).update(summary)
+        if summary != self._summary:  # an unchanged Static must not cost a layout pass
+            same_height = summary.plain.count("\n") == self._summary.plain.count("\n")
+            self._summary = summary
+            self.query_one("#summary", Static).update(summary, layout=not same_height)
         warnings = self.query_one("#warnings", Static)
         warnings.display = bool(pod and pod.warnings)
-        if pod and pod.warnings:
+        if pod and pod.warnings and pod.warnings != self._warnings:
+            self._warnings = pod.warnings
             warnings.update(warnings_text(pod.warnings))
 
     def _render_hosts(self, pod: PodSnapshot | None, now: float) -> int:
@@ -184,8 +195,16 @@ class OverviewScreen(FilteredScreen):
             self.table.sync_rows([])
             return 0
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        cache = self._host_cells
         for host in pod.hosts:
-            cells = host_cells(host, pod.node_name, now)
+            # Pollers publish the whole pod; most hosts did not change since the last one.
+            seen = ago(now, host.last_seen)
+            hit = cache.get(host.name)
+            if hit is not None and (hit[0] is host or hit[0] == host) and hit[1] == seen:
+                cells = hit[2]
+            else:
+                cells = host_cells(host, pod.node_name, now)
+                cache[host.name] = (host, seen, cells)
             if self.matches(cells, extra=host.name):
                 rows.append((host.name, cells))
         self.table.sync_rows(rows)
@@ -193,7 +212,5 @@ class OverviewScreen(FilteredScreen):
 
     # actions -------------------------------------------------------------------------------
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        name = event.row_key.value
-        if name is not None:
-            self.phantom.open_host(str(name))
+    def on_fast_table_row_selected(self, event: FastTable.RowSelected) -> None:
+        self.phantom.open_host(str(event.key))

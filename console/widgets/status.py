@@ -57,13 +57,13 @@ class StatusBar(Static):
     def set_health(self, health: Text) -> None:
         if health != self._health:
             self._health = health
-            self.update(self._compose_line())
+            self.update(self._compose_line(), layout=False)
 
     def on_mount(self) -> None:
-        self.update(self._compose_line())
+        self.update(self._compose_line(), layout=False)
 
     def on_resize(self) -> None:
-        self.update(self._compose_line())
+        self.update(self._compose_line(), layout=False)
 
     def _compose_line(self) -> Text:
         tabs = Text()
