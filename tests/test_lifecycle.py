@@ -104,6 +104,18 @@ def pod_pids(pod: PodInfo) -> list[int]:
     return find_marked(marker_value(pod_client.read_run_id(pod.run_dir)))
 
 
+def describe(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            out.append(f"{pid}: {argv[:160]}")
+        except OSError:
+            continue
+    return "; ".join(out)
+
+
 class Recorder:
     def __init__(self) -> None:
         self.updates: list[tuple[float, Update]] = []
@@ -244,7 +256,10 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         # -- teardown leaves no Ray process ----------------------------------------------------
         down = await svc.teardown()
         assert down.ok, down.message
-        await until(lambda: not pod_pids(pod), 60, "every Ray process of the pod to exit")
+        try:
+            await until(lambda: not pod_pids(pod), 60, "every Ray process of the pod to exit")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; left: {describe(pod_pids(pod))}") from None
         await svc.refresh()  # the watchdog must not "recover" what the user tore down
         await svc.refresh()
         assert not svc.watchdog.running and not svc.watchdog.armed

@@ -883,20 +883,46 @@ class ClusterServices:
         async with self._user_action():
             t0 = time.monotonic()
             self.watchdog.disarm()
+            stopped = await self._stop_active_jobs()
             self._tunnel_wanted = False
             await self.tunnel.close()
             snap = self._snapshot
             live = [h.name for h in snap.hosts if h.tpu_state == HostState.READY] or None
             per_host = await self.ray.stop(live)
             ok = all(r.ok for r in per_host.values())
+            jobs_note = f"; stopped job(s) {', '.join(stopped)}" if stopped else ""
             res = ActionResult(
                 action="teardown",
                 ok=ok,
                 elapsed_s=time.monotonic() - t0,
                 per_host=per_host,
-                message=_summary("ray stop -f", per_host, ok) + "; tunnel closed",
+                message=_summary("ray stop -f", per_host, ok) + "; tunnel closed" + jobs_note,
+                data={"stopped_jobs": stopped},
             )
             return await self._record(res, actor)
+
+    async def _stop_active_jobs(self, timeout_s: float = 20.0) -> list[str]:
+        """Stop every running job before Ray goes: `ray stop -f` kills Ray's processes,
+        not a job's entrypoint (its own process group), which would outlive the cluster."""
+        if not self.tunnel.is_up:
+            return []
+        try:
+            active = [j.job_id for j in await self.jobs.list() if j.status in ACTIVE]
+        except JobError:
+            return []
+        for job_id in active:
+            with contextlib.suppress(JobError):
+                await self.jobs.stop(job_id)
+        deadline = time.monotonic() + timeout_s
+        pending = set(active)
+        while pending and time.monotonic() < deadline:
+            for job_id in list(pending):
+                with contextlib.suppress(JobError):
+                    if (await self.jobs.status(job_id)).status not in ACTIVE:
+                        pending.discard(job_id)
+            if pending:
+                await asyncio.sleep(0.5)
+        return active
 
     async def preempt(self, host: str, actor: str = "user") -> ActionResult:
         provider = self._local_provider("preempt")
