@@ -274,7 +274,9 @@ class ClusterServices:
             user_path=not config.is_local,
             node_options=self._node_options,
             dashboard_url=self._tunnel_dashboard_url,
-            api_timeout_s=self.poll_budget_s,
+            # Steps (start_head, join_workers) ask the state API too, over SSH before the
+            # tunnel is back; polls bound their own calls to poll_budget_s.
+            api_timeout_s=max(10.0, self.poll_budget_s),
             poll_interval_s=min(0.5, rec.poll_interval_s),
         )
         forwards = default_forwards(config.ray)
