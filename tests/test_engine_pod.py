@@ -248,3 +248,66 @@ def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: R
     assert retried["resumed_from_step"] > 0
     assert retried["node_ip"] != pod.hosts[victim].ip
     assert summary["distinct_nodes"] == 3
+
+
+def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod) -> None:
+    """The head host (GCS, dashboard and the sweep driver) is preempted mid-sweep. After
+    the recovery loop (recreate, restart Ray, resubmit with the same SWEEP_ID) the
+    driver restores the experiment from the bucket and finishes it: every trial
+    completes once and the interrupted ones continue from their checkpoints."""
+    from fixtures_pod import start_ray, stop_ray
+
+    pod = ray_pod.pod
+    storage = f"{pod.bucket_uri}/sweeps"
+    variables = {
+        "RAY_MODE": "sweep",
+        "SWEEP_KIND": "ppo_rl_study",
+        "SWEEP_METHOD": "grid",
+        "SWEEP_RUN_CAP": "4",
+        "NUM_NODES": "4",
+        "AGENTS_PER_NODE": "1",
+        "SWEEP_ID": "headloss",
+        "STORAGE": storage,
+        "SWEEP_ARGS": "--trial-timesteps 3000 --checkpoint-every 500",
+    }
+    proc = submit(ray_pod, SUBMISSION_ID="sweep-1", NO_WAIT="1", timeout=300, **variables)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    exp_dir = pod.bucket / "sweeps" / "headloss"
+
+    def checkpointed_and_recorded() -> bool:
+        trials = read_status(storage, "headloss")
+        running = [t for t in trials.values() if not t["final"]]
+        if len(trials) < 4 or not running:
+            return False
+        if any(t["attempts"][-1]["reports"] < 1 for t in running):
+            return False
+        states = list(exp_dir.glob("experiment_state-*.json"))
+        newest = max(t["attempts"][-1].get("updated_unix", 0) for t in trials.values())
+        return bool(states) and max(s.stat().st_mtime for s in states) >= newest
+
+    deadline = time.monotonic() + 600
+    while not checkpointed_and_recorded():
+        assert time.monotonic() < deadline, (
+            f"sweep never got going: {read_status(storage, 'headloss')}"
+        )
+        time.sleep(0.3)
+    client.preempt(pod.run_dir, 0)
+
+    # recovery loop: recreate the head VM, restart Ray everywhere, resubmit the sweep
+    client.recreate(pod.run_dir, 0)
+    ready = client.wait_for(pod.run_dir, lambda p: p.state == "READY", 120, "READY")
+    stop_ray(ready)
+    new_ray = start_ray(ready)
+    proc = submit(new_ray, SUBMISSION_ID="sweep-2", timeout=1200, **variables)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "resuming sweep headloss" in proc.stdout
+    summary = last_json(proc.stdout, "completed")
+    assert summary["trials"] == 4 and summary["completed"] == 4 and summary["errored"] == 0
+
+    trials = read_status(storage, "headloss")
+    assert len(trials) == 4
+    for trial in trials.values():
+        fresh = [a for a in trial["attempts"] if a["resumed_from_step"] == 0]
+        assert len(fresh) == 1, f"trial {trial['trial_id']} started from scratch twice: {trial}"
+        assert trial["final"] and trial["step"] == 3000
+    assert any(len(t["attempts"]) > 1 for t in trials.values())
