@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -110,7 +111,7 @@ async def _next_recovery(
     return finished[n - 1]
 
 
-async def bench_recovery(repeat: int, poll_s: float) -> dict[str, Any]:
+async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="phantom-bench-recovery-"))
     run_dir = work / "pod"
     pod = await pod_client.async_start_pod(
@@ -174,6 +175,10 @@ async def bench_recovery(repeat: int, poll_s: float) -> dict[str, Any]:
             await svc.stop()
             svc.close_journal()
         await pod_client.async_stop_pod(run_dir)
+        if keep:
+            _log(f"kept {work} (journal: {work / 'state' / 'journal.sqlite'})")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     detect = statistics.median(detects) if detects else float("nan")
     return {
         "poll_interval_s": poll_s,
@@ -194,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.5, help="recovery.poll_interval_s")
     ap.add_argument("--fanout-repeat", type=int, default=3, help="samples per fan-out point")
     ap.add_argument("--skip-fanout", action="store_true", help="recovery figures only")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir and its journal")
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.poll <= 0 or args.fanout_repeat < 1:
         print("bench_recovery: --repeat >= 1, --poll > 0, --fanout-repeat >= 1", file=sys.stderr)
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
-    out = asyncio.run(bench_recovery(args.repeat, args.poll))
+    out = asyncio.run(bench_recovery(args.repeat, args.poll, args.keep))
     if not args.skip_fanout:
         # After the recovery runs, so the two never compete for the same cores.
         fan = asyncio.run(bench_fanout.bench([1, 4, 32], "sleep 0.5", args.fanout_repeat))
