@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
+    trust = sub.add_parser(
+        "trust",
+        help="accept a host's new SSH host key after its VM was recreated",
+        description="Replace the known_hosts entry of HOST with the key the TPU API publishes "
+        "for it (or, if none is published, the key the host offers now).",
+    )
+    trust.add_argument("host", help="host name (phantom-pod-w2), short name (w2), index or IP")
     init = sub.add_parser("init", help="write a commented example config")
     init.add_argument(
         "path", nargs="?", help=f"where to write it (default: {default_config_path()})"
@@ -83,6 +90,30 @@ def cmd_init(path_arg: str | None, force: bool) -> int:
     path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
     print(str(path))
     return EXIT_OK
+
+
+def cmd_trust(config: Config, host: str) -> int:
+    import asyncio
+
+    from console.services.cluster import make_services
+
+    async def go() -> int:
+        try:
+            services = make_services(config, autostart_pod=False)
+        except Exception as exc:  # the factory names what is missing (no pod, bad key...)
+            print(f"phantom: cannot reach the cluster: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            result = await services.trust_host(host)
+        except ValueError as exc:  # unknown host
+            print(f"phantom: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        finally:
+            await services.stop()
+        print(result.message, file=sys.stdout if result.ok else sys.stderr)
+        return EXIT_OK if result.ok else EXIT_FAILED
+
+    return asyncio.run(go())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from console.services.script import script_main
 
             return script_main(args.script, config)
+        if args.command == "trust":
+            return cmd_trust(config, args.host)
         if args.command == "status":
             from console.services.status import status_main
 

@@ -926,6 +926,27 @@ class ClusterServices:
                 await asyncio.sleep(0.5)
         return active
 
+    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
+        """Accept a host's current SSH host key (after a deliberate VM recreate).
+
+        The key comes from the TPU API's guest attributes when published, else from the
+        server itself; the old known_hosts entry is replaced and the action journaled."""
+        t0 = time.monotonic()
+        ep = self.ssh.endpoint(host)
+        try:
+            message = await self.ssh.trust(ep.name)
+            ok = True
+        except (OSError, TimeoutError, ValueError) as exc:
+            message, ok = f"could not read the host key of {ep.name} ({ep.ip}): {exc}", False
+        res = ActionResult(
+            action="trust",
+            ok=ok,
+            elapsed_s=time.monotonic() - t0,
+            per_host={ep.name: HostResult(host=ep.name, ok=ok, error="" if ok else message)},
+            message=message,
+        )
+        return await self._record(res, actor)
+
     async def preempt(self, host: str, actor: str = "user") -> ActionResult:
         provider = self._local_provider("preempt")
         ep = self.ssh.endpoint(host)
