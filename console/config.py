@@ -73,8 +73,11 @@ class RayConfig:
     gcs_port: int = 6379
     dashboard_port: int = 8265
     client_port: int = 10001
-    local_dashboard_port: int = 8265  # tunnel's local end
-    local_client_port: int = 10001
+    # The tunnel's local ends. 0 = auto: the remote port on gcp (localhost:8265 as in the
+    # seed); remote + 10000 for the local emulator, whose "head" shares this machine's
+    # 127.0.0.1 with the dashboard itself.
+    local_dashboard_port: int = 0
+    local_client_port: int = 0
     num_cpus: int = 2
     object_store_mb: int = 256
     resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
@@ -109,6 +112,17 @@ class Config:
     storage: str = ""  # fsspec URI for checkpoints; empty: local emulator bucket
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<defaults>"
+
+    def __post_init__(self) -> None:
+        ray = self.ray
+        offset = 10000 if self.cluster.provider == "local" else 0
+        if ray.local_dashboard_port == 0 or ray.local_client_port == 0:
+            resolved = replace(
+                ray,
+                local_dashboard_port=ray.local_dashboard_port or ray.dashboard_port + offset,
+                local_client_port=ray.local_client_port or ray.client_port + offset,
+            )
+            object.__setattr__(self, "ray", resolved)
 
     @property
     def is_local(self) -> bool:
@@ -263,14 +277,8 @@ _POSITIVE = {
     "recovery.poll_interval_s",
     "recovery.ready_timeout_s",
 }
-_PORTS = {
-    "ssh.port",
-    "ray.gcs_port",
-    "ray.dashboard_port",
-    "ray.client_port",
-    "ray.local_dashboard_port",
-    "ray.local_client_port",
-}
+_PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
+_PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
 
 
 def _check_domain(key: str, value: Any, problems: list[str]) -> None:
@@ -286,6 +294,8 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         )
     elif key in _PORTS and not 1 <= value <= 65535:
         problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535")
+    elif key in _PORTS_OR_AUTO and not 0 <= value <= 65535:
+        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535, or 0 for auto")
     elif key in _POSITIVE and value <= 0:
         problems.append(f"{key} = {value!r}: must be greater than 0")
     elif key == "cluster.hosts" and value > 1024:
@@ -413,8 +423,8 @@ retries = 3                   # transient errors are retried with backoff
 gcs_port = 6379
 dashboard_port = 8265         # bound to 127.0.0.1 on the head, reached through the tunnel
 client_port = 10001
-local_dashboard_port = 8265   # local end of the tunnel
-local_client_port = 10001
+local_dashboard_port = 0      # local end of the tunnel; 0 = auto (gcp: 8265, local: 18265)
+local_client_port = 0         # 0 = auto (gcp: 10001, local: 20001)
 num_cpus = 2                  # logical CPUs per host
 object_store_mb = 256
 resources = { TPU = 8 }       # custom resources per host

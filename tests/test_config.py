@@ -114,3 +114,13 @@ def test_script_help_prints_the_language_reference() -> None:
     assert proc.returncode == 0, proc.stderr
     for action in ("pod up", "wait-ready", "submit single|distributed|sweep", "recover"):
         assert action in proc.stdout
+
+
+def test_tunnel_ports_default_per_provider() -> None:
+    local = Config()
+    # The emulated head shares this machine's 127.0.0.1 with the dashboard: no clash.
+    assert (local.ray.local_dashboard_port, local.ray.local_client_port) == (18265, 20001)
+    gcp = parse_config({"cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"}})
+    assert (gcp.ray.local_dashboard_port, gcp.ray.local_client_port) == (8265, 10001)
+    explicit = parse_config({"ray": {"local_dashboard_port": 9000}})
+    assert explicit.ray.local_dashboard_port == 9000
