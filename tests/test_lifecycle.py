@@ -10,7 +10,6 @@ Every event and action is in the journal.
 from __future__ import annotations
 
 import asyncio
-import socket
 import textwrap
 import time
 from collections.abc import Awaitable, Callable
@@ -18,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from console.config import Config, parse_config
+from console.config import Config
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
 from console.emulator.procs import find_marked, marker_value
+from console.emulator.testconfig import pod_config
 from console.services.cluster import ClusterServices, make_services
 from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
 from console.services.submit import SubmitSpec
@@ -44,35 +44,11 @@ FAKE_TRAIN = textwrap.dedent(
 )
 
 
-def free_port(ip: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            port = int(s.getsockname()[1])
-        if port not in (avoid or set()):
-            (avoid if avoid is not None else set()).add(port)
-            return port
-
-
 def lifecycle_config(pod: PodInfo, tmp_path: Path, poll_s: float = POLL_S) -> Config:
-    used: set[int] = set()
-    head_ip = pod.hosts[0].ip
-    return parse_config(
-        {
-            "cluster": {"provider": "local", "hosts": len(pod.hosts), "run_dir": str(pod.run_dir)},
-            "ssh": {"connect_timeout_s": 5.0, "retries": 1, "command_timeout_s": 240.0},
-            "ray": {
-                "gcs_port": free_port(head_ip, used),
-                "dashboard_port": free_port("127.0.0.1", used),
-                "client_port": free_port(head_ip, used),
-                "local_dashboard_port": free_port("127.0.0.1", used),
-                "local_client_port": free_port("127.0.0.1", used),
-                "num_cpus": 1,
-                "object_store_mb": 100,
-            },
-            "wandb": {"mode": "offline", "dir": str(tmp_path / "wandb")},
-            "recovery": {"poll_interval_s": poll_s, "ready_timeout_s": 120.0, "step_retries": 2},
-        },
+    return pod_config(
+        pod,
+        tmp_path,
+        recovery={"poll_interval_s": poll_s, "ready_timeout_s": 120.0, "step_retries": 2},
         source="<lifecycle test>",
     )
 

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from console.config import load_config
 from console.emulator.client import leftover_pids, pod_status, stop_pod
+from console.emulator.testconfig import free_ray_ports
 from console.services.script import parse_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,23 +30,8 @@ EXAMPLE = ROOT / "examples" / "preemption_drill.phantom"
 FAKE_KEY = "phantom-test-wandb-key-0123456789abcdef"  # must never appear in any output
 
 
-def free_port(ip: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            port: int = s.getsockname()[1]
-        if port not in (avoid or set()):
-            return port
-
-
 def write_config(tmp_path: Path, hosts: int = 4) -> Path:
-    used: set[int] = set()
-
-    def pick(ip: str = "127.0.0.1") -> int:
-        port = free_port(ip, used)
-        used.add(port)
-        return port
-
+    ports = free_ray_ports("127.0.0.10")
     run_dir = tmp_path / "pod"
     cfg = tmp_path / "phantom.toml"
     cfg.write_text(
@@ -57,11 +42,11 @@ hosts = {hosts}
 run_dir = "{run_dir}"
 
 [ray]
-gcs_port = {pick("127.0.0.10")}
-dashboard_port = {pick()}
-client_port = {pick("127.0.0.10")}
-local_dashboard_port = {pick()}
-local_client_port = {pick()}
+gcs_port = {ports["gcs_port"]}
+dashboard_port = {ports["dashboard_port"]}
+client_port = {ports["client_port"]}
+local_dashboard_port = {ports["local_dashboard_port"]}
+local_client_port = {ports["local_client_port"]}
 num_cpus = 2
 object_store_mb = 128
 

@@ -8,7 +8,6 @@ sleeps.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,6 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Select
 
 from console.app import PhantomApp, TuiSettings
-from console.config import parse_config
 from console.messages import LogInbox, PodUpdated
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import SCREENS
@@ -467,16 +465,6 @@ def test_first_frame_without_ray_jax_or_torch() -> None:
     assert result["heavy"] == [], f"imported before the first frame: {result['heavy']}"
 
 
-def _free_port(ip: str, used: set[int]) -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind((ip, 0))
-            port = int(sock.getsockname()[1])
-        if port not in used:
-            used.add(port)
-            return port
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_app_against_the_real_emulator(
@@ -492,23 +480,12 @@ async def test_app_against_the_real_emulator(
         pod = request.getfixturevalue("pod")
     except pytest.FixtureLookupError:
         pytest.skip("the emulator fixture `pod` (tests/fixtures_pod.py) has not landed yet")
-    head_ip, used = pod.hosts[0].ip, set()
-    config = parse_config(
-        {
-            "cluster": {"provider": "local", "hosts": len(pod.hosts), "run_dir": str(pod.run_dir)},
-            "ssh": {"connect_timeout_s": 5.0, "retries": 1, "command_timeout_s": 240.0},
-            "ray": {
-                "gcs_port": _free_port(head_ip, used),
-                "dashboard_port": _free_port("127.0.0.1", used),
-                "client_port": _free_port(head_ip, used),
-                "local_dashboard_port": _free_port("127.0.0.1", used),
-                "local_client_port": _free_port("127.0.0.1", used),
-                "num_cpus": 1,
-                "object_store_mb": 100,
-            },
-            "wandb": {"mode": "offline", "dir": str(tmp_path / "wandb")},
-            "recovery": {"auto": False, "poll_interval_s": 0.5, "ready_timeout_s": 120.0},
-        },
+    from console.emulator.testconfig import pod_config
+
+    config = pod_config(
+        pod,
+        tmp_path,
+        recovery={"auto": False, "poll_interval_s": 0.5},
         source="<tui e2e>",
     )
     services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)

@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -36,9 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.config import Config, parse_config
+from console.config import Config
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
+from console.emulator.testconfig import pod_config
 from console.services import bench_fanout
 from console.services.cluster import ClusterServices, make_services
 from console.services.model import RecoveryStatus, Update
@@ -55,35 +55,11 @@ SLEEPER = textwrap.dedent(
 )
 
 
-def _free_port(ip: str, used: set[int]) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            port = int(s.getsockname()[1])
-        if port not in used:
-            used.add(port)
-            return port
-
-
 def _config(pod: PodInfo, work: Path, poll_s: float) -> Config:
-    used: set[int] = set()
-    head_ip = pod.hosts[0].ip
-    return parse_config(
-        {
-            "cluster": {"provider": "local", "hosts": len(pod.hosts), "run_dir": str(pod.run_dir)},
-            "ssh": {"connect_timeout_s": 5.0, "retries": 1, "command_timeout_s": 240.0},
-            "ray": {
-                "gcs_port": _free_port(head_ip, used),
-                "dashboard_port": _free_port("127.0.0.1", used),
-                "client_port": _free_port(head_ip, used),
-                "local_dashboard_port": _free_port("127.0.0.1", used),
-                "local_client_port": _free_port("127.0.0.1", used),
-                "num_cpus": 1,
-                "object_store_mb": 100,
-            },
-            "wandb": {"mode": "offline", "dir": str(work / "wandb")},
-            "recovery": {"poll_interval_s": poll_s, "ready_timeout_s": 180.0},
-        },
+    return pod_config(
+        pod,
+        work,
+        recovery={"poll_interval_s": poll_s, "ready_timeout_s": 180.0},
         source="<bench_recovery>",
     )
 
