@@ -630,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sweep-id", default="", help="default: derived from kind/method/cap")
     parser.add_argument(
         "--storage",
-        default="runs/sweeps",
+        default=os.environ.get("PHANTOM_STORAGE", "runs").rstrip("/") + "/sweeps",
         help="shared storage for trial checkpoints and sweep state (file:// or gs://)",
     )
     parser.add_argument("--address", default=None, help="Ray address (default $RAY_ADDRESS)")

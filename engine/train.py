@@ -58,7 +58,8 @@ from engine.tracking import WANDB_MODES, log
 
 ALGOS = ("ppo", "a2c", "dqn")
 DEFAULT_ENV = "phantom/BehaviourMaze-v0"
-DEFAULT_STORAGE = "runs"
+# PHANTOM_STORAGE: the shared bucket the console sets for jobs it submits.
+DEFAULT_STORAGE = os.environ.get("PHANTOM_STORAGE") or "runs"
 DEFAULT_CHECKPOINT_EVERY = 2048
 DEVICE_RE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?)$")
 # algorithm defaults chosen for small CPU runs (each can be overridden with --hparams)

@@ -114,7 +114,7 @@ def jobs() -> list[JobInfo]:
         JobInfo(
             "raysubmit_sweep7Kq2mX9a",
             "RUNNING",
-            "python -m engine.sweep --backend tune --sweep-kind ppo_rl_study --sweep-method "
+            "python -m engine.sweep --backend tune --kind ppo_rl_study --method "
             "random --run-cap 6 --num-nodes 4 --agents-per-node 2 --tpu-per-task 0",
             start_time=T0 - 3720.0,
         ),

@@ -162,7 +162,7 @@ INVALID = [
     pytest.param(
         "submit sweep --sweep-method annealing\n",
         1,
-        "'annealing': use one of random, grid, bayes",
+        "'annealing': use one of random, grid",
         id="sweep-method",
     ),
     pytest.param(

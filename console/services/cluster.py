@@ -31,7 +31,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -232,6 +232,10 @@ class ClusterServices:
         self.journal = journal
         self._ajournal = AsyncJournal(journal)
         self.registry = JobRegistry(state_dir / "jobs.json")
+        # Where jobs write offline W&B runs and cadence reads them. On the emulator the
+        # "hosts" share this machine's disk, so a state-dir default just works; on gcp the
+        # runs live on the VMs and cadence comes from the W&B API (mode = "online").
+        self.wandb_dir = config.wandb.dir or (str(state_dir / "wandb") if config.is_local else "")
         rec = config.recovery
         self.poll_interval_s = rec.poll_interval_s
         # A poll must finish in about one interval: a hung layer is reported as unknown.
@@ -299,7 +303,9 @@ class ClusterServices:
         )
         self.job_watcher = JobWatcher(self.jobs, interval_s=rec.poll_interval_s)
         self.cadence_tracker = CadenceTracker(
-            sources_from_config(config.wandb, environ=environ), rec.stall_factor, clock=clock
+            sources_from_config(replace(config.wandb, dir=self.wandb_dir), environ=environ),
+            rec.stall_factor,
+            clock=clock,
         )
         self._cadence: list[RunCadence] = []
         self._ops = _ClusterOps(self)
@@ -777,8 +783,29 @@ class ClusterServices:
                 )
         return await self._submit(spec, actor)
 
+    @property
+    def storage_uri(self) -> str:
+        """Checkpoint storage every node reaches: config.storage, else the emulator's bucket."""
+        if self.config.storage:
+            return self.config.storage
+        return self.pod_info.bucket_uri if self.pod_info is not None else ""
+
+    def _job_defaults(self, spec: SubmitSpec) -> SubmitSpec:
+        """Shared storage for checkpoints and, on the emulator (same machine), the W&B dir
+        the cadence service reads; a user's own runtime-env values win."""
+        if not spec.storage and self.storage_uri:
+            spec = replace(spec, storage=self.storage_uri)
+        if self.config.is_local and self.wandb_dir:
+            env = dict(spec.runtime_env)
+            env_vars = dict(env.get("env_vars") or {})
+            env_vars.setdefault("WANDB_DIR", str(Path(self.wandb_dir).expanduser()))
+            env["env_vars"] = env_vars
+            spec = replace(spec, runtime_env=env)
+        return spec
+
     async def _submit(self, spec: SubmitSpec, actor: str, resubmitted_from: str = "") -> JobInfo:
         t0 = time.monotonic()
+        spec = self._job_defaults(spec)
         try:
             info = await self.jobs.submit(spec, working_dir=self.working_dir, environ=self._environ)
         except Exception as exc:

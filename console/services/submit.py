@@ -18,7 +18,7 @@ from typing import Any
 from console.config import is_secret_name, mask_secrets, validate_runtime_env
 
 MODES = ("single", "distributed", "sweep")
-SWEEP_METHODS = ("random", "grid", "bayes")
+SWEEP_METHODS = ("random", "grid")  # what engine.sweep implements
 SWEEP_BACKENDS = ("tune", "wandb")
 DEFAULT_TRAIN_ARGS = "--algo ppo --total-timesteps 5000 --alpha 0.3 --device cpu"
 # Never upload these with the working dir: a venv alone is GBs.
@@ -46,6 +46,9 @@ class SubmitSpec:
     sweep_backend: str = "tune"
     sweep_id: str = ""  # set to resume / relaunch an existing sweep
     submission_id: str = ""
+    # Shared checkpoint storage (fsspec URI) every node can reach; sent as PHANTOM_STORAGE,
+    # the default of engine.train/engine.sweep --storage. Filled in by the services.
+    storage: str = ""
 
     def validate(self) -> dict[str, str]:
         """Every problem, keyed by field name (empty dict: valid)."""
@@ -104,18 +107,18 @@ class SubmitSpec:
                 f" --train-args {q(self.train_args)} --num-nodes {self.num_nodes}"
                 f" --tpu-per-task {self.tpu_per_task} --base-seed {self.base_seed}"
             )
+        # Sweeps take their training arguments from the search space
+        # (engine/sweeps/<kind>.json), not from train_args.
         parts = [
             "python -m engine.sweep",
             f"--backend {self.sweep_backend}",
-            f"--sweep-kind {q(self.sweep_kind)}",
-            f"--sweep-method {self.sweep_method}",
+            f"--kind {q(self.sweep_kind)}",
+            f"--method {self.sweep_method}",
             f"--run-cap {self.run_cap}",
             f"--num-nodes {self.num_nodes}",
             f"--agents-per-node {self.agents_per_node}",
             f"--tpu-per-task {self.tpu_per_task}",
         ]
-        if self.train_args:
-            parts.append(f"--train-args {q(self.train_args)}")
         if self.sweep_id:
             parts.append(f"--sweep-id {q(self.sweep_id)}")
         return " ".join(parts)
@@ -133,6 +136,10 @@ class SubmitSpec:
                 k: (environ.get(v[1:], "") if v.startswith("$") else v)
                 for k, v in env["env_vars"].items()
             }
+        if self.storage:
+            env_vars = dict(env.get("env_vars") or {})
+            env_vars.setdefault("PHANTOM_STORAGE", self.storage)
+            env["env_vars"] = env_vars
         env.setdefault("excludes", list(WORKING_DIR_EXCLUDES))
         return env
 
@@ -149,7 +156,7 @@ class SubmitSpec:
     def command_preview(self, address: str, working_dir: str = ".") -> str:
         """The equivalent `ray job submit` command line (secrets masked)."""
         q = shlex.quote
-        env = json.dumps(self.display_runtime_env(), separators=(",", ":"))
+        env = json.dumps(self.display_runtime_env(), separators=(",", ":"), ensure_ascii=False)
         return (
             f"ray job submit --address {q(address)} --working-dir {q(working_dir)} "
             f"--runtime-env-json {q(env)} -- {self.entrypoint()}"
