@@ -93,6 +93,10 @@ class AutoAlphaCallback(BaseCallback):
     # ---------------------------------------------------------------- setup
 
     def _init_callback(self) -> None:
+        # engine.train calls learn() once per checkpoint chunk; the bank (and delta) only
+        # depend on the family, so build them once.
+        if self.bank is not None:
+            return
         fam = self.family
         shape = (fam.n_levels, fam.n_states)
         if np.shape(fam.state_mask) != shape or np.shape(fam.human_kernel)[:2] != shape:
