@@ -373,6 +373,33 @@ class PhantomApp(App[int]):
     async def run_open_tunnel(self) -> None:
         self._report(await self._call("Tunnel", self.services.open_tunnel(actor="user")))
 
+    def action_bring_up(self) -> None:
+        pod = self.state.pod
+        if pod is not None and pod.ray_alive:
+            self._confirm(
+                "Bring the cluster up again?",
+                f"Ray already has {pod.ray_alive} live node(s): bootstrapping and starting Ray "
+                "restarts it, and running jobs stop.",
+                "Bring up",
+                self.run_bring_up,
+            )
+        else:
+            self.run_bring_up()
+
+    @work(exclusive=True, group="ray-up", exit_on_error=False)
+    async def run_bring_up(self) -> None:
+        """The seed's bring-up: bootstrap every worker, head + workers, tunnel."""
+        self.notify("Bringing the cluster up: bootstrap, Ray head and workers, tunnel…")
+        for label, step in (
+            ("Bootstrap", lambda: self.services.bootstrap(None, actor="user")),
+            ("Ray up", lambda: self.services.ray_up(actor="user")),
+            ("Tunnel", lambda: self.services.open_tunnel(actor="user")),
+        ):
+            result = await self._call(label, step())
+            self._report(result)
+            if result is None or not result.ok:
+                return
+
     def request_ray_up(self) -> None:
         self._confirm(
             "Restart Ray on the pod?",

@@ -88,6 +88,33 @@ async def test_recover_key_on_preempted_pod_calls_the_watchdog() -> None:
         await wait_for(pilot, lambda: "PREEMPTED" not in host_table(app).cell_texts(f"{NODE}-w2"))
 
 
+async def test_bring_up_key_on_a_fresh_pod_runs_bootstrap_ray_up_and_tunnel() -> None:
+    fake = FakeServices("healthy")
+    fresh = tuple(replace(h, ray_state="-", ray_nodes=0) for h in fake.pod.hosts)
+    fake.pod = replace(fake.pod, hosts=fresh, tunnel_up=False)
+    app = make_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        hint = str(app.screen.query_one("#warnings").render())
+        assert "press u to bring it up" in hint
+        await pilot.press("u")  # nothing to lose: no confirmation
+        await settle(pilot)
+        names = [c.name for c in fake.calls if c.name in ("bootstrap", "ray_up", "open_tunnel")]
+        assert names == ["bootstrap", "ray_up", "open_tunnel"]
+
+
+async def test_bring_up_on_a_running_cluster_asks_first() -> None:
+    fake = FakeServices("healthy")
+    async with make_app(fake).run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("u")
+        await settle(pilot)
+        assert isinstance(pilot.app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert not fake.called("bootstrap") and not fake.called("ray_up")
+
+
 async def test_recover_cancelled_changes_nothing() -> None:
     fake = FakeServices("preempted")
     async with make_app(fake).run_test(size=(80, 24)) as pilot:

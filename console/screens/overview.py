@@ -140,6 +140,13 @@ class OverviewScreen(FilteredScreen):
             tooltip="Run the whole recovery loop now (asks to confirm)",
         ),
         Binding(
+            "u",
+            "app.bring_up",
+            "Bring up",
+            id="overview.bring_up",
+            tooltip="Bootstrap every host, start the Ray head, join the workers, open the tunnel",
+        ),
+        Binding(
             "ctrl+r",
             "app.refresh_pod",
             "Refresh",
@@ -184,11 +191,15 @@ class OverviewScreen(FilteredScreen):
             same_height = summary.plain.count("\n") == self._summary.plain.count("\n")
             self._summary = summary
             self.query_one("#summary", Static).update(summary, layout=not same_height)
+        shown_warnings = pod.warnings if pod else ()
+        if pod and pod.hosts and pod.ready_hosts == len(pod.hosts) and pod.ray_alive == 0:
+            # A fresh pod (or one torn down): say what to press instead of a silent table.
+            shown_warnings = (*shown_warnings, "Ray is not running: press u to bring it up")
         warnings = self.query_one("#warnings", Static)
-        warnings.display = bool(pod and pod.warnings)
-        if pod and pod.warnings and pod.warnings != self._warnings:
-            self._warnings = pod.warnings
-            warnings.update(warnings_text(pod.warnings))
+        warnings.display = bool(shown_warnings)
+        if shown_warnings and shown_warnings != self._warnings:
+            self._warnings = shown_warnings
+            warnings.update(warnings_text(shown_warnings))
 
     def _render_hosts(self, pod: PodSnapshot | None, now: float) -> int:
         if pod is None:
