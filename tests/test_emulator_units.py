@@ -7,9 +7,9 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 
 import pytest
+from waiting import wait_until
 
 from console.emulator.daemon import chaos_schedule
 from console.emulator.layout import MARKER_ENV, resolve_host_ref
@@ -125,10 +125,12 @@ def test_kill_marked_kills_detached_descendants_only() -> None:
         env={**os.environ, MARKER_ENV: marker_value(run_id, "h1", 1)},
     )
     try:
-        deadline = time.monotonic() + 10
-        while grandchild not in find_marked(marker_value(run_id, "h0")):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(
+            lambda: grandchild in find_marked(marker_value(run_id, "h0")),
+            10,
+            "the grandchild to carry the marker",
+            step=0.01,
+        )
         assert kill_marked(marker_value(run_id, "h0")) >= 1
         assert find_marked(marker_value(run_id, "h0")) == []
         assert find_marked(marker_value(run_id, "h1")) == [other.pid]
@@ -144,10 +146,12 @@ def test_descendants_with_a_wiped_environment_are_found() -> None:
     env = {**os.environ, MARKER_ENV: marker_value(run_id, "h0", 1)}
     parent = subprocess.Popen(["bash", "-c", "env -i sleep 1000 & wait"], env=env)
     try:
-        deadline = time.monotonic() + 10
-        while len(find_marked(marker_value(run_id, "h0"))) < 2:
-            assert time.monotonic() < deadline, "child never showed up"
-            time.sleep(0.01)
+        wait_until(
+            lambda: len(find_marked(marker_value(run_id, "h0"))) >= 2,
+            10,
+            "the child with a wiped environment to show up",
+            step=0.01,
+        )
         assert kill_marked(marker_value(run_id, "h0")) == 2
     finally:
         parent.kill()

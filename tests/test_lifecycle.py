@@ -9,13 +9,12 @@ Every event and action is in the journal.
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from console.config import Config
 from console.emulator import client as pod_client
@@ -59,21 +58,6 @@ def fake_project(tmp_path: Path) -> Path:
     (wd / "engine" / "__init__.py").write_text("")
     (wd / "engine" / "train.py").write_text(FAKE_TRAIN)
     return wd
-
-
-async def until(
-    check: Callable[[], Awaitable[bool] | bool], timeout_s: float, what: str, step: float = 0.2
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        res = check()
-        if not isinstance(res, bool):
-            res = await res
-        if res:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(step)
 
 
 def pod_pids(pod: PodInfo) -> list[int]:

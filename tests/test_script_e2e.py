@@ -8,17 +8,18 @@ parsed; the event sequence is checked. Also: Ctrl-C after `pod up` brings that p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from console.config import load_config
 from console.emulator.client import leftover_pids, pod_status, stop_pod
@@ -195,9 +196,8 @@ def test_interrupt_after_pod_up_brings_that_pod_down(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        deadline = time.monotonic() + 30
-        while pod_status(run_dir) is not None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(AssertionError):  # asserted just below, with details
+            wait_until(lambda: pod_status(run_dir) is None, 30, "the pod to go down", step=0.1)
         alive_after_script = pod_status(run_dir) is not None
         assert_pod_gone(run_dir)
     assert proc.returncode == 130, err

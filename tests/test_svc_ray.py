@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import until
 
 from console.config import Config, RayConfig, parse_config
 from console.emulator import client as pod_client
@@ -115,16 +114,6 @@ def _get_json(url: str) -> dict[str, Any]:
         return data
 
 
-async def _until(
-    check: Callable[[], Awaitable[bool]], timeout_s: float, what: str, step: float = 0.5
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(step)
-
-
 def _pod_pids(pod: PodInfo) -> list[int]:
     return find_marked(marker_value(pod_client.read_run_id(pod.run_dir)))
 
@@ -197,14 +186,14 @@ async def test_ray_cluster_lifecycle_over_ssh(pod: PodInfo, tmp_path: Path) -> N
         async def doubled() -> bool:
             return duplicates(await ops.nodes()) == {w1.ip: 2}
 
-        await _until(doubled, 60, f"two live Ray nodes on {w1.ip}")
+        await until(doubled, 60, f"two live Ray nodes on {w1.ip}")
         fixed = await ops.join_workers([w1.name])
         assert fixed[w1.name].ok, fixed[w1.name].error
 
         async def single() -> bool:
             return alive_by_ip(await ops.nodes()).get(w1.ip) == 1
 
-        await _until(single, 60, f"one live Ray node on {w1.ip}")
+        await until(single, 60, f"one live Ray node on {w1.ip}")
 
         # The head host is preempted and recreated: the tunnel comes back by itself once a
         # new head runs there (the rest of the recovery is the watchdog's job).
@@ -213,7 +202,7 @@ async def test_ray_cluster_lifecycle_over_ssh(pod: PodInfo, tmp_path: Path) -> N
         async def tunnel_down() -> bool:
             return not tunnel.is_up
 
-        await _until(tunnel_down, 20, "the tunnel to notice the loss")
+        await until(tunnel_down, 20, "the tunnel to notice the loss")
         with pytest.raises(RayError, match="Ray state API not reachable"):
             await ops.nodes()
         await provider.recreate([0])
@@ -237,7 +226,7 @@ async def test_ray_cluster_lifecycle_over_ssh(pod: PodInfo, tmp_path: Path) -> N
     async def no_ray_left() -> bool:
         return not _pod_pids(pod)
 
-    await _until(no_ray_left, 30, "every Ray process of the pod to exit")
+    await until(no_ray_left, 30, "every Ray process of the pod to exit")
 
 
 async def test_join_without_a_head_is_a_named_error(pod: PodInfo, tmp_path: Path) -> None:
