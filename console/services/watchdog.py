@@ -432,7 +432,10 @@ class Watchdog:
         self._unhealthy_polls += 1
         if not (self._auto and self._armed) or self._held:
             return diag
-        confirmed = diag.hard or diag.head_lost or self._unhealthy_polls >= self.confirm_polls
+        # A head whose VM is gone (hard) acts at once; a head that only looks lost (GCS
+        # silent, no Ray node, SSH failing on a READY VM) may be a slow poll on a loaded
+        # box, and restarting the whole cluster kills every job: confirm it first.
+        confirmed = diag.hard or self._unhealthy_polls >= self.confirm_polls
         if confirmed and self._clock() >= self._next_auto_at:
             self.start_recovery(actor="watchdog", trigger=diag.summary(), observation=obs)
         return diag
