@@ -28,41 +28,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from engine.cliargs import non_negative_float, non_negative_int, positive_int
 from engine.train import UsageError, build_parser, config_from_args, default_run_name
 
 
 def log(msg: str) -> None:
     print(f"[distributed] {msg}", file=sys.stderr, flush=True)
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def build_launcher_parser() -> argparse.ArgumentParser:
@@ -75,17 +46,17 @@ def build_launcher_parser() -> argparse.ArgumentParser:
         required=True,
         help='arguments for engine.train, e.g. "--algo ppo --total-timesteps 100000 --alpha 0.4"',
     )
-    parser.add_argument("--num-nodes", type=_positive_int, required=True, help="trainers (1/node)")
+    parser.add_argument("--num-nodes", type=positive_int, required=True, help="trainers (1/node)")
     parser.add_argument(
-        "--tpu-per-task", type=_non_negative_float, default=0.0, help="TPU resource per trainer"
+        "--tpu-per-task", type=non_negative_float, default=0.0, help="TPU resource per trainer"
     )
-    parser.add_argument("--cpus-per-task", type=_non_negative_float, default=1.0)
-    parser.add_argument("--base-seed", type=_non_negative_int, default=0)
+    parser.add_argument("--cpus-per-task", type=non_negative_float, default=1.0)
+    parser.add_argument("--base-seed", type=non_negative_int, default=0)
     parser.add_argument(
         "--address", default=None, help="Ray address (default: $RAY_ADDRESS or a local cluster)"
     )
     parser.add_argument(
-        "--max-retries", type=_non_negative_int, default=3, help="retries of a lost trainer"
+        "--max-retries", type=non_negative_int, default=3, help="retries of a lost trainer"
     )
     parser.add_argument(
         "--placement",
@@ -95,7 +66,7 @@ def build_launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--placement-timeout",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=300.0,
         help="seconds to wait for enough nodes before giving up",
     )

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.cliargs import non_negative_float, positive_int
 from engine.storage import MANIFEST, CheckpointInfo, StorageError, resolve_storage, sha256_file
 from engine.tracking import WANDB_MODES
 from engine.train import (
@@ -590,39 +591,19 @@ def run_wandb(args: argparse.Namespace, spec: SweepSpec) -> dict[str, Any]:
 # CLI
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m engine.sweep", description="Run a hyperparameter sweep over Ray."
     )
     parser.add_argument("--kind", default="ppo_rl_study", help="search space engine/sweeps/KIND")
     parser.add_argument("--method", choices=METHODS, default="random")
-    parser.add_argument("--run-cap", type=_positive_int, default=900, help="max trials")
-    parser.add_argument("--num-nodes", type=_positive_int, default=1)
-    parser.add_argument("--agents-per-node", type=_positive_int, default=1)
-    parser.add_argument("--tpu-per-task", type=_non_negative_float, default=0.0)
+    parser.add_argument("--run-cap", type=positive_int, default=900, help="max trials")
+    parser.add_argument("--num-nodes", type=positive_int, default=1)
+    parser.add_argument("--agents-per-node", type=positive_int, default=1)
+    parser.add_argument("--tpu-per-task", type=non_negative_float, default=0.0)
     parser.add_argument(
         "--cpus-per-node",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=0.0,
         help="CPUs of one node (default: smallest alive node's CPU count)",
     )
@@ -635,8 +616,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--address", default=None, help="Ray address (default $RAY_ADDRESS)")
     parser.add_argument("--max-failures", type=int, default=3, help="retries per failed trial")
-    parser.add_argument("--trial-timesteps", type=_positive_int, default=None)
-    parser.add_argument("--checkpoint-every", type=_positive_int, default=None)
+    parser.add_argument("--trial-timesteps", type=positive_int, default=None)
+    parser.add_argument("--checkpoint-every", type=positive_int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     default_mode = os.environ.get("WANDB_MODE", "offline")
     parser.add_argument(

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.cliargs import non_negative_int
 from engine.storage import (
     MANIFEST,
     CheckpointInfo,
@@ -157,16 +158,6 @@ def _positive_int(flag: str) -> Callable[[str], int]:
     return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _alpha(text: str) -> float | str:
     if text.strip().lower() == "auto":
         return "auto"
@@ -230,7 +221,7 @@ def build_parser(raise_errors: bool = False) -> argparse.ArgumentParser:
         help="human-likeness weight in [0, 1], or 'auto' (behaviour env only)",
     )
     parser.add_argument("--device", type=_device, default="cpu", help="cpu, auto, cuda[:N], mps")
-    parser.add_argument("--seed", type=_non_negative_int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     parser.add_argument("--n-envs", type=_positive_int("--n-envs"), default=1)
     parser.add_argument(
         "--env", default=DEFAULT_ENV, help=f"gymnasium id (default {DEFAULT_ENV}; e.g. CartPole-v1)"
@@ -264,7 +255,7 @@ def build_parser(raise_errors: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--vec-normalize", action="store_true", help="wrap envs in VecNormalize")
     parser.add_argument("--vec-env", choices=("dummy", "subproc"), default="dummy")
     parser.add_argument("--keep-checkpoints", type=_positive_int("--keep-checkpoints"), default=3)
-    parser.add_argument("--eval-episodes", type=_non_negative_int, default=10)
+    parser.add_argument("--eval-episodes", type=non_negative_int, default=10)
     parser.add_argument("--log-every", type=_positive_int("--log-every"), default=1000)
     parser.add_argument("--torch-threads", type=_positive_int("--torch-threads"), default=1)
     return parser
