@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from console.config import WandbConfig
 from console.services.cadence import (
@@ -391,8 +392,12 @@ def test_offline_source_follows_a_live_run_and_flags_it_stalled_when_it_hangs(
         assert cad.steps_per_min and cad.steps_per_min > 100
         assert len(cad.recent_intervals) == 30
         # The writer now hangs: the run must be flagged within k x median + lag.
-        while time.monotonic() < deadline and not tracker.poll()[0].stalled:
-            time.sleep(0.05)
+        wait_until(
+            lambda: tracker.poll()[0].stalled,
+            max(1.0, deadline - time.monotonic()),
+            "the hung run to be flagged stalled",
+            step=0.05,
+        )
         (cad,) = tracker.latest()
         assert cad.stalled
         (tr,) = tracker.take_transitions()
