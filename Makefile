@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYTEST_ENV := RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1
+PYTEST_ENV := RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1 NO_GCE_CHECK=True
 
 .PHONY: run setup test test-slow test-all lint typecheck bench clean
 
@@ -33,6 +33,7 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check console engine tests scripts
 	$(BIN)/ruff format --check console engine tests scripts
+	$(BIN)/lint-imports pyproject.toml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

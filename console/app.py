@@ -50,11 +50,11 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
-from console.screens.state import DEFAULT_LOG_RING, ConsoleState, duration
 from console.screens.submit import SubmitScreen
 from console.services.api import ConsoleServices
 from console.services.model import ActionResult, LogLine, LogStreamClosed, PodSnapshot
 from console.services.submit import SubmitSpec
+from console.state import DEFAULT_LOG_RING, ConsoleState, duration
 
 T = TypeVar("T")
 SCREENS_GROUP = Binding.Group("screens", compact=True)
@@ -569,7 +569,7 @@ class PhantomApp(App[int]):
 
 def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomApp:
     """The app on the configured cluster (real services; imported only here, lazily)."""
-    from console.services.cluster import make_services
+    from console.wiring import make_services
 
     return PhantomApp(make_services(config), clock=time.time, settings=settings)
 

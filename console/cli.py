@@ -18,15 +18,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from console.config import EXAMPLE_CONFIG, Config, ConfigError, default_config_path, load_config
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from console import exit_codes
+from console.config import Config, ConfigError, default_config_path, load_config
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"phantom: error: {message}\n")
+        self.exit(exit_codes.USAGE, f"phantom: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,33 +84,35 @@ def cmd_init(path_arg: str | None, force: bool) -> int:
     path = Path(path_arg) if path_arg else default_config_path()
     if path.exists() and not force:
         print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)
-        return EXIT_USAGE
+        return exit_codes.USAGE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(EXAMPLE_CONFIG, encoding="utf-8")
+    from console.config_example import example_config
+
+    path.write_text(example_config(), encoding="utf-8")
     print(str(path))
-    return EXIT_OK
+    return exit_codes.OK
 
 
 def cmd_trust(config: Config, host: str) -> int:
     import asyncio
 
-    from console.services.cluster import make_services
+    from console.wiring import make_services
 
     async def go() -> int:
         try:
             services = make_services(config, autostart_pod=False)
         except Exception as exc:  # the factory names what is missing (no pod, bad key...)
             print(f"phantom: cannot reach the cluster: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return exit_codes.FAILED
         try:
             result = await services.trust_host(host)
         except ValueError as exc:  # unknown host
             print(f"phantom: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return exit_codes.USAGE
         finally:
             await services.stop()
         print(result.message, file=sys.stdout if result.ok else sys.stderr)
-        return EXIT_OK if result.ok else EXIT_FAILED
+        return exit_codes.OK if result.ok else exit_codes.FAILED
 
     return asyncio.run(go())
 
@@ -119,45 +120,45 @@ def cmd_trust(config: Config, host: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["pod"]:  # the emulator has its own parser (and its own --help)
-        from console.emulator.cli import pod_main
+        from console.wiring import pod_cli
 
-        return pod_main(argv[1:])
+        return pod_cli(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.script_help:
-        from console.services.script import usage_text
+        from console.script.language import usage_text
 
         print(usage_text())
-        return EXIT_OK
+        return exit_codes.OK
     if args.command == "init":
         return cmd_init(args.path, args.force)
     if args.command == "pod":
-        from console.emulator.cli import pod_main
+        from console.wiring import pod_cli
 
-        return pod_main(list(args.pod_args))
+        return pod_cli(list(args.pod_args))
     try:
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
-        return EXIT_USAGE
+        return exit_codes.USAGE
     try:
         if args.script is not None:
             if args.command:
                 parser.error("--script cannot be combined with a command")
-            from console.services.script import script_main
+            from console.script.main import script_main
 
             return script_main(args.script, config)
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "status":
-            from console.services.status import status_main
+            from console.status import status_main
 
             return status_main(config, as_json=args.json)
         from console.app import run_tui
 
         return run_tui(config)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return exit_codes.INTERRUPTED
 
 
 if __name__ == "__main__":

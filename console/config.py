@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from console.secrets import is_secret_name
+
 PROVIDERS = ("local", "gcp")
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
 class ConfigError(Exception):
@@ -43,62 +44,104 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class ClusterConfig:
+    """[cluster]: which pod the console drives."""
+
     provider: Literal["local", "gcp"] = "local"
+    """"local" (an emulated spot pod on loopback) or "gcp" (a real TPU VM pod)."""
     project: str = "phantom-local"
+    """gcp: your project id."""
     zone: str = "local-a"
+    """gcp: the pod's zone, e.g. "us-central2-b"."""
     node_name: str = "phantom-pod"
+    """The TPU VM (pod slice) name."""
     accelerator_type: str = "v4-32"
+    """The slice's accelerator type (used when the node is recreated)."""
     hosts: int = 4
-    # gcp: API endpoint override (empty = Google's); local: filled from the emulator.
+    """local: the number of emulated hosts (127.0.0.10, .11, ...)."""
     api_endpoint: str = ""
-    # local: where the emulator keeps its state (empty = XDG state dir).
+    """gcp: TPU API endpoint override (empty: Google's). local: read from the emulator."""
     run_dir: str = ""
+    """local: the emulator's state dir (empty: $XDG_STATE_HOME/phantom/pod)."""
 
 
 @dataclass(frozen=True)
 class SshConfig:
-    user: str = ""  # empty: the provider's default (emulator: "phantom"; gcp: $USER)
-    key: str = ""  # empty: the provider's default key
+    """[ssh]: how the console reaches every worker."""
+
+    user: str = ""
+    """Login user (empty: the emulator's "phantom"; on gcp your $USER)."""
+    key: str = ""
+    """Private key (empty: the emulator's key; on gcp ~/.ssh/google_compute_engine)."""
     known_hosts_policy: Literal["tpu-api", "file", "accept-new"] = "tpu-api"
-    known_hosts: str = ""  # empty: <state dir>/known_hosts
+    """"tpu-api" (trust the host keys the TPU API publishes in guest attributes), "file"
+    (only known_hosts) or "accept-new" (trust on first use)."""
+    known_hosts: str = ""
+    """The console's own known_hosts (empty: <state dir>/known_hosts; never ~/.ssh's)."""
     port: int = 22
+    """SSH port of every worker."""
     connect_timeout_s: float = 10.0
+    """Seconds to wait for a connection."""
     command_timeout_s: float = 600.0
+    """Seconds a fanned-out command may run."""
     parallelism: int = 32
+    """Concurrent SSH sessions in a fan-out."""
     retries: int = 3
+    """Transient errors are retried with backoff this many times."""
 
 
 @dataclass(frozen=True)
 class RayConfig:
+    """[ray]: the Ray cluster the console forms on the pod."""
+
     gcs_port: int = 6379
+    """The head's GCS port."""
     dashboard_port: int = 8265
+    """Bound to 127.0.0.1 on the head, reached through the SSH tunnel."""
     client_port: int = 10001
-    # The tunnel's local ends. 0 = auto: the remote port on gcp (localhost:8265 as in the
-    # seed); remote + 10000 for the local emulator, whose "head" shares this machine's
-    # 127.0.0.1 with the dashboard itself.
+    """Ray client server port on the head (ray://)."""
     local_dashboard_port: int = 0
+    """Local end of the tunnel to the dashboard; 0 = auto (gcp: 8265, local: 18265)."""
     local_client_port: int = 0
+    """Local end of the tunnel to the client port; 0 = auto (gcp: 10001, local: 20001)."""
     num_cpus: int = 2
+    """Logical CPUs each host advertises to Ray."""
     object_store_mb: int = 256
+    """Object store size per host, in MiB."""
     resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
+    """Custom resources per host."""
 
 
 @dataclass(frozen=True)
 class WandbConfig:
+    """[wandb]: where runs log, and where the cadence screen reads them."""
+
     project: str = "phantom"
+    """W&B project."""
     entity: str = ""
+    """W&B entity (team or user; empty: your default)."""
     mode: Literal["online", "offline", "disabled"] = "offline"
+    """"online", "offline" or "disabled"."""
     api_key_env: str = "WANDB_API_KEY"
-    dir: str = ""  # where offline runs live locally (cadence reads them); empty = ./wandb
+    """The NAME of the environment variable holding your key, never the key itself."""
+    dir: str = ""
+    """Where offline runs live locally (cadence reads them); empty: the state dir on the
+    emulator, ./wandb otherwise."""
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
+    """[recovery]: the watchdog."""
+
     auto: bool = True
+    """The watchdog recovers on its own."""
     poll_interval_s: float = 5.0
+    """Seconds between polls of the pod, the jobs and metric cadence."""
     stall_factor: float = 5.0
+    """A run is stalled after k x its median metric interval."""
     step_retries: int = 3
+    """Each recovery step is retried this many times (with backoff) before it fails."""
     ready_timeout_s: float = 600.0
+    """Seconds a recreated VM may take to be READY."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +151,15 @@ class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
-    bootstrap_command: str = ""  # empty: provider default (emulator: check python/ray import)
-    storage: str = ""  # fsspec URI for checkpoints; empty: local emulator bucket
+    bootstrap_command: str = ""
+    """[bootstrap] command: run on every worker before Ray starts (the seed's
+    "pre-heating"). Empty: check that python and ray import."""
+    storage: str = ""
+    """[storage] uri: checkpoints, as file:///path or gs://bucket/prefix (needs gcsfs).
+    Empty: the emulator's bucket."""
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    """[runtime_env]: the Ray runtime env of submitted jobs. Secret values are never written
+    here: "$NAME" is read from your environment at submit time."""
     source: str = "<defaults>"
 
     def __post_init__(self) -> None:
@@ -372,16 +421,6 @@ def validate_runtime_env(value: Any, *, key: str = "runtime_env") -> dict[str, A
     return dict(value)
 
 
-def is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(marker in upper for marker in _SECRET_MARKERS)
-
-
-def mask_secrets(env: Mapping[str, str]) -> dict[str, str]:
-    """Copy of ``env`` safe to show: secret-looking values become '••••••'."""
-    return {k: ("••••••" if is_secret_name(k) and v else v) for k, v in env.items()}
-
-
 def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
     cluster: ClusterConfig = sections.get("cluster", ClusterConfig())
     if cluster.provider == "gcp":
@@ -393,65 +432,3 @@ def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
     ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
     if len(set(ports)) != len(ports):
         problems.append(f"ray: gcs_port, dashboard_port and client_port must differ, got {ports}")
-
-
-EXAMPLE_CONFIG = """\
-# Phantom Console configuration.
-# With no config file at all, phantom drives the built-in local pod emulator (4 hosts).
-
-[cluster]
-provider = "local"            # "local" (emulated spot pod on loopback) or "gcp"
-project = "phantom-local"     # gcp: your project id
-zone = "local-a"              # gcp: e.g. "us-central2-b"
-node_name = "phantom-pod"     # the TPU VM (pod slice) name
-accelerator_type = "v4-32"
-hosts = 4                     # local: number of emulated hosts (127.0.0.10, .11, ...)
-# run_dir = ""                # local: emulator state dir (default: $XDG_STATE_HOME/phantom/pod)
-
-[ssh]
-# user = ""                   # default: emulator "phantom", gcp: your login user
-# key = "~/.ssh/google_compute_engine"
-known_hosts_policy = "tpu-api"  # "tpu-api" (trust keys published in guest attributes),
-                                # "file" (only known_hosts), "accept-new" (trust on first use)
-port = 22
-connect_timeout_s = 10.0
-command_timeout_s = 600.0
-parallelism = 32              # concurrent SSH sessions in a fan-out
-retries = 3                   # transient errors are retried with backoff
-
-[ray]
-gcs_port = 6379
-dashboard_port = 8265         # bound to 127.0.0.1 on the head, reached through the tunnel
-client_port = 10001
-local_dashboard_port = 0      # local end of the tunnel; 0 = auto (gcp: 8265, local: 18265)
-local_client_port = 0         # 0 = auto (gcp: 10001, local: 20001)
-num_cpus = 2                  # logical CPUs per host
-object_store_mb = 256
-resources = { TPU = 8 }       # custom resources per host
-
-[bootstrap]
-# Run on every worker before Ray starts (the seed's "pre-heating"). Empty = check python + ray.
-command = ""
-
-[storage]
-# Checkpoints: file:///path, gs://bucket/prefix (needs gcsfs). Empty = the emulator's bucket.
-uri = ""
-
-[wandb]
-project = "phantom"
-entity = ""
-mode = "offline"              # "online", "offline" or "disabled"
-api_key_env = "WANDB_API_KEY" # the NAME of the env var holding your key, never the key
-
-[runtime_env]
-pip = []
-# Secret values are never written here: "$NAME" is read from your environment at submit time.
-env_vars = { WANDB_PROJECT = "phantom", WANDB_API_KEY = "$WANDB_API_KEY" }
-
-[recovery]
-auto = true                   # the watchdog recovers on its own
-poll_interval_s = 5.0
-stall_factor = 5.0            # a run is stalled after k x its median metric interval
-step_retries = 3
-ready_timeout_s = 600.0
-"""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from textual.message import Message
 from textual.message_pump import MessagePump
@@ -27,52 +28,48 @@ from console.services.model import (
 )
 
 
+@dataclass
 class PodUpdated(Message):
     """A new pod snapshot; a newer one waiting in the queue supersedes this one."""
 
-    def __init__(self, snapshot: PodSnapshot) -> None:
-        super().__init__()
-        self.snapshot = snapshot
+    snapshot: PodSnapshot
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, PodUpdated)
 
 
+@dataclass
 class RecoveryUpdated(Message):
-    def __init__(self, status: RecoveryStatus) -> None:
-        super().__init__()
-        self.status = status
+    status: RecoveryStatus
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, RecoveryUpdated)
 
 
+@dataclass
 class JobUpdated(Message):
-    def __init__(self, job: JobInfo) -> None:
-        super().__init__()
-        self.job = job
+    job: JobInfo
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, JobUpdated) and message.job.job_id == self.job.job_id
 
 
+@dataclass
 class CadenceUpdated(Message):
-    def __init__(self, run: RunCadence) -> None:
-        super().__init__()
-        self.run = run
+    run: RunCadence
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, CadenceUpdated) and message.run.run_id == self.run.run_id
 
 
+@dataclass
 class EventLogged(Message):
-    """A journal row (never collapsed: every event is kept)."""
+    """A journal row, as stored (never collapsed: every event is kept)."""
 
-    def __init__(self, event: Event) -> None:
-        super().__init__()
-        self.event = event
+    event: Event
 
 
+@dataclass
 class LogsArrived(Message):
     """Doorbell: lines are waiting in the app's ``LogInbox``; drain them all."""
 
@@ -80,10 +77,9 @@ class LogsArrived(Message):
         return isinstance(message, LogsArrived)
 
 
+@dataclass
 class LogClosed(Message):
-    def __init__(self, closed: LogStreamClosed) -> None:
-        super().__init__()
-        self.closed = closed
+    closed: LogStreamClosed
 
 
 class LogInbox:

@@ -261,7 +261,8 @@ class BehaviourEnv(gym.Env[np.ndarray, np.int64]):
     if given). ``set_alpha`` changes the weight between rollouts (auto-alpha).
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    # gymnasium declares `metadata` as a plain class attribute; a ClassVar would clash.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012
 
     def __init__(
         self,

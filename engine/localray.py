@@ -166,13 +166,6 @@ class LocalRayCluster:
             time.sleep(0.5)
         raise TimeoutError(f"ray cluster did not reach {n} alive nodes in {timeout}s")
 
-    def kill_node(self, node: LocalNode) -> None:
-        """Abruptly kill one node (SIGKILL its process group and its workers)."""
-        self._kill_group(node.proc)
-        for pid in self._pids_mentioning(f"--node-ip-address={node.ip}", node.ip):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
     @staticmethod
     def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

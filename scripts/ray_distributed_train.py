@@ -16,7 +16,7 @@ from pathlib import Path
 # uploaded working dir's `engine` package is the one imported.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.distributed import main  # noqa: E402
+from engine.distributed import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,6 +8,8 @@ import tempfile
 # Before anything imports ray/wandb/jax: tests never phone home and never touch ~/.
 _SESSION_HOME = tempfile.mkdtemp(prefix="phantom-tests-")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Google's libraries must never probe the link-local metadata server from a test.
+os.environ["NO_GCE_CHECK"] = "True"
 os.environ["WANDB_MODE"] = "offline"
 os.environ["WANDB_SILENT"] = "true"
 os.environ.pop("WANDB_API_KEY", None)
@@ -16,6 +18,5 @@ os.environ["XDG_STATE_HOME"] = os.path.join(_SESSION_HOME, "state")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_SESSION_HOME, "config")
 os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 
-# The emulator pod fixtures (`pod`, `ray_pod`) live in tests/fixtures_pod.py.
-if os.path.exists(os.path.join(os.path.dirname(__file__), "fixtures_pod.py")):
-    pytest_plugins = ["fixtures_pod"]
+# The emulator pod fixtures (`pod`, `ray_pod`) live in tests/support/fixtures_pod.py.
+pytest_plugins = ["tests.support.fixtures_pod"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from console.config import load_config
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
-from console.services.cluster import make_services
+from console.wiring import make_services
 
 
 def _write_config(pod: PodInfo, tmp_path: Path) -> Path:
@@ -28,7 +28,7 @@ def _write_config(pod: PodInfo, tmp_path: Path) -> Path:
 async def _run_on(cfg: Path, host: str) -> tuple[bool, str]:
     svc = make_services(load_config(cfg), autostart_pod=False)
     try:
-        res = await svc.ssh.run("echo $PHANTOM_HOST", hosts=[host])
+        res = await svc.backend.parts.ssh.run("echo $PHANTOM_HOST", hosts=[host])
         (only,) = res.values()
         return only.ok, only.stdout_tail.strip() or only.error
     finally:

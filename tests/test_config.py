@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from console.config import EXAMPLE_CONFIG, Config, ConfigError, load_config, parse_config
+from console.config import Config, ConfigError, load_config, parse_config
+from console.config_example import example_config, missing_docs
 
 
 def test_no_file_means_local_emulator_with_4_hosts(tmp_path: Path) -> None:
@@ -19,10 +20,24 @@ def test_no_file_means_local_emulator_with_4_hosts(tmp_path: Path) -> None:
 
 
 def test_example_config_parses_to_the_defaults_it_documents() -> None:
-    cfg = parse_config(tomllib.loads(EXAMPLE_CONFIG))
-    assert cfg.cluster == Config().cluster
-    assert cfg.ray.resources == {"TPU": 8.0}
+    text = example_config()
+    cfg = parse_config(tomllib.loads(text))
+    defaults = Config()
+    assert (cfg.cluster, cfg.ssh, cfg.ray, cfg.wandb, cfg.recovery) == (
+        defaults.cluster,
+        defaults.ssh,
+        defaults.ray,
+        defaults.wandb,
+        defaults.recovery,
+    )
     assert cfg.runtime_env["env_vars"]["WANDB_API_KEY"] == "$WANDB_API_KEY"
+    # each setting's own doc is its comment
+    assert "# The NAME of the environment variable holding your key" in text
+    assert "# local: the number of emulated hosts" in text
+
+
+def test_every_setting_documents_itself() -> None:
+    assert missing_docs() == []
 
 
 def test_every_problem_is_reported_with_key_value_and_allowed() -> None:

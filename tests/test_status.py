@@ -5,10 +5,9 @@ from __future__ import annotations
 import io
 import json
 
-from test_script_fakes import Behaviour, Harness
-
 from console.config import Config, ConfigError
-from console.services.status import MASK, Scrubber, render_table, status_main
+from console.status import render_table, status_main
+from tests.support.script_fakes import Behaviour, Harness
 
 
 def run_status(h: Harness, *, as_json: bool) -> tuple[int, str, str]:
@@ -85,18 +84,3 @@ def test_config_error_is_exit_2() -> None:
     err = io.StringIO()
     assert status_main(Config(), as_json=True, services_factory=bad, stderr=err) == 2  # type: ignore[arg-type]
     assert "ssh.key" in err.getvalue()
-
-
-def test_scrubber_masks_secret_values_and_keys_but_not_references() -> None:
-    env = {"WANDB_API_KEY": "k" * 40, "GH_TOKEN": "ghp_abcdef123", "SHORT_KEY": "ab", "HOME": "/x"}
-    scrub = Scrubber(Config(), environ=env)
-    assert scrub("login " + "k" * 40) == f"login {MASK}"
-    assert scrub({"nested": ["ghp_abcdef123 here"]}) == {"nested": [f"{MASK} here"]}
-    assert scrub({"api_token": "zzz", "WANDB_API_KEY": "$WANDB_API_KEY", "n": 3}) == {
-        "api_token": MASK,
-        "WANDB_API_KEY": "$WANDB_API_KEY",
-        "n": 3,
-    }
-    assert scrub("ab is not masked (too short to be a key)") == (
-        "ab is not masked (too short to be a key)"
-    )

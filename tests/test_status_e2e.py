@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_script_e2e import ROOT, assert_pod_gone, child_env, phantom_argv, write_config
 
 from console.emulator.client import pod_status, start_pod
+from tests.script.test_e2e import ROOT, assert_pod_gone, child_env, phantom_argv, write_config
 
 
 def status(cfg: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -56,16 +56,18 @@ def _kill_baseline(n: int) -> float:
 
 
 def _start_ray_head(info: PodInfo) -> None:
-    from console.services import raycmd
-
+    """A real Ray head on host 2, so the kill is timed with Ray's daemons on the host.
+    Every port is free or 0: other Ray clusters may share this machine."""
     host = info.hosts[2]
-    node = raycmd.RayNodeOptions(node_ip=host.ip, node_name=host.name)
-    ports = raycmd.RayHeadOptions(
-        gcs_port=_free_port(host.ip),
-        dashboard_port=_free_port("127.0.0.1"),
-        client_server_port=_free_port(host.ip),
+    _ssh(
+        info,
+        2,
+        f"ray start --head --node-ip-address={host.ip} --port={_free_port(host.ip)} "
+        f"--include-dashboard=false --ray-client-server-port={_free_port(host.ip)} "
+        "--num-cpus=1 --object-store-memory=78643200 --dashboard-agent-listen-port=0 "
+        "--node-manager-port=0 --object-manager-port=0 --min-worker-port=0 "
+        '--max-worker-port=0 --temp-dir="${TMPDIR:-/tmp}/ray" --disable-usage-stats',
     )
-    _ssh(info, 2, raycmd.head_start_command(node, ports))
 
 
 def _free_port(ip: str) -> int:

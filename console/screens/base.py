@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from console.screens.state import ConsoleState
+from console.state import ConsoleState
 from console.widgets.fast_table import FastTable
 from console.widgets.status import StatusBar, health_text
 from console.widgets.table import PhantomTable

@@ -17,8 +17,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from console.screens.base import FilteredScreen
-from console.screens.state import duration, spark
 from console.services.model import RunCadence
+from console.state import duration, spark
 from console.widgets.table import Cell
 
 SPARK_WIDTH = 12

@@ -13,8 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
-from console.screens.state import clock_time, duration, short_host
 from console.services.model import Event
+from console.state import clock_time, duration, short_host
 from console.widgets.table import Cell
 
 KIND_STYLE = {

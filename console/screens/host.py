@@ -12,8 +12,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.screens.state import ago, clock_time, resources_text
 from console.services.model import HostStatus
+from console.state import ago, clock_time, resources_text
 
 if TYPE_CHECKING:
     from console.app import PhantomApp

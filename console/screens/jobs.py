@@ -12,8 +12,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from console.screens.base import FilteredScreen
-from console.screens.state import ago
 from console.services.model import JobInfo
+from console.state import ago
 from console.widgets.table import Cell
 
 STATUS_STYLE = {

@@ -18,7 +18,7 @@ from textual.widgets import Input, Log, Static
 
 from console.screens.base import PhantomScreen
 from console.screens.jobs import STATUS_STYLE
-from console.screens.state import clock_time
+from console.state import clock_time
 
 
 class SearchHighlighter(Highlighter):

@@ -15,8 +15,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
-from console.screens.state import ago, resources_text, short_host
 from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.state import ago, resources_text, short_host
 from console.widgets.fast_table import FastTable
 from console.widgets.table import Cell
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, CSSPathType
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -74,7 +74,7 @@ def _env_text(env: Any) -> str:
 
 
 class SubmitScreen(ModalScreen[SubmitSpec | None]):
-    CSS_PATH = ["modals.tcss", "submit.tcss"]
+    CSS_PATH: ClassVar[CSSPathType | None] = ["modals.tcss", "submit.tcss"]
     BINDING_GROUP_TITLE = "Submit job"
     AUTO_FOCUS = "#train_args"
     BINDINGS: ClassVar[list[BindingType]] = [

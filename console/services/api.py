@@ -1,8 +1,9 @@
 """The one service interface both front ends drive: the Textual app and ``--script``.
 
-``ClusterServices`` (console/services/cluster.py) implements it against a real or emulated
-pod; tests of the TUI use a fake built on the same published data model. Every intent a
-key or a script line can express is one method here, so the two front ends cannot drift.
+``services.facade.Facade`` implements it over any backend (``console.wiring`` builds it);
+tests of the TUI use a fake built on the same published data model. Every intent a key or a
+script line can express is one method here, so the two front ends cannot drift. Job logs
+arrive scrubbed of secrets, as everything else the services hand out.
 Methods are coroutines on the services' event loop; long actions report progress by
 publishing ``RecoveryStatus`` / ``Event`` updates on the bus while they run.
 """
@@ -87,6 +88,9 @@ class ConsoleServices(Protocol):
 
     async def teardown(self, actor: str = "user") -> ActionResult:
         """`ray stop -f` everywhere and close the tunnel (the VMs are left alone)."""
+
+    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
+        """Accept a host's new SSH host key (after a deliberate VM recreate)."""
 
     # local emulator only: raise ValueError naming the provider on gcp --------------------------
     async def preempt(self, host: str, actor: str = "user") -> ActionResult: ...

@@ -6,14 +6,13 @@ duration and the per-host results. The database runs in WAL mode with
 ``synchronous=NORMAL``: each committed row survives a crash or ``kill -9`` of the console
 (WAL frames are in the OS page cache; only a power loss can drop the last commits).
 
-Secrets never reach the file: values under secret-looking keys (``api_key``, ``token``,
-``password``, ``WANDB_API_KEY``...; not ``host_key``/``public_key`` fingerprints) are masked,
-``key=value``-style secrets inside text are masked, and any occurrence of the current value of
-``WANDB_API_KEY`` (and of extra variables named in ``secret_env``) is masked anywhere.
+Secrets never reach the file: every row goes through the one ``console.secrets.Scrubber``
+(values of secret-looking variables anywhere in text, ``key=value`` secrets, secret-named
+data keys; host/public key fingerprints are kept).
 
 Thread-safe: one connection guarded by a lock; calls take well under a millisecond to a few
-ms, so the event loop may call them directly, or through the ``AsyncJournal`` adapter that
-runs them in a thread and matches the watchdog's ``WatchdogJournal`` protocol.
+ms. The services write through ``events.EventSink`` (journal first, then publish the stored
+row) and read through ``AsyncJournal``, both off the event loop.
 """
 
 from __future__ import annotations
@@ -21,25 +20,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
-import re
 import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from console.config import default_state_dir
+from console.secrets import Scrubber
 from console.services.model import ActionResult, Event, HostResult
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-MASK = "••••••"
 ACTION = "action"
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = "recovery_started"
@@ -70,74 +67,6 @@ class JournalError(Exception):
 
 def default_journal_path() -> Path:
     return default_state_dir() / "journal.sqlite"
-
-
-# -- secret scrubbing ------------------------------------------------------------------------------
-_SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL"}
-_SECRET_WORDS |= {w + "S" for w in _SECRET_WORDS}
-_NOT_SECRET_BEFORE_KEY = {"HOST", "PUBLIC", "PUB", "SORT", "PRIMARY", "PARTITION"}
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_INLINE = re.compile(
-    r"(?i)\b((?:[A-Z0-9_]*_)?(?:api[_-]?key|token|secret|password|passwd|auth)\s*[=:]\s*)"
-    r"(\"[^\"]*\"|'[^']*'|[^\s,;&\"'}]+)"
-)
-_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a data key names a secret: ``WANDB_API_KEY``, ``token``, ``dbPassword``...
-
-    ``key`` on its own counts (``private_key``, ``api_key``, ``ssh key``) unless it is a host
-    or public key, whose fingerprints the journal must keep (a changed host key is an event).
-    """
-    parts = [p for p in re.split(r"[^A-Za-z0-9]+", _CAMEL.sub("_", name).upper()) if p]
-    for i, part in enumerate(parts):
-        if part in _SECRET_WORDS:
-            return True
-        if part == "KEY" and (i == 0 or parts[i - 1] not in _NOT_SECRET_BEFORE_KEY):
-            return True
-        if part == "API" and i + 1 < len(parts) and parts[i + 1] == "KEY":
-            return True
-    return False
-
-
-class Scrubber:
-    """Masks secrets in event text and data (see the module docstring)."""
-
-    def __init__(self, secret_env: Sequence[str] = ("WANDB_API_KEY",)) -> None:
-        self.secret_env = tuple(secret_env)
-
-    def _values(self) -> list[str]:
-        # Read at each call: the key may be exported after the console started.
-        values = {os.environ.get(name, "") for name in self.secret_env}
-        return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
-
-    def text(self, value: str, values: Sequence[str] | None = None) -> str:
-        for secret in self._values() if values is None else values:
-            value = value.replace(secret, MASK)
-        value = _INLINE.sub(lambda m: m.group(1) + MASK, value)
-        return _BEARER.sub(lambda m: m.group(1) + MASK, value)
-
-    def data(self, value: Any, values: Sequence[str] | None = None) -> Any:
-        values = self._values() if values is None else values
-        if isinstance(value, Mapping):
-            return {
-                str(k): (
-                    MASK if is_secret_key(str(k)) and v not in (None, "") else self.data(v, values)
-                )
-                for k, v in value.items()
-            }
-        if isinstance(value, list | tuple | set | frozenset):
-            return [self.data(v, values) for v in value]
-        if isinstance(value, str):
-            return self.text(value, values)
-        if hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
-            return self.data(asdict(value), values)
-        if isinstance(value, float) and not math.isfinite(value):
-            return None  # JSON has no inf/nan
-        if value is None or isinstance(value, bool | int | float):
-            return value
-        return self.text(str(value), values)
 
 
 # -- recoveries ------------------------------------------------------------------------------------
@@ -180,12 +109,12 @@ class Journal:
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        secret_env: Sequence[str] = ("WANDB_API_KEY",),
+        scrubber: Scrubber | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path) if path is not None else default_journal_path()
         self._clock = clock
-        self.scrub = Scrubber(secret_env)
+        self.scrub = scrubber or Scrubber()
         self._lock = threading.RLock()
         memory = str(path) == ":memory:"
         if not memory:
@@ -256,13 +185,12 @@ class Journal:
     # writing -----------------------------------------------------------------------------------
     def record_event(self, event: Event) -> Event:
         """Store one event (secrets masked); returns it as stored, with its ``id``."""
-        values = self.scrub._values()
         clean = replace(
             event,
-            message=self.scrub.text(event.message, values),
-            host=self.scrub.text(event.host, values),
-            actor=self.scrub.text(event.actor, values),
-            data=self.scrub.data(dict(event.data), values),
+            message=self.scrub.text(event.message),
+            host=self.scrub.text(event.host),
+            actor=self.scrub.text(event.actor),
+            data=self.scrub.data(dict(event.data)),
             id=None,
         )
         payload = json.dumps(clean.data, separators=(",", ":"), default=str)
@@ -481,23 +409,10 @@ def _row_to_event(row: tuple[Any, ...]) -> Event:
 
 
 class AsyncJournal:
-    """The journal for the event loop: each call runs in a worker thread.
-
-    Matches the watchdog's ``WatchdogJournal`` protocol (``record_event(event)``,
-    ``record_action(result, actor)``), and offers the reads the front ends need.
-    """
+    """The journal's reads for the event loop: each call runs in a worker thread."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
-
-    async def record_event(self, event: Event) -> None:
-        await asyncio.to_thread(self.journal.record_event, event)
-
-    async def record_action(self, result: ActionResult, actor: str) -> None:
-        await asyncio.to_thread(self.journal.record_result, result, actor)
-
-    async def add_event(self, event: Event) -> Event:
-        return await asyncio.to_thread(self.journal.record_event, event)
 
     async def query(
         self,

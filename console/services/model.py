@@ -18,15 +18,57 @@ log = logging.getLogger(__name__)
 
 
 class HostState(StrEnum):
-    """A host's TPU-level state (node states from the real TPU v2 API, per worker)."""
+    """A node's or host's TPU-level state: ``google.cloud.tpu_v2.Node.State`` names, plus
+    NOT_FOUND (ours: the node does not exist) and UNKNOWN (the API did not answer)."""
 
     CREATING = "CREATING"
     READY = "READY"
+    RESTARTING = "RESTARTING"
+    REIMAGING = "REIMAGING"
     REPAIRING = "REPAIRING"
+    STARTING = "STARTING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
     PREEMPTED = "PREEMPTED"
+    TERMINATED = "TERMINATED"
     DELETING = "DELETING"
     DELETED = "DELETED"
+    NOT_FOUND = "NOT_FOUND"
     UNKNOWN = "UNKNOWN"
+
+
+# What the states mean to recovery: the VM is gone (recreate it), or it is on its way up.
+LOST_STATES = frozenset(
+    {HostState.PREEMPTED, HostState.TERMINATED, HostState.DELETED, HostState.DELETING}
+)
+TRANSITIONAL_STATES = frozenset(
+    {HostState.CREATING, HostState.REPAIRING, HostState.RESTARTING, HostState.STARTING}
+)
+
+
+class JobStatus(StrEnum):
+    """A job's status: Ray's ``JobStatus`` names, plus LOST (the cluster no longer knows
+    the job: its head was replaced) and UNKNOWN (the jobs API could not be asked)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE_JOBS
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOBS
+
+
+ACTIVE_JOBS = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
+TERMINAL_JOBS = frozenset({JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED})
 
 
 class Reachability(StrEnum):
@@ -97,7 +139,7 @@ class ActionResult:
 @dataclass(frozen=True)
 class JobInfo:
     job_id: str
-    status: str  # PENDING RUNNING STOPPED SUCCEEDED FAILED (Ray's JobStatus names)
+    status: str  # a JobStatus name
     entrypoint: str = ""
     start_time: float | None = None
     end_time: float | None = None
@@ -126,7 +168,7 @@ class LogStreamClosed:
 
     @property
     def early(self) -> bool:
-        return self.job_status in ("PENDING", "RUNNING", "UNKNOWN")
+        return self.job_status in (*ACTIVE_JOBS, JobStatus.UNKNOWN)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ can mark each one; ``entrypoint`` and ``command_preview`` show exactly what will
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -15,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.config import is_secret_name, mask_secrets, validate_runtime_env
+from console.config import validate_runtime_env
+from console.secrets import mask_env
 
 MODES = ("single", "distributed", "sweep")
 SWEEP_METHODS = ("random", "grid")  # what engine.sweep implements
@@ -147,10 +149,7 @@ class SubmitSpec:
         """Runtime env safe to show: secret values masked, references kept as $NAME."""
         env = dict(self.runtime_env)
         if "env_vars" in env:
-            env["env_vars"] = {
-                k: (v if v.startswith("$") else mask_secrets({k: v})[k])
-                for k, v in env["env_vars"].items()
-            }
+            env["env_vars"] = mask_env(env["env_vars"])
         return env
 
     def command_preview(self, address: str, working_dir: str = ".") -> str:
@@ -166,5 +165,47 @@ class SubmitSpec:
         return replace(self, sweep_id=sweep_id)
 
 
-def has_inline_secret(env: Mapping[str, str]) -> bool:
-    return any(is_secret_name(k) and v and not v.startswith("$") for k, v in env.items())
+# What a submission records about itself in the job's metadata, so the console can tell
+# its jobs apart and resubmit one as it was (secrets stay $NAME references).
+META_MODE = "phantom.mode"
+META_SWEEP_ID = "phantom.sweep_id"
+META_SPEC = "phantom.spec"
+META_SUBMITTED_AT = "phantom.submitted_at"
+
+
+def spec_metadata(spec: SubmitSpec, *, submitted_at: float | None = None) -> dict[str, str]:
+    """Ray job metadata for a submission (string values only, as Ray requires)."""
+    spec_json = dataclasses.asdict(spec)
+    spec_json["runtime_env"] = dict(spec.runtime_env)  # $NAME references, never values
+    meta = {
+        META_MODE: spec.mode,
+        META_SWEEP_ID: spec.sweep_id,
+        META_SPEC: json.dumps(spec_json, separators=(",", ":"), sort_keys=True),
+    }
+    if submitted_at is not None:
+        meta[META_SUBMITTED_AT] = f"{submitted_at:.3f}"
+    return meta
+
+
+def spec_from_metadata(metadata: Mapping[str, str]) -> SubmitSpec | None:
+    """The spec a job was submitted with, or None for jobs phantom did not submit.
+
+    ``submission_id`` is cleared: a resubmission chooses its own (the old id may still exist
+    on a cluster whose head survived).
+    """
+    raw = metadata.get(META_SPEC)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    known = {f.name for f in dataclasses.fields(SubmitSpec)}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    kwargs["submission_id"] = ""
+    try:
+        return SubmitSpec(**kwargs)
+    except TypeError:
+        return None

@@ -1,0 +1,195 @@
+"""Recovery benchmark: time to detect, MTTR (worker and head), and SSH fan-out scaling.
+
+    .venv/bin/python -m console.bench.recovery [--repeat 2] [--poll 0.5]
+
+Against the local emulator with real Ray (temp run dir, free ports, everything stopped at the
+end): bring the pod up through ``ClusterServices`` (bootstrap, Ray on 4 hosts, tunnel, a job
+that prints and sleeps), then ``--repeat`` times preempt a worker and let the watchdog recover
+on its own, then preempt the head once (full rebuild and job resubmission).
+
+* ``detect_s``: median of the watchdog's time to detect (its first observation of the loss
+  minus the preemption time the TPU API reports), in seconds;
+* ``mttr_worker_s`` / ``mttr_head_s``: detection -> verified cluster (4 live Ray nodes, the
+  tunnel up, resubmitted jobs RUNNING), median over the worker runs / the head run;
+* baselines measured in the same run: ``bringup_s`` (bootstrap + Ray up + tunnel from a bare
+  pod, by hand) with ``mttr_head_over_bringup``, and ``detect_over_poll`` (detect time in
+  poll intervals);
+* ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
+  fresh connections; near 1 means the fan-out is parallel).
+
+Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from console.bench import fanout as bench_fanout
+from console.config import Config
+from console.local.harness import PodInfo, pod_config, start_pod, stop_pod
+from console.services.facade import Facade
+from console.services.model import RecoveryStatus, Update
+from console.services.submit import SubmitSpec
+from console.wiring import make_services
+
+SLEEPER = textwrap.dedent(
+    """
+    import time
+    print("training started", flush=True)
+    while True:
+        print("tick", flush=True)
+        time.sleep(1.0)
+    """
+)
+
+
+def _config(pod: PodInfo, work: Path, poll_s: float) -> Config:
+    return pod_config(
+        pod,
+        work,
+        recovery={"poll_interval_s": poll_s, "ready_timeout_s": 180.0},
+        source="<bench_recovery>",
+    )
+
+
+def _project(work: Path) -> Path:
+    wd = work / "proj"
+    (wd / "engine").mkdir(parents=True, exist_ok=True)
+    (wd / "engine" / "__init__.py").write_text("")
+    (wd / "engine" / "train.py").write_text(SLEEPER)
+    return wd
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def _next_recovery(
+    finished: list[RecoveryStatus], n: int, timeout_s: float
+) -> RecoveryStatus:
+    deadline = time.monotonic() + timeout_s
+    while len(finished) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no recovery finished within {timeout_s:.0f}s")
+        await asyncio.sleep(0.1)
+    return finished[n - 1]
+
+
+async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="phantom-bench-recovery-"))
+    run_dir = work / "pod"
+    pod = await start_pod(run_dir, hosts=4, ssh_port=0, api_port=0, ready_delay=0.2, timeout=180.0)
+    svc: Facade | None = None
+    try:
+        svc = make_services(
+            _config(pod, work, poll_s),
+            state_dir=work / "state",
+            autostart_pod=False,
+            working_dir=_project(work),
+        )
+        finished: list[RecoveryStatus] = []
+
+        def on_update(u: Update) -> None:
+            new = not finished or finished[-1].started_at != getattr(u, "started_at", None)
+            if isinstance(u, RecoveryStatus) and u.result and new:
+                finished.append(u)
+
+        svc.subscribe(on_update)
+        await svc.start()
+        t0 = time.perf_counter()
+        for step in (svc.bootstrap, svc.ray_up, svc.open_tunnel):
+            res = await step()
+            if not res.ok:
+                raise RuntimeError(f"{res.action} failed: {res.message}")
+        bringup = time.perf_counter() - t0
+        _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s")
+        job = await svc.submit(SubmitSpec(train_args="--algo ppo --total-timesteps 1000"))
+        deadline = time.monotonic() + 180
+        while (await svc.job_status(job.job_id)).status != "RUNNING":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job.job_id} not RUNNING after 180s")
+            await asyncio.sleep(0.5)
+
+        detects: list[float] = []
+        worker_mttrs: list[float] = []
+        for i in range(repeat):
+            host = pod.hosts[1 + i % (len(pod.hosts) - 1)].name
+            await svc.preempt(host, actor="bench")
+            status = await _next_recovery(finished, i + 1, 600)
+            if status.result != "ok" or status.mttr_s is None:
+                raise RuntimeError(f"worker recovery {i + 1} failed: {status.result}")
+            if status.detect_s is not None:
+                detects.append(status.detect_s)
+            worker_mttrs.append(status.mttr_s)
+            _log(f"worker {host}: detect {status.detect_s}s, MTTR {status.mttr_s:.1f}s")
+
+        await svc.preempt(pod.hosts[0].name, actor="bench")
+        status = await _next_recovery(finished, repeat + 1, 900)
+        if status.result != "ok" or status.mttr_s is None:
+            raise RuntimeError(f"head recovery failed: {status.result}")
+        if status.detect_s is not None:
+            detects.append(status.detect_s)
+        mttr_head = status.mttr_s
+        _log(f"head: detect {status.detect_s}s, MTTR {mttr_head:.1f}s")
+        await svc.teardown(actor="bench")
+    finally:
+        if svc is not None:
+            await svc.stop()
+            svc.close_journal()
+        await stop_pod(run_dir)
+        if keep:
+            _log(f"kept {work} (journal: {work / 'state' / 'journal.sqlite'})")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    detect = statistics.median(detects) if detects else float("nan")
+    return {
+        "poll_interval_s": poll_s,
+        "repeat": repeat,
+        "bringup_s": round(bringup, 2),
+        "detect_s": round(detect, 3),
+        "detect_over_poll": round(detect / poll_s, 3),
+        "mttr_worker_s": round(statistics.median(worker_mttrs), 2),
+        "mttr_worker_samples_s": [round(x, 2) for x in worker_mttrs],
+        "mttr_head_s": round(mttr_head, 2),
+        "mttr_head_over_bringup": round(mttr_head / bringup, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_recovery", description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2, help="worker preemptions (median)")
+    ap.add_argument("--poll", type=float, default=0.5, help="recovery.poll_interval_s")
+    ap.add_argument("--fanout-repeat", type=int, default=3, help="samples per fan-out point")
+    ap.add_argument("--skip-fanout", action="store_true", help="recovery figures only")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir and its journal")
+    args = ap.parse_args(argv)
+    if args.repeat < 1 or args.poll <= 0 or args.fanout_repeat < 1:
+        print("bench_recovery: --repeat >= 1, --poll > 0, --fanout-repeat >= 1", file=sys.stderr)
+        return 2
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    out = asyncio.run(bench_recovery(args.repeat, args.poll, args.keep))
+    if not args.skip_fanout:
+        # After the recovery runs, so the two never compete for the same cores.
+        fan = asyncio.run(bench_fanout.bench([1, 4, 32], "sleep 0.5", args.fanout_repeat))
+        cold = fan["sleep 0.5"]["cold"]
+        out["fanout_s"] = {str(n): round(v, 4) for n, v in cold.items()}
+        out["fanout_32_over_1"] = round(cold[32] / cold[1], 3)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Emulated pods for tests and benchmarks: start one, a Config driving it, stop it.
+
+Tests and benchmarks run several pods and Ray clusters side by side on one machine, so
+they cannot use Ray's fixed default ports; this is the one place that picks them. Benchmarks
+reach the emulator only through here (``console.local`` is the console's door to it).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from console.config import Config, parse_config
+from console.emulator import client as pod_client
+from console.emulator.client import PodInfo
+
+
+def free_port(ip: str = "127.0.0.1", used: set[int] | None = None) -> int:
+    """A TCP port free on ``ip`` now, distinct from the ones already in ``used``."""
+    while True:
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            port = int(s.getsockname()[1])
+        if used is None:
+            return port
+        if port not in used:
+            used.add(port)
+            return port
+
+
+def free_ray_ports(head_ip: str) -> dict[str, int]:
+    used: set[int] = set()
+    return {
+        "gcs_port": free_port(head_ip, used),
+        "dashboard_port": free_port("127.0.0.1", used),
+        "client_port": free_port(head_ip, used),
+        "local_dashboard_port": free_port("127.0.0.1", used),
+        "local_client_port": free_port("127.0.0.1", used),
+    }
+
+
+def pod_config(
+    pod: PodInfo,
+    work_dir: Path,
+    *,
+    recovery: Mapping[str, Any] | None = None,
+    ray: Mapping[str, Any] | None = None,
+    source: str = "<emulator test config>",
+) -> Config:
+    """Config driving ``pod``: free Ray ports, small nodes, offline W&B under ``work_dir``."""
+    return parse_config(
+        {
+            "cluster": {"provider": "local", "hosts": len(pod.hosts), "run_dir": str(pod.run_dir)},
+            "ssh": {"connect_timeout_s": 5.0, "retries": 1, "command_timeout_s": 240.0},
+            "ray": {
+                **free_ray_ports(pod.hosts[0].ip),
+                "num_cpus": 1,
+                "object_store_mb": 100,
+                **(ray or {}),
+            },
+            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb")},
+            "recovery": {"ready_timeout_s": 120.0, **(recovery or {})},
+        },
+        source=source,
+    )
+
+
+async def start_pod(run_dir: Path, hosts: int, **kwargs: Any) -> PodInfo:
+    """A READY emulated pod in ``run_dir`` on free ports (ssh_port/api_port 0 unless given)."""
+    kwargs.setdefault("ssh_port", 0)
+    kwargs.setdefault("api_port", 0)
+    return await pod_client.async_start_pod(run_dir, hosts=hosts, **kwargs)
+
+
+async def stop_pod(run_dir: Path) -> bool:
+    """Stop the pod of ``run_dir`` and every process of its hosts; True if one was running."""
+    return await pod_client.async_stop_pod(run_dir)
+
+
+__all__ = ["PodInfo", "free_port", "free_ray_ports", "pod_config", "start_pod", "stop_pod"]

@@ -1,0 +1,284 @@
+"""What each script action does: one handler per ``language.ACTIONS`` entry, in ``HANDLERS``.
+
+A handler gets the run (``Run``: its services, its feed, what it started) and the line's
+checked arguments, and returns the step's JSON-able result, or raises ``StepFailure`` with
+the reason and the partial result. Every action but ``pod up|down`` is one
+``ConsoleServices`` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from console.config import Config
+from console.script.feed import EventFeed
+from console.script.language import ACTOR, DEFAULT_TIMEOUTS
+from console.script.parse import build_spec
+from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, to_jsonable
+from console.status import collect_status
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+
+Args = Mapping[str, Any]
+
+
+class PodControl(Protocol):
+    """A script's ``pod up`` / ``pod down`` (the local emulator)."""
+
+    async def is_up(self) -> bool: ...
+
+    async def up(
+        self, hosts: int, *, ready_delay: float | None, ssh_port: int | None
+    ) -> dict[str, Any]:
+        """Start the pod and wait until READY; a JSON-able summary."""
+
+    async def down(self) -> bool:
+        """Stop it, leaving no process behind; True if one was running."""
+
+
+class Run(Protocol):
+    """What a handler may use of the run it belongs to (``runner.ScriptRunner``)."""
+
+    config: Config
+    pod: PodControl
+    feed: EventFeed
+    poll_s: float
+    last_job: str | None
+    pod_started: bool
+    ray_started: bool
+
+    async def services(self) -> ConsoleServices: ...
+
+    async def drop_services(self) -> None: ...
+
+    async def wait(self, timeout: float) -> None: ...
+
+    def set_last(self, info: JobInfo) -> None: ...
+
+    def job_ref(self, args: Args) -> str: ...
+
+
+Handler = Callable[[Run, Args], Awaitable[dict[str, Any]]]
+
+
+class StepFailure(Exception):
+    """A step did not reach its goal; ``result`` goes into the step's JSON line."""
+
+    def __init__(self, message: str, result: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.result = dict(result or {})
+
+
+def action_result(res: ActionResult) -> dict[str, Any]:
+    out: dict[str, Any] = to_jsonable(res)
+    if not res.ok:
+        reasons = [f"{h}: {r.error}" for h, r in res.per_host.items() if not r.ok and r.error]
+        raise StepFailure(res.message or "; ".join(reasons) or f"{res.action} failed", out)
+    return out
+
+
+async def pod_up(run: Run, args: Args) -> dict[str, Any]:
+    hosts = args.get("hosts") or run.config.cluster.hosts
+    if await run.pod.is_up():
+        raise StepFailure(
+            "a pod emulator is already running for this config; `phantom pod down` it "
+            "first, or remove `pod up` from the script"
+        )
+    await run.drop_services()  # services built before the pod existed are stale
+    result = await run.pod.up(
+        hosts, ready_delay=args.get("ready_delay"), ssh_port=args.get("ssh_port")
+    )
+    run.pod_started = True
+    return result
+
+
+async def pod_down(run: Run, args: Args) -> dict[str, Any]:
+    await run.drop_services()
+    was_running = await run.pod.down()
+    run.pod_started = False
+    return {"was_running": was_running}
+
+
+async def wait_ready(run: Run, args: Args) -> dict[str, Any]:
+    timeout = args.get("timeout")
+    timeout = run.config.recovery.ready_timeout_s if timeout is None else timeout
+    svc = await run.services()
+    try:
+        async with asyncio.timeout(timeout + 30):
+            res = await svc.wait_ready(timeout, ACTOR)
+    except TimeoutError:
+        raise StepFailure(f"not READY within {timeout:g}s") from None
+    return action_result(res)
+
+
+async def bootstrap(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    return action_result(await svc.bootstrap(list(args.get("hosts") or []) or None, ACTOR))
+
+
+async def ray_up(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    run.ray_started = True  # also when it fails half-way: a partial Ray needs teardown
+    return action_result(await svc.ray_up(ACTOR))
+
+
+async def tunnel(run: Run, args: Args) -> dict[str, Any]:
+    return action_result(await (await run.services()).open_tunnel(ACTOR))
+
+
+async def teardown(run: Run, args: Args) -> dict[str, Any]:
+    return action_result(await (await run.services()).teardown(ACTOR))
+
+
+async def preempt(run: Run, args: Args) -> dict[str, Any]:
+    return action_result(await (await run.services()).preempt(args["host"], ACTOR))
+
+
+async def recreate(run: Run, args: Args) -> dict[str, Any]:
+    return action_result(await (await run.services()).recreate(args["host"], ACTOR))
+
+
+async def submit(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    spec = build_spec(args, run.config)
+    info = await svc.submit(spec, ACTOR)
+    run.set_last(info)
+    result = to_jsonable(info)
+    result["runtime_env"] = spec.display_runtime_env()
+    if info.status == "FAILED":
+        raise StepFailure(f"job {info.job_id} FAILED at submit: {info.message}", result)
+    return result
+
+
+async def relaunch_sweep(run: Run, args: Args) -> dict[str, Any]:
+    info: JobInfo = await (await run.services()).relaunch_sweep(ACTOR)
+    run.set_last(info)
+    return to_jsonable(info)
+
+
+async def wait_job(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    target = args["status"]
+    timeout = args.get("timeout")
+    timeout = DEFAULT_TIMEOUTS["wait-job"] if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    job_id = run.job_ref(args)
+    ref = args.get("job") or "last"
+    first_id = run.last_job if ref == "last" else ref
+    last_error = ""
+    status = ""
+    while True:
+        job_id = run.feed.follow(job_id)
+        try:
+            async with asyncio.timeout(max(5.0, run.poll_s * 5)):
+                info = await svc.job_status(job_id)
+            run.feed.observe_job(info)
+            status, last_error = info.status, ""
+            # "RUNNING" means "has started": a short job may be done before we look.
+            if status == target or (target == "RUNNING" and status == "SUCCEEDED"):
+                out = to_jsonable(info)
+                if job_id != first_id:
+                    out["followed_from"] = first_id
+                return out
+            if status in TERMINAL_JOBS and not svc.recovery_status().active:
+                raise StepFailure(
+                    f"job {job_id} ended {status}, expected {target}"
+                    + (f": {info.message}" if info.message else ""),
+                    to_jsonable(info),
+                )
+        except (StepFailure, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the head may be down mid-recovery: keep polling
+            last_error = f"{type(exc).__name__}: {exc}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            why = f"; last error: {last_error}" if last_error else ""
+            raise StepFailure(
+                f"job {job_id} not {target} within {timeout:g}s (status {status or '?'}){why}",
+                {"job_id": job_id, "status": status},
+            )
+        await run.wait(min(run.poll_s, remaining))
+
+
+async def logs(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    job_id = run.job_ref(args)
+    lines = (await svc.job_logs(job_id)).splitlines()
+    tail = args.get("tail") or 100
+    return {"job_id": job_id, "total_lines": len(lines), "lines": lines[-tail:]}
+
+
+async def stop_job(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    return action_result(await svc.stop_job(run.job_ref(args), ACTOR))
+
+
+async def recover(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    timeout = args.get("timeout")
+    timeout = DEFAULT_TIMEOUTS["recover"] if timeout is None else timeout
+    status = await svc.recover(ACTOR, timeout)
+    out: dict[str, Any] = to_jsonable(status)
+    if status.result == "ok":
+        return out
+    if not status.result:
+        raise StepFailure(f"recovery still running after {timeout:g}s", out)
+    raise StepFailure(f"recovery {status.result}", out)
+
+
+async def auto_recovery(run: Run, args: Args) -> dict[str, Any]:
+    (await run.services()).set_auto_recovery(bool(args["enabled"]), ACTOR)
+    return {"auto": bool(args["enabled"])}
+
+
+async def wait_event(run: Run, args: Args) -> dict[str, Any]:
+    await run.services()  # events only flow while services run
+    kind, host = args["kind"], args.get("host")
+    timeout = args.get("timeout")
+    timeout = DEFAULT_TIMEOUTS["wait-event"] if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    while True:
+        found = run.feed.take_event(kind, host)
+        if found is not None:
+            return found
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            where = f" on {host}" if host else ""
+            raise StepFailure(f"no {kind!r} event{where} within {timeout:g}s")
+        await run.wait(min(run.poll_s, remaining))
+
+
+async def status(run: Run, args: Args) -> dict[str, Any]:
+    return await collect_status(await run.services())
+
+
+async def sleep(run: Run, args: Args) -> dict[str, Any]:
+    await asyncio.sleep(args["seconds"])
+    return {"slept_s": args["seconds"]}
+
+
+HANDLERS: dict[str, Handler] = {
+    "pod up": pod_up,
+    "pod down": pod_down,
+    "wait-ready": wait_ready,
+    "bootstrap": bootstrap,
+    "ray-up": ray_up,
+    "tunnel": tunnel,
+    "submit": submit,
+    "wait-job": wait_job,
+    "logs": logs,
+    "stop-job": stop_job,
+    "preempt": preempt,
+    "recreate": recreate,
+    "recover": recover,
+    "relaunch-sweep": relaunch_sweep,
+    "auto-recovery": auto_recovery,
+    "wait-event": wait_event,
+    "status": status,
+    "teardown": teardown,
+    "sleep": sleep,
+}

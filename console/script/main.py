@@ -1,0 +1,84 @@
+"""`phantom --script FILE`: the console's actions without a screen (cron, CI, agents).
+
+The script is read and checked whole before anything runs (exit 2 naming every problem,
+nothing started); then ``runner.ScriptRunner`` runs it against the same services the TUI
+drives. The language reference is ``phantom --script-help`` (``language.usage_text``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from console import exit_codes
+from console.config import Config
+from console.script.actions import PodControl
+from console.script.parse import ScriptError, parse_script
+from console.script.runner import ScriptRunner, ServicesFactory
+from console.secrets import Scrubber
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+
+
+def read_script(path: str, stdin: TextIO | None = None) -> tuple[str, str, Path]:
+    """(text, display name, base dir for relative files). OSError if unreadable."""
+    if path == "-":
+        return (stdin or sys.stdin).read(), "<stdin>", Path.cwd()
+    p = Path(path)
+    return p.read_text(encoding="utf-8"), path, p.resolve().parent
+
+
+def script_main(
+    path: str,
+    config: Config,
+    *,
+    services_factory: ServicesFactory | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: TextIO | None = None,
+    pod_control: PodControl | None = None,
+) -> int:
+    """Run a script; returns the exit code (0 ok, 1 step failed, 2 invalid, 130 interrupted)."""
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    scrub = Scrubber([config.wandb.api_key_env])
+    try:
+        text, name, base_dir = read_script(path, stdin)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(scrub.text(f"phantom: cannot read script {path!r}: {reason}"), file=err)
+        return exit_codes.USAGE
+    try:
+        script = parse_script(text, config, name=name, base_dir=base_dir)
+    except ScriptError as exc:
+        for issue in exc.issues:
+            print(scrub.text(issue.render(exc.name)), file=err)
+        print(
+            f"phantom: {len(exc.issues)} problem(s) in {exc.name}; nothing was run "
+            "(`phantom --script-help` prints the language reference)",
+            file=err,
+        )
+        return exit_codes.USAGE
+
+    def lazy_factory(cfg: Config) -> ConsoleServices:
+        # Only a step that needs the cluster pays for importing it (grpc, asyncssh, ray).
+        from console.wiring import services_factory as real
+
+        return real()(cfg)
+
+    if pod_control is None:
+        from console.wiring import pod_control as make_pod_control
+
+        pod_control = make_pod_control(config)
+    runner = ScriptRunner(
+        script,
+        config,
+        services_factory=services_factory or lazy_factory,
+        pod_control=pod_control,
+        stdout=out,
+        stderr=err,
+    )
+    return asyncio.run(runner.run())

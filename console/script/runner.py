@@ -1,0 +1,336 @@
+"""Runs a parsed script against the services: one step per line, results as JSON lines.
+
+stdout carries one JSON object per line (``step``, ``event``, ``summary``), flushed per line
+and scrubbed of secrets; stderr carries diagnostics. Exit codes (``console.exit_codes``): 0
+all steps ok, 1 a step failed, 2 a config problem found only when the services were built,
+130 interrupted (SIGINT/SIGTERM), after stopping the jobs this run submitted and bringing
+down a pod this run brought up (or tearing down Ray it started on someone else's pod).
+
+The services are built lazily, at the first step that needs the cluster: ``pod up`` must
+run before they can exist on a fresh machine, and a script of ``sleep`` lines pays nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+from console import exit_codes
+from console.config import Config, ConfigError
+from console.script.actions import HANDLERS, PodControl, StepFailure
+from console.script.feed import EventFeed
+from console.script.language import ACTOR
+from console.script.parse import Script, ScriptLine
+from console.secrets import Scrubber
+from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+
+ServicesFactory = Callable[[Config], "ConsoleServices"]
+
+
+class JsonLines:
+    """Thread-safe writer: one scrubbed JSON object per line, flushed per line."""
+
+    def __init__(self, out: TextIO, scrub: Scrubber) -> None:
+        self._out = out
+        self._scrub = scrub
+        self._lock = threading.Lock()
+
+    def emit(self, obj: Mapping[str, Any]) -> None:
+        line = json.dumps(self._scrub.data(to_jsonable(obj)), ensure_ascii=False, default=str)
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+class ScriptRunner:
+    def __init__(
+        self,
+        script: Script,
+        config: Config,
+        *,
+        services_factory: ServicesFactory,
+        pod_control: PodControl,
+        stdout: TextIO,
+        stderr: TextIO,
+        clock: Callable[[], float] = time.time,
+        poll_interval_s: float | None = None,
+    ) -> None:
+        self.script = script
+        self.config = config
+        self.pod = pod_control
+        self._factory = services_factory
+        self._scrub = Scrubber([config.wandb.api_key_env])
+        self._out = JsonLines(stdout, self._scrub)
+        self._err = stderr
+        self.poll_s = poll_interval_s or max(0.2, min(2.0, config.recovery.poll_interval_s))
+        self.feed = EventFeed(self._out.emit, clock)
+        self._services: ConsoleServices | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._submitted: list[str] = []
+        self.last_job: str | None = None
+        self.pod_started = False
+        self.ray_started = False
+        self._interrupted: str | None = None
+        self._config_error = False
+        self._cleaning_up = False
+
+    # -- what the action handlers use -------------------------------------------------------
+    def diag(self, message: str) -> None:
+        self._err.write(self._scrub.text(message) + "\n")
+        self._err.flush()
+
+    async def wait(self, timeout: float) -> None:
+        """Until the feed hears something new, or ``timeout``; interruptible."""
+        self._check_interrupt()
+        await self.feed.wait(timeout)
+        self._check_interrupt()
+
+    def _check_interrupt(self) -> None:
+        # Belt and braces: on 3.11 a cancel can be swallowed by a wait_for deep inside a
+        # library when its inner future completes in the same loop turn.
+        if self._interrupted is not None and not self._cleaning_up:
+            raise asyncio.CancelledError()
+
+    def set_last(self, info: JobInfo) -> None:
+        self.last_job = info.job_id
+        self._submitted.append(info.job_id)
+        self.feed.observe_job(info)
+
+    def job_ref(self, args: Mapping[str, Any]) -> str:
+        ref = args.get("job") or "last"
+        if ref != "last":
+            return self.feed.follow(ref)
+        if self.last_job is None:
+            raise StepFailure(
+                "`last`: no job was submitted (the submit step failed or was skipped)"
+            )
+        return self.feed.follow(self.last_job)
+
+    async def services(self) -> ConsoleServices:
+        if self._services is None:
+            services = self._factory(self.config)
+            self._unsubscribe = services.subscribe(self.feed)
+            try:
+                await services.start()
+            except BaseException:
+                self._unsubscribe()
+                self._unsubscribe = None
+                with contextlib.suppress(Exception):
+                    await services.stop()
+                raise
+            self._services = services
+        return self._services
+
+    async def drop_services(self) -> None:
+        services, self._services = self._services, None
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if services is not None:
+            try:
+                await services.stop()
+            except Exception as exc:
+                self.diag(f"phantom: stopping services: {exc}")
+
+    # -- run --------------------------------------------------------------------------------
+    async def run(self) -> int:
+        self.feed.bind(asyncio.get_running_loop())
+        task = asyncio.current_task()
+        assert task is not None
+        restore = self._install_signals(task)
+        started = time.monotonic()
+        results: list[dict[str, Any]] = []
+        cleanup: dict[str, Any] = {}
+        try:
+            try:
+                await self._run_steps(results)
+            except asyncio.CancelledError:
+                if self._interrupted is None:
+                    raise
+                while task.uncancel():
+                    pass
+                self._cleaning_up = True
+                self.diag(f"phantom: {self._interrupted}: stopping what this script started")
+                try:
+                    cleanup = await self._cleanup()
+                except asyncio.CancelledError:
+                    while task.uncancel():
+                        pass
+                    cleanup = {"skipped": "interrupted again"}
+                    self.diag("phantom: interrupted again: cleanup skipped")
+        finally:
+            restore()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.drop_services()
+        failed = [r for r in results if not r["ok"]]
+        if self._interrupted is not None:
+            code = exit_codes.INTERRUPTED
+        elif self._config_error:
+            code = exit_codes.USAGE
+        else:
+            code = exit_codes.FAILED if failed else exit_codes.OK
+        summary: dict[str, Any] = {
+            "type": "summary",
+            "ok": code == exit_codes.OK,
+            "exit_code": code,
+            "steps_total": len(self.script.lines),
+            "steps_run": len(results),
+            "steps_ok": len(results) - len(failed),
+            "steps_failed": len(failed),
+            "failed": [
+                {
+                    "n": r["n"],
+                    "line": r["line"],
+                    "action": r["action"],
+                    "error": r["result"].get("error", ""),
+                }
+                for r in failed
+            ],
+            "elapsed_s": round(time.monotonic() - started, 3),
+            "interrupted": self._interrupted,
+            "events": len(self.feed.events),
+        }
+        if cleanup:
+            summary["cleanup"] = cleanup
+        self._out.emit(summary)
+        return code
+
+    def _install_signals(self, task: asyncio.Task[Any]) -> Callable[[], None]:
+        loop = asyncio.get_running_loop()
+        installed: list[tuple[signal.Signals, Any]] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            first = self._interrupted is None
+            if first:
+                self._interrupted = sig.name
+            task.cancel()
+            if not first:
+                self.diag(f"phantom: {sig.name} again: abandoning cleanup")
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous = signal.getsignal(sig)
+                loop.add_signal_handler(sig, on_signal, sig)
+                installed.append((sig, previous))
+            except (ValueError, RuntimeError, NotImplementedError):
+                pass  # not the main thread (embedded use): the caller handles signals
+
+        def restore() -> None:
+            # remove_signal_handler resets to the default; put back whoever was there before.
+            for sig, previous in installed:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+
+        return restore
+
+    async def _run_steps(self, results: list[dict[str, Any]]) -> None:
+        total = len(self.script.lines)
+        stop_after_failure = False
+        for n, step in enumerate(self.script.lines, start=1):
+            self._check_interrupt()
+            if stop_after_failure and not step.always:
+                continue
+            self.diag(f"phantom: [{n}/{total}] line {step.line}: {step.text}")
+            t0 = time.monotonic()
+            ok = True
+            try:
+                result = await self._dispatch(step)
+            except StepFailure as exc:
+                ok, result = False, {**exc.result, "error": str(exc)}
+            except asyncio.CancelledError:
+                elapsed = time.monotonic() - t0
+                self._emit_step(results, n, step, False, elapsed, {"error": "interrupted"})
+                raise
+            except ConfigError as exc:  # found only when the services are built
+                ok, result = False, {"error": exc.render()}
+                self._config_error = True
+            except Exception as exc:  # a service error fails this step, not the runner
+                ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
+            self._emit_step(results, n, step, ok, time.monotonic() - t0, result)
+            if not ok:
+                self.diag(
+                    f"{self.script.name}:{step.line}: {step.action} failed: {result['error']}"
+                )
+                if not step.continue_on_error or self._config_error:
+                    stop_after_failure = True
+                    skipped = sum(1 for s in self.script.lines[n:] if not s.always)
+                    if skipped:
+                        self.diag(
+                            f"phantom: skipping the {skipped} remaining step(s) before `finally` "
+                            "(`set continue-on-error on` or --continue goes on after a failure)"
+                        )
+
+    def _emit_step(
+        self,
+        results: list[dict[str, Any]],
+        n: int,
+        step: ScriptLine,
+        ok: bool,
+        elapsed: float,
+        result: Mapping[str, Any],
+    ) -> None:
+        obj = {
+            "type": "step",
+            "n": n,
+            "line": step.line,
+            "action": step.action,
+            "ok": ok,
+            "elapsed_s": round(elapsed, 3),
+            "result": to_jsonable(result),
+        }
+        results.append(obj)
+        self._out.emit(obj)
+
+    async def _cleanup(self) -> dict[str, Any]:
+        """After an interrupt: stop the jobs this run submitted, then undo its `pod up`
+        (or, on a pod it did not start, its `ray-up`)."""
+        done: dict[str, Any] = {"stopped_jobs": [], "pod_down": False}
+        if self._services is not None:
+            for job_id in dict.fromkeys(self.feed.follow(j) for j in self._submitted):
+                try:
+                    async with asyncio.timeout(30):
+                        info = await self._services.job_status(job_id)
+                    if info.status in TERMINAL_JOBS:
+                        continue
+                    async with asyncio.timeout(60):
+                        res = await self._services.stop_job(job_id, ACTOR)
+                    if res.ok:
+                        done["stopped_jobs"].append(job_id)
+                    else:
+                        self.diag(f"phantom: could not stop job {job_id}: {res.message}")
+                except Exception as exc:
+                    self.diag(f"phantom: could not stop job {job_id}: {exc}")
+        if self.ray_started and not self.pod_started and self._services is not None:
+            try:  # Ray this run started on a pod it did not: stop it, leave the pod
+                async with asyncio.timeout(300):
+                    res = await self._services.teardown(ACTOR)
+                done["teardown"] = res.ok
+            except Exception as exc:
+                self.diag(f"phantom: teardown failed: {exc}")
+        if self.pod_started:
+            await self.drop_services()
+            try:
+                done["pod_down"] = await self.pod.down()
+                self.pod_started = False
+            except Exception as exc:
+                self.diag(f"phantom: pod down failed: {exc}")
+        return done
+
+    async def _dispatch(self, line: ScriptLine) -> dict[str, Any]:
+        # Cleanup after `finally` only undoes what this run did: a `pod up` that failed
+        # because someone else's pod is running must not lead to taking theirs down.
+        if line.always and line.action == "pod down" and not self.pod_started:
+            return {"skipped": "this script did not bring a pod up"}
+        if line.always and line.action == "teardown" and not self.ray_started:
+            return {"skipped": "this script did not start Ray"}
+        return await HANDLERS[line.action](self, line.args)

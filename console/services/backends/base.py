@@ -1,0 +1,104 @@
+"""The backend seam: what a kind of cluster provides to the rest of the console.
+
+A backend (``tpu_vm``: TPU API + SSH + Ray; ``gke``: Kubernetes JobSets) answers one typed
+``Observation`` per poll, runs its jobs (submit, stop, list, follow logs), names its metric
+sources and supplies the recovery steps it supports (``recovery.runner.Plan``). The facade,
+the recovery runner, the journal and both front ends depend on this module and on
+``services.model``, never on a backend's parts. One composition root (``console.wiring``)
+builds the backend, real or emulated, from the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed
+from console.services.observation import Observation
+from console.services.submit import SubmitSpec
+
+if TYPE_CHECKING:
+    from console.services.cadence.sources import CadenceSource
+    from console.services.recovery.runner import Plan
+
+
+class JobsUnavailable(Exception):
+    """The cluster's jobs API cannot be asked now (no head, tunnel down): a state, not a
+    failure of the job."""
+
+
+Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]
+
+
+class Backend(Protocol):
+    """What a kind of cluster provides. Every method documents what it raises; anything
+    else is a bug."""
+
+    @property
+    def provider(self) -> str:
+        """The config's ``cluster.provider`` ("local", "gcp", "gke")."""
+
+    async def start(self) -> None:
+        """Reconnect to what already runs (e.g. re-open the tunnel to a live head)."""
+
+    async def close(self) -> None:
+        """Close connections; the cluster itself keeps running."""
+
+    async def observe(self) -> Observation:
+        """Every layer now, each bounded by the poll budget (a silent layer is reported in
+        ``error`` / as unknown, never raised)."""
+
+    def recovery_plan(self, resubmit: Resubmit) -> Plan:
+        """The recovery steps this backend supports, bound to its parts. ``resubmit``
+        submits jobs lost with the cluster again (the console's job registry)."""
+
+    def cadence_sources(self) -> list[CadenceSource]:
+        """Where this backend's runs log their metrics (W&B files, the W&B API, ...)."""
+
+    async def submit(self, spec: SubmitSpec) -> JobInfo:
+        """Submit a job. Raises ``JobsUnavailable`` (no way to reach the jobs API) or the
+        backend's job error naming what and how to fix it."""
+
+    async def list_jobs(self) -> list[JobInfo]:
+        """Every job the cluster knows. Raises ``JobsUnavailable``."""
+
+    async def job_status(self, job_id: str) -> JobInfo:
+        """One job. Raises ``JobsUnavailable`` or the backend's unknown-job error."""
+
+    async def stop_job(self, job_id: str) -> bool:
+        """Ask the job to stop; False when it was not running. Raises like ``job_status``."""
+
+    def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
+        """The job's log from its start, live, ending with a ``LogStreamClosed``."""
+
+    async def job_logs(self, job_id: str) -> str:
+        """The job's whole log so far. Raises like ``job_status``."""
+
+
+@runtime_checkable
+class PodActions(Protocol):
+    """Bring-up and teardown of a cluster the console forms itself (TPU VMs + Ray)."""
+
+    async def wait_ready(self, timeout_s: float) -> ActionResult: ...
+
+    async def bootstrap(self, hosts: Sequence[str] | None) -> ActionResult: ...
+
+    async def ray_up(self, retries: int) -> ActionResult: ...
+
+    async def open_tunnel(self) -> ActionResult: ...
+
+    async def teardown(self) -> ActionResult: ...
+
+    async def trust_host(self, host: str) -> ActionResult: ...
+
+    def resolve_host(self, host: str) -> str:
+        """A host reference (name, short name, index, IP) -> its name; ValueError if unknown."""
+
+
+@runtime_checkable
+class Chaos(Protocol):
+    """Preempt and recreate on command: only an emulated cluster offers it."""
+
+    async def preempt(self, host: str) -> ActionResult: ...
+
+    async def recreate(self, host: str) -> ActionResult: ...

@@ -1,0 +1,142 @@
+"""One poll of a TPU VM pod through every layer -> one ``Observation``.
+
+TPU API state, health and per-worker symptoms; SSH reachability of the hosts the API calls
+READY (a preempted VM is known down and would only cost a connect timeout); Ray node
+liveness per IP from the head's state API; the jobs the head knows. Each layer is bounded by
+the poll budget, and a layer that does not answer is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from console.services.backends.tpu_vm.jobs import JobError
+from console.services.backends.tpu_vm.parts import PodParts
+from console.services.backends.tpu_vm.ray import RayError, RayNodeInfo, alive_by_ip
+from console.services.backends.tpu_vm.tpu import NodeInfo, TpuApiError
+from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
+from console.services.observation import HostObservation, Observation
+
+
+@dataclass
+class _HostMemory:
+    last_seen: float | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+
+class PodObserver:
+    def __init__(self, parts: PodParts) -> None:
+        self.parts = parts
+        self.tunnel_wanted = False  # from the first open on, a closed tunnel is a problem
+        self.last_nodes: list[RayNodeInfo] = []
+        self._memory: dict[str, _HostMemory] = {}
+
+    async def observe(self, at: float) -> Observation:
+        p = self.parts
+        budget = p.poll_budget_s
+        node: NodeInfo | None = None
+        tpu_error = ""
+        try:
+            async with asyncio.timeout(budget):
+                node = await p.provider.get_node()
+        except (TpuApiError, TimeoutError) as exc:
+            tpu_error = str(exc) or "TPU API did not answer"
+        if node is not None and node.endpoints:
+            p.set_endpoints(node.endpoints)
+        eps = p.endpoints
+
+        def state_of(index: int) -> str:
+            if node is None:
+                return HostState.DELETED if not tpu_error else HostState.UNKNOWN
+            return str(node.host_states.get(index, HostState.UNKNOWN))
+
+        states = {ep.name: state_of(ep.index) for ep in eps}
+        usable = (HostState.READY, HostState.UNKNOWN)
+        to_probe = [ep.name for ep in eps if states[ep.name] in usable]
+        head_usable = states.get(p.head.name) in usable
+
+        async def probe() -> dict[str, HostResult]:
+            if not to_probe:
+                return {}
+            try:
+                async with asyncio.timeout(budget):
+                    return await p.probe.probe(to_probe, timeout_s=budget)
+            except TimeoutError:
+                return {}
+
+        async def ray_nodes() -> list[RayNodeInfo] | None:
+            if not head_usable and not p.tunnel.is_up:
+                return None
+            try:
+                async with asyncio.timeout(budget):
+                    return await p.ray.nodes()
+            except (RayError, TimeoutError):
+                return None
+
+        async def job_list() -> list[JobInfo] | None:
+            if not p.tunnel.is_up:
+                return None
+            try:
+                async with asyncio.timeout(budget):
+                    return await p.jobs.list()
+            except (JobError, TimeoutError):
+                return None
+
+        probes, nodes, jobs = await asyncio.gather(probe(), ray_nodes(), job_list())
+        if nodes is not None:
+            self.last_nodes = nodes
+        alive = alive_by_ip(nodes or [])
+        known_ips = {n.ip for n in nodes or []}
+        hosts = []
+        for ep in eps:
+            st = states[ep.name]
+            pr = probes.get(ep.name)
+            ssh_ok: bool | None = pr.ok if pr is not None else None
+            if ssh_ok is None and st in LOST_STATES:
+                ssh_ok = False
+            mem = self._memory.setdefault(ep.name, _HostMemory())
+            if ssh_ok or alive.get(ep.ip, 0):
+                mem.last_seen = at
+            for n in nodes or []:
+                if n.ip == ep.ip and n.alive:
+                    mem.resources = n.resources
+            symptoms = tuple(
+                s.details for s in (node.symptoms if node else ()) if s.worker_id == str(ep.index)
+            )
+            hosts.append(
+                HostObservation(
+                    name=ep.name,
+                    ip=ep.ip,
+                    index=ep.index,
+                    tpu_state=st,
+                    health=node.health if node else "",
+                    symptoms=symptoms,
+                    ssh_ok=ssh_ok,
+                    ray_alive=alive.get(ep.ip, 0),
+                    ray_known=ep.ip in known_ips,
+                    preempted_at=(
+                        node.symptom_time(ep.index) if node and st in LOST_STATES else None
+                    ),
+                    last_seen=mem.last_seen,
+                    resources=dict(mem.resources),
+                )
+            )
+        cfg = p.config.cluster
+        return Observation(
+            at=at,
+            hosts=tuple(hosts),
+            head=p.head.name,
+            ray_reachable=nodes is not None,
+            tunnel_up=p.tunnel.is_up if self.tunnel_wanted else None,
+            jobs=tuple(jobs or ()),
+            error=tpu_error,
+            node_state=(
+                node.state if node else (HostState.UNKNOWN if tpu_error else HostState.NOT_FOUND)
+            ),
+            health=node.health if node else "",
+            accelerator_type=(node.accelerator_type if node else "") or cfg.accelerator_type,
+            dashboard_url=p.dashboard_url() or "",
+            tunnel_error=p.tunnel.last_error or "",
+        )

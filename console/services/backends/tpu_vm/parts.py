@@ -1,0 +1,163 @@
+"""The pod's parts, built once from the config: TPU API, SSH (actions and probes), host keys,
+Ray over SSH, the tunnel and the Ray jobs client.
+
+``PodAccess`` is what differs between a real pod and the emulator, decided by the
+composition root (``console.wiring``) and never by a check of the provider here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from console.config import Config
+from console.services.backends.tpu_vm import raycmd
+from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.hostkeys import HostKeyEvent, HostKeyPolicy
+from console.services.backends.tpu_vm.jobs import JobService
+from console.services.backends.tpu_vm.ray import RayOps, default_bootstrap_command
+from console.services.backends.tpu_vm.ssh import SshFanout, known_hosts_path
+from console.services.backends.tpu_vm.tpu import TpuProvider
+from console.services.backends.tpu_vm.tunnel import Tunnel, default_forwards
+
+
+@dataclass(frozen=True)
+class PodAccess:
+    """How to reach one pod, and what its hosts are like."""
+
+    provider: TpuProvider
+    ssh_user: str
+    ssh_key: str | os.PathLike[str]
+    endpoints: Sequence[HostEndpoint] = ()  # known up front (emulator); gcp: the first GetNode
+    ray_env: Mapping[str, str] = field(default_factory=dict)  # extra env of `ray start`
+    ray_user_path: bool = True  # Ray lives in ~/.local/bin (pip --user on a TPU VM)
+    storage_uri: str = ""  # checkpoint storage every node reaches
+    job_env: Mapping[str, str] = field(default_factory=dict)  # env defaults of submitted jobs
+    wandb_dir: str = ""  # where offline runs land and cadence reads them ("" = nowhere)
+    # The hosts share this machine's loopback: the head's 127.0.0.1:<port> is ours, so a
+    # tunnel end on the same port would collide with the dashboard itself.
+    shares_loopback: bool = False
+    # Raylets started together on hosts that share a few cores miss `ray start`'s 30 s
+    # registration window: join one at a time.
+    serial_joins: bool = False
+
+
+class PodParts:
+    def __init__(
+        self,
+        config: Config,
+        access: PodAccess,
+        *,
+        state_dir: Path,
+        clock: Callable[[], float] = time.time,
+        on_host_key: Callable[[HostKeyEvent], None] | None = None,
+        on_tunnel_change: Callable[[bool, str], None] | None = None,
+    ) -> None:
+        rec = config.recovery
+        self.config = config
+        self.access = access
+        self.provider = access.provider
+        self.poll_interval_s = rec.poll_interval_s
+        # A poll must finish in about one interval: a hung layer is reported as unknown.
+        self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)
+        self.endpoints: list[HostEndpoint] = list(access.endpoints)
+        self.host_keys = HostKeyPolicy(
+            config.ssh.known_hosts_policy,
+            known_hosts_path(config, state_dir),
+            api_keys=access.provider.host_keys,
+            on_event=on_host_key,
+        )
+        self.ssh = SshFanout.from_config(
+            config.ssh,
+            self.endpoints,
+            self.host_keys,
+            user=access.ssh_user,
+            key_path=access.ssh_key,
+        )
+        # Reachability probes: no retries and a short connect timeout, so a poll of a
+        # half-dead host costs one interval, not the action fan-out's patient retries.
+        self.probe = SshFanout(
+            self.endpoints,
+            user=access.ssh_user,
+            client_keys=[access.ssh_key],
+            host_keys=self.host_keys,
+            parallelism=config.ssh.parallelism,
+            connect_timeout_s=min(config.ssh.connect_timeout_s, max(1.0, rec.poll_interval_s)),
+            command_timeout_s=self.poll_budget_s,
+            retries=0,
+        )
+        head = self.endpoints[0] if self.endpoints else HostEndpoint("head", "127.0.0.1")
+        self.ray = RayOps(
+            self.ssh,
+            head=head,
+            workers=self.endpoints[1:],
+            ray_cfg=config.ray,
+            bootstrap_command=default_bootstrap_command(config),
+            user_path=access.ray_user_path,
+            node_options=self._node_options,
+            dashboard_url=self.dashboard_url,
+            # Recovery steps ask the state API too, over SSH before the tunnel is back;
+            # polls bound their own calls to poll_budget_s.
+            api_timeout_s=max(10.0, self.poll_budget_s),
+            poll_interval_s=min(0.5, rec.poll_interval_s),
+        )
+        forwards = default_forwards(config.ray)
+        if access.shares_loopback:
+            forwards = [(lh, 0 if lp == rp else lp, rh, rp) for lh, lp, rh, rp in forwards]
+        self.tunnel = Tunnel(
+            lambda: self.ssh.connect(self.ray.head.name),
+            forwards,
+            on_change=on_tunnel_change,
+            backoff_initial_s=min(0.5, rec.poll_interval_s),
+            backoff_max_s=max(2.0, rec.poll_interval_s * 2),
+        )
+        self.jobs = JobService(
+            f"http://127.0.0.1:{config.ray.local_dashboard_port}",
+            clock=clock,
+            timeout_s=max(5.0, self.poll_budget_s),
+        )
+
+    @property
+    def head(self) -> HostEndpoint:
+        return self.ray.head
+
+    def dashboard_url(self) -> str | None:
+        if not self.tunnel.is_up:
+            return None
+        return self.tunnel.url(self.config.ray.dashboard_port)
+
+    def set_endpoints(self, endpoints: Sequence[HostEndpoint]) -> None:
+        """The TPU API reported the workers' addresses (first poll, or a recreated node)."""
+        eps = list(endpoints)
+        if not eps or eps == self.endpoints:
+            return
+        self.endpoints = eps
+        self.ssh.set_endpoints(eps)
+        self.probe.set_endpoints(eps)
+        self.ray.set_hosts(eps[0], eps[1:])
+
+    def forget(self, name: str) -> None:
+        """A host was recreated: its connections are dead and its host key is gone."""
+        self.ssh.drop(name)
+        self.probe.drop(name)
+
+    def _node_options(self, ep: HostEndpoint) -> raycmd.RayNodeOptions:
+        cfg = self.config.ray
+        return raycmd.RayNodeOptions(
+            node_ip=ep.ip,
+            num_cpus=cfg.num_cpus,
+            resources=dict(cfg.resources),
+            object_store_memory=cfg.object_store_mb * raycmd.MIB,
+            node_name=ep.name,
+            user_path=self.access.ray_user_path,
+            env=dict(self.access.ray_env),
+        )
+
+    async def close(self) -> None:
+        await self.tunnel.close()
+        await self.probe.close()
+        await self.ssh.close()
+        await self.provider.close()

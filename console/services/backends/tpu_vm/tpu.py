@@ -1,0 +1,506 @@
+"""The TPU node as the Cloud TPU v2 API reports it, and the providers that drive it.
+
+``TpuProvider`` is what the TPU VM backend uses; ``GcpTpuProvider`` implements it with the
+real ``google.cloud.tpu_v2.TpuAsyncClient``. The emulator adapter (``console.local``) points
+the same class at the pod emulator's loopback gRPC endpoint (``local_client``: insecure
+channel, no Google credentials) and adds what only an emulator can do: recreate or preempt
+a single host.
+
+Recreate on real GCP: a TPU VM pod slice is one resource. There is no API to recreate one
+worker of a multi-host node, so ``GcpTpuProvider.recreate(hosts=[2])`` deletes and
+re-creates the WHOLE node with the same spec (every host gets a new VM, a new host key and
+possibly new internal IPs) and returns every worker index. Only the emulator can recreate
+one host.
+
+Errors: API calls raise ``TpuApiError`` with one line naming the node and the cause;
+``wait_ready`` reports polling errors through ``on_progress`` and keeps polling until its
+deadline, so a flaky API never crashes a recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from google.api_core import exceptions as gexc
+from google.cloud import tpu_v2
+
+from console.config import Config
+from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.model import HostState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUNTIME_VERSION = "tpu-ubuntu2204-base"
+HOSTKEYS_QUERY = "hostkeys/"
+ProgressCallback = Callable[[Any], Awaitable[None] | None]
+
+
+class TpuApiError(Exception):
+    """A TPU API call failed; ``str()`` is one line: node, call and cause."""
+
+
+@dataclass(frozen=True)
+class Symptom:
+    worker_id: str
+    type: str
+    details: str = ""
+    at: float | None = None  # epoch seconds the API says it started (e.g. preemption time)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One poll of the node. ``host_states[i]`` is worker i's state (see ``host_states_of``)."""
+
+    name: str
+    state: str
+    health: str = ""
+    health_description: str = ""
+    accelerator_type: str = ""
+    endpoints: tuple[HostEndpoint, ...] = ()
+    symptoms: tuple[Symptom, ...] = ()
+    host_states: Mapping[int, str] = field(default_factory=dict)
+    full_name: str = ""
+    preemptible: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """The node and every host are READY (what ``wait_ready`` waits for)."""
+        return (
+            self.state == HostState.READY
+            and bool(self.endpoints)
+            and all(self.host_states.get(ep.index) == HostState.READY for ep in self.endpoints)
+        )
+
+    def symptom_time(self, index: int) -> float | None:
+        """When the API says worker ``index``'s newest symptom began (preemption time)."""
+        times = [s.at for s in self.symptoms if s.worker_id == str(index) and s.at is not None]
+        return max(times) if times else None
+
+    def hosts_in(self, *states: str) -> list[int]:
+        return sorted(i for i, s in self.host_states.items() if s in states)
+
+    def summary(self) -> str:
+        hosts = " ".join(
+            f"{ep.name}={self.host_states.get(ep.index, '?')}" for ep in self.endpoints
+        )
+        return (
+            f"{self.name} {self.state}"
+            + (f" {self.health}" if self.health else "")
+            + (f" [{hosts}]" if hosts else "")
+        )
+
+
+class TpuProvider(Protocol):
+    """What the watchdog/facade need from a TPU provider (local emulator or GCP)."""
+
+    node_name: str
+
+    async def get_node(self) -> NodeInfo | None:
+        """The node now, or None if it does not exist. Raises TpuApiError."""
+
+    async def host_keys(self) -> dict[str, str]:
+        """``{ip: "ssh-ed25519 AAAA..."}`` from the node's guest attributes (one or more
+        OpenSSH public key lines per IP). Raises TpuApiError."""
+
+    async def recreate(self, hosts: Sequence[int] | None = None) -> list[int]:
+        """Recreate the given workers (None = all); returns the worker indices recreated."""
+
+    async def wait_ready(
+        self, timeout_s: float, on_progress: ProgressCallback | None = None
+    ) -> NodeInfo:
+        """Poll until the node and all its hosts are READY; TimeoutError after timeout_s."""
+
+    async def close(self) -> None: ...
+
+
+_STATE_NAMES = {s.value for s in HostState}
+
+
+def _state_name(value: Any) -> str:
+    name = getattr(value, "name", None) or str(value)
+    return name
+
+
+_SYMPTOM_WORDS = {
+    "preempt": HostState.PREEMPTED,
+    "terminat": HostState.PREEMPTED,
+    "creat": HostState.CREATING,
+    "recreat": HostState.CREATING,
+    "repair": HostState.REPAIRING,
+    "delet": HostState.DELETING,
+}
+
+
+def _symptom_state(details: str) -> str:
+    words = re.findall(r"[a-z]+", details.lower())
+    for word in words:
+        for stem, state in _SYMPTOM_WORDS.items():
+            if word.startswith(stem):
+                return str(state)
+    return ""
+
+
+def host_states_of(
+    state: str,
+    endpoints: Sequence[HostEndpoint],
+    symptoms: Sequence[Symptom],
+    n_hosts: int,
+    health_description: str = "",
+) -> dict[int, str]:
+    """Per-worker states from what the API offers (it has no per-worker state field).
+
+    - a symptom with a worker id whose details say what happened ("worker 2 ... was
+      preempted") puts that worker in that state (how a single preempted host shows);
+    - node READY: the other workers are READY (UNKNOWN when they have no endpoint);
+    - node not READY: workers named in ``health_description`` ("hosts not ready: w2")
+      share the node's state, the rest are READY; when nothing names a worker (a real
+      multi-host node is preempted or created as a whole) every worker shares it.
+    """
+    indices = sorted({ep.index for ep in endpoints} | set(range(n_hosts)))
+    have_ep = {ep.index for ep in endpoints}
+    node_state = state if state in _STATE_NAMES else str(HostState.UNKNOWN)
+    per: dict[int, str] = {}
+    for s in symptoms:
+        wid = s.worker_id.strip()
+        if wid.isdigit() and int(wid) in indices:
+            found = _symptom_state(s.details)
+            if found:
+                per[int(wid)] = found
+    named = set()
+    if health_description:
+        for ep in endpoints:
+            if re.search(rf"(?<![\w-]){re.escape(ep.name)}(?![\w-])", health_description):
+                named.add(ep.index)
+    out: dict[int, str] = {}
+    for i in indices:
+        if i in per:
+            out[i] = per[i]
+        elif state == HostState.READY or (state != HostState.READY and (per or named)):
+            if i in named and state != HostState.READY:
+                out[i] = node_state
+            else:
+                out[i] = str(HostState.READY if i in have_ep else HostState.UNKNOWN)
+        else:
+            out[i] = node_state
+    return out
+
+
+def _epoch(ts: Any) -> float | None:
+    if ts is None:
+        return None
+    try:
+        value = float(ts.timestamp())
+    except (AttributeError, ValueError, OverflowError):
+        return None
+    return value if value > 0 else None
+
+
+def node_info_from_proto(node: tpu_v2.Node, *, ssh_port: int = 22) -> NodeInfo:
+    short = node.name.rsplit("/", 1)[-1]
+    endpoints = tuple(
+        HostEndpoint(name=f"{short}-w{i}", ip=ep.ip_address, port=ssh_port, index=i)
+        for i, ep in enumerate(node.network_endpoints)
+        if ep.ip_address
+    )
+    symptoms = tuple(
+        Symptom(
+            worker_id=s.worker_id,
+            type=_state_name(s.symptom_type),
+            details=s.details,
+            at=_epoch(s.create_time),
+        )
+        for s in node.symptoms
+    )
+    state = _state_name(node.state)
+    health = _state_name(node.health)
+    if health == "HEALTH_UNSPECIFIED":
+        health = ""
+    return NodeInfo(
+        name=short,
+        full_name=node.name,
+        state=state,
+        health=health,
+        health_description=node.health_description,
+        accelerator_type=node.accelerator_type,
+        endpoints=endpoints,
+        symptoms=symptoms,
+        host_states=host_states_of(
+            state, endpoints, symptoms, len(node.network_endpoints), node.health_description
+        ),
+        preemptible=bool(node.scheduling_config.preemptible or node.scheduling_config.spot),
+    )
+
+
+def parse_guest_hostkeys(attrs: Sequence[tpu_v2.GuestAttributes]) -> list[str]:
+    """One guest-attributes entry per worker -> that worker's OpenSSH key lines.
+
+    Entries use namespace ``hostkeys``, key = key type, value = base64 blob (what the
+    guest agent publishes and gcloud reads); a value that is already a full
+    ``type base64`` line is accepted too.
+    """
+    out: list[str] = []
+    for ga in attrs:
+        lines = []
+        for item in ga.query_value.items:
+            if item.namespace and item.namespace != "hostkeys":
+                continue
+            value = item.value.strip()
+            if not value:
+                continue
+            line = value if " " in value else f"{item.key} {value}"
+            if line not in lines:
+                lines.append(line)
+        out.append("\n".join(lines))
+    return out
+
+
+def _api_error(node: str, call: str, exc: Exception) -> TpuApiError:
+    msg = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    first = str(msg).strip().splitlines()[0] if str(msg).strip() else type(exc).__name__
+    code = getattr(exc, "code", None)
+    code_s = f"{getattr(code, 'name', code)}: " if code is not None else ""
+    return TpuApiError(f"TPU API {call} for {node}: {code_s}{first}")
+
+
+class GcpTpuProvider:
+    """Cloud TPU v2 through ``TpuAsyncClient`` (injectable: tests pass one bound to the
+    emulator). ``ssh_port`` is the port the workers' sshd listens on (22 on GCP)."""
+
+    def __init__(
+        self,
+        project: str,
+        zone: str,
+        node: str,
+        client: tpu_v2.TpuAsyncClient | None = None,
+        *,
+        ssh_port: int = 22,
+        accelerator_type: str = "",
+        runtime_version: str = DEFAULT_RUNTIME_VERSION,
+        poll_interval_s: float = 5.0,
+        call_timeout_s: float = 60.0,
+    ) -> None:
+        self.project = project
+        self.zone = zone
+        self.node_name = node
+        self.ssh_port = ssh_port
+        self.accelerator_type = accelerator_type
+        self.runtime_version = runtime_version
+        self.poll_interval_s = poll_interval_s
+        self.call_timeout_s = call_timeout_s
+        self._client = client
+        self._last_proto: tpu_v2.Node | None = None
+        self.last: NodeInfo | None = None
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    @property
+    def node_path(self) -> str:
+        return f"{self.parent}/nodes/{self.node_name}"
+
+    @property
+    def client(self) -> tpu_v2.TpuAsyncClient:
+        if self._client is None:
+            self._client = tpu_v2.TpuAsyncClient()
+        return self._client
+
+    async def get_node(self) -> NodeInfo | None:
+        try:
+            node = await self.client.get_node(name=self.node_path, timeout=self.call_timeout_s)
+        except gexc.NotFound:
+            self.last = None
+            return None
+        except (gexc.GoogleAPIError, OSError) as exc:
+            raise _api_error(self.node_name, "GetNode", exc) from None
+        self._last_proto = node
+        self.last = node_info_from_proto(node, ssh_port=self.ssh_port)
+        return self.last
+
+    async def host_keys(self) -> dict[str, str]:
+        node = self.last or await self.get_node()
+        if node is None:
+            return {}
+        try:
+            resp = await self.client.get_guest_attributes(
+                request=tpu_v2.GetGuestAttributesRequest(
+                    name=self.node_path, query_path=HOSTKEYS_QUERY
+                ),
+                timeout=self.call_timeout_s,
+            )
+        except (gexc.GoogleAPIError, OSError) as exc:
+            raise _api_error(self.node_name, "GetGuestAttributes", exc) from None
+        per_worker = parse_guest_hostkeys(resp.guest_attributes)
+        if len(per_worker) != len(node.endpoints):
+            # The answer does not line up with the workers: ask each worker on its own.
+            per_worker = await asyncio.gather(
+                *(self._worker_keys(ep.index) for ep in node.endpoints)
+            )
+        return {ep.ip: keys for ep, keys in zip(node.endpoints, per_worker, strict=True) if keys}
+
+    async def _worker_keys(self, index: int) -> str:
+        try:
+            resp = await self.client.get_guest_attributes(
+                request=tpu_v2.GetGuestAttributesRequest(
+                    name=self.node_path, query_path=HOSTKEYS_QUERY, worker_ids=[str(index)]
+                ),
+                timeout=self.call_timeout_s,
+            )
+        except (gexc.GoogleAPIError, OSError) as exc:
+            raise _api_error(self.node_name, f"GetGuestAttributes(worker {index})", exc) from None
+        keys = parse_guest_hostkeys(resp.guest_attributes)
+        return keys[0] if keys else ""
+
+    async def recreate(self, hosts: Sequence[int] | None = None) -> list[int]:
+        """Delete and re-create the whole node with its last known spec (see module doc)."""
+        spec = self._spec_for_create()
+        n = len(self._last_proto.network_endpoints) if self._last_proto is not None else 0
+        if hosts is not None and n and sorted(set(hosts)) != list(range(n)):
+            log.warning(
+                "GCP cannot recreate single workers of %s; recreating the whole node",
+                self.node_name,
+            )
+        await self._delete_node()
+        await self._create_node(spec)
+        return list(range(n)) if n else list(hosts or [])
+
+    def _spec_for_create(self) -> tpu_v2.Node:
+        if self._last_proto is not None:
+            old = self._last_proto
+            return tpu_v2.Node(
+                accelerator_type=old.accelerator_type,
+                runtime_version=old.runtime_version or self.runtime_version,
+                network_config=old.network_config,
+                scheduling_config=old.scheduling_config,
+                metadata=dict(old.metadata),
+                labels=dict(old.labels),
+                tags=list(old.tags),
+                description=old.description,
+                service_account=old.service_account,
+                data_disks=list(old.data_disks),
+                shielded_instance_config=old.shielded_instance_config,
+            )
+        if not self.accelerator_type:
+            raise TpuApiError(
+                f"cannot create {self.node_name}: its spec is unknown (never seen) and no "
+                "cluster.accelerator_type is configured"
+            )
+        return tpu_v2.Node(
+            accelerator_type=self.accelerator_type,
+            runtime_version=self.runtime_version,
+            scheduling_config=tpu_v2.SchedulingConfig(spot=True),
+        )
+
+    async def _delete_node(self) -> None:
+        try:
+            op = await self.client.delete_node(name=self.node_path, timeout=self.call_timeout_s)
+            await op.result(timeout=max(self.call_timeout_s, 600.0))
+        except gexc.NotFound:
+            return
+        except (TimeoutError, gexc.GoogleAPIError, OSError) as exc:
+            raise _api_error(self.node_name, "DeleteNode", exc) from None
+
+    async def _create_node(self, spec: tpu_v2.Node) -> None:
+        try:
+            op = await self.client.create_node(
+                parent=self.parent, node=spec, node_id=self.node_name, timeout=self.call_timeout_s
+            )
+            await op.result(timeout=max(self.call_timeout_s, 600.0))
+        except (TimeoutError, gexc.GoogleAPIError, OSError) as exc:
+            raise _api_error(self.node_name, "CreateNode", exc) from None
+
+    async def wait_ready(
+        self, timeout_s: float, on_progress: ProgressCallback | None = None
+    ) -> NodeInfo:
+        """Poll ``get_node`` until ``NodeInfo.ready``. ``on_progress`` gets every NodeInfo
+        whose summary changed, and a ``TpuApiError`` for each failed poll (then polling
+        goes on). Raises TimeoutError naming the last state seen."""
+        deadline = time.monotonic() + timeout_s
+        last_summary = ""
+        last_seen = "no answer"
+        while True:
+            try:
+                node = await self.get_node()
+            except TpuApiError as exc:
+                node = None
+                last_seen = str(exc)
+                await _notify(on_progress, exc)
+            else:
+                if node is None:
+                    last_seen = f"{self.node_name} does not exist"
+                else:
+                    last_seen = node.summary()
+                    if last_seen != last_summary:
+                        last_summary = last_seen
+                        await _notify(on_progress, node)
+                    if node.ready:
+                        return node
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"{self.node_name} not READY after {timeout_s:g}s (last: {last_seen})"
+                )
+            await asyncio.sleep(min(self.poll_interval_s, remaining))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.transport.close()
+
+
+async def _notify(cb: ProgressCallback | None, value: Any) -> None:
+    if cb is None:
+        return
+    try:
+        res = cb(value)
+        if asyncio.iscoroutine(res) or isinstance(res, Awaitable):
+            await res
+    except Exception:
+        log.exception("progress callback failed")
+
+
+def local_client(endpoint: str) -> tpu_v2.TpuAsyncClient:
+    """A real ``TpuAsyncClient`` on an insecure loopback channel (the emulator's API).
+
+    With an explicit channel the transport ignores credentials, so no Google login is
+    looked up. Must be called with a running event loop (grpc.aio channels bind to it).
+    """
+    import grpc
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport
+
+    host = endpoint.removeprefix("http://").removeprefix("grpc://")
+    if not host.split(":", 1)[0].startswith("127.") and not host.startswith("localhost"):
+        raise ValueError(
+            f"cluster.api_endpoint = {endpoint!r}: the local provider is loopback-only"
+        )
+    channel = grpc.aio.insecure_channel(host)
+    transport = TpuGrpcAsyncIOTransport(channel=channel, credentials=AnonymousCredentials())
+    return tpu_v2.TpuAsyncClient(transport=transport)
+
+
+def gcp_provider(config: Config) -> GcpTpuProvider:
+    """Google's TPU API for ``config.cluster`` (``cluster.api_endpoint`` overrides the
+    endpoint; credentials from the environment, as gcloud finds them)."""
+    cl = config.cluster
+    client = None
+    if cl.api_endpoint:
+        from google.api_core.client_options import ClientOptions
+
+        client = tpu_v2.TpuAsyncClient(client_options=ClientOptions(api_endpoint=cl.api_endpoint))
+    return GcpTpuProvider(
+        cl.project,
+        cl.zone,
+        cl.node_name,
+        client,
+        ssh_port=config.ssh.port,
+        accelerator_type=cl.accelerator_type,
+        poll_interval_s=config.recovery.poll_interval_s,
+    )

@@ -1,0 +1,265 @@
+"""Metric cadence per W&B run: is each run still logging at its usual pace?
+
+For every run: time since the last logged step, the median interval between logged rows,
+steps per minute, the recent intervals (sparkline-ready) and a *stalled* flag, by the rule
+in ``rules`` (seed 000's "are metrics arriving in W&B at steady cadence?"), over the
+``sources``. ``take_transitions`` turns stall starts and ends into journal events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from console.services.cadence.rules import (
+    WINDOW,
+    Window,
+    compute_cadence,
+    merge_windows,
+    skew_estimate,
+    skew_window,
+    stall_threshold,
+)
+from console.services.cadence.sources import (
+    CadenceSource,
+    CadenceSourceError,
+    OfflineRunSource,
+    OnlineRunSource,
+    RunObservation,
+)
+from console.services.cadence.wandb_files import HistoryPoint
+from console.services.model import Event, RunCadence
+
+log = logging.getLogger(__name__)
+
+
+# -- tracker ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StallTransition:
+    """A run started or stopped stalling (for the journal and the watchdog)."""
+
+    run_id: str
+    name: str
+    source: str
+    stalled: bool
+    at: float
+    silence_s: float | None
+    median_interval_s: float | None
+    threshold_s: float | None
+
+    def to_event(self) -> Event:
+        data = {
+            "run_id": self.run_id,
+            "source": self.source,
+            "silence_s": _round(self.silence_s),
+            "median_interval_s": _round(self.median_interval_s),
+            "threshold_s": _round(self.threshold_s),
+        }
+        if self.stalled:
+            msg = (
+                f"run {self.name} ({self.run_id}) stalled: no metrics for "
+                f"{_fmt(self.silence_s)} (median interval {_fmt(self.median_interval_s)}, "
+                f"limit {_fmt(self.threshold_s)})"
+            )
+            return Event(at=self.at, kind="stalled", message=msg, data=data)
+        msg = f"run {self.name} ({self.run_id}) logging again"
+        return Event(at=self.at, kind="cadence_resumed", message=msg, data=data)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _fmt(x: float | None) -> str:
+    return "?" if x is None else f"{x:.1f}s"
+
+
+@dataclass
+class _RunState:
+    run_id: str
+    name: str
+    source: str
+    state: str = "running"
+    points: deque[HistoryPoint] = field(default_factory=lambda: deque(maxlen=WINDOW + 1))
+    stride: float = 1.0
+    lag_s: float = 0.0
+    anchor: float | None = None  # our-clock time of the newest row
+    skew: Window | None = None  # bounds on the writer's clock minus ours
+    stalled: bool = False
+
+
+class CadenceTracker:
+    """Polls the sources, keeps each run's recent rows, publishes ``RunCadence`` values.
+
+    ``poll()`` is blocking (file reads, HTTP): call ``await apoll()`` from the event loop.
+    ``take_transitions()`` returns stall start/stop transitions since its last call.
+    A failing source keeps its runs' last values, is reported in ``errors``, and cannot flip
+    a run to stalled (no data is not evidence of silence). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[CadenceSource],
+        stall_factor: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if stall_factor <= 1:
+            raise ValueError(
+                f"recovery.stall_factor = {stall_factor!r}: must be greater than 1 "
+                "(k x the median interval)"
+            )
+        self.sources = list(sources)
+        self.stall_factor = stall_factor
+        self._clock = clock
+        self._runs: dict[tuple[str, str], _RunState] = {}
+        self._prev_poll: dict[str, float] = {}
+        self._transitions: list[StallTransition] = []
+        self._latest: list[RunCadence] = []
+        self.errors: dict[str, str] = {}
+        self._lock = threading.Lock()  # state
+        self._poll_lock = threading.Lock()  # one poll at a time
+
+    async def apoll(self) -> list[RunCadence]:
+        return await asyncio.to_thread(self.poll)
+
+    def poll(self) -> list[RunCadence]:
+        with self._poll_lock:
+            failing: set[str] = set()
+            for source in self.sources:
+                started = self._clock()
+                try:
+                    observations = source.poll()
+                except Exception as exc:  # one broken source must not blind the others
+                    failing.add(source.kind)
+                    msg = str(exc) if isinstance(exc, CadenceSourceError) else repr(exc)
+                    if self.errors.get(source.kind) != msg:
+                        log.warning("cadence source %s: %s", source.kind, msg)
+                    self.errors[source.kind] = msg
+                    continue
+                self.errors.pop(source.kind, None)
+                seen_at = self._clock()  # rows read in this poll existed by now...
+                with self._lock:
+                    self._apply(source.kind, observations, seen_at)
+                self._prev_poll[source.kind] = started  # ...and new ones were absent then
+            now = self._clock()
+            with self._lock:
+                self._latest = self._compute(now, failing)
+                return list(self._latest)
+
+    def _apply(self, kind: str, observations: Sequence[RunObservation], seen_at: float) -> None:
+        prev_poll = self._prev_poll.get(kind)
+        reported = set()
+        for obs in observations:
+            key = (obs.source or kind, obs.run_id)
+            reported.add(key)
+            st = self._runs.get(key)
+            if st is None:
+                st = self._runs[key] = _RunState(run_id=obs.run_id, name=obs.name, source=key[0])
+            st.name = obs.name or st.name
+            st.state = obs.state
+            st.stride = obs.stride
+            st.lag_s = obs.lag_s
+            if not obs.points:
+                continue
+            newest_before = st.points[-1] if st.points else None
+            if obs.replace:
+                st.points.clear()
+            st.points.extend(obs.points)
+            new_rows = [
+                p
+                for p in obs.points
+                if newest_before is None
+                or not obs.replace
+                or (p.step, p.timestamp) > (newest_before.step, newest_before.timestamp)
+            ]
+            if not new_rows:
+                continue  # an online window that did not move
+            # Rows not visible at this source's previous poll were written after it (minus
+            # lag); on the source's first poll there is no such bound (backfill).
+            window = skew_window(
+                new_rows[-1].timestamp, new_rows[0].timestamp, seen_at, prev_poll, obs.lag_s
+            )
+            st.skew = merge_windows(st.skew, window)
+            st.anchor = st.points[-1].timestamp - skew_estimate(st.skew)
+        for key in [k for k in self._runs if k[0] == kind and k not in reported]:
+            del self._runs[key]  # the run's file or listing is gone
+
+    def _compute(self, now: float, failing: set[str]) -> list[RunCadence]:
+        out = []
+        for st in self._runs.values():
+            cad = compute_cadence(
+                st.run_id,
+                st.name,
+                st.source,
+                list(st.points),
+                now=now,
+                stall_factor=self.stall_factor,
+                state=st.state,
+                stride=st.stride,
+                lag_s=st.lag_s,
+                last_anchor=st.anchor,
+            )
+            if st.source in failing and cad.stalled != st.stalled:
+                cad = _with_stalled(cad, st.stalled)  # hold the last verdict while blind
+            if cad.stalled != st.stalled:
+                self._transitions.append(
+                    StallTransition(
+                        run_id=st.run_id,
+                        name=st.name,
+                        source=st.source,
+                        stalled=cad.stalled,
+                        at=now,
+                        silence_s=cad.seconds_since,
+                        median_interval_s=cad.median_interval_s,
+                        threshold_s=stall_threshold(
+                            cad.median_interval_s, self.stall_factor, st.lag_s
+                        ),
+                    )
+                )
+                st.stalled = cad.stalled
+            out.append(cad)
+        out.sort(key=lambda c: (c.source, c.name, c.run_id))
+        return out
+
+    def take_transitions(self) -> list[StallTransition]:
+        with self._lock:
+            out, self._transitions = self._transitions, []
+        return out
+
+    def latest(self) -> list[RunCadence]:
+        """The values from the last poll (no I/O)."""
+        with self._lock:
+            return list(self._latest)
+
+
+def _with_stalled(cad: RunCadence, stalled: bool) -> RunCadence:
+    return replace(cad, stalled=stalled)
+
+
+def sources_from_config(
+    wandb_cfg: Any, *, environ: Mapping[str, str] | None = None
+) -> list[CadenceSource]:
+    """The sources for a ``WandbConfig``: offline files always (when the dir exists or is
+    configured), plus the public API when ``mode = "online"``."""
+    environ = os.environ if environ is None else environ
+    wandb_dir = wandb_cfg.dir or environ.get("WANDB_DIR") or "."
+    sources: list[CadenceSource] = []
+    if wandb_cfg.mode != "disabled":
+        sources.append(OfflineRunSource(wandb_dir))
+    if wandb_cfg.mode == "online":
+        sources.append(
+            OnlineRunSource(
+                wandb_cfg.project,
+                wandb_cfg.entity,
+                api_key_env=wandb_cfg.api_key_env,
+                environ=environ,
+            )
+        )
+    return sources

@@ -1,0 +1,112 @@
+"""``EventSink``: the one way an event or an action record enters the console.
+
+Journal first, then publish the stored row. What the front ends receive live is exactly the
+row the journal holds (scrubbed, with its ``id``), so a screen that reloads the journal
+after a restart shows the same events under the same keys: nothing shows twice, and a
+secret cannot show live and masked later.
+
+Writes run in one worker thread, in the order they were asked for, so ids follow the order
+of emission even when a synchronous callback (a host-key change, the tunnel dropping) emits
+between two awaited writes. A journal that fails (disk full) never stops the services: the
+event is still published, scrubbed, without an id, and the failure is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from console.services.journal import Journal
+from console.services.model import ActionResult, Event, Update
+
+log = logging.getLogger(__name__)
+
+
+class EventSink:
+    def __init__(
+        self,
+        journal: Journal,
+        publish: Callable[[Update], None],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.journal = journal
+        self._publish = publish
+        self._clock = clock
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    async def emit(self, event: Event) -> Event:
+        """Journal ``event``, then publish and return the stored row."""
+        return await self._write(self.journal.record_event, event)
+
+    async def record(self, result: ActionResult, actor: str) -> Event:
+        """Journal an action (who, what, per-host results, duration), then publish it."""
+        return await self._write(self.journal.record_result, result, actor)
+
+    def emit_soon(self, event: Event) -> None:
+        """``emit`` from synchronous code on the loop (callbacks): queued in order."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller at shutdown): journal only
+            self._store_quietly(self.journal.record_event, event)
+            return
+        fut = asyncio.ensure_future(self._write(self.journal.record_event, event), loop=loop)
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        """Wait until everything emitted so far is journaled and published."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+
+    async def _write(self, store: Callable[..., Event], *args: Any) -> Event:
+        loop = asyncio.get_running_loop()
+        try:
+            stored = await loop.run_in_executor(self._writer, store, *args)
+        except Exception as exc:  # the journal is a record, never a reason to stop
+            log.error("journal: could not record %s: %s", _what(args), exc)
+            stored = self._unsaved(args)
+        self._publish(stored)
+        return stored
+
+    def _store_quietly(self, store: Callable[..., Event], *args: Any) -> None:
+        try:
+            store(*args)
+        except Exception as exc:
+            log.error("journal: could not record %s: %s", _what(args), exc)
+
+    def _unsaved(self, args: tuple[Any, ...]) -> Event:
+        scrub = self.journal.scrub
+        first = args[0]
+        if isinstance(first, Event):
+            event = first
+        else:  # an ActionResult that could not be stored: publish what it says
+            result: ActionResult = first
+            event = Event(
+                at=self._clock() - result.elapsed_s,
+                kind="action",
+                message=result.message or f"{result.action} {'ok' if result.ok else 'failed'}",
+                actor=str(args[1]),
+                data={"action": result.action, "ok": result.ok},
+            )
+        return replace(
+            event,
+            message=scrub.text(event.message),
+            host=scrub.text(event.host),
+            data=scrub.data(dict(event.data)),
+            id=None,
+        )
+
+
+def _what(args: tuple[Any, ...]) -> str:
+    first = args[0]
+    return first.kind if isinstance(first, Event) else getattr(first, "action", "?")

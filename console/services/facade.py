@@ -1,0 +1,357 @@
+"""``Facade``: the one implementation of ``api.ConsoleServices``, over any backend.
+
+    backend.observe ─> Observation ─> diagnosis ─> detector ─> EventSink (journal, bus)
+                                  └─> PodSnapshot ──────────────────────> bus ─> screens
+    TUI keys / script lines ─> Facade ─> recovery runner / Submitter ─> backend
+
+Three pollers run every ``recovery.poll_interval_s``: the cluster (one observation, published
+as a snapshot and fed to the watchdog), the jobs (status transitions, journaled) and metric
+cadence (the backend's sources). User actions that reshape the cluster run one at a time,
+after any running recovery, with auto recovery held off while they run. Every action is
+journaled with its actor through the ``EventSink``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from console.config import Config
+from console.services.backends.base import Backend, Chaos, JobsUnavailable, PodActions
+from console.services.cadence.tracker import CadenceTracker
+from console.services.events import EventSink
+from console.services.job_watcher import JobWatcher
+from console.services.journal import AsyncJournal, Journal
+from console.services.model import (
+    ACTIVE_JOBS,
+    ActionResult,
+    Event,
+    JobInfo,
+    LogLine,
+    LogStreamClosed,
+    PodSnapshot,
+    RecoveryStatus,
+    RunCadence,
+    Update,
+    UpdateBus,
+)
+from console.services.observation import Observation
+from console.services.recovery.diagnosis import diagnose
+from console.services.recovery.watchdog import Watchdog
+from console.services.snapshot import pod_snapshot
+from console.services.submissions import JobRegistry, Submitter
+from console.services.submit import SubmitSpec
+
+log = logging.getLogger(__name__)
+
+MakeBackend = Callable[[EventSink], Backend]
+
+
+class Facade:
+    """``api.ConsoleServices`` over ``backend``; ``chaos`` only on an emulated cluster."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        make_backend: MakeBackend,
+        journal: Journal,
+        registry: JobRegistry,
+        chaos: Callable[[Backend], Chaos] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self.bus = UpdateBus()
+        self.journal = journal
+        self.sink = EventSink(journal, self.bus.publish, clock=clock)
+        self._reads = AsyncJournal(journal)
+        self.backend = make_backend(self.sink)
+        self.chaos = chaos(self.backend) if chaos is not None else None
+        rec = config.recovery
+        self.poll_interval_s = rec.poll_interval_s
+        self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)
+        self.registry = registry
+        self.submitter = Submitter(
+            self.backend,
+            registry,
+            self.sink,
+            self.bus.publish,
+            clock=clock,
+            poll_budget_s=self.poll_budget_s,
+        )
+        self.job_watcher = JobWatcher(self.backend.list_jobs)
+        self.cadence_tracker = CadenceTracker(
+            self.backend.cadence_sources(), rec.stall_factor, clock=clock
+        )
+        self._cadence: list[RunCadence] = []
+        self.watchdog = Watchdog(
+            self.backend.recovery_plan(self.submitter.resubmit),
+            observe=self.observe,
+            sink=self.sink,
+            publish=self.bus.publish,
+            auto=rec.auto,
+            poll_interval_s=rec.poll_interval_s,
+            step_retries=rec.step_retries,
+            ready_timeout_s=rec.ready_timeout_s,
+            emit_stall_events=False,
+            backoff_s=min(1.0, rec.poll_interval_s),
+            clock=clock,
+        )
+        self._snapshot = PodSnapshot(
+            at=clock(),
+            provider=config.cluster.provider,
+            node_name=config.cluster.node_name,
+            accelerator_type=config.cluster.accelerator_type,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._action_lock = asyncio.Lock()
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        try:
+            await self.refresh()
+        except Exception as exc:  # a cluster that is down at start is shown, not fatal
+            log.warning("first poll failed: %s", exc)
+        await self.backend.start()
+        self._tasks = [
+            asyncio.create_task(self._loop(self.refresh, "pod"), name="phantom-poll-pod"),
+            asyncio.create_task(self._loop(self._poll_jobs, "jobs"), name="phantom-poll-jobs"),
+            asyncio.create_task(
+                self._loop(self._poll_cadence, "cadence"), name="phantom-poll-cadence"
+            ),
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.watchdog.close()
+        await self.sink.flush()
+        with contextlib.suppress(Exception):
+            await self.backend.close()
+        self._started = False
+
+    def close_journal(self) -> None:
+        self.sink.close()
+        self.journal.close()
+
+    def subscribe(self, callback: Callable[[Update], None]) -> Callable[[], None]:
+        return self.bus.subscribe(callback)
+
+    async def _loop(self, poll: Callable[[], Awaitable[Any]], name: str) -> None:
+        while True:
+            t0 = time.monotonic()
+            try:
+                await poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s poller failed", name)
+            await asyncio.sleep(max(0.05, self.poll_interval_s - (time.monotonic() - t0)))
+
+    async def _poll_jobs(self) -> None:
+        try:
+            async with asyncio.timeout(self.poll_budget_s):
+                transitions = await self.job_watcher.poll()
+        except (JobsUnavailable, TimeoutError):
+            return
+        except Exception as exc:  # the jobs API answered badly: the next poll tries again
+            log.warning("jobs poll: %s", exc)
+            return
+        for tr in transitions:
+            self.bus.publish(tr.job)
+            ev = tr.to_event(self._clock())
+            if tr.job.job_id in self.registry:
+                ev = replace(ev, actor="jobs")
+            await self.sink.emit(ev)
+        for job in self.job_watcher.known.values():
+            await self.submitter.learn_sweep_id(job)
+
+    async def _poll_cadence(self) -> None:
+        self._cadence = await self.cadence_tracker.apoll()
+        for cad in self._cadence:
+            self.bus.publish(cad)
+        for tr in self.cadence_tracker.take_transitions():
+            await self.sink.emit(replace(tr.to_event(), actor="cadence"))
+
+    # -- observing ------------------------------------------------------------------------------
+    async def observe(self) -> Observation:
+        """The backend's observation plus what only the console knows: which jobs are its
+        own, and which of its runs' metrics have stalled."""
+        obs = await self.backend.observe()
+        return replace(
+            obs,
+            jobs=tuple(j for j in obs.jobs if j.job_id in self.registry),
+            stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
+            run_names={c.run_id: c.name or c.run_id for c in self._cadence},
+        )
+
+    def snapshot(self) -> PodSnapshot:
+        return self._snapshot
+
+    async def refresh(self) -> PodSnapshot:
+        obs = await self.observe()
+        self._snapshot = pod_snapshot(
+            obs,
+            diagnose(obs),
+            provider=self.config.cluster.provider,
+            node_name=self.config.cluster.node_name,
+            ray_expected=self.watchdog.armed,
+        )
+        self.bus.publish(self._snapshot)
+        await self.watchdog.on_observation(obs)
+        return self._snapshot
+
+    def recovery_status(self) -> RecoveryStatus:
+        return self.watchdog.status
+
+    def cadence(self) -> list[RunCadence]:
+        return list(self._cadence)
+
+    async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
+        return await self._reads.query(limit=limit, kinds=kinds)
+
+    # -- cluster actions ------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _user_action(self) -> AsyncIterator[PodActions]:
+        """One cluster-changing action at a time; a running recovery finishes first, and
+        no auto recovery starts while the user reshapes the cluster."""
+        pod = self._pod_actions()
+        async with self._action_lock:
+            await self.watchdog.wait_idle()
+            with self.watchdog.suspended():
+                yield pod
+
+    def _pod_actions(self) -> PodActions:
+        if not isinstance(self.backend, PodActions):
+            raise ValueError(
+                f"provider {self.config.cluster.provider!r} has no TPU VMs or Ray of its own "
+                "to bring up or tear down"
+            )
+        return self.backend
+
+    async def _record(self, result: ActionResult, actor: str) -> ActionResult:
+        await self.sink.record(result, actor)
+        return result
+
+    async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult:
+        async with self._user_action() as pod:
+            return await self._record(await pod.wait_ready(timeout_s), actor)
+
+    async def bootstrap(
+        self, hosts: Sequence[str] | None = None, actor: str = "user"
+    ) -> ActionResult:
+        async with self._user_action() as pod:
+            return await self._record(await pod.bootstrap(hosts), actor)
+
+    async def ray_up(self, actor: str = "user") -> ActionResult:
+        async with self._user_action() as pod:
+            res = await pod.ray_up(self.config.recovery.step_retries)
+            if res.ok:
+                self.watchdog.arm()
+            return await self._record(res, actor)
+
+    async def open_tunnel(self, actor: str = "user") -> ActionResult:
+        async with self._user_action() as pod:
+            return await self._record(await pod.open_tunnel(), actor)
+
+    async def teardown(self, actor: str = "user") -> ActionResult:
+        async with self._user_action() as pod:
+            self.watchdog.disarm()
+            return await self._record(await pod.teardown(), actor)
+
+    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
+        return await self._record(await self._pod_actions().trust_host(host), actor)
+
+    async def preempt(self, host: str, actor: str = "user") -> ActionResult:
+        return await self._record(await self._chaos("preempt").preempt(host), actor)
+
+    async def recreate(self, host: str, actor: str = "user") -> ActionResult:
+        return await self._record(await self._chaos("recreate").recreate(host), actor)
+
+    def _chaos(self, what: str) -> Chaos:
+        if self.chaos is None:
+            raise ValueError(
+                f"{what} is only available with cluster.provider = 'local' (the emulator); "
+                f"this console drives provider {self.config.cluster.provider!r}"
+            )
+        return self.chaos
+
+    # -- jobs -----------------------------------------------------------------------------------
+    async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:
+        return await self.submitter.submit(spec.checked(), actor)
+
+    async def list_jobs(self) -> list[JobInfo]:
+        return await self.backend.list_jobs()
+
+    async def job_status(self, job_id: str) -> JobInfo:
+        return await self.backend.job_status(job_id)
+
+    async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult:
+        t0 = time.monotonic()
+        try:
+            was_running = await self.backend.stop_job(job_id)
+        except Exception as exc:
+            await self._record(
+                ActionResult(
+                    action="stop_job",
+                    ok=False,
+                    elapsed_s=time.monotonic() - t0,
+                    message=str(exc),
+                    data={"job_id": job_id},
+                ),
+                actor,
+            )
+            raise
+        msg = f"stop requested for job {job_id}" if was_running else f"job {job_id} was not running"
+        return await self._record(
+            ActionResult(
+                action="stop_job",
+                ok=True,
+                elapsed_s=time.monotonic() - t0,
+                message=msg,
+                data={"job_id": job_id, "was_running": was_running},
+            ),
+            actor,
+        )
+
+    async def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
+        scrub = self.journal.scrub.text
+        async for item in self.backend.follow_logs(job_id):
+            yield replace(item, text=scrub(item.text)) if isinstance(item, LogLine) else item
+
+    async def job_logs(self, job_id: str) -> str:
+        return self.journal.scrub.text(await self.backend.job_logs(job_id))
+
+    async def relaunch_sweep(self, actor: str = "user") -> JobInfo:
+        """Stop the newest sweep job if it still runs, submit it again with the same sweep id."""
+        sweeps = [j for j in self.registry.current() if j.spec.mode == "sweep"]
+        if not sweeps:
+            raise ValueError("no sweep was submitted from this console; submit one first")
+        last = sweeps[-1]
+        with contextlib.suppress(Exception):
+            if (await self.backend.job_status(last.job_id)).status in ACTIVE_JOBS:
+                await self.stop_job(last.job_id, actor)
+        return await self.submitter.submit(
+            last.relaunch_spec(), actor, resubmitted_from=last.job_id
+        )
+
+    # -- recovery -------------------------------------------------------------------------------
+    async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
+        return await self.watchdog.recover(actor=actor, timeout_s=timeout_s)
+
+    def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None:
+        self.watchdog.set_auto(enabled, actor=actor)

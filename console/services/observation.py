@@ -1,0 +1,54 @@
+"""What one poll of a cluster saw, through every layer: the data a backend hands to recovery.
+
+Backends produce it (``Backend.observe``); ``recovery.diagnosis`` reads it; the snapshot both
+front ends show is laid out from it. Plain frozen data, no behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from console.services.model import HostState, JobInfo
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    """One host (a TPU VM worker, or a node), seen through every layer in one poll."""
+
+    name: str
+    ip: str
+    tpu_state: str = HostState.UNKNOWN
+    health: str = ""
+    symptoms: tuple[str, ...] = ()
+    ssh_ok: bool | None = None  # None: not probed
+    ray_alive: int = 0  # live Ray nodes with this IP
+    ray_known: bool = False  # Ray has a record (alive or dead) of a node on this IP
+    preempted_at: float | None = None  # the provider's event time, when it reports one
+    index: int = 0
+    last_seen: float | None = None  # last time SSH or Ray saw it alive
+    resources: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The cluster as one poll saw it. ``head`` names the host that should run the Ray head
+    ("" for a backend without one)."""
+
+    at: float
+    hosts: tuple[HostObservation, ...]
+    head: str
+    ray_reachable: bool = False  # the Ray state API (GCS) answered
+    tunnel_up: bool | None = None  # None: no tunnel was ever asked for
+    jobs: tuple[JobInfo, ...] = ()  # jobs this console submitted, as the cluster reports them
+    stalled_runs: tuple[str, ...] = ()  # metric cadence stalls (run ids)
+    run_names: Mapping[str, str] = field(default_factory=dict)  # run id -> display name
+    error: str = ""  # a layer that failed to answer, for the message
+    node_state: str = HostState.UNKNOWN  # the node (slice) as a whole
+    health: str = ""
+    accelerator_type: str = ""
+    dashboard_url: str = ""
+    tunnel_error: str = ""  # why the tunnel is down, when it is
+
+    def host(self, name: str) -> HostObservation | None:
+        return next((h for h in self.hosts if h.name == name), None)

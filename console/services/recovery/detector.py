@@ -1,0 +1,216 @@
+"""Edges -> events: what changed since the last observation, journaled once per change.
+
+The detector keeps the memory that a single ``diagnose`` cannot have: each host's previous
+TPU state and condition (a preemption is journaled once, when it is first seen), when the
+cluster was last healthy, when the current trouble started, how many polls it has lasted
+(soft conditions must persist over ``confirm_polls``), whether Ray was ever formed
+(``armed``: a cluster never formed, or torn down on purpose, has no Ray to lose) and which
+jobs were active on the last live head (what a head loss would take with it).
+
+Time to detect is measured from the provider's preemption time when it reports one (the TPU
+API does, per worker symptom), otherwise from the last healthy poll (an upper bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from console.services.events import EventSink
+from console.services.model import ACTIVE_JOBS, Event, JobInfo
+from console.services.observation import Observation
+from console.services.recovery.diagnosis import (
+    SOFT_CONDITIONS,
+    Diagnosis,
+    HostCondition,
+    condition_text,
+    diagnose,
+    event_kind,
+    fully_formed,
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one observation means for recovery."""
+
+    diagnosis: Diagnosis
+    trouble: bool  # something a recovery could fix
+    confirmed: bool  # hard, or persisted over confirm_polls: auto recovery may act
+
+
+class Detector:
+    def __init__(
+        self,
+        sink: EventSink,
+        *,
+        clock: Callable[[], float],
+        confirm_polls: int = 2,
+        emit_stall_events: bool = True,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self.confirm_polls = max(1, confirm_polls)
+        # The cadence tracker journals stalls itself (with silence and threshold); then the
+        # detector only uses them, so each stall is one journal row.
+        self.emit_stall_events = emit_stall_events
+        self.armed = False
+        self.held = 0  # user actions in progress: no arming from their transient polls
+        self.disarmed_at = float("-inf")
+        self.last_healthy_at: float | None = None
+        self.unhealthy_since: float | None = None
+        self.detect_s: float | None = None
+        self.first_loss_at: float | None = None  # the provider's time of the first loss
+        self.unhealthy_polls = 0
+        self.active_jobs: dict[str, JobInfo] = {}
+        self.last_diagnosis: Diagnosis | None = None
+        self._conditions: dict[str, HostCondition] = {}
+        self._tpu_states: dict[str, str] = {}
+        self._head_lost = False
+        self._tunnel_down = False
+        self._stalled: set[str] = set()
+
+    # -- arming ---------------------------------------------------------------------------------
+    def arm(self) -> None:
+        """Start treating deviations as failures (after the cluster was formed once)."""
+        self.armed = True
+
+    def disarm(self) -> None:
+        """Teardown or a user action reshaping the cluster: don't "recover" what is intended."""
+        self.armed = False
+        self.disarmed_at = self._clock()
+        self.unhealthy_since = None
+        self.unhealthy_polls = 0
+        self.active_jobs = {}  # their cluster is gone on purpose: nothing to resubmit
+
+    # -- one observation ----------------------------------------------------------------------
+    async def update(self, obs: Observation, *, recovering: bool = False) -> Verdict:
+        """Feed one observation: journal what changed and keep the detection bookkeeping.
+
+        While a recovery runs it owns the bookkeeping until it is verified (a poll racing a
+        new head, which knows no jobs yet, must not erase the list of jobs to resubmit);
+        transitions are still journaled.
+        """
+        diag = diagnose(obs)
+        self.last_diagnosis = diag
+        await self._emit_transitions(obs, diag)
+        if recovering:
+            return Verdict(diag, diag.needs_recovery, False)
+        if obs.ray_reachable and not diag.head_lost:
+            self.active_jobs = {j.job_id: j for j in obs.jobs if j.status in ACTIVE_JOBS}
+        if not diag.needs_recovery:
+            self.mark_healthy(obs)
+            if fully_formed(obs) and not self.held and obs.at > self.disarmed_at:
+                # Ray is fully up (a console restarted over a running cluster): guard it. Not
+                # while a user action runs (a teardown's first polls still see Ray up), nor
+                # from a poll that began before the last disarm.
+                self.armed = True
+            return Verdict(diag, False, False)
+        if self.unhealthy_since is None:
+            self.unhealthy_since = obs.at
+            self.detect_s = self.detect_delay(obs, diag)
+        elif diag.hard and self.detect_s is None:
+            self.detect_s = self.detect_delay(obs, diag)
+        self.unhealthy_polls += 1
+        # A head whose VM is gone (hard) acts at once; a head that only looks lost (GCS
+        # silent, no Ray node, SSH failing on a READY VM) may be a slow poll on a loaded
+        # box, and restarting the whole cluster kills every job: confirm it first.
+        confirmed = diag.hard or self.unhealthy_polls >= self.confirm_polls
+        return Verdict(diag, True, confirmed)
+
+    def mark_healthy(self, obs: Observation) -> None:
+        self.last_healthy_at = obs.at
+        self.unhealthy_since = None
+        self.detect_s = None
+        self.first_loss_at = None
+        self.unhealthy_polls = 0
+
+    def detect_delay(self, obs: Observation, diag: Diagnosis) -> float | None:
+        """Time to detect: from the provider's event time if known, else the last healthy poll."""
+        loss = self.loss_time(obs, diag)
+        if loss is not None:
+            return max(0.0, obs.at - loss)
+        if self.last_healthy_at is not None:
+            return max(0.0, obs.at - self.last_healthy_at)
+        return None
+
+    def loss_time(self, obs: Observation, diag: Diagnosis) -> float | None:
+        """When the provider says the earliest loss in ``obs`` happened (None if it does not)."""
+        times = [
+            h.preempted_at
+            for h in obs.hosts
+            if h.preempted_at is not None and diag.conditions.get(h.name) is HostCondition.LOST
+        ]
+        if times:
+            first = min(times)
+            if self.first_loss_at is None or first < self.first_loss_at:
+                self.first_loss_at = first
+        return self.first_loss_at
+
+    # -- events ---------------------------------------------------------------------------------
+    async def _emit_transitions(self, obs: Observation, diag: Diagnosis) -> None:
+        for h in obs.hosts:
+            before_state = self._tpu_states.get(h.name)
+            if before_state is not None and before_state != h.tpu_state:
+                await self._event(
+                    "state_change",
+                    f"{h.name}: TPU state {before_state} -> {h.tpu_state}",
+                    host=h.name,
+                    data={"from": before_state, "to": str(h.tpu_state)},
+                )
+            self._tpu_states[h.name] = str(h.tpu_state)
+            cond = diag.conditions[h.name]
+            before = self._conditions.get(h.name, HostCondition.OK)
+            self._conditions[h.name] = cond
+            if cond == before or cond in (HostCondition.OK, HostCondition.NOT_READY):
+                continue
+            if cond in SOFT_CONDITIONS and not self.armed:
+                continue  # a cluster never formed (or torn down) has no Ray to lose
+            data: dict[str, Any] = {"tpu_state": str(h.tpu_state), "ip": h.ip}
+            if h.symptoms:
+                data["symptoms"] = list(h.symptoms)
+            if cond is HostCondition.LOST:
+                delay = self.detect_delay(obs, diag)
+                if delay is not None:
+                    data["detect_s"] = round(delay, 3)
+                if h.preempted_at is not None:
+                    data["preempted_at"] = h.preempted_at
+            if cond is HostCondition.DUPLICATE:
+                data["ray_nodes"] = h.ray_alive
+            await self._event(
+                event_kind(cond, h), f"{h.name}: {condition_text(cond, h)}", host=h.name, data=data
+            )
+        if diag.head_lost and not self._head_lost and self.armed:
+            await self._event("head_lost", diag.head_reason, host=diag.head)
+        self._head_lost = diag.head_lost
+        if diag.tunnel_down and not self._tunnel_down and self.armed:
+            await self._event("tunnel_down", "dashboard tunnel is down")
+        self._tunnel_down = diag.tunnel_down
+        if self.emit_stall_events:
+            for run in sorted(set(diag.stalled_runs) - self._stalled):
+                await self._event("stalled", f"run {run}: metrics stalled", data={"run_id": run})
+            for run in sorted(self._stalled - set(diag.stalled_runs)):
+                await self._event(
+                    "cadence_resumed", f"run {run}: metrics resumed", data={"run_id": run}
+                )
+        self._stalled = set(diag.stalled_runs)
+
+    async def _event(
+        self,
+        kind: str,
+        message: str,
+        *,
+        host: str = "",
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self._sink.emit(
+            Event(
+                at=self._clock(),
+                kind=kind,
+                message=message,
+                host=host,
+                actor="watchdog",
+                data=dict(data or {}),
+            )
+        )

@@ -1,0 +1,557 @@
+"""The recovery runner: a backend's table of steps, run with retries, journaled, published.
+
+    DETECT -> <the backend's steps> -> VERIFY
+
+A backend supplies a ``Plan``: a table of ``StepDef``s, each a ``select`` (which hosts or
+jobs need it this round, or ``Skip`` with the reason) and a ``run`` over the backend's own
+parts. The TPU VM plan is recreate -> wait_ready -> bootstrap -> head -> workers -> tunnel
+-> resubmit (``backends/tpu_vm/recovery.py``). The runner never calls into the facade.
+
+Every step is observable: its state, per-host results, attempts and elapsed time are
+published as a ``RecoveryStatus`` while it runs, and its start and end are journaled with
+the actor. A step is retried with backoff (``step_retries``; a per-host step re-runs only
+the hosts that failed), then reported failed, which ends the recovery with
+``result="failed: <step>"``. A skipped step says why. VERIFY polls until the cluster is back
+(every host READY, one live Ray node each, tunnel up, resubmitted jobs running, no new metric
+stall); a new loss seen meanwhile starts another round, up to ``max_rounds``.
+
+MTTR runs from the loss (the provider's preemption time when it reports one, else the first
+sighting) to a verified cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from console.services.events import EventSink
+from console.services.model import (
+    ACTIVE_JOBS,
+    ActionResult,
+    Event,
+    HostResult,
+    JobInfo,
+    RecoveryStatus,
+    RecoveryStep,
+    StepState,
+    Update,
+)
+from console.services.observation import Observation
+from console.services.recovery import diagnosis as dx
+from console.services.recovery.detector import Detector
+
+log = logging.getLogger(__name__)
+
+DETECT, VERIFY = "detect", "verify"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A step not needed this round, and why (shown, never silent)."""
+
+    reason: str
+
+
+@dataclass
+class Round:
+    """What the steps of one round know: the observation they act on and what earlier steps
+    of the round did."""
+
+    observation: Observation
+    diagnosis: dx.Diagnosis
+    jobs_at_start: dict[str, JobInfo]
+    recreated: list[str] = field(default_factory=list)
+    resubmitted: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def all_hosts(self) -> list[str]:
+        return [h.name for h in self.observation.hosts]
+
+    @property
+    def head(self) -> str:
+        return self.observation.head
+
+    @property
+    def workers(self) -> list[str]:
+        return [h for h in self.all_hosts if h != self.head]
+
+    @property
+    def head_lost(self) -> bool:
+        return self.diagnosis.head_lost or self.head in self.recreated
+
+
+@dataclass(frozen=True)
+class StepDef:
+    name: str
+    select: Callable[[Round], Sequence[str] | Skip]
+    run: Callable[[Sequence[str]], Awaitable[ActionResult]]
+    per_host: bool = True  # a retry re-runs only the hosts that failed
+    after: Callable[[Round, Sequence[str], ActionResult], None] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[StepDef, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (DETECT, *(s.name for s in self.steps), VERIFY)
+
+
+class StepFailed(Exception):
+    def __init__(self, step: str, message: str) -> None:
+        self.step = step
+        super().__init__(f"{step}: {message}")
+
+
+@dataclass
+class Run:
+    """Mutable bookkeeping of one recovery (the published view is ``RecoveryStatus``)."""
+
+    actor: str
+    trigger: str
+    started_at: float
+    detected_at: float
+    detect_s: float | None
+    steps: dict[str, RecoveryStep] = field(default_factory=dict)
+    result: str = ""
+    mttr_s: float | None = None
+    did_something: bool = False
+    loss_at: float | None = None  # the provider's time of the loss being recovered
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    step_retries: int = 3
+    ready_timeout_s: float = 600.0
+    verify_timeout_s: float = 600.0
+    poll_interval_s: float = 5.0
+    backoff_s: float = 1.0
+    max_rounds: int = 3
+
+
+class RecoveryRunner:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        observe: Callable[[], Awaitable[Observation]],
+        detector: Detector,
+        sink: EventSink,
+        publish: Callable[[Update], None],
+        settings: RunnerSettings,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.plan = plan
+        self._observe = observe
+        self._detector = detector
+        self._sink = sink
+        self._publish = publish
+        self.settings = settings
+        self._clock = clock
+        self._sleep = sleep
+        self.auto = True  # shown in the published status; the watchdog owns the switch
+        self.status = RecoveryStatus(active=False, auto=True)
+        self._run: Run | None = None
+
+    def new_run(self, actor: str, trigger: str, detected_at: float, detect_s: float | None) -> Run:
+        run = Run(
+            actor=actor,
+            trigger=trigger or "requested",
+            started_at=self._clock(),
+            detected_at=detected_at,
+            detect_s=detect_s,
+            steps={s: RecoveryStep(name=s) for s in self.plan.names},
+        )
+        self._run = run
+        self.publish_status()
+        return run
+
+    async def run(self, run: Run, observation: Observation | None) -> bool:
+        """Run the recovery to its end; True when verified. Cancellation propagates."""
+        failed: StepFailed | None = None
+        try:
+            await self._event(
+                "recovery_started",
+                f"recovery started: {run.trigger}",
+                actor=run.actor,
+                data={"detect_s": run.detect_s} if run.detect_s is not None else None,
+            )
+            for rnd in range(1, self.settings.max_rounds + 1):
+                if rnd > 1:
+                    run.steps = {
+                        s: RecoveryStep(name=s, message=f"round {rnd}") for s in self.plan.names
+                    }
+                    self.publish_status()
+                again = await self._round(run, observation if rnd == 1 else None)
+                if not again:
+                    break
+            else:
+                raise StepFailed(
+                    VERIFY, f"cluster not stable after {self.settings.max_rounds} rounds"
+                )
+        except StepFailed as exc:
+            failed = exc
+        except asyncio.CancelledError:
+            run.result = "failed: cancelled"
+            self.publish_status()
+            await self._event("recovery_failed", "recovery cancelled", actor=run.actor)
+            raise
+        except Exception as exc:  # a bug in a step must surface as a failed recovery
+            log.exception("recovery crashed")
+            current = next(
+                (s for s, st in run.steps.items() if st.state == StepState.RUNNING), DETECT
+            )
+            self._set(run, current, state=StepState.FAILED, message=f"crashed: {exc!r}")
+            failed = StepFailed(current, repr(exc))
+        if failed is not None:
+            run.result = f"failed: {failed.step}"
+            self.publish_status()
+            await self._event(
+                "recovery_failed",
+                f"recovery failed at {failed.step}: {failed}",
+                actor=run.actor,
+                data={"step": failed.step},
+            )
+            return False
+        run.result = "ok"
+        # From the loss itself when the provider dated it, else from its first sighting.
+        start = run.detected_at if run.loss_at is None else min(run.detected_at, run.loss_at)
+        run.mttr_s = self._clock() - start if run.did_something else None
+        self.publish_status()
+        msg = (
+            f"cluster recovered in {run.mttr_s:.1f}s"
+            if run.mttr_s is not None
+            else "cluster healthy: nothing to recover"
+        )
+        await self._event(
+            "recovered", msg, actor=run.actor, data={"mttr_s": run.mttr_s, "detect_s": run.detect_s}
+        )
+        return True
+
+    # -- one round --------------------------------------------------------------------------------
+    async def _round(self, run: Run, observation: Observation | None) -> bool:
+        """One pass over the steps. True means VERIFY saw a new loss: run another round."""
+        self._set(run, DETECT, state=StepState.RUNNING, started_at=self._clock(), attempts=1)
+        if observation is None:
+            observation = await self._retry_observe(run)
+        # Whatever this observation shows is journaled (a preemption seen first here too).
+        diag = (await self._detector.update(observation, recovering=True)).diagnosis
+        if observation.ray_reachable and not diag.head_lost:
+            self._detector.active_jobs = {
+                j.job_id: j for j in observation.jobs if j.status in ACTIVE_JOBS
+            }
+        loss = self._detector.loss_time(observation, diag)
+        if loss is not None:
+            run.loss_at = loss if run.loss_at is None else min(run.loss_at, loss)
+        if diag.hard and run.detect_s is None:
+            run.detect_s = self._detector.detect_delay(observation, diag)
+        rnd = Round(observation, diag, dict(self._detector.active_jobs))
+        await self._end_step(
+            run,
+            DETECT,
+            ActionResult(
+                action=DETECT,
+                ok=True,
+                elapsed_s=self._elapsed(run, DETECT),
+                per_host={
+                    h: HostResult(host=h, ok=c is dx.HostCondition.OK, error="" if c == "ok" else c)
+                    for h, c in diag.conditions.items()
+                },
+                message=diag.summary(),
+            ),
+        )
+        stalled_at_start = set(diag.stalled_runs)
+        if diag.needs_recovery:
+            run.did_something = True
+        for step in self.plan.steps:
+            chosen = step.select(rnd)
+            if isinstance(chosen, Skip):
+                await self._skip(run, step.name, chosen.reason)
+                continue
+            before = dict(rnd.resubmitted)
+            res = await self._attempts(run, step, list(chosen))
+            if step.after is not None:
+                step.after(rnd, list(chosen), res)
+            for old, new in rnd.resubmitted.items():
+                if before.get(old) != new:
+                    await self._event(
+                        "job_resubmitted",
+                        f"job {old} lost with the head, resubmitted as {new}",
+                        actor=run.actor,
+                        data={"old_job_id": old, "new_job_id": new},
+                    )
+        return await self._verify(run, len(rnd.all_hosts), rnd.resubmitted, stalled_at_start)
+
+    async def _verify(
+        self, run: Run, n_hosts: int, resubmitted: Mapping[str, str], stalled_before: set[str]
+    ) -> bool:
+        self._set(run, VERIFY, state=StepState.RUNNING, started_at=self._clock(), attempts=1)
+        deadline = self._clock() + self.settings.verify_timeout_s
+        while True:
+            obs = await self._retry_observe(run, step=VERIFY)
+            diag = dx.diagnose(obs)
+            if diag.hosts_in(dx.HostCondition.LOST):
+                # Something new broke while we were recovering: report it and go again.
+                self._set(
+                    run,
+                    VERIFY,
+                    state=StepState.FAILED,
+                    elapsed_s=self._elapsed(run, VERIFY),
+                    message=f"new loss during recovery: {diag.summary()}",
+                )
+                await self._record_step_end(run, VERIFY, ok=False)
+                await self._detector.update(obs, recovering=True)
+                return True
+            unmet = dx.unmet(obs, n_hosts, resubmitted, stalled_before)
+            self._set(run, VERIFY, message="waiting: " + "; ".join(unmet) if unmet else "")
+            if not unmet:
+                break
+            if self._clock() >= deadline:
+                timeout = self.settings.verify_timeout_s
+                self._set(
+                    run,
+                    VERIFY,
+                    state=StepState.FAILED,
+                    elapsed_s=self._elapsed(run, VERIFY),
+                    message=f"not back after {timeout:.0f}s: " + "; ".join(unmet),
+                )
+                await self._record_step_end(run, VERIFY, ok=False)
+                raise StepFailed(VERIFY, "; ".join(unmet))
+            await self._sleep(self.settings.poll_interval_s)
+        if obs.ray_reachable:
+            self._detector.active_jobs = {j.job_id: j for j in obs.jobs if j.status in ACTIVE_JOBS}
+        self._set(
+            run,
+            VERIFY,
+            state=StepState.OK,
+            elapsed_s=self._elapsed(run, VERIFY),
+            message=dx.verified_text(obs, n_hosts, resubmitted, stalled_before),
+        )
+        await self._record_step_end(run, VERIFY, ok=True)
+        self._detector.mark_healthy(obs)
+        self._detector.arm()
+        return False
+
+    async def _retry_observe(self, run: Run, step: str = DETECT) -> Observation:
+        attempts = self.settings.step_retries + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self._observe()
+            except Exception as exc:  # an unanswered poll is retried like any step
+                last = f"observe failed: {exc}"
+                self._set(run, step, attempts=attempt, message=last)
+                if attempt < attempts:
+                    await self._sleep(self.settings.backoff_s * 2 ** (attempt - 1))
+        self._set(run, step, state=StepState.FAILED, elapsed_s=self._elapsed(run, step))
+        await self._record_step_end(run, step, ok=False)
+        raise StepFailed(step, last)
+
+    async def _attempts(self, run: Run, step: StepDef, hosts: list[str]) -> ActionResult:
+        name = step.name
+        host_states = {h: "running" for h in hosts}
+        self._set(
+            run,
+            name,
+            state=StepState.RUNNING,
+            started_at=self._clock(),
+            hosts=dict(host_states),
+            message=f"{len(hosts)} host(s)" if hosts else "",
+        )
+        await self._event(
+            "recovery_step",
+            f"{name} started" + (f" on {', '.join(hosts)}" if hosts else ""),
+            actor=run.actor,
+            data={"step": name, "state": "running", "hosts": list(hosts)},
+        )
+        per_host: dict[str, HostResult] = {}
+        pending = list(hosts)
+        attempts = self.settings.step_retries + 1
+        merged: dict[str, Any] = {}
+        last_msg = ""
+        for attempt in range(1, attempts + 1):
+            self._set(run, name, attempts=attempt)
+            try:
+                res = await step.run(pending)
+            except Exception as exc:  # an op that raises is a failed attempt, with its reason
+                res = ActionResult(action=name, ok=False, elapsed_s=0.0, message=repr(exc))
+            last_msg = res.message
+            _merge(merged, res.data)
+            for h, hr in res.per_host.items():
+                per_host[h] = hr
+                host_states[h] = "ok" if hr.ok else "failed"
+            failed_hosts = [h for h in pending if h in res.per_host and not res.per_host[h].ok]
+            if step.per_host and failed_hosts:
+                pending = failed_hosts  # the next attempt re-runs only these
+            elif res.ok:
+                for h in pending:
+                    host_states[h] = "ok"
+                result = ActionResult(
+                    action=name,
+                    ok=True,
+                    elapsed_s=self._elapsed(run, name),
+                    per_host=per_host,
+                    message=res.message,
+                    data=merged,
+                )
+                self._set(
+                    run,
+                    name,
+                    state=StepState.OK,
+                    hosts=dict(host_states),
+                    elapsed_s=result.elapsed_s,
+                    message=res.message or (f"ok on {', '.join(hosts)}" if hosts else "ok"),
+                )
+                await self._end_step(run, name, result, publish_state=False)
+                return result
+            reason = _failure_reason(res, pending)
+            self._set(
+                run,
+                name,
+                hosts=dict(host_states),
+                message=f"attempt {attempt}/{attempts} failed: {reason}",
+            )
+            if attempt < attempts:
+                await self._sleep(self.settings.backoff_s * 2 ** (attempt - 1))
+        result = ActionResult(
+            action=name,
+            ok=False,
+            elapsed_s=self._elapsed(run, name),
+            per_host=per_host,
+            message=last_msg,
+            data=merged,
+        )
+        reason = _failure_reason(result, pending)
+        self._set(
+            run,
+            name,
+            state=StepState.FAILED,
+            elapsed_s=result.elapsed_s,
+            message=f"failed after {attempts} attempt(s): {reason}",
+        )
+        await self._end_step(run, name, result, publish_state=False)
+        raise StepFailed(name, reason)
+
+    # -- records ---------------------------------------------------------------------------------
+    async def _skip(self, run: Run, step: str, reason: str) -> None:
+        self._set(run, step, state=StepState.SKIPPED, message=reason)
+        await self._sink.record(
+            ActionResult(
+                action=f"recovery.{step}",
+                ok=True,
+                elapsed_s=0.0,
+                message=f"SKIPPED: {reason}",
+                data={"state": "skipped"},
+            ),
+            run.actor,
+        )
+
+    async def _end_step(
+        self, run: Run, step: str, result: ActionResult, publish_state: bool = True
+    ) -> None:
+        if publish_state:
+            self._set(
+                run,
+                step,
+                state=StepState.OK if result.ok else StepState.FAILED,
+                elapsed_s=result.elapsed_s,
+                message=result.message,
+            )
+        await self._sink.record(
+            replace(
+                result,
+                action=f"recovery.{step}",
+                data={**result.data, "state": run.steps[step].state},
+            ),
+            run.actor,
+        )
+
+    async def _record_step_end(self, run: Run, step: str, ok: bool) -> None:
+        st = run.steps[step]
+        await self._sink.record(
+            ActionResult(
+                action=f"recovery.{step}",
+                ok=ok,
+                elapsed_s=st.elapsed_s,
+                message=st.message,
+                data={"state": st.state},
+            ),
+            run.actor,
+        )
+
+    def _elapsed(self, run: Run, step: str) -> float:
+        started = run.steps[step].started_at
+        return 0.0 if started is None else max(0.0, self._clock() - started)
+
+    def _set(self, run: Run, step: str, **changes: Any) -> None:
+        run.steps[step] = replace(run.steps[step], **changes)
+        self.publish_status()
+
+    def publish_status(self) -> None:
+        run = self._run
+        if run is None:
+            self.status = replace(self.status, auto=self.auto)
+        else:
+            self.status = RecoveryStatus(
+                active=run.result == "",
+                auto=self.auto,
+                steps=tuple(run.steps[s] for s in self.plan.names),
+                trigger=run.trigger,
+                started_at=run.started_at,
+                detected_at=run.detected_at,
+                detect_s=run.detect_s,
+                mttr_s=run.mttr_s,
+                result=run.result,
+            )
+        self._publish(self.status)
+
+    async def _event(
+        self, kind: str, message: str, *, actor: str, data: Mapping[str, Any] | None = None
+    ) -> None:
+        await self._sink.emit(
+            Event(
+                at=self._clock(),
+                kind=kind,
+                message=message,
+                actor=actor,
+                data=dict(data or {}),
+            )
+        )
+
+
+def union(a: Sequence[str], b: Sequence[str] | Any) -> list[str]:
+    """``a`` then what ``b`` adds, in order, without repeats."""
+    out = list(a)
+    for x in b or ():
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _merge(merged: dict[str, Any], data: Mapping[str, Any]) -> None:
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            merged.setdefault(key, {}).update(value)
+        elif isinstance(value, list | tuple):
+            merged[key] = union(merged.get(key, ()), value)
+        else:
+            merged[key] = value
+
+
+def _failure_reason(res: ActionResult, pending: Sequence[str]) -> str:
+    parts = []
+    for h in pending:
+        hr = res.per_host.get(h)
+        if hr is not None and not hr.ok:
+            why = hr.error or (hr.stderr_tail.strip().splitlines() or [""])[-1]
+            if not why and hr.exit_status is not None:
+                why = f"exit {hr.exit_status}"
+            parts.append(f"{h}: {why or 'failed'}")
+    if parts:
+        return "; ".join(parts)
+    return res.message or "failed"

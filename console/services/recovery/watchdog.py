@@ -1,0 +1,199 @@
+"""The watchdog: every observation goes to the detector; confirmed trouble starts a recovery.
+
+One recovery runs at a time; a second request joins it. Auto recovery acts only on a
+cluster that was formed (``armed``), never while a user action reshapes the cluster
+(``suspended``), and backs off after failed attempts (poll interval x 2^failures, at most
+10 minutes) so a pod that cannot come back is not hammered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
+
+from console.services.events import EventSink
+from console.services.model import Event, JobInfo, RecoveryStatus, Update
+from console.services.observation import Observation
+from console.services.recovery.detector import Detector
+from console.services.recovery.diagnosis import Diagnosis, diagnose
+from console.services.recovery.runner import Plan, RecoveryRunner, Run, RunnerSettings
+
+
+class Watchdog:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        observe: Callable[[], Awaitable[Observation]],
+        sink: EventSink,
+        publish: Callable[[Update], None],
+        auto: bool = True,
+        poll_interval_s: float = 5.0,
+        step_retries: int = 3,
+        ready_timeout_s: float = 600.0,
+        verify_timeout_s: float | None = None,
+        backoff_s: float = 1.0,
+        confirm_polls: int = 2,
+        max_rounds: int = 3,
+        emit_stall_events: bool = True,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._sink = sink
+        self._clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.detector = Detector(
+            sink, clock=clock, confirm_polls=confirm_polls, emit_stall_events=emit_stall_events
+        )
+        self.runner = RecoveryRunner(
+            plan,
+            observe=observe,
+            detector=self.detector,
+            sink=sink,
+            publish=publish,
+            settings=RunnerSettings(
+                step_retries=step_retries,
+                ready_timeout_s=ready_timeout_s,
+                verify_timeout_s=(
+                    verify_timeout_s
+                    if verify_timeout_s is not None
+                    else max(120.0, ready_timeout_s)
+                ),
+                poll_interval_s=poll_interval_s,
+                backoff_s=backoff_s,
+                max_rounds=max(1, max_rounds),
+            ),
+            clock=clock,
+            sleep=sleep,
+        )
+        self.runner.auto = auto
+        self.runner.status = RecoveryStatus(active=False, auto=auto)
+        self._task: asyncio.Task[RecoveryStatus] | None = None
+        self._next_auto_at = 0.0
+        self._auto_failures = 0
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def status(self) -> RecoveryStatus:
+        return self.runner.status
+
+    @property
+    def auto(self) -> bool:
+        return self.runner.auto
+
+    @property
+    def armed(self) -> bool:
+        return self.detector.armed
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def active_jobs(self) -> dict[str, JobInfo]:
+        return dict(self.detector.active_jobs)
+
+    @property
+    def last_diagnosis(self) -> Diagnosis | None:
+        return self.detector.last_diagnosis
+
+    def set_auto(self, enabled: bool, actor: str = "user") -> None:
+        """Switch auto recovery; published at once, journaled in the background."""
+        self.runner.auto = enabled
+        self.runner.status = replace(self.runner.status, auto=enabled)
+        self.runner.publish_status()
+        self._sink.emit_soon(
+            Event(
+                at=self._clock(),
+                kind="watchdog",
+                message=f"auto recovery {'on' if enabled else 'off'}",
+                actor=actor,
+            )
+        )
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """No auto recovery starts inside (a user action is reshaping the cluster)."""
+        self.detector.held += 1
+        try:
+            yield
+        finally:
+            self.detector.held -= 1
+            self.detector.unhealthy_polls = 0
+
+    def arm(self) -> None:
+        """Guard the cluster from now on (it was formed)."""
+        self.detector.arm()
+        self._auto_failures = 0
+        self._next_auto_at = 0.0
+
+    def disarm(self) -> None:
+        self.detector.disarm()
+
+    # -- detection ------------------------------------------------------------------------------
+    async def on_observation(self, obs: Observation) -> Diagnosis:
+        """Feed one poll: events for what changed; a recovery when auto and confirmed."""
+        verdict = await self.detector.update(obs, recovering=self.running)
+        if not verdict.trouble or self.running:
+            return verdict.diagnosis
+        if not (self.auto and self.armed) or self.detector.held:
+            return verdict.diagnosis
+        if verdict.confirmed and self._clock() >= self._next_auto_at:
+            self.start_recovery(
+                actor="watchdog", trigger=verdict.diagnosis.summary(), observation=obs
+            )
+        return verdict.diagnosis
+
+    # -- recovery -------------------------------------------------------------------------------
+    def start_recovery(
+        self, actor: str = "user", trigger: str = "", observation: Observation | None = None
+    ) -> asyncio.Task[RecoveryStatus]:
+        """Start the loop, or return the running one (one recovery at a time)."""
+        if self._task is not None and not self._task.done():
+            return self._task
+        det = self.detector
+        detected_at, detect_s = self._clock(), None
+        if det.unhealthy_since is not None:
+            # The poller saw the problem first: MTTR counts from then, not from the request.
+            detected_at, detect_s = det.unhealthy_since, det.detect_s
+        elif observation is not None:
+            detected_at = observation.at
+            detect_s = det.detect_delay(observation, diagnose(observation))
+        run = self.runner.new_run(actor, trigger, detected_at, detect_s)
+        self._task = asyncio.create_task(self._recover(run, observation))
+        return self._task
+
+    async def _recover(self, run: Run, observation: Observation | None) -> RecoveryStatus:
+        ok = await self.runner.run(run, observation)
+        if ok:
+            self._auto_failures = 0
+        else:
+            self._auto_failures += 1
+            self._next_auto_at = self._clock() + min(
+                600.0, self.poll_interval_s * 2 ** min(self._auto_failures, 8)
+            )
+        return self.status
+
+    async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
+        """Run the loop now (or join the running one) and wait for it, up to ``timeout_s``."""
+        task = self.start_recovery(actor=actor, trigger=f"requested by {actor}")
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            return self.status
+
+    async def wait_idle(self) -> None:
+        """Return once no recovery runs (its outcome is in ``status``)."""
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(task)
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,59 @@
+"""Observation + Diagnosis -> the ``PodSnapshot`` both front ends show (pure).
+
+The words come from ``recovery.diagnosis`` (the one place they are made); this only lays
+the observation out as rows.
+"""
+
+from __future__ import annotations
+
+from console.services.model import HostStatus, PodSnapshot, Reachability
+from console.services.observation import HostObservation, Observation
+from console.services.recovery.diagnosis import Diagnosis, warnings
+
+
+def pod_snapshot(
+    obs: Observation,
+    diag: Diagnosis,
+    *,
+    provider: str,
+    node_name: str,
+    ray_expected: bool,
+) -> PodSnapshot:
+    return PodSnapshot(
+        at=obs.at,
+        provider=provider,
+        node_name=node_name,
+        accelerator_type=obs.accelerator_type,
+        tpu_state=obs.node_state,
+        health=obs.health,
+        hosts=tuple(_row(h, obs.ray_reachable) for h in obs.hosts),
+        tunnel_up=bool(obs.tunnel_up),
+        dashboard_url=obs.dashboard_url,
+        warnings=warnings(obs, diag, ray_expected=ray_expected),
+    )
+
+
+def _row(h: HostObservation, ray_reachable: bool) -> HostStatus:
+    if not ray_reachable:
+        ray_state = "-"
+    else:
+        ray_state = "ALIVE" if h.ray_alive else ("DEAD" if h.ray_known else "-")
+    ssh = (
+        Reachability.OK
+        if h.ssh_ok
+        else Reachability.DOWN
+        if h.ssh_ok is False
+        else Reachability.UNKNOWN
+    )
+    return HostStatus(
+        index=h.index,
+        name=h.name,
+        ip=h.ip,
+        tpu_state=h.tpu_state,
+        health=h.health,
+        ray_state=ray_state,
+        ray_nodes=h.ray_alive,
+        ssh=ssh,
+        resources=dict(h.resources),
+        last_seen=h.last_seen,
+    )

@@ -1,0 +1,211 @@
+"""`phantom status [--json]`: one snapshot of pod, Ray, jobs and cadence, then exit.
+
+For `watch`, cron and monitoring. ``--json`` prints one JSON object (the same shape the
+script runner's ``status`` step returns as its result); without it a plain-text table.
+Exit 0 with a snapshot; 1 when the cluster cannot be reached (the reason on stderr);
+2 for a bad config. Nothing here starts the watchdog: a status query never acts. Output
+goes through the one ``console.secrets.Scrubber``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
+
+from console import exit_codes
+from console.config import Config, ConfigError
+from console.secrets import Scrubber
+from console.services.model import PodSnapshot, to_jsonable
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+
+ServicesFactory = Callable[[Config], "ConsoleServices"]
+
+
+def reachable(snap: PodSnapshot) -> tuple[bool, str]:
+    """Whether the snapshot shows a cluster we could talk to, and why not if not."""
+    if snap.hosts:
+        return True, ""
+    reason = "; ".join(snap.warnings) or f"no hosts known (TPU state {snap.tpu_state})"
+    return False, reason
+
+
+async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> dict[str, Any]:
+    """One JSON-able snapshot: pod, Ray, jobs, cadence, recovery."""
+    snap = await services.refresh() if refresh else services.snapshot()
+    jobs_error = ""
+    try:
+        jobs = await services.list_jobs()
+    except Exception as exc:  # Ray down is a state to report, not a crash of `status`
+        jobs, jobs_error = [], _reason(exc)
+    ok, why = reachable(snap)
+    pod = to_jsonable(snap)
+    pod["ready_hosts"] = snap.ready_hosts
+    pod["ray_alive"] = snap.ray_alive
+    out: dict[str, Any] = {
+        "type": "status",
+        "at": snap.at,
+        "reachable": ok,
+        "pod": pod,
+        "ray": {
+            "alive_nodes": snap.ray_alive,
+            "hosts": len(snap.hosts),
+            "dead_hosts": [h.name for h in snap.hosts if h.ray_state not in ("ALIVE",)],
+            "duplicate_hosts": [h.name for h in snap.hosts if h.ray_nodes > 1],
+            "dashboard_url": snap.dashboard_url,
+            "tunnel_up": snap.tunnel_up,
+        },
+        "jobs": to_jsonable(jobs),
+        "cadence": to_jsonable(services.cadence()),
+        "recovery": to_jsonable(services.recovery_status()),
+    }
+    if not ok:
+        out["unreachable_reason"] = why
+    if jobs_error:
+        out["jobs_error"] = jobs_error
+    return out
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _fmt_s(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{float(value):.1f}s"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*headers).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+
+
+def render_table(status: Mapping[str, Any]) -> str:
+    """Human-readable status (fits 80 columns for a 4-host pod)."""
+    pod = status["pod"]
+    lines = [
+        f"pod {pod['node_name']} ({pod['provider']}, {pod.get('accelerator_type') or '?'})  "
+        f"state {pod['tpu_state']}  health {pod.get('health') or '-'}  "
+        f"ready {pod['ready_hosts']}/{len(pod['hosts'])}",
+        f"ray {status['ray']['alive_nodes']}/{status['ray']['hosts']} alive  "
+        f"tunnel {'up ' + pod['dashboard_url'] if pod['tunnel_up'] else 'down'}",
+        "",
+    ]
+    hosts = [
+        [
+            h["name"],
+            h["ip"],
+            str(h["tpu_state"]),
+            h["ray_state"] + (f" x{h['ray_nodes']}" if h["ray_nodes"] > 1 else ""),
+            str(h["ssh"]),
+        ]
+        for h in pod["hosts"]
+    ]
+    lines += _table(["HOST", "IP", "TPU", "RAY", "SSH"], hosts)
+    lines.append("")
+    jobs = [[j["job_id"], j["status"], _clip(j.get("entrypoint", ""), 50)] for j in status["jobs"]]
+    lines += _table(["JOB", "STATUS", "ENTRYPOINT"], jobs) if jobs else ["no jobs"]
+    if status.get("jobs_error"):
+        lines.append(f"jobs: {status['jobs_error']}")
+    if status["cadence"]:
+        lines.append("")
+        rows = [
+            [
+                _clip(c["name"] or c["run_id"], 24),
+                "-" if c["last_step"] is None else str(c["last_step"]),
+                _fmt_s(c["seconds_since"]),
+                _fmt_s(c["median_interval_s"]),
+                "STALLED" if c["stalled"] else "ok",
+            ]
+            for c in status["cadence"]
+        ]
+        lines += _table(["RUN", "STEP", "SINCE", "MEDIAN", "CADENCE"], rows)
+    rec = status["recovery"]
+    lines.append("")
+    if rec["active"]:
+        running = [s["name"] for s in rec["steps"] if s["state"] == "running"]
+        lines.append(f"recovery: running ({', '.join(running) or 'starting'})")
+    elif rec["result"]:
+        lines.append(f"recovery: last {rec['result']}, mttr {_fmt_s(rec['mttr_s'])}")
+    else:
+        lines.append(f"recovery: idle (auto {'on' if rec['auto'] else 'off'})")
+    for w in pod.get("warnings", []):
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def status_main(
+    config: Config,
+    *,
+    as_json: bool,
+    services_factory: ServicesFactory | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    scrub = Scrubber([config.wandb.api_key_env])
+    try:
+        if services_factory is None:
+            from console.wiring import services_factory as real
+
+            services_factory = real()
+        factory = services_factory
+        status = asyncio.run(_collect(factory, config))
+    except ConfigError as exc:
+        print(scrub.text(exc.render()), file=err)
+        return exit_codes.USAGE
+    except Exception as exc:  # anything that stops us reaching the cluster is "unreachable"
+        reason = _reason(exc)
+        print(
+            scrub.text(
+                f"phantom status: cannot reach the {config.cluster.provider} cluster "
+                f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}"
+            ),
+            file=err,
+        )
+        return exit_codes.FAILED
+    clean = scrub.data(status)
+    if as_json:
+        out.write(json.dumps(clean, sort_keys=False) + "\n")
+    else:
+        out.write(render_table(clean) + "\n")
+    out.flush()
+    if not status["reachable"]:
+        reason = status["unreachable_reason"]
+        print(
+            scrub.text(
+                f"phantom status: cluster {config.cluster.node_name!r} unreachable: "
+                f"{reason}{_pod_hint(config, reason)}"
+            ),
+            file=err,
+        )
+        return exit_codes.FAILED
+    return exit_codes.OK
+
+
+def _pod_hint(config: Config, reason: str) -> str:
+    if not config.is_local or "pod up" in reason:
+        return ""
+    return " (is the pod up? `phantom pod up`)"
+
+
+async def _collect(factory: ServicesFactory, config: Config) -> dict[str, Any]:
+    services = factory(config)
+    try:
+        return await collect_status(services)
+    finally:
+        await services.stop()

@@ -1,0 +1,139 @@
+"""The composition root: the one place that decides what the console runs against.
+
+``make_services(config)`` builds the services both front ends drive: the backend for
+``cluster.provider`` (the local pod emulator, or a real TPU VM pod on GCP), the journal, the
+job registry and, on the emulator only, chaos (preempt / recreate on command). Apart from
+``console.local`` (the emulator adapter) and the tests, nothing else imports the emulator.
+
+Importing this module is cheap; what a command needs (grpc, asyncssh, Ray's job client) is
+imported by the function that builds it, so ``phantom --script-help`` or the first frame of
+the TUI never wait for it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from console.config import Config, default_state_dir
+
+if TYPE_CHECKING:
+    from console.local.control import LocalPodControl
+    from console.services.api import ConsoleServices
+    from console.services.backends.base import Backend, Chaos
+    from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.facade import Facade
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ServicesFactory = Callable[[Config], "ConsoleServices"]
+
+
+def make_services(
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.time,
+    state_dir: str | os.PathLike[str] | None = None,
+    journal_path: str | os.PathLike[str] | None = None,
+    autostart_pod: bool = True,
+    working_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Facade:
+    """The real services for ``config``.
+
+    local: the emulator for ``cluster.run_dir`` (started with ``cluster.hosts`` hosts on
+    free ports when none runs and ``autostart_pod``). gcp: Google's TPU API
+    (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER`` and
+    ``~/.ssh/google_compute_engine``. Raises ValueError naming the setting to fix.
+    """
+    from console.secrets import Scrubber
+    from console.services.backends.tpu_vm.backend import TpuVmBackend
+    from console.services.events import EventSink
+    from console.services.facade import Facade
+    from console.services.journal import Journal
+    from console.services.submissions import JobRegistry
+
+    sdir = Path(state_dir) if state_dir is not None else default_state_dir()
+    sdir.mkdir(parents=True, exist_ok=True)
+    access, chaos = _pod_access(config, sdir, autostart_pod)
+    journal = Journal(
+        journal_path if journal_path is not None else sdir / "journal.sqlite",
+        scrubber=Scrubber([config.wandb.api_key_env]),
+        clock=clock,
+    )
+    wd = working_dir if working_dir is not None else REPO_ROOT
+
+    def backend(sink: EventSink) -> TpuVmBackend:
+        return TpuVmBackend(
+            config, access, sink=sink, state_dir=sdir, working_dir=wd, clock=clock, environ=environ
+        )
+
+    try:
+        return Facade(
+            config,
+            make_backend=backend,
+            journal=journal,
+            registry=JobRegistry(sdir / "jobs.json"),
+            chaos=chaos,
+            clock=clock,
+        )
+    except BaseException:
+        journal.close()
+        raise
+
+
+def _pod_access(
+    config: Config, state_dir: Path, autostart: bool
+) -> tuple[PodAccess, Callable[[Backend], Chaos] | None]:
+    from console.services.backends.tpu_vm.backend import TpuVmBackend
+    from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.backends.tpu_vm.ssh import ssh_identity
+    from console.services.backends.tpu_vm.tpu import gcp_provider
+
+    if config.is_local:
+        from console.local.pod import EmulatedTpuProvider, EmulatorChaos, ensure_pod, pod_access
+
+        access = pod_access(config, ensure_pod(config, autostart), state_dir)
+        provider = access.provider
+        assert isinstance(provider, EmulatedTpuProvider)
+
+        def chaos(backend: Backend) -> Chaos:
+            assert isinstance(backend, TpuVmBackend)
+            return EmulatorChaos(backend, provider)
+
+        return access, chaos
+    user, key = ssh_identity(config)
+    access = PodAccess(
+        provider=gcp_provider(config),
+        ssh_user=user,
+        ssh_key=key,
+        storage_uri=config.storage,
+        wandb_dir=config.wandb.dir,
+    )
+    return access, None
+
+
+def services_factory() -> ServicesFactory:
+    """The real services for a status query or a script, never starting a pod: a command
+    that does not say `pod up` must not leave an emulator running behind the user's back."""
+
+    def factory(config: Config) -> ConsoleServices:
+        return make_services(config, autostart_pod=False)
+
+    return factory
+
+
+def pod_control(config: Config) -> LocalPodControl:
+    """A script's `pod up` / `pod down` (the emulator's own client)."""
+    from console.local.control import LocalPodControl
+
+    return LocalPodControl(config)
+
+
+def pod_cli(argv: list[str]) -> int:
+    """`phantom pod ...`: the emulator's own command line."""
+    from console.emulator.cli import pod_main
+
+    return pod_main(argv)

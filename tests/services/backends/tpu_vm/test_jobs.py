@@ -1,0 +1,321 @@
+"""Ray jobs against a REAL single-node Ray cluster on loopback.
+
+The cluster is started once per session with its own temp dir and free ports; every process
+it spawns carries a marker variable, and teardown kills exactly those pids (never a global
+`ray stop`: other test sessions run Ray on this machine too). The job's working dir is a tmp
+dir with a tiny stand-in `engine/train.py` that prints and sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from console.services.backends.tpu_vm.jobs import (
+    DashboardUnreachableError,
+    JobService,
+    SubmitError,
+    UnknownJobError,
+)
+from console.services.job_watcher import JobTransition, JobWatcher
+from console.services.model import LogLine, LogStreamClosed
+from console.services.submit import META_MODE, META_SPEC, SpecError, SubmitSpec
+
+VENV_BIN = Path(sys.executable).parent
+RAY = VENV_BIN / "ray"
+MARKER = "PHANTOM_TEST_JOBS_RAY"
+# Ray rewrites 127.0.0.1 as the node IP to the machine's external address; any other
+# 127/8 address stays on loopback.
+NODE_IP = "127.0.0.231"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def marked_pids(value: str) -> list[int]:
+    needle = f"\0{MARKER}={value}\0".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
+            continue
+        if needle in env:
+            pids.append(int(entry))
+    return pids
+
+
+def kill_marked(value: str, grace_s: float = 10.0) -> list[int]:
+    """SIGTERM then SIGKILL every process of this cluster, by pid. Returns survivors."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in marked_pids(value):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while marked_pids(value) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return marked_pids(value)
+
+
+@dataclass(frozen=True)
+class RayHead:
+    address: str  # dashboard URL
+    temp_dir: str
+    marker: str
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[RayHead]:
+    # A short temp dir: Ray's unix socket paths must stay under 107 bytes.
+    temp_dir = tempfile.mkdtemp(prefix="pjr", dir="/tmp")
+    marker = uuid.uuid4().hex
+    dashboard_port = free_port()
+    env = dict(os.environ)
+    env.update(
+        {MARKER: marker, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{VENV_BIN}:{env['PATH']}"}
+    )
+    cmd = [
+        str(RAY),
+        "start",
+        "--head",
+        f"--node-ip-address={NODE_IP}",
+        f"--port={free_port()}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--ray-client-server-port={free_port()}",
+        "--dashboard-agent-listen-port=0",
+        "--node-manager-port=0",
+        "--object-manager-port=0",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        "--num-cpus=2",
+        f"--object-store-memory={100 * 1024 * 1024}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=240, start_new_session=True
+        )
+        if proc.returncode != 0:
+            pytest.fail(f"ray start failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        yield RayHead(f"http://127.0.0.1:{dashboard_port}", temp_dir, marker)
+    finally:
+        survivors = kill_marked(marker)
+        subprocess.run(["rm", "-rf", temp_dir], check=False)
+        assert not survivors, f"Ray processes survived teardown: {survivors}"
+
+
+FAKE_TRAIN = textwrap.dedent(
+    """
+    # Stand-in for engine.train: prints one line per "timestep", then maybe holds.
+    import argparse, os, sys, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--total-timesteps", type=int, default=3)
+    p.add_argument("--hold", type=float, default=0.0)
+    args, _ = p.parse_known_args()
+    print("key ok" if os.environ.get("WANDB_API_KEY") == "sekret-value-123" else "no key",
+          flush=True)
+    for i in range(args.total_timesteps):
+        print(f"step {i}", flush=True)
+        time.sleep(0.05)
+    time.sleep(args.hold)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def working_dir(tmp_path: Path) -> Path:
+    wd = tmp_path / "proj"
+    (wd / "engine").mkdir(parents=True)
+    (wd / "engine" / "__init__.py").write_text("")
+    (wd / "engine" / "train.py").write_text(FAKE_TRAIN)
+    return wd
+
+
+def spec(steps: int, hold: float = 0.0, **kw: object) -> SubmitSpec:
+    args = f"--algo ppo --total-timesteps {steps} --alpha 0.3 --device cpu --hold {hold}"
+    return SubmitSpec(train_args=args, **kw)  # type: ignore[arg-type]
+
+
+ENVIRON = {"WANDB_API_KEY": "sekret-value-123"}
+WANDB_ENV = {"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY", "WANDB_MODE": "offline"}}
+
+
+# -- against the real cluster ---------------------------------------------------------------------
+@pytest.mark.slow
+async def test_submit_follow_to_completion(ray_head: RayHead, working_dir: Path) -> None:
+    jobs = JobService(ray_head.address)
+    info = await jobs.submit(
+        spec(4, runtime_env=WANDB_ENV, submission_id="phantom-test-complete"),
+        working_dir=working_dir,
+        environ=ENVIRON,
+    )
+    assert info.job_id == "phantom-test-complete"
+    assert info.status in ("PENDING", "RUNNING", "SUCCEEDED")
+    assert info.entrypoint.startswith("python -m engine.train --algo ppo --total-timesteps 4")
+    assert info.metadata[META_MODE] == "single"
+    assert "$WANDB_API_KEY" in info.metadata[META_SPEC]
+    assert "sekret-value-123" not in json.dumps(info.metadata)
+
+    items = [item async for item in jobs.follow(info.job_id)]
+    lines = [i.text for i in items if isinstance(i, LogLine)]
+    closed = items[-1]
+    assert isinstance(closed, LogStreamClosed) and closed.job_id == info.job_id
+    assert [x for x in lines if x.startswith(("key", "no key", "step", "done"))] == [
+        "key ok",  # the $NAME reference was resolved from `environ` at submit time
+        "step 0",
+        "step 1",
+        "step 2",
+        "step 3",
+        "done",
+    ]
+    if closed.early:  # the stream may close before Ray records the final status
+        await jobs.wait_for(info.job_id, ["SUCCEEDED"], timeout_s=60)
+    else:
+        assert closed.job_status == "SUCCEEDED"
+    final = await jobs.status(info.job_id)
+    assert final.status == "SUCCEEDED" and final.end_time and final.start_time
+    assert final.end_time >= final.start_time
+    assert "step 3" in await jobs.logs(info.job_id)
+    assert info.job_id in {j.job_id for j in await jobs.list()}
+
+
+@pytest.mark.slow
+async def test_stop_a_running_job_and_watch_transitions(
+    ray_head: RayHead, working_dir: Path
+) -> None:
+    jobs = JobService(ray_head.address)
+    watcher = JobWatcher(jobs.list)
+    assert await watcher.poll() == []  # baseline: existing jobs are not "transitions"
+    info = await jobs.submit(spec(2, hold=600), working_dir=working_dir, environ=ENVIRON)
+    assert info.job_id.startswith("phantom-single-")
+
+    seen: list[str] = []
+    async for item in jobs.follow(info.job_id):
+        if isinstance(item, LogLine):
+            seen.append(item.text)
+            if item.text == "step 1":
+                assert await jobs.stop(info.job_id) is True
+        else:
+            closed = item
+    assert "step 1" in seen and "done" not in seen
+    assert closed.job_status in ("STOPPED", "RUNNING")  # RUNNING: stop still in flight
+    stopped = await jobs.wait_for(info.job_id, ["STOPPED"], timeout_s=60)
+    assert stopped.end_time is not None
+    assert await jobs.stop(info.job_id) is False  # not running any more
+
+    transitions: list[JobTransition] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        transitions += [t for t in await watcher.poll() if t.job.job_id == info.job_id]
+        if transitions and transitions[-1].new_status == "STOPPED":
+            break
+        await asyncio.sleep(0.2)
+    assert transitions[0].old_status is None  # first seen after the baseline
+    assert transitions[-1].new_status == "STOPPED"
+    ev = transitions[-1].to_event(at=123.0)
+    assert ev.kind == "job_state" and info.job_id in ev.message and ev.data["mode"] == "single"
+
+
+@pytest.mark.slow
+async def test_unknown_job_id_names_the_id_and_the_address(ray_head: RayHead) -> None:
+    jobs = JobService(ray_head.address)
+    expected = f"no job 'xyz' on {ray_head.address}; `phantom jobs` lists them"
+    for call in (jobs.status, jobs.stop, jobs.logs):
+        with pytest.raises(UnknownJobError) as err:
+            await call("xyz")
+        assert str(err.value) == expected
+    with pytest.raises(UnknownJobError, match="no job 'xyz'"):
+        async for _ in jobs.follow("xyz"):
+            pass
+    with pytest.raises(UnknownJobError, match="is not valid"):
+        await jobs.status("../etc")
+
+
+@pytest.mark.slow
+async def test_runtime_env_refused_by_ray_is_a_submit_error(
+    ray_head: RayHead, working_dir: Path
+) -> None:
+    jobs = JobService(ray_head.address)
+    both = {"pip": ["gymnasium"], "conda": {"dependencies": ["pip"]}}  # Ray allows one of them
+    with pytest.raises(SubmitError, match=r"Ray refused job 'phantom-bad-env'"):
+        await jobs.submit(
+            spec(1, runtime_env=both, submission_id="phantom-bad-env"), working_dir=working_dir
+        )
+    with pytest.raises(UnknownJobError):
+        await jobs.status("phantom-bad-env")
+
+
+@pytest.mark.slow
+async def test_reconnects_when_the_dashboard_address_comes_back(ray_head: RayHead) -> None:
+    """The tunnel moved: calls fail clearly on the dead port, then work once re-pointed."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    jobs = JobService(dead, timeout_s=5)
+    with pytest.raises(DashboardUnreachableError):
+        await jobs.list()
+    jobs.set_address(ray_head.address)
+    assert isinstance(await jobs.list(), list)
+
+
+# -- no cluster needed -----------------------------------------------------------------------------
+async def test_unreachable_dashboard_names_the_address_and_the_fix() -> None:
+    address = f"http://127.0.0.1:{free_port()}"
+    jobs = JobService(address, timeout_s=5)
+    with pytest.raises(DashboardUnreachableError) as err:
+        await jobs.status("raysubmit_abc")
+    msg = str(err.value)
+    assert msg.startswith(f"Ray dashboard at {address} is unreachable")
+    assert "re-open the tunnel" in msg
+    stream = jobs.follow("raysubmit_abc")
+    with pytest.raises(DashboardUnreachableError):
+        await anext(stream)  # nothing is yielded before the failure
+
+
+@pytest.mark.parametrize(
+    ("runtime_env", "needle"),
+    [
+        ("{not json", "runtime_env: must be a JSON object"),
+        ({"pip": "gymnasium"}, "runtime_env.pip: must be a list"),
+        ({"pipp": []}, "unknown field(s) ['pipp']"),
+        ({"env_vars": {"WANDB_API_KEY": "abc123"}}, "do not inline secrets"),
+    ],
+)
+async def test_invalid_runtime_env_is_refused_before_sending(
+    runtime_env: object, needle: str, working_dir: Path
+) -> None:
+    jobs = JobService(f"http://127.0.0.1:{free_port()}")  # nothing listens: never reached
+    bad = SubmitSpec(runtime_env=runtime_env)  # type: ignore[arg-type]
+    assert "runtime_env" in bad.validate()
+    with pytest.raises(SpecError) as err:
+        await jobs.submit(bad, working_dir=working_dir)
+    assert set(err.value.problems) == {"runtime_env"}
+    assert needle in err.value.problems["runtime_env"]
+
+
+async def test_missing_working_dir_is_named(tmp_path: Path) -> None:
+    jobs = JobService(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(SubmitError, match=r"working_dir '.*nope' is not a directory"):
+        await jobs.submit(SubmitSpec(), working_dir=tmp_path / "nope")

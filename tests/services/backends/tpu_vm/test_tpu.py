@@ -1,0 +1,203 @@
+"""TPU provider over the real TpuAsyncClient, against the emulator's gRPC TPU API."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import asyncssh
+import pytest
+from google.cloud import tpu_v2
+
+from console.config import parse_config
+from console.emulator import client as pod_client
+from console.emulator.client import PodInfo
+from console.local.pod import EmulatedTpuProvider
+from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.hostkeys import parse_public_keys
+from console.services.backends.tpu_vm.tpu import (
+    GcpTpuProvider,
+    NodeInfo,
+    Symptom,
+    TpuApiError,
+    gcp_provider,
+    host_states_of,
+    local_client,
+    node_info_from_proto,
+    parse_guest_hostkeys,
+)
+from console.services.model import HostState
+
+EPS = [HostEndpoint(f"pod-w{i}", f"127.0.0.{10 + i}", 22, i) for i in range(4)]
+
+
+# --- pure -------------------------------------------------------------------------------
+
+
+def test_host_states_single_preempted_worker_from_symptom() -> None:
+    sym = [Symptom("2", "SYMPTOM_TYPE_UNSPECIFIED", "worker 2 (127.0.0.12) was preempted")]
+    states = host_states_of("PREEMPTED", EPS, sym, 4, "hosts not ready: pod-w2")
+    assert states == {0: "READY", 1: "READY", 2: "PREEMPTED", 3: "READY"}
+
+
+def test_host_states_whole_node_shares_state_when_no_worker_is_named() -> None:
+    assert set(host_states_of("PREEMPTED", EPS, [], 4).values()) == {"PREEMPTED"}
+    assert set(host_states_of("CREATING", EPS, [], 4).values()) == {"CREATING"}
+
+
+def test_host_states_repairing_names_the_recreated_worker() -> None:
+    states = host_states_of("REPAIRING", EPS, [], 4, "hosts not ready: pod-w1")
+    assert states == {0: "READY", 1: "REPAIRING", 2: "READY", 3: "READY"}
+
+
+def test_host_states_ignore_unrelated_symptoms() -> None:
+    sym = [Symptom("1", "LOW_MEMORY", "TPU VM memory is low")]
+    assert set(host_states_of("READY", EPS, sym, 4).values()) == {"READY"}
+
+
+def test_node_from_proto_and_guest_keys() -> None:
+    node = tpu_v2.Node(
+        name="projects/p/locations/z/nodes/v4-32-us-spot",
+        state=tpu_v2.Node.State.READY,
+        health=tpu_v2.Node.Health.HEALTHY,
+        accelerator_type="v4-32",
+        network_endpoints=[tpu_v2.NetworkEndpoint(ip_address=f"10.0.0.{i}") for i in range(4)],
+        scheduling_config=tpu_v2.SchedulingConfig(spot=True),
+    )
+    info = node_info_from_proto(node)
+    assert info.name == "v4-32-us-spot" and info.ready and info.preemptible
+    assert [e.name for e in info.endpoints][:2] == ["v4-32-us-spot-w0", "v4-32-us-spot-w1"]
+    key = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
+    blob = key.export_public_key().decode().split()[1]
+    ga = tpu_v2.GuestAttributes(
+        query_value=tpu_v2.GuestAttributesValue(
+            items=[tpu_v2.GuestAttributesEntry(namespace="hostkeys", key="ssh-ed25519", value=blob)]
+        )
+    )
+    (text,) = parse_guest_hostkeys([ga])
+    assert parse_public_keys(text) == [key]
+
+
+def test_gcp_provider_names_the_node() -> None:
+    cfg = parse_config({"cluster": {"provider": "gcp", "project": "proj", "zone": "us-central2-b"}})
+    prov = gcp_provider(cfg)
+    assert isinstance(prov, GcpTpuProvider)
+    assert prov.node_path == "projects/proj/locations/us-central2-b/nodes/phantom-pod"
+
+
+def test_local_client_is_loopback_only() -> None:
+    with pytest.raises(ValueError, match="loopback-only"):
+        local_client("10.1.2.3:443")
+
+
+# --- against the emulator ---------------------------------------------------------------
+
+
+async def test_get_node_and_host_keys(pod: PodInfo) -> None:
+    prov = EmulatedTpuProvider(pod)
+    try:
+        node = await prov.get_node()
+        keys = await prov.host_keys()
+    finally:
+        await prov.close()
+    assert node is not None and node.ready
+    assert node.name == pod.node_name and node.accelerator_type == pod.accelerator_type
+    assert [(e.name, e.ip, e.port, e.index) for e in node.endpoints] == [
+        (h.name, h.ip, h.ssh_port, h.index) for h in pod.hosts
+    ]
+    assert node.health == "HEALTHY"
+    for h in pod.hosts:
+        (key,) = parse_public_keys(keys[h.ip])
+        assert key.get_fingerprint("sha256") == h.host_key_fingerprint
+
+
+async def test_preempt_one_host_then_recreate_it(pod: PodInfo) -> None:
+    prov = EmulatedTpuProvider(pod, poll_interval_s=0.05)
+    progress: list[Any] = []
+    try:
+        await prov.preempt(2)
+        node = await prov.get_node()
+        assert node is not None
+        assert node.state == "PREEMPTED" and not node.ready
+        assert node.hosts_in(HostState.PREEMPTED) == [2]
+        assert node.hosts_in(HostState.READY) == [0, 1, 3]
+        assert [s.worker_id for s in node.symptoms] == ["2"]
+        preempted_at = node.symptom_time(2)
+        assert preempted_at is not None and abs(preempted_at - time.time()) < 600
+        keys_before = await prov.host_keys()
+        assert pod.hosts[2].ip not in keys_before  # a dead VM publishes no key
+
+        assert await prov.recreate([2]) == [2]
+        ready = await prov.wait_ready(30, on_progress=progress.append)
+        keys_after = await prov.host_keys()
+    finally:
+        await prov.close()
+    assert ready.ready and ready.hosts_in(HostState.READY) == [0, 1, 2, 3]
+    assert all(isinstance(p, NodeInfo) for p in progress) and progress[-1].ready
+    old_fp = pod.hosts[2].host_key_fingerprint
+    (new_key,) = parse_public_keys(keys_after[pod.hosts[2].ip])
+    assert new_key.get_fingerprint("sha256") != old_fp
+    assert keys_after[pod.hosts[0].ip] == keys_before[pod.hosts[0].ip]
+
+
+async def test_recreate_whole_node_through_delete_and_create(pod: PodInfo) -> None:
+    """hosts=None goes through the real API: DeleteNode + CreateNode long-running ops."""
+    prov = EmulatedTpuProvider(pod, poll_interval_s=0.05)
+    try:
+        await prov.get_node()  # remembers the spec to re-create
+        keys_before = await prov.host_keys()
+        assert await prov.recreate(None) == [0, 1, 2, 3]
+        node = await prov.wait_ready(30)
+        keys_after = await prov.host_keys()
+    finally:
+        await prov.close()
+    assert node.ready and len(node.endpoints) == 4
+    assert all(keys_before[ip] != keys_after[ip] for ip in keys_before)
+
+
+async def test_missing_node_is_none(pod: PodInfo) -> None:
+    prov = EmulatedTpuProvider(pod)
+    try:
+        await prov._delete_node()
+        assert await prov.get_node() is None
+        assert await prov.host_keys() == {}
+    finally:
+        await prov.close()
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_api_errors_are_one_line_and_wait_ready_reports_them(pod: PodInfo) -> None:
+    client = local_client(f"127.0.0.1:{_dead_port()}")
+    prov = GcpTpuProvider(
+        pod.project, pod.zone, pod.node_name, client, poll_interval_s=0.05, call_timeout_s=1.0
+    )
+    seen: list[Any] = []
+    try:
+        with pytest.raises(TpuApiError) as err:
+            await prov.get_node()
+        assert str(err.value).startswith(f"TPU API GetNode for {pod.node_name}: ")
+        assert "\n" not in str(err.value)
+        with pytest.raises(TimeoutError, match=rf"{pod.node_name} not READY after 0.3s"):
+            await prov.wait_ready(0.3, on_progress=seen.append)
+    finally:
+        await prov.close()
+    assert seen and all(isinstance(s, TpuApiError) for s in seen)
+
+
+async def test_wait_ready_sees_creating_then_ready(pod: PodInfo) -> None:
+    prov = EmulatedTpuProvider(pod, poll_interval_s=0.02)
+    states: list[str] = []
+    try:
+        await asyncio.to_thread(pod_client.recreate, pod.run_dir, "all")
+        node = await prov.wait_ready(30, on_progress=lambda n: states.append(n.state))
+    finally:
+        await prov.close()
+    assert node.ready
+    assert states[0] in ("CREATING", "REPAIRING") and states[-1] == "READY"

@@ -1,0 +1,152 @@
+"""SSH local forwards to the head, and their automatic re-opening after a preemption."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from console.config import RayConfig
+from console.emulator import client as pod_client
+from console.emulator.client import PodInfo
+from console.local.pod import EmulatedTpuProvider
+from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
+from console.services.backends.tpu_vm.ssh import SshError, SshFanout
+from console.services.backends.tpu_vm.tunnel import Tunnel, TunnelError, default_forwards, free_port
+from tests.support.waiting import until
+
+
+class _Version(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"ray_version": "fake", "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[int]:
+    """A stand-in for the dashboard on the head's loopback (free port)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Version)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str) -> dict[str, str]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        data: dict[str, str] = json.loads(resp.read())
+        return data
+
+
+async def get(url: str) -> dict[str, str]:
+    return await asyncio.to_thread(_get, url)
+
+
+def make_fanout(pod: PodInfo, tmp_path: Path, provider: EmulatedTpuProvider) -> SshFanout:
+    return SshFanout(
+        [HostEndpoint(h.name, h.ip, h.ssh_port, h.index) for h in pod.hosts],
+        user=pod.ssh_user,
+        client_keys=[pod.client_key],
+        host_keys=HostKeyPolicy("tpu-api", tmp_path / "kh", api_keys=provider.host_keys),
+        connect_timeout_s=3.0,
+        retries=0,
+    )
+
+
+def test_default_forwards_follow_config() -> None:
+    ray = RayConfig(local_dashboard_port=18265, local_client_port=20001)
+    assert default_forwards(ray) == [
+        ("127.0.0.1", 18265, "127.0.0.1", 8265),
+        ("127.0.0.1", 20001, "127.0.0.1", 10001),
+    ]
+
+
+async def test_forward_reaches_head_and_reopens_after_preemption(
+    pod: PodInfo, tmp_path: Path, web: int
+) -> None:
+    provider = EmulatedTpuProvider(pod, poll_interval_s=0.05)
+    fan = make_fanout(pod, tmp_path, provider)
+    changes: list[tuple[bool, str]] = []
+    local = free_port()
+    tunnel = Tunnel(
+        lambda: fan.connect(0),
+        [("127.0.0.1", local, "127.0.0.1", web)],
+        on_change=lambda up, why: changes.append((up, why)),
+        backoff_initial_s=0.05,
+        backoff_max_s=0.2,
+    )
+    try:
+        tunnel.start()
+        assert await tunnel.wait_up(10)
+        assert tunnel.url(web) == f"http://127.0.0.1:{local}"
+        assert (await get(f"{tunnel.url(web)}/api/version"))["path"] == "/api/version"
+
+        await pod_client.async_preempt(pod.run_dir, 0)
+        # the down transition is published by watch()
+        await until(
+            lambda: not tunnel.is_up and changes[-1][0] is False,
+            10,
+            "the tunnel to go down",
+            step=0.02,
+        )
+
+        await pod_client.async_recreate(pod.run_dir, 0)
+        await provider.wait_ready(30)
+        assert await tunnel.wait_up(30), tunnel.last_error
+        assert (await get(f"{tunnel.url(web)}/api/version"))["ray_version"] == "fake"
+    finally:
+        await tunnel.close()
+        await fan.close()
+        await provider.close()
+    assert [up for up, _ in changes] == [True, False, True, False]
+    assert tunnel.reopens == 1
+    assert "connection to the head closed" in changes[1][1]
+
+
+async def test_local_port_in_use_is_named(pod: PodInfo, tmp_path: Path, web: int) -> None:
+    provider = EmulatedTpuProvider(pod)
+    fan = make_fanout(pod, tmp_path, provider)
+    busy = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = busy.sockets[0].getsockname()[1]
+    tunnel = Tunnel(lambda: fan.connect(0), [("127.0.0.1", port, "127.0.0.1", web)])
+    try:
+        with pytest.raises(TunnelError, match=rf"local port {port} is in use"):
+            await tunnel.open()
+        assert not tunnel.is_up
+    finally:
+        await tunnel.close()
+        busy.close()
+        await busy.wait_closed()
+        await fan.close()
+        await provider.close()
+
+
+async def test_open_on_dead_head_raises_named_error(pod: PodInfo, tmp_path: Path) -> None:
+    provider = EmulatedTpuProvider(pod)
+    fan = make_fanout(pod, tmp_path, provider)
+    tunnel = Tunnel(lambda: fan.connect(0), [("127.0.0.1", free_port(), "127.0.0.1", 1)])
+    try:
+        await pod_client.async_preempt(pod.run_dir, 0)
+        with pytest.raises(SshError, match=rf"{pod.hosts[0].ip}:\d+ \({pod.hosts[0].name}\): "):
+            await tunnel.open()
+    finally:
+        await tunnel.close()
+        await fan.close()
+        await provider.close()

@@ -1,0 +1,823 @@
+"""The recovery state machine as pure logic, against a small fake *cluster*.
+
+``FakePod`` models what the real pod does (VMs that get preempted and come back bare, Ray
+nodes that must be started on a bootstrapped host and join the current head, jobs that live
+on the head) and implements ``RecoveryOps`` on that model. The watchdog under test is the
+real one, with the real journal (in memory) behind the real event sink; only the cluster is
+small. Time is a manual clock advanced by the injected sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from console.services.backends.tpu_vm.recovery import pod_plan
+from console.services.events import EventSink
+from console.services.journal import Journal
+from console.services.model import (
+    ActionResult,
+    Event,
+    HostResult,
+    JobInfo,
+    RecoveryStatus,
+    StepState,
+    Update,
+)
+from console.services.observation import HostObservation, Observation
+from console.services.recovery.diagnosis import HostCondition, diagnose
+from console.services.recovery.watchdog import Watchdog
+
+STEPS = (
+    "detect",
+    "recreate",
+    "wait_ready",
+    "bootstrap",
+    "head",
+    "workers",
+    "tunnel",
+    "resubmit",
+    "verify",
+)
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+        await asyncio.sleep(0)
+
+
+@dataclass
+class FakeHost:
+    name: str
+    ip: str
+    tpu_state: str = "READY"
+    installed: bool = True
+    ray: int = 0  # live Ray nodes on this host
+    ray_head_gen: int = -1  # which head generation its worker joined
+    preempted_at: float | None = None
+    ssh_ok: bool = True
+
+
+@dataclass
+class FakePod:
+    """A 4-host pod: host 0 runs the Ray head."""
+
+    clock: Clock
+    n: int = 4
+    hosts: list[FakeHost] = field(default_factory=list)
+    head_gen: int = 0
+    head_up: bool = False
+    tunnel: bool | None = None
+    jobs: dict[str, str] = field(default_factory=dict)  # job id -> status on the live head
+    submitted: dict[str, str] = field(default_factory=dict)  # job id -> spec (the console's)
+    next_job: int = 1
+    calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    fail: dict[str, list[str]] = field(default_factory=dict)  # op -> hosts failing (consumed)
+    always_fail: dict[str, set[str]] = field(default_factory=dict)
+    stalled: tuple[str, ...] = ()
+    on_verify_observe: Any = None
+
+    def __post_init__(self) -> None:
+        self.hosts = [FakeHost(f"pod-w{i}", f"127.0.0.{10 + i}") for i in range(self.n)]
+
+    def host(self, name: str) -> FakeHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    # -- setting the scene ----------------------------------------------------------------------
+    def form(self) -> None:
+        self.head_up = True
+        self.head_gen += 1
+        for h in self.hosts:
+            h.ray, h.ray_head_gen = 1, self.head_gen
+        self.tunnel = True
+
+    def submit(self, spec: str) -> str:
+        jid = f"raysubmit_{self.next_job}"
+        self.next_job += 1
+        self.jobs[jid] = "RUNNING"
+        self.submitted[jid] = spec
+        return jid
+
+    def preempt(self, name: str) -> None:
+        h = self.host(name)
+        h.tpu_state, h.installed, h.ray, h.ssh_ok = "PREEMPTED", False, 0, False
+        h.preempted_at = self.clock()
+        if name == self.hosts[0].name:
+            self.head_up = False
+            self.jobs.clear()
+            self.tunnel = False
+
+    # -- RecoveryOps -----------------------------------------------------------------------------
+    async def observe(self) -> Observation:
+        self.calls.append(("observe", ()))
+        if self.on_verify_observe is not None:
+            self.on_verify_observe(self)
+        return Observation(
+            at=self.clock(),
+            hosts=tuple(
+                HostObservation(
+                    name=h.name,
+                    ip=h.ip,
+                    tpu_state=h.tpu_state,
+                    ssh_ok=h.ssh_ok,
+                    ray_alive=h.ray if self.head_up else 0,
+                    preempted_at=h.preempted_at,
+                )
+                for h in self.hosts
+            ),
+            head=self.hosts[0].name,
+            ray_reachable=self.head_up,
+            tunnel_up=self.tunnel,
+            jobs=tuple(
+                JobInfo(job_id=j, status=s) for j, s in self.jobs.items() if j in self.submitted
+            ),
+            stalled_runs=self.stalled,
+        )
+
+    def _per_host(self, op: str, hosts: Sequence[str], ok_fn: Any) -> ActionResult:
+        self.calls.append((op, tuple(hosts)))
+        failing = set(self.fail.pop(op, [])) | self.always_fail.get(op, set())
+        per: dict[str, HostResult] = {}
+        for name in hosts:
+            if name in failing:
+                per[name] = HostResult(host=name, ok=False, exit_status=1, error="boom")
+                continue
+            err = ok_fn(self.host(name))
+            per[name] = HostResult(host=name, ok=not err, error=err or "")
+        return ActionResult(
+            action=op, ok=all(r.ok for r in per.values()), elapsed_s=0.1, per_host=per
+        )
+
+    async def recreate(self, hosts: Sequence[str]) -> ActionResult:
+        def do(h: FakeHost) -> str:
+            h.tpu_state, h.installed, h.ray, h.preempted_at, h.ssh_ok = (
+                "CREATING",
+                False,
+                0,
+                None,
+                False,
+            )
+            return ""
+
+        res = self._per_host("recreate", hosts, do)
+        return ActionResult(
+            action="recreate",
+            ok=res.ok,
+            elapsed_s=0.1,
+            per_host=res.per_host,
+            data={"hosts": [h for h, r in res.per_host.items() if r.ok]},
+        )
+
+    async def wait_hosts_ready(self, hosts: Sequence[str], timeout_s: float) -> ActionResult:
+        def do(h: FakeHost) -> str:
+            h.tpu_state, h.ssh_ok = "READY", True
+            return ""
+
+        return self._per_host("wait_ready", hosts, do)
+
+    async def bootstrap(self, hosts: Sequence[str]) -> ActionResult:
+        def do(h: FakeHost) -> str:
+            if h.tpu_state != "READY":
+                return f"{h.name} is {h.tpu_state}"
+            h.installed = True
+            return ""
+
+        return self._per_host("bootstrap", hosts, do)
+
+    async def start_head(self) -> ActionResult:
+        head = self.hosts[0]
+
+        def do(h: FakeHost) -> str:
+            if not h.installed:
+                return "ray: command not found"
+            self.head_gen += 1
+            self.head_up = True
+            h.ray, h.ray_head_gen = 1, self.head_gen
+            for w in self.hosts[1:]:  # workers of the old head die with its GCS
+                if w.ray_head_gen != self.head_gen:
+                    w.ray = 0
+            return ""
+
+        return self._per_host("start_head", [head.name], do)
+
+    async def join_workers(self, hosts: Sequence[str]) -> ActionResult:
+        def do(h: FakeHost) -> str:
+            if not self.head_up:
+                return "no head to join"
+            if not h.installed:
+                return "ray: command not found"
+            h.ray, h.ray_head_gen = 1, self.head_gen  # `ray stop -f` then `ray start`: one node
+            return ""
+
+        return self._per_host("join_workers", hosts, do)
+
+    async def open_tunnel(self) -> ActionResult:
+        self.calls.append(("open_tunnel", ()))
+        if not self.head_up:
+            return ActionResult(action="tunnel", ok=False, elapsed_s=0.0, message="head down")
+        self.tunnel = True
+        return ActionResult(action="tunnel", ok=True, elapsed_s=0.0)
+
+    async def resubmit(self, job_ids: Sequence[str]) -> ActionResult:
+        self.calls.append(("resubmit", tuple(job_ids)))
+        mapping = {}
+        for old in job_ids:
+            new = self.submit(self.submitted[old])
+            mapping[old] = new
+        return ActionResult(
+            action="resubmit", ok=True, elapsed_s=0.0, data={"resubmitted": mapping}
+        )
+
+
+class JournalView:
+    """What the watchdog journaled, read back from the real journal."""
+
+    def __init__(self, journal: Journal, sink: EventSink) -> None:
+        self.journal = journal
+        self.sink = sink
+
+    async def flush(self) -> None:
+        await self.sink.flush()
+
+    @property
+    def events(self) -> list[Event]:
+        return [e for e in self.journal.query(limit=100_000) if e.kind != "action"]
+
+    @property
+    def actions(self) -> list[tuple[ActionResult, str]]:
+        out = []
+        for e in self.journal.query(limit=100_000, kinds=["action"]):
+            data = dict(e.data)
+            per_host = {h: HostResult(**r) for h, r in data.pop("per_host", {}).items()}
+            res = ActionResult(
+                action=data.pop("action"),
+                ok=data.pop("ok"),
+                elapsed_s=data.pop("duration_s"),
+                per_host=per_host,
+                message=e.message,
+                data=data,
+            )
+            out.append((res, e.actor))
+        return out
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def pod(clock: Clock) -> FakePod:
+    p = FakePod(clock)
+    p.form()
+    return p
+
+
+def make_watchdog(
+    pod: FakePod, clock: Clock, **kw: Any
+) -> tuple[Watchdog, JournalView, list[Update]]:
+    published: list[Update] = []
+    journal = Journal(":memory:", clock=clock)
+    sink = EventSink(journal, published.append, clock=clock)
+    kw.setdefault("poll_interval_s", 1.0)
+    kw.setdefault("step_retries", 2)
+
+    async def resubmit(job_ids: Sequence[str]) -> ActionResult:
+        return await pod.resubmit(job_ids)  # looked up per call: a test may swap it
+
+    plan = pod_plan(pod, resubmit, ready_timeout_s=kw.get("ready_timeout_s", 600.0))
+    wd = Watchdog(
+        plan,
+        observe=pod.observe,
+        sink=sink,
+        publish=published.append,
+        clock=clock,
+        sleep=clock.sleep,
+        **kw,
+    )
+    return wd, JournalView(journal, sink), published
+
+
+def steps(status: RecoveryStatus) -> dict[str, tuple[str, str]]:
+    return {s.name: (s.state, s.message) for s in status.steps}
+
+
+def kinds(events: Sequence[Event]) -> list[str]:
+    return [e.kind for e in events]
+
+
+async def poll(wd: Watchdog, pod: FakePod) -> None:
+    await wd.on_observation(await pod.observe())
+
+
+async def wait_done(wd: Watchdog) -> RecoveryStatus:
+    assert wd._task is not None
+    return await wd._task
+
+
+# -- diagnose: pure classification --------------------------------------------------------------
+
+
+def _obs(**host_kw: Any) -> Observation:
+    base = dict(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    head = HostObservation(name="w0", ip="127.0.0.10", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    return Observation(
+        at=0.0,
+        hosts=(head, HostObservation(**{**base, **host_kw})),
+        head="w0",
+        ray_reachable=True,
+        tunnel_up=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host_kw", "cond"),
+    [
+        ({}, HostCondition.OK),
+        ({"tpu_state": "PREEMPTED", "ssh_ok": False, "ray_alive": 0}, HostCondition.LOST),
+        ({"tpu_state": "TERMINATED"}, HostCondition.LOST),
+        ({"tpu_state": "CREATING", "ray_alive": 0}, HostCondition.NOT_READY),
+        ({"ssh_ok": False, "ray_alive": 0}, HostCondition.UNREACHABLE),
+        ({"ssh_ok": False, "ray_alive": 1}, HostCondition.OK),  # an SSH blip, Ray fine
+        ({"ray_alive": 0}, HostCondition.RAY_DOWN),
+        ({"ray_alive": 2}, HostCondition.DUPLICATE),
+        ({"tpu_state": "UNKNOWN"}, HostCondition.UNKNOWN),
+    ],
+)
+def test_diagnose_classifies_each_layer(host_kw: dict[str, Any], cond: HostCondition) -> None:
+    d = diagnose(_obs(**host_kw))
+    assert d.conditions["w1"] is cond
+    assert not d.head_lost
+    assert d.needs_recovery == (cond not in (HostCondition.OK, HostCondition.UNKNOWN))
+
+
+def test_diagnose_head_lost_when_gcs_silent_or_head_preempted() -> None:
+    obs = _obs()
+    silent = Observation(at=0, hosts=obs.hosts, head="w0", ray_reachable=False, tunnel_up=True)
+    d = diagnose(silent)
+    assert d.head_lost and "GCS" in d.head_reason
+    # the tunnel dies with the head; that is the head's problem, not a separate one
+    gone = Observation(
+        at=0,
+        hosts=(HostObservation("w0", "127.0.0.10", "PREEMPTED", ssh_ok=False), obs.hosts[1]),
+        head="w0",
+        tunnel_up=False,
+    )
+    d = diagnose(gone)
+    assert d.head_lost and not d.tunnel_down and d.to_recreate == ("w0",)
+
+
+def test_stall_alone_is_reported_not_recovered() -> None:
+    obs = _obs()
+    d = diagnose(Observation(**{**obs.__dict__, "stalled_runs": ("run-1",)}))
+    assert not d.needs_recovery and not d.healthy
+    assert "metrics stalled: run-1" in d.summary()
+
+
+# -- worker loss ----------------------------------------------------------------------------------
+
+
+async def test_worker_preempted_recreates_only_that_host_and_keeps_head_and_jobs(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, published = make_watchdog(pod, clock)
+    job = pod.submit("train")
+    await poll(wd, pod)  # healthy: arms the watchdog, remembers the running job
+    assert wd.armed and list(wd.active_jobs) == [job]
+
+    clock.t += 0.4
+    pod.preempt("pod-w2")
+    clock.t += 0.6  # the next poll sees it
+    await poll(wd, pod)
+    status = await wait_done(wd)
+
+    assert status.result == "ok" and not status.active
+    st = steps(status)
+    assert {k: v[0] for k, v in st.items()} == {
+        "detect": "ok",
+        "recreate": "ok",
+        "wait_ready": "ok",
+        "bootstrap": "ok",
+        "head": "skipped",
+        "workers": "ok",
+        "tunnel": "skipped",
+        "resubmit": "skipped",
+        "verify": "ok",
+    }
+    assert "alive" in st["head"][1] and "1 active job(s) continue" in st["resubmit"][1]
+    ops = [c for c in pod.calls if c[0] != "observe"]
+    assert ops == [
+        ("recreate", ("pod-w2",)),
+        ("wait_ready", ("pod-w2",)),
+        ("bootstrap", ("pod-w2",)),
+        ("join_workers", ("pod-w2",)),
+    ]
+    assert pod.jobs == {job: "RUNNING"}  # never resubmitted
+    assert status.detect_s == pytest.approx(0.6)  # from the provider's preemption time
+    assert status.mttr_s is not None and status.mttr_s >= 0
+    preempted = [e for e in journal.events if e.kind == "preempted"]
+    assert [e.host for e in preempted] == ["pod-w2"]
+    assert preempted[0].data["detect_s"] == pytest.approx(0.6)
+    recovered = [e for e in journal.events if e.kind == "recovered"]
+    assert recovered and recovered[0].data["mttr_s"] == status.mttr_s
+    assert recovered[0].actor == "watchdog"
+    # every status change was published, ending with the final one
+    statuses = [u for u in published if isinstance(u, RecoveryStatus)]
+    assert len(statuses) > 9 and statuses[-1] == status
+
+
+async def test_journal_has_start_and_end_of_every_step_with_hosts_and_actor(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.preempt("pod-w3")
+    await poll(wd, pod)
+    await wait_done(wd)
+    ends = {r.action: r for r, actor in journal.actions}
+    assert set(ends) == {f"recovery.{s}" for s in STEPS}
+    assert all(actor == "watchdog" for _, actor in journal.actions)
+    assert ends["recovery.bootstrap"].per_host["pod-w3"].ok
+    assert ends["recovery.head"].message.startswith("SKIPPED: ")
+    assert ends["recovery.head"].data["state"] == "skipped"
+    starts = [e.data["step"] for e in journal.events if e.kind == "recovery_step"]
+    assert starts == ["recreate", "wait_ready", "bootstrap", "workers"]
+
+
+# -- head loss ------------------------------------------------------------------------------------
+
+
+async def test_head_preempted_rebuilds_everything_and_resubmits_jobs(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    job = pod.submit("sweep --sweep-id abc")
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+    await poll(wd, pod)
+    status = await wait_done(wd)
+
+    assert status.result == "ok", steps(status)
+    assert all(v[0] == "ok" for v in steps(status).values())
+    ops = [c for c in pod.calls if c[0] != "observe"]
+    assert ops == [
+        ("recreate", ("pod-w0",)),
+        ("wait_ready", ("pod-w0",)),
+        ("bootstrap", ("pod-w0", "pod-w1", "pod-w2", "pod-w3")),
+        ("start_head", ("pod-w0",)),
+        ("join_workers", ("pod-w1", "pod-w2", "pod-w3")),
+        ("open_tunnel", ()),
+        ("resubmit", (job,)),
+    ]
+    (new,) = [j for j in pod.jobs if j != job]
+    assert pod.jobs[new] == "RUNNING" and pod.submitted[new] == "sweep --sweep-id abc"
+    resub = [e for e in journal.events if e.kind == "job_resubmitted"]
+    assert resub[0].data == {"old_job_id": job, "new_job_id": new}
+    assert "head_lost" in kinds(journal.events)
+    assert list(wd.active_jobs) == [new]
+
+
+async def test_gcs_dead_on_healthy_vm_restarts_head_without_recreating(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.head_up = False  # Ray head process died; the VM and the workers' VMs are fine
+    await poll(wd, pod)
+    assert not wd.running  # a silent GCS on a fine VM could be one slow poll: confirm first
+    clock.t += 1
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    st = steps(status)
+    assert st["recreate"][0] == "skipped" and "every VM is up" in st["recreate"][1]
+    assert st["wait_ready"][0] == "skipped"
+    assert st["head"][0] == "ok" and st["workers"][0] == "ok"
+    assert status.result == "ok"
+
+
+async def test_one_slow_gcs_poll_does_not_restart_the_cluster(pod: FakePod, clock: Clock) -> None:
+    wd, _journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.head_up = False  # the state query timed out once on a loaded box
+    await poll(wd, pod)
+    pod.head_up = True  # ...and answered on the next poll
+    clock.t += 1
+    await poll(wd, pod)
+    assert not wd.running
+    assert not any(c[0] in ("start_head", "join_workers") for c in pod.calls)
+
+
+# -- soft symptoms ----------------------------------------------------------------------------------
+
+
+async def test_worker_ray_died_on_fine_vm_rejoins_after_confirmation_only(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.host("pod-w1").ray = 0
+    await poll(wd, pod)
+    assert not wd.running  # one poll could be a blip
+    assert "ray_node_down" in kinds(journal.events)
+    clock.t += 1
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    st = steps(status)
+    assert st["recreate"] == ("skipped", "no host to recreate: every VM is up")
+    assert st["bootstrap"][0] == "skipped"
+    assert st["workers"][0] == "ok"
+    assert [c for c in pod.calls if c[0] == "join_workers"] == [("join_workers", ("pod-w1",))]
+
+
+async def test_duplicate_ray_nodes_on_one_ip_are_flagged_and_fixed(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock, confirm_polls=1)
+    await poll(wd, pod)
+    pod.host("pod-w3").ray = 2
+    await poll(wd, pod)
+    dup = [e for e in journal.events if e.kind == "duplicate_ray_node"]
+    assert dup and dup[0].host == "pod-w3" and dup[0].data["ray_nodes"] == 2
+    status = await wait_done(wd)
+    assert status.result == "ok"
+    assert pod.host("pod-w3").ray == 1
+
+
+async def test_stall_events_on_edges(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.stalled = ("run-a",)
+    await poll(wd, pod)
+    await poll(wd, pod)
+    pod.stalled = ()
+    await poll(wd, pod)
+    assert kinds(journal.events) == ["stalled", "cadence_resumed"]
+    assert not wd.running
+
+
+# -- failures, retries, one at a time -------------------------------------------------------------
+
+
+async def test_failed_step_is_retried_with_backoff_then_reported(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock, backoff_s=0.5, step_retries=2)
+    await poll(wd, pod)
+    pod.always_fail["bootstrap"] = {"pod-w2"}
+    pod.preempt("pod-w2")
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "failed: bootstrap"
+    st = steps(status)
+    assert st["bootstrap"][0] == "failed"
+    assert "3 attempt(s)" in st["bootstrap"][1] and "pod-w2: boom" in st["bootstrap"][1]
+    boot = next(s for s in status.steps if s.name == "bootstrap")
+    assert boot.attempts == 3 and boot.hosts == {"pod-w2": "failed"}
+    # later steps were never run and say so by staying pending
+    assert all(st[s][0] == "pending" for s in ("head", "workers", "tunnel", "resubmit", "verify"))
+    assert clock.sleeps[:2] == [0.5, 1.0]  # exponential backoff between attempts
+    failed = [e for e in journal.events if e.kind == "recovery_failed"]
+    assert failed and failed[0].data["step"] == "bootstrap"
+    # auto recovery backs off instead of hammering a broken cluster
+    await poll(wd, pod)
+    assert not wd.running
+
+
+async def test_retry_reruns_only_the_hosts_that_failed(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+    pod.fail["bootstrap"] = ["pod-w3"]  # fails once
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "ok"
+    boots = [c for c in pod.calls if c[0] == "bootstrap"]
+    assert boots == [
+        ("bootstrap", ("pod-w0", "pod-w1", "pod-w2", "pod-w3")),
+        ("bootstrap", ("pod-w3",)),
+    ]
+    boot = next(s for s in status.steps if s.name == "bootstrap")
+    assert boot.attempts == 2 and set(boot.hosts.values()) == {"ok"}
+
+
+async def test_an_op_that_raises_is_a_failed_attempt_not_a_crash(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, _, _ = make_watchdog(pod, clock, step_retries=1)
+    await poll(wd, pod)
+
+    async def broken() -> ActionResult:
+        raise ConnectionError("tunnel: connect to 127.0.0.10:22 timed out")
+
+    pod.open_tunnel = broken  # type: ignore[method-assign]
+    pod.tunnel = False
+    await poll(wd, pod)
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "failed: tunnel"
+    assert "timed out" in steps(status)["tunnel"][1]
+
+
+async def test_one_recovery_at_a_time_second_request_joins(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.preempt("pod-w1")
+    a, b = await asyncio.gather(wd.recover("user"), wd.recover("script"))
+    assert a == b and a.result == "ok"
+    assert len([c for c in pod.calls if c[0] == "recreate"]) == 1
+    await poll(wd, pod)  # healthy again: no new recovery
+    assert not wd.running
+
+
+async def test_healthy_request_skips_every_step_visibly(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    status = await wd.recover("user")
+    assert status.result == "ok" and status.mttr_s is None
+    st = steps(status)
+    assert st["detect"] == ("ok", "healthy")
+    for name in ("recreate", "wait_ready", "bootstrap", "head", "workers", "tunnel", "resubmit"):
+        assert st[name][0] == "skipped" and st[name][1], name
+    assert st["verify"][0] == "ok"
+    assert all(actor == "user" for _, actor in journal.actions)
+
+
+async def test_no_auto_recovery_when_off_or_never_formed(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock, auto=False)
+    await poll(wd, pod)
+    pod.preempt("pod-w1")
+    await poll(wd, pod)
+    assert not wd.running and "preempted" in kinds(journal.events)
+    # the user asks: MTTR still counts from the detection, not from the request
+    clock.t += 5
+    status = await wd.recover("user")
+    assert status.result == "ok" and status.mttr_s is not None and status.mttr_s >= 5
+
+    bare = FakePod(clock)  # Ray never started: nothing to "recover" on its own
+    wd2, journal2, _ = make_watchdog(bare, clock)
+    await poll(wd2, bare)
+    await poll(wd2, bare)
+    assert not wd2.running and not wd2.armed
+    assert "head_lost" not in kinds(journal2.events)
+
+
+async def test_new_loss_during_verify_runs_another_round(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.preempt("pod-w1")
+    hit = []
+
+    def second_preemption(p: FakePod) -> None:
+        if not hit and ("join_workers", ("pod-w1",)) in p.calls:
+            hit.append(1)
+            p.preempt("pod-w2")
+
+    pod.on_verify_observe = second_preemption
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "ok"
+    assert [c[1] for c in pod.calls if c[0] == "recreate"] == [("pod-w1",), ("pod-w2",)]
+    assert [e.host for e in journal.events if e.kind == "preempted"] == ["pod-w1", "pod-w2"]
+
+
+async def test_verify_times_out_with_the_unmet_criteria(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock, verify_timeout_s=3.0)
+    job = pod.submit("train")
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+
+    orig = pod.resubmit
+
+    async def resubmit_fails_on_cluster(job_ids: Sequence[str]) -> ActionResult:
+        res = await orig(job_ids)
+        for new in res.data["resubmitted"].values():
+            pod.jobs[new] = "FAILED"
+        return res
+
+    pod.resubmit = resubmit_fails_on_cluster  # type: ignore[method-assign]
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "failed: verify"
+    msg = steps(status)["verify"][1]
+    assert f"(was {job}) is FAILED" in msg and "not back after 3s" in msg
+
+
+async def test_detect_time_falls_back_to_last_healthy_poll(pod: FakePod, clock: Clock) -> None:
+    wd, _journal, _ = make_watchdog(pod, clock, confirm_polls=1)
+    await poll(wd, pod)
+    clock.t += 2.0
+    pod.host("pod-w2").ray = 0  # no provider timestamp for a Ray death
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.detect_s == pytest.approx(2.0)
+
+
+async def test_set_auto_publishes_and_journals(pod: FakePod, clock: Clock) -> None:
+    wd, journal, published = make_watchdog(pod, clock)
+    wd.set_auto(False, actor="user")
+    await journal.flush()
+    assert not wd.auto and wd.status.auto is False
+    assert journal.events[-1].kind == "watchdog" and journal.events[-1].actor == "user"
+    assert any(isinstance(u, RecoveryStatus) and not u.auto for u in published)
+
+
+async def test_close_cancels_a_running_recovery(pod: FakePod, clock: Clock) -> None:
+    wd, _journal, _ = make_watchdog(pod, clock)
+    gate, reached = asyncio.Event(), asyncio.Event()
+    orig = pod.wait_hosts_ready
+
+    async def slow(hosts: Sequence[str], timeout_s: float) -> ActionResult:
+        reached.set()
+        await gate.wait()
+        return await orig(hosts, timeout_s)
+
+    pod.wait_hosts_ready = slow  # type: ignore[method-assign]
+    pod.preempt("pod-w1")
+    task = wd.start_recovery("user")
+    await asyncio.wait_for(reached.wait(), 10)
+    assert wd.status.active
+    await wd.close()
+    assert task.cancelled() or task.done()
+    assert wd.status.result == "failed: cancelled"
+    assert StepState.RUNNING in {s.state for s in wd.status.steps}
+
+
+async def test_user_action_suspends_auto_recovery(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    with wd.suspended():
+        pod.preempt("pod-w1")
+        await poll(wd, pod)
+        assert not wd.running
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "ok"
+
+
+async def test_teardown_disarms_and_forgets_jobs(pod: FakePod, clock: Clock) -> None:
+    wd, _, _ = make_watchdog(pod, clock)
+    pod.submit("train")
+    await poll(wd, pod)
+    assert wd.armed and wd.active_jobs
+    wd.disarm()
+    assert not wd.armed and not wd.active_jobs
+    pod.preempt("pod-w0")  # a torn-down cluster is not "recovered" behind the user's back
+    await poll(wd, pod)
+    assert not wd.running
+
+
+async def test_stall_events_can_be_left_to_the_cadence_tracker(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock, emit_stall_events=False)
+    await poll(wd, pod)
+    pod.stalled = ("run-a",)
+    await poll(wd, pod)
+    assert "stalled" not in kinds(journal.events)
+    assert wd.last_diagnosis is not None and wd.last_diagnosis.stalled_runs == ("run-a",)
+
+
+async def test_teardown_in_progress_never_rearms(pod: FakePod, clock: Clock) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    stale = await pod.observe()  # a poll that began before the teardown
+    clock.t += 1
+    with wd.suspended():
+        wd.disarm()
+        await poll(wd, pod)  # Ray is still up while `ray stop` runs everywhere
+        await wd.on_observation(stale)
+        assert not wd.armed
+        pod.head_up = False  # ray stop done
+        await poll(wd, pod)
+    await wd.on_observation(stale)  # late answer of the old poll: still no re-arm
+    assert not wd.armed
+    clock.t += 1
+    await poll(wd, pod)
+    assert not wd.armed and not wd.running
+    assert "head_lost" not in kinds(journal.events)
+
+
+async def test_a_recover_before_any_poll_journals_the_preemption_and_times_from_it(
+    pod: FakePod, clock: Clock
+) -> None:
+    """`preempt 2` then `recover` at once: the recovery's own observation is the first to
+    see the loss; it is journaled, and MTTR runs from the preemption, not the request."""
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    pod.preempt("pod-w2")
+    clock.t += 20.0  # noticed later
+    status = await wd.recover("script")
+    assert [e.host for e in journal.events if e.kind == "preempted"] == ["pod-w2"]
+    assert status.result == "ok"
+    assert status.mttr_s is not None and status.mttr_s >= 20.0
+    assert status.detect_s == pytest.approx(20.0)

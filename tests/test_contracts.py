@@ -1,0 +1,104 @@
+"""The layers hold: checked by importing, and by the import-linter contracts `make lint` runs.
+
+Each headless module is imported in a fresh interpreter; `textual` must stay out of
+sys.modules (harlequin's check). The contracts in pyproject.toml keep the rest of the walls
+(the emulator behind one door, the engine alone, recovery on the backend seam, screens off
+the network), and a test breaks each one in a copy of the tree to prove it is enforced.
+"""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+ROOT = REPO
+
+
+def _modules(package: str) -> list[str]:
+    path = ROOT / package.replace(".", "/")
+    return [
+        m.name
+        for m in pkgutil.walk_packages([str(path)], prefix=package + ".")
+        if not m.name.rsplit(".", 1)[-1].startswith("_")
+    ]
+
+
+@pytest.mark.parametrize("package", ["console.services", "engine"])
+def test_headless_packages_do_not_import_textual(package: str) -> None:
+    modules = _modules(package)
+    assert modules, f"no modules found under {package}"
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'textual')\n"
+        "print(','.join(bad))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "", f"{package} imported: {proc.stdout.strip()}"
+
+
+# The layer contracts (pyproject's [tool.importlinter]), as `make lint` runs them ------------
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    if not LINT_IMPORTS.exists():
+        pytest.skip(f"import-linter is not installed in this environment ({LINT_IMPORTS})")
+    return subprocess.run(
+        [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(cwd)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_tree_keeps_every_layer_contract() -> None:
+    proc = _lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "contract"),
+    [
+        ("console/services/_probe.py", "import textual", "The core runs without the TUI"),
+        ("console/script/_probe.py", "import console.emulator.client", "Only the composition"),
+        ("console/emulator/_probe.py", "import console.services.facade", "The emulator stands"),
+        ("engine/_probe.py", "import console.config", "The engine never imports the console"),
+        (
+            "console/services/recovery/_probe.py",
+            "import console.services.backends.tpu_vm.ssh",
+            "use the backend seam",
+        ),
+        ("console/screens/_probe.py", "import asyncssh", "Screens and widgets never reach"),
+    ],
+)
+def test_a_broken_contract_fails_the_lint(
+    tmp_path: Path, where: str, line: str, contract: str
+) -> None:
+    """The contracts are not decoration: one import across a wall, in a copy of the tree,
+    and `lint-imports` names the contract and fails."""
+    for package in ("console", "engine"):
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    (tmp_path / where).write_text(line + "\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    broken = [ln for ln in proc.stdout.splitlines() if "BROKEN" in ln or contract in ln]
+    assert any(contract in ln for ln in broken), proc.stdout[-3000:]
