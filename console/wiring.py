@@ -53,6 +53,7 @@ def make_services(
     from console.services.events import EventSink
     from console.services.facade import Facade
     from console.services.journal import Journal
+    from console.services.lease import PodLeases
     from console.services.submissions import JobRegistry
 
     sdir = Path(state_dir) if state_dir is not None else default_state_dir()
@@ -75,13 +76,21 @@ def make_services(
             config,
             make_backend=backend,
             journal=journal,
-            registry=JobRegistry(sdir / "jobs.json"),
+            registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
+            leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
             clock=clock,
         )
     except BaseException:
         journal.close()
         raise
+
+
+def _pod_key(config: Config) -> str:
+    """What identifies one pod: the front ends that share it share its leases."""
+    cl = config.cluster
+    where = str(Path(cl.run_dir).expanduser()) if cl.run_dir else ""
+    return "|".join((cl.provider, cl.project, cl.zone, cl.node_name, where))
 
 
 def _pod_access(

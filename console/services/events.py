@@ -14,6 +14,7 @@ event is still published, scrubbed, without an id, and the failure is logged.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import time
@@ -40,6 +41,14 @@ class EventSink:
         self._clock = clock
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal")
         self._pending: set[asyncio.Future[Any]] = set()
+        # Ids of the rows this process wrote (recent ones): what it follows from the journal
+        # is what the *other* front ends wrote.
+        self._own: collections.deque[int] = collections.deque(maxlen=4096)
+        self._own_set: set[int] = set()
+
+    def own(self, row_id: int) -> bool:
+        """Whether this process wrote the journal row ``row_id``."""
+        return row_id in self._own_set
 
     async def emit(self, event: Event) -> Event:
         """Journal ``event``, then publish and return the stored row."""
@@ -75,6 +84,11 @@ class EventSink:
         except Exception as exc:  # the journal is a record, never a reason to stop
             log.error("journal: could not record %s: %s", _what(args), exc)
             stored = self._unsaved(args)
+        if stored.id is not None:
+            if len(self._own) == self._own.maxlen:
+                self._own_set.discard(self._own[0])
+            self._own.append(stored.id)
+            self._own_set.add(stored.id)
         self._publish(stored)
         return stored
 

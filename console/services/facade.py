@@ -7,8 +7,13 @@
 Three pollers run every ``recovery.poll_interval_s``: the cluster (one observation, published
 as a snapshot and fed to the watchdog), the jobs (status transitions, journaled) and metric
 cadence (the backend's sources). User actions that reshape the cluster run one at a time,
-after any running recovery, with auto recovery held off while they run. Every action is
-journaled with its actor through the ``EventSink``.
+after any running recovery, with auto recovery held off while they run (across processes
+too: the pod's ``actions`` lease). Every action is journaled with its actor through the
+``EventSink``.
+
+Several front ends may drive one pod (``sharing``): the one holding the ``watch`` lease
+journals what it detects and recovers; the others follow the journal, show the owner's
+recovery, and ask it to recover (``recover`` journals a request and waits for the result).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from console.services.cadence.tracker import CadenceTracker
 from console.services.events import EventSink
 from console.services.job_watcher import JobWatcher
 from console.services.journal import AsyncJournal, Journal
+from console.services.lease import PodLeases
 from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
@@ -43,6 +49,7 @@ from console.services.model import (
 from console.services.observation import Observation
 from console.services.recovery.diagnosis import diagnose
 from console.services.recovery.watchdog import Watchdog
+from console.services.sharing import Sharing
 from console.services.snapshot import pod_snapshot
 from console.services.submissions import JobRegistry, Submitter
 from console.services.submit import SubmitSpec
@@ -62,6 +69,7 @@ class Facade:
         make_backend: MakeBackend,
         journal: Journal,
         registry: JobRegistry,
+        leases: PodLeases,
         chaos: Callable[[Backend], Chaos] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -102,7 +110,11 @@ class Facade:
             emit_stall_events=False,
             backoff_s=min(1.0, rec.poll_interval_s),
             clock=clock,
+            action_lease=leases.actions,
         )
+        self.leases = leases
+        self.sharing = Sharing(journal, leases, self.watchdog, self.bus.publish, self.sink.own)
+        self._was_owner = False
         self._snapshot = PodSnapshot(
             at=clock(),
             provider=config.cluster.provider,
@@ -142,6 +154,7 @@ class Facade:
         await self.sink.flush()
         with contextlib.suppress(Exception):
             await self.backend.close()
+        self.leases.release()
         self._started = False
 
     def close_journal(self) -> None:
@@ -192,9 +205,10 @@ class Facade:
         """The backend's observation plus what only the console knows: which jobs are its
         own, and which of its runs' metrics have stalled."""
         obs = await self.backend.observe()
+        mine = self.registry.ids() if obs.jobs else set()
         return replace(
             obs,
-            jobs=tuple(j for j in obs.jobs if j.job_id in self.registry),
+            jobs=tuple(j for j in obs.jobs if j.job_id in mine),
             stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
             run_names={c.run_id: c.name or c.run_id for c in self._cadence},
         )
@@ -203,6 +217,7 @@ class Facade:
         return self._snapshot
 
     async def refresh(self) -> PodSnapshot:
+        await self.sharing.follow_journal()  # first: what the other front ends did
         obs = await self.observe()
         self._snapshot = pod_snapshot(
             obs,
@@ -212,11 +227,28 @@ class Facade:
             ray_expected=self.watchdog.armed,
         )
         self.bus.publish(self._snapshot)
-        await self.watchdog.on_observation(obs)
+        if self.sharing.owner:
+            self._took_over()
+            await self.watchdog.on_observation(obs)
+        else:
+            self._was_owner = False
+            await self.watchdog.follow(obs)
         return self._snapshot
 
+    def _took_over(self) -> None:
+        """Became the pod's watcher: finish a recovery whose process died mid-way (each step
+        is idempotent, and resubmissions are recorded before they are sent)."""
+        if self._was_owner:
+            return
+        self._was_owner = True
+        trigger = self.sharing.interrupted()
+        if trigger and not self.watchdog.running:
+            self.watchdog.start_recovery(
+                actor="watchdog", trigger=f"resuming an interrupted recovery ({trigger})"
+            )
+
     def recovery_status(self) -> RecoveryStatus:
-        return self.watchdog.status
+        return self.sharing.status()
 
     def cadence(self) -> list[RunCadence]:
         return list(self._cadence)
@@ -233,7 +265,8 @@ class Facade:
         async with self._action_lock:
             await self.watchdog.wait_idle()
             with self.watchdog.suspended():
-                yield pod
+                async with self.leases.actions.hold():
+                    yield pod
 
     def _pod_actions(self) -> PodActions:
         if not isinstance(self.backend, PodActions):
@@ -351,7 +384,23 @@ class Facade:
 
     # -- recovery -------------------------------------------------------------------------------
     async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
-        return await self.watchdog.recover(actor=actor, timeout_s=timeout_s)
+        """Run the recovery (this process watches the pod), or ask the process that does
+        and wait for its result; if that process dies meanwhile, take over and run it."""
+        if self.sharing.owner:
+            return await self.watchdog.recover(actor=actor, timeout_s=timeout_s)
+        request = await self.sink.emit(self.sharing.request(actor, self._clock()))
+        assert request.id is not None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            await self.sharing.follow_journal()
+            if self.sharing.ended_after(request.id) is not None:
+                return self.sharing.status()
+            if self.sharing.owner:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return await self.watchdog.recover(actor=actor, timeout_s=left)
+            if deadline is not None and time.monotonic() >= deadline:
+                return self.sharing.status()
+            await asyncio.sleep(min(0.5, self.poll_interval_s))
 
     def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None:
         self.watchdog.set_auto(enabled, actor=actor)

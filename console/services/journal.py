@@ -18,6 +18,7 @@ row) and read through ``AsyncJournal``, both off the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from console.services.model import ActionResult, Event, HostResult
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 ACTION = "action"
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = "recovery_started"
@@ -57,6 +58,19 @@ _MIGRATIONS: dict[int, str] = {
         CREATE INDEX events_at ON events(at);
         CREATE INDEX events_kind_id ON events(kind, id);
         CREATE INDEX events_host_id ON events(host, id);
+    """,
+    # What this console submitted (services.submissions), shared by every front end.
+    2: """
+        CREATE TABLE jobs (
+            job_id           TEXT PRIMARY KEY,
+            spec             TEXT NOT NULL,
+            submitted_at     REAL NOT NULL,
+            actor            TEXT NOT NULL DEFAULT '',
+            resubmitted_from TEXT NOT NULL DEFAULT '',
+            superseded_by    TEXT NOT NULL DEFAULT '',
+            sweep_id         TEXT NOT NULL DEFAULT '',
+            state            TEXT NOT NULL DEFAULT 'submitted'
+        );
     """,
 }
 
@@ -252,6 +266,37 @@ class Journal:
         )
 
     # reading -----------------------------------------------------------------------------------
+    def after(self, last_id: int, limit: int = 1000) -> list[Event]:
+        """Rows written after ``last_id`` (by any process), oldest first: how a front end
+        follows what the others journal."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, at, kind, host, actor, message, data FROM events WHERE id > ? "
+                "ORDER BY id LIMIT ?",
+                (int(last_id), int(limit)),
+            ).fetchall()
+        return [_row_to_event(r) for r in rows]
+
+    def last_id(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0])
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the journal's database (other tables than events)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
     def query(
         self,
         limit: int = 500,

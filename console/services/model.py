@@ -236,6 +236,7 @@ class RecoveryStatus:
     detect_s: float | None = None
     mttr_s: float | None = None
     result: str = ""  # "" while running / never run, then "ok" or "failed: <step>"
+    owner: str = ""  # who runs recovery for this pod when it is another process ("pid 7 on h")
 
 
 Update = PodSnapshot | JobInfo | LogLine | LogStreamClosed | RunCadence | Event | RecoveryStatus

@@ -23,12 +23,14 @@ from typing import Any
 
 from console.services.backends.base import Backend
 from console.services.events import EventSink
+from console.services.journal import Journal
 from console.services.model import ACTIVE_JOBS, ActionResult, HostResult, JobInfo, Update
-from console.services.submit import META_SWEEP_ID, SubmitSpec
+from console.services.submit import META_SWEEP_ID, SubmitSpec, new_job_id
 
 log = logging.getLogger(__name__)
 
 # The engine's own lines naming its sweep (engine.sweep and the W&B agent launcher).
+PENDING, SUBMITTED = "pending", "submitted"
 _SWEEP_ID_RE = re.compile(r"(?:W&B sweep|starting sweep|resuming sweep) ([A-Za-z0-9_.-]+)")
 
 
@@ -41,6 +43,7 @@ class SubmittedJob:
     resubmitted_from: str = ""
     superseded_by: str = ""
     sweep_id: str = ""  # learned from the job (metadata or its log) when the spec had none
+    state: str = SUBMITTED  # PENDING: recorded, not yet accepted by the cluster
 
     def relaunch_spec(self) -> SubmitSpec:
         """The spec to submit again: same everything, the sweep id pinned, a fresh job id."""
@@ -51,28 +54,89 @@ class SubmittedJob:
         return spec
 
 
-class JobRegistry:
-    """Submitted jobs and their specs, persisted as JSON (atomic replace) in the state dir.
+_COLUMNS = (
+    "job_id",
+    "spec",
+    "submitted_at",
+    "actor",
+    "resubmitted_from",
+    "superseded_by",
+    "sweep_id",
+    "state",
+)
 
-    Specs keep secrets as ``$NAME`` references (``SubmitSpec`` refuses inline secrets), so
-    the file never holds a key.
+
+class JobRegistry:
+    """Submitted jobs and their specs, in the journal's database (table ``jobs``), shared by
+    every front end on this machine and written in transactions.
+
+    Specs keep secrets as ``$NAME`` references (``SubmitSpec`` refuses inline secrets), so the
+    database never holds a key. A ``jobs.json`` from an older phantom is imported once.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._jobs: dict[str, SubmittedJob] = {}
-        self._load()
+    def __init__(self, journal: Journal, legacy_json: Path | None = None) -> None:
+        self.journal = journal
+        if legacy_json is not None and legacy_json.exists():
+            self._import_legacy(legacy_json)
 
-    def _load(self) -> None:
-        try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+    def add(self, job: SubmittedJob) -> None:
+        """Record ``job``; a resubmission also marks the job it replaces, atomically."""
+        with self.journal.transaction() as db:
+            db.execute(
+                f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES "
+                f"({', '.join('?' * len(_COLUMNS))})",
+                _row(job),
+            )
+            if job.resubmitted_from:
+                db.execute(
+                    "UPDATE jobs SET superseded_by = ? WHERE job_id = ?",
+                    (job.job_id, job.resubmitted_from),
+                )
+
+    def update(self, job_id: str, **changes: Any) -> None:
+        unknown = set(changes) - set(_COLUMNS[2:])
+        if unknown:
+            raise ValueError(f"job registry: cannot update {sorted(unknown)}")
+        if not changes:
             return
-        except (OSError, ValueError) as exc:
-            log.warning("job registry %s unreadable (%s); starting empty", self.path, exc)
+        sets = ", ".join(f"{k} = ?" for k in changes)
+        with self.journal.transaction() as db:
+            db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", (*changes.values(), job_id))
+
+    def remove(self, job_id: str) -> None:
+        with self.journal.transaction() as db:
+            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            db.execute("UPDATE jobs SET superseded_by = '' WHERE superseded_by = ?", (job_id,))
+
+    def get(self, job_id: str) -> SubmittedJob | None:
+        rows = self.journal.read(
+            f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE job_id = ?", (job_id,)
+        )
+        return _job(rows[0]) if rows else None
+
+    def __contains__(self, job_id: object) -> bool:
+        return bool(self.journal.read("SELECT 1 FROM jobs WHERE job_id = ?", (str(job_id),)))
+
+    def ids(self) -> set[str]:
+        return {r[0] for r in self.journal.read("SELECT job_id FROM jobs")}
+
+    def current(self) -> list[SubmittedJob]:
+        """Jobs not replaced by a resubmission, oldest first."""
+        return [j for j in self.all() if not j.superseded_by]
+
+    def all(self) -> list[SubmittedJob]:
+        rows = self.journal.read(f"SELECT {', '.join(_COLUMNS)} FROM jobs ORDER BY submitted_at")
+        return [j for j in (_job(r) for r in rows) if j is not None]
+
+    def _import_legacy(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            rows = list(raw.get("jobs", []))
+        except (OSError, ValueError, AttributeError) as exc:
+            log.warning("job registry %s unreadable (%s); not imported", path, exc)
             return
         known = {f.name for f in dataclasses.fields(SubmitSpec)}
-        for row in raw.get("jobs", []):
+        for row in rows:
             try:
                 spec = SubmitSpec(**{k: v for k, v in row["spec"].items() if k in known})
                 job = SubmittedJob(
@@ -85,47 +149,43 @@ class JobRegistry:
                     sweep_id=str(row.get("sweep_id", "")),
                 )
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("job registry %s: skipping a bad row (%s)", self.path, exc)
+                log.warning("job registry %s: skipping a bad row (%s)", path, exc)
                 continue
-            self._jobs[job.job_id] = job
+            if job.job_id not in self:
+                with self.journal.transaction() as db:
+                    db.execute(
+                        f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES "
+                        f"({', '.join('?' * len(_COLUMNS))})",
+                        _row(job),
+                    )
+        path.replace(path.with_name(path.name + ".imported"))
 
-    def _save(self) -> None:
-        rows = []
-        for job in self._jobs.values():
-            row = dataclasses.asdict(job)
-            row["spec"] = dataclasses.asdict(job.spec)
-            row["spec"]["runtime_env"] = dict(job.spec.runtime_env)
-            rows.append(row)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"jobs": rows}, indent=1, default=str), encoding="utf-8")
-        tmp.replace(self.path)
 
-    def add(self, job: SubmittedJob) -> None:
-        self._jobs[job.job_id] = job
-        if job.resubmitted_from in self._jobs:
-            old = self._jobs[job.resubmitted_from]
-            self._jobs[old.job_id] = dataclasses.replace(old, superseded_by=job.job_id)
-        self._save()
+def _row(job: SubmittedJob) -> tuple[Any, ...]:
+    spec = dataclasses.asdict(job.spec)
+    spec["runtime_env"] = dict(job.spec.runtime_env)
+    return (
+        job.job_id,
+        json.dumps(spec, default=str),
+        float(job.submitted_at),
+        job.actor,
+        job.resubmitted_from,
+        job.superseded_by,
+        job.sweep_id,
+        job.state,
+    )
 
-    def update(self, job_id: str, **changes: Any) -> None:
-        if job_id in self._jobs:
-            self._jobs[job_id] = dataclasses.replace(self._jobs[job_id], **changes)
-            self._save()
 
-    def get(self, job_id: str) -> SubmittedJob | None:
-        return self._jobs.get(job_id)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._jobs
-
-    def current(self) -> list[SubmittedJob]:
-        """Jobs not replaced by a resubmission, oldest first."""
-        jobs = [j for j in self._jobs.values() if not j.superseded_by]
-        return sorted(jobs, key=lambda j: j.submitted_at)
-
-    def all(self) -> list[SubmittedJob]:
-        return sorted(self._jobs.values(), key=lambda j: j.submitted_at)
+def _job(row: tuple[Any, ...]) -> SubmittedJob | None:
+    data = dict(zip(_COLUMNS, row, strict=True))
+    known = {f.name for f in dataclasses.fields(SubmitSpec)}
+    try:
+        spec_data = json.loads(data.pop("spec"))
+        spec = SubmitSpec(**{k: v for k, v in spec_data.items() if k in known})
+    except (ValueError, TypeError) as exc:
+        log.warning("job registry: job %s has an unreadable spec (%s)", data["job_id"], exc)
+        return None
+    return SubmittedJob(spec=spec, **data)
 
 
 class Submitter:
@@ -147,11 +207,31 @@ class Submitter:
         self.poll_budget_s = poll_budget_s
 
     async def submit(self, spec: SubmitSpec, actor: str, resubmitted_from: str = "") -> JobInfo:
-        """Submit through the backend; the registry, the journal and the bus hear of it."""
+        """Submit through the backend; the registry, the journal and the bus hear of it.
+
+        The job's id is chosen and recorded (PENDING) before the cluster is asked, so a
+        console killed in between neither loses the job nor submits it twice: the next
+        attempt sends the same id, and a cluster that already has it is taken at its word.
+        """
         t0 = time.monotonic()
+        if not spec.submission_id:
+            spec = dataclasses.replace(spec, submission_id=new_job_id(spec.mode, self._clock()))
+        self.registry.add(
+            SubmittedJob(
+                job_id=spec.submission_id,
+                spec=spec,
+                submitted_at=self._clock(),
+                actor=actor,
+                resubmitted_from=resubmitted_from,
+                sweep_id=spec.sweep_id,
+                state=PENDING,
+            )
+        )
         try:
-            info = await self.backend.submit(spec)
+            info = await self._send(spec)
         except Exception as exc:
+            if not resubmitted_from:  # nothing reached the cluster: forget it
+                self.registry.remove(spec.submission_id)
             await self._sink.record(
                 ActionResult(
                     action="submit",
@@ -163,16 +243,32 @@ class Submitter:
                 actor,
             )
             raise
-        self.registry.add(
-            SubmittedJob(
-                job_id=info.job_id,
-                spec=spec,
-                submitted_at=self._clock(),
-                actor=actor,
-                resubmitted_from=resubmitted_from,
-                sweep_id=spec.sweep_id,
-            )
-        )
+        await self._recorded(info, spec, actor, resubmitted_from, time.monotonic() - t0)
+        return info
+
+    async def _send(self, spec: SubmitSpec) -> JobInfo:
+        """Ask the cluster; a job it already has under this id (an earlier attempt that
+        got through) counts as submitted."""
+        try:
+            info = await self.backend.submit(spec)
+        except Exception:
+            there = await self._on_cluster(spec.submission_id)
+            if there is None:
+                raise
+            log.info("job %s was already on the cluster: adopted", spec.submission_id)
+            info = there
+        self.registry.update(info.job_id, state=SUBMITTED)
+        return info
+
+    async def _on_cluster(self, job_id: str) -> JobInfo | None:
+        try:
+            return await self.backend.job_status(job_id)
+        except Exception:
+            return None
+
+    async def _recorded(
+        self, info: JobInfo, spec: SubmitSpec, actor: str, resubmitted_from: str, elapsed: float
+    ) -> None:
         data: dict[str, Any] = {
             "job_id": info.job_id,
             "mode": spec.mode,
@@ -187,19 +283,20 @@ class Submitter:
             ActionResult(
                 action="submit",
                 ok=True,
-                elapsed_s=time.monotonic() - t0,
+                elapsed_s=elapsed,
                 message=f"{what} job {info.job_id}: {spec.entrypoint()}",
                 data=data,
             ),
             actor,
         )
         self._publish(info)
-        return info
 
     async def resubmit(self, job_ids: Sequence[str]) -> ActionResult:
         """The recovery's step: submit each lost job again with its recorded spec.
 
-        Idempotent: a job an earlier attempt already replaced is not submitted twice."""
+        Idempotent, also across a console killed mid-way: a job already replaced is not
+        submitted twice; a replacement recorded but not yet accepted is sent again under the
+        same id."""
         t0 = time.monotonic()
         per_job: dict[str, HostResult] = {}
         mapping: dict[str, str] = {}
@@ -210,17 +307,13 @@ class Submitter:
                     host=old, ok=False, error=f"job {old}: no spec recorded, cannot resubmit"
                 )
                 continue
-            if sub.superseded_by:
-                mapping[old] = sub.superseded_by
-                per_job[old] = HostResult(host=old, ok=True, stdout_tail=sub.superseded_by)
-                continue
             try:
-                info = await self.submit(sub.relaunch_spec(), "watchdog", resubmitted_from=old)
+                new = await self._replacement(sub)
             except Exception as exc:
                 per_job[old] = HostResult(host=old, ok=False, error=f"job {old}: {exc}")
                 continue
-            mapping[old] = info.job_id
-            per_job[old] = HostResult(host=old, ok=True, stdout_tail=info.job_id)
+            mapping[old] = new
+            per_job[old] = HostResult(host=old, ok=True, stdout_tail=new)
         ok = bool(per_job) and all(r.ok for r in per_job.values())
         return ActionResult(
             action="resubmit",
@@ -231,6 +324,17 @@ class Submitter:
             or f"resubmit: {sum(r.ok for r in per_job.values())}/{len(per_job)} jobs ok",
             data={"resubmitted": mapping},
         )
+
+    async def _replacement(self, sub: SubmittedJob) -> str:
+        if sub.superseded_by:
+            new = self.registry.get(sub.superseded_by)
+            if new is None or new.state == SUBMITTED:
+                return sub.superseded_by
+            info = await self._send(new.spec)  # recorded, never confirmed: same id again
+            await self._recorded(info, new.spec, "watchdog", sub.job_id, 0.0)
+            return info.job_id
+        info = await self.submit(sub.relaunch_spec(), "watchdog", resubmitted_from=sub.job_id)
+        return info.job_id
 
     async def learn_sweep_id(self, job: JobInfo) -> None:
         """A sweep submitted without an id gets one from the engine: remember it, so a

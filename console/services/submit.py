@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import shlex
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -209,3 +211,9 @@ def spec_from_metadata(metadata: Mapping[str, str]) -> SubmitSpec | None:
         return SubmitSpec(**kwargs)
     except TypeError:
         return None
+
+
+def new_job_id(mode: str, now: float) -> str:
+    """A fresh job id the console chooses itself (so a retry can send the same one)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    return f"phantom-{mode}-{stamp}-{secrets.token_hex(3)}"

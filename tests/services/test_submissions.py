@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
-from console.services.submissions import _SWEEP_ID_RE, JobRegistry, SubmittedJob
+from console.services.events import EventSink
+from console.services.journal import Journal
+from console.services.model import JobInfo, Update
+from console.services.submissions import _SWEEP_ID_RE, JobRegistry, SubmittedJob, Submitter
 from console.services.submit import SubmitSpec
 
 
 def test_registry_persists_specs_and_lineage(tmp_path: Path) -> None:
-    path = tmp_path / "state" / "jobs.json"
-    reg = JobRegistry(path)
+    path = tmp_path / "state" / "journal.sqlite"
+    reg = JobRegistry(Journal(path))
     spec = SubmitSpec(
         mode="sweep",
         train_args="--algo ppo --total-timesteps 100",
@@ -30,26 +35,41 @@ def test_registry_persists_specs_and_lineage(tmp_path: Path) -> None:
             resubmitted_from="a",
         )
     )
-    again = JobRegistry(path)  # a console restart reads the same history
+    again = JobRegistry(Journal(path))  # another front end, or a restart, reads the same
     a, b = again.get("a"), again.get("b")
     assert a is not None and b is not None
     assert a.superseded_by == "b" and b.resubmitted_from == "a"
-    assert [j.job_id for j in again.current()] == ["b"]
+    assert [j.job_id for j in again.current()] == ["b"] and again.ids() == {"a", "b"}
     # the relaunch keeps every field and pins the SAME sweep id; secrets stay references
     assert b.spec.sweep_id == "ppo_rl_study-random-cap4-s42"
     assert b.spec.run_cap == 4 and b.spec.train_args == spec.train_args
     assert b.spec.runtime_env == {"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY"}}
     assert "--sweep-id ppo_rl_study-random-cap4-s42" in b.spec.entrypoint()
-    assert "$WANDB_API_KEY" in path.read_text()
 
 
-def test_registry_survives_a_corrupt_file(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.json"
-    path.write_text("{not json")
-    reg = JobRegistry(path)
+def test_an_older_consoles_jobs_json_is_imported_once(tmp_path: Path) -> None:
+    legacy = tmp_path / "jobs.json"
+    row = {
+        "job_id": "old-1",
+        "spec": {"mode": "single", "train_args": "--algo ppo", "runtime_env": {}},
+        "submitted_at": 5.0,
+        "sweep_id": "",
+    }
+    legacy.write_text(json.dumps({"jobs": [row, {"job_id": "bad"}]}))
+    reg = JobRegistry(Journal(tmp_path / "j.sqlite"), legacy_json=legacy)
+    job = reg.get("old-1")
+    assert job is not None and job.spec.train_args == "--algo ppo" and job.state == "submitted"
+    assert reg.get("bad") is None  # a broken row is skipped, not fatal
+    assert not legacy.exists() and (tmp_path / "jobs.json.imported").exists()
+
+
+def test_a_corrupt_legacy_file_is_left_alone(tmp_path: Path) -> None:
+    legacy = tmp_path / "jobs.json"
+    legacy.write_text("{not json")
+    reg = JobRegistry(Journal(tmp_path / "j.sqlite"), legacy_json=legacy)
     assert reg.current() == []
     reg.add(SubmittedJob(job_id="x", spec=SubmitSpec(), submitted_at=0.0))
-    assert JobRegistry(path).get("x") is not None
+    assert reg.get("x") is not None and legacy.exists()
 
 
 @pytest.mark.parametrize(
@@ -64,3 +84,98 @@ def test_sweep_id_is_learned_from_the_engine_log(line: str, sweep_id: str | None
     m = _SWEEP_ID_RE.search("noise\n" + line + "\n")
     assert m is not None
     assert m.group(1) == (sweep_id or "ppo_rl_study-random-cap6-s42")
+
+
+# -- submitting exactly once, also across a crash -------------------------------------------------
+
+
+class Cluster:
+    """A cluster that, like Ray, refuses a second job under an id it already has, and can
+    lose its answer after it accepted a job (the console's connection dropped)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, SubmitSpec] = {}
+        self.down = False
+        self.lose_answer = False
+
+    async def submit(self, spec: SubmitSpec) -> JobInfo:
+        if self.down:
+            raise ConnectionError("dashboard unreachable")
+        if spec.submission_id in self.jobs:
+            raise RuntimeError(f"Job with submission_id {spec.submission_id} already exists")
+        self.jobs[spec.submission_id] = spec
+        if self.lose_answer:
+            raise ConnectionError("connection reset after the request was sent")
+        return JobInfo(spec.submission_id, "PENDING")
+
+    async def job_status(self, job_id: str) -> JobInfo:
+        if self.down or job_id not in self.jobs:
+            raise LookupError(job_id)
+        return JobInfo(job_id, "RUNNING")
+
+    async def job_logs(self, job_id: str) -> str:
+        return ""
+
+
+def _submitter(tmp_path: Path) -> tuple[Submitter, Cluster, list[Update]]:
+    journal = Journal(tmp_path / "journal.sqlite")
+    published: list[Update] = []
+    cluster = Cluster()
+    sink = EventSink(journal, published.append)
+    return (
+        Submitter(cluster, JobRegistry(journal), sink, published.append),  # type: ignore[arg-type]
+        cluster,
+        published,
+    )
+
+
+async def test_a_job_accepted_whose_answer_was_lost_is_adopted_not_doubled(
+    tmp_path: Path,
+) -> None:
+    sub, cluster, _ = _submitter(tmp_path)
+    cluster.lose_answer = True
+    info = await sub.submit(SubmitSpec(train_args="--algo ppo"), "user")
+    assert list(cluster.jobs) == [info.job_id]
+    job = sub.registry.get(info.job_id)
+    assert job is not None and job.state == "submitted"
+
+
+async def test_a_failed_submit_leaves_nothing_recorded(tmp_path: Path) -> None:
+    sub, cluster, _ = _submitter(tmp_path)
+    cluster.down = True
+    with pytest.raises(ConnectionError):
+        await sub.submit(SubmitSpec(), "user")
+    assert sub.registry.all() == [] and cluster.jobs == {}
+
+
+async def test_a_resubmission_cut_short_by_a_crash_is_sent_once_under_its_recorded_id(
+    tmp_path: Path,
+) -> None:
+    sub, cluster, _ = _submitter(tmp_path)
+    first = await sub.submit(SubmitSpec(mode="sweep", sweep_id="s-1", run_cap=4), "user")
+    # The console recorded the replacement, sent it, and died before hearing back.
+    replacement = dataclasses.replace(
+        sub.registry.get(first.job_id).relaunch_spec(),  # type: ignore[union-attr]
+        submission_id="phantom-sweep-replacement",
+    )
+    sub.registry.add(
+        SubmittedJob(
+            job_id=replacement.submission_id,
+            spec=replacement,
+            submitted_at=2.0,
+            actor="watchdog",
+            resubmitted_from=first.job_id,
+            state="pending",
+        )
+    )
+    cluster.jobs[replacement.submission_id] = replacement
+    # The next owner's recovery resubmits: the same id again, adopted, never a second job.
+    res = await sub.resubmit([first.job_id])
+    assert res.ok and res.data["resubmitted"] == {first.job_id: replacement.submission_id}
+    assert len(cluster.jobs) == 2
+    again = await sub.resubmit([first.job_id])  # and a third attempt does nothing at all
+    assert again.data["resubmitted"] == {first.job_id: replacement.submission_id}
+    assert len(cluster.jobs) == 2
+    assert cluster.jobs[replacement.submission_id].sweep_id == "s-1"  # the same sweep
+    job = sub.registry.get(replacement.submission_id)
+    assert job is not None and job.state == "submitted"

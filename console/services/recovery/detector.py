@@ -13,7 +13,7 @@ API does, per worker symptom), otherwise from the last healthy poll (an upper bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +85,19 @@ class Detector:
         self.active_jobs = {}  # their cluster is gone on purpose: nothing to resubmit
 
     # -- one observation ----------------------------------------------------------------------
-    async def update(self, obs: Observation, *, recovering: bool = False) -> Verdict:
+    async def update(
+        self, obs: Observation, *, recovering: bool = False, silent: bool = False
+    ) -> Verdict:
         """Feed one observation: journal what changed and keep the detection bookkeeping.
 
         While a recovery runs it owns the bookkeeping until it is verified (a poll racing a
         new head, which knows no jobs yet, must not erase the list of jobs to resubmit);
-        transitions are still journaled.
+        transitions are still journaled. ``silent``: another process journals for this pod;
+        keep the memory (so taking over later repeats nothing) but journal nothing.
         """
         diag = diagnose(obs)
         self.last_diagnosis = diag
-        await self._emit_transitions(obs, diag)
+        await self._emit_transitions(obs, diag, silent=silent)
         if recovering:
             return Verdict(diag, diag.needs_recovery, False)
         if obs.ray_reachable and not diag.head_lost:
@@ -149,11 +152,14 @@ class Detector:
         return self.first_loss_at
 
     # -- events ---------------------------------------------------------------------------------
-    async def _emit_transitions(self, obs: Observation, diag: Diagnosis) -> None:
+    async def _emit_transitions(
+        self, obs: Observation, diag: Diagnosis, *, silent: bool = False
+    ) -> None:
+        emit: Callable[..., Awaitable[None]] = _nothing if silent else self._event
         for h in obs.hosts:
             before_state = self._tpu_states.get(h.name)
             if before_state is not None and before_state != h.tpu_state:
-                await self._event(
+                await emit(
                     "state_change",
                     f"{h.name}: TPU state {before_state} -> {h.tpu_state}",
                     host=h.name,
@@ -178,22 +184,20 @@ class Detector:
                     data["preempted_at"] = h.preempted_at
             if cond is HostCondition.DUPLICATE:
                 data["ray_nodes"] = h.ray_alive
-            await self._event(
+            await emit(
                 event_kind(cond, h), f"{h.name}: {condition_text(cond, h)}", host=h.name, data=data
             )
         if diag.head_lost and not self._head_lost and self.armed:
-            await self._event("head_lost", diag.head_reason, host=diag.head)
+            await emit("head_lost", diag.head_reason, host=diag.head)
         self._head_lost = diag.head_lost
         if diag.tunnel_down and not self._tunnel_down and self.armed:
-            await self._event("tunnel_down", "dashboard tunnel is down")
+            await emit("tunnel_down", "dashboard tunnel is down")
         self._tunnel_down = diag.tunnel_down
         if self.emit_stall_events:
             for run in sorted(set(diag.stalled_runs) - self._stalled):
-                await self._event("stalled", f"run {run}: metrics stalled", data={"run_id": run})
+                await emit("stalled", f"run {run}: metrics stalled", data={"run_id": run})
             for run in sorted(self._stalled - set(diag.stalled_runs)):
-                await self._event(
-                    "cadence_resumed", f"run {run}: metrics resumed", data={"run_id": run}
-                )
+                await emit("cadence_resumed", f"run {run}: metrics resumed", data={"run_id": run})
         self._stalled = set(diag.stalled_runs)
 
     async def _event(
@@ -214,3 +218,7 @@ class Detector:
                 data=dict(data or {}),
             )
         )
+
+
+async def _nothing(*_: Any, **__: Any) -> None:
+    return None

@@ -2,8 +2,13 @@
 
 One recovery runs at a time; a second request joins it. Auto recovery acts only on a
 cluster that was formed (``armed``), never while a user action reshapes the cluster
-(``suspended``), and backs off after failed attempts (poll interval x 2^failures, at most
-10 minutes) so a pod that cannot come back is not hammered.
+(``suspended`` here, or another process holding the pod's ``actions`` lease), and backs off
+after failed attempts (poll interval x 2^failures, at most 10 minutes) so a pod that cannot
+come back is not hammered. A recovery holds the ``actions`` lease while it runs.
+
+Only the process that holds the pod's ``watch`` lease journals what it detects and
+recovers; another front end ``follow``s (same bookkeeping, nothing journaled), so taking
+over when the owner dies repeats no event.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
 from console.services.events import EventSink
+from console.services.lease import FileLease
 from console.services.model import Event, JobInfo, RecoveryStatus, Update
 from console.services.observation import Observation
 from console.services.recovery.detector import Detector
@@ -41,8 +47,10 @@ class Watchdog:
         emit_stall_events: bool = True,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        action_lease: FileLease | None = None,
     ) -> None:
         self._sink = sink
+        self._action_lease = action_lease
         self._clock = clock
         self.poll_interval_s = poll_interval_s
         self.detector = Detector(
@@ -100,19 +108,22 @@ class Watchdog:
     def last_diagnosis(self) -> Diagnosis | None:
         return self.detector.last_diagnosis
 
-    def set_auto(self, enabled: bool, actor: str = "user") -> None:
-        """Switch auto recovery; published at once, journaled in the background."""
+    def set_auto(self, enabled: bool, actor: str = "user", *, journal: bool = True) -> None:
+        """Switch auto recovery; published at once, journaled in the background (an owner
+        applying another front end's switch from the journal does not journal it again)."""
         self.runner.auto = enabled
         self.runner.status = replace(self.runner.status, auto=enabled)
         self.runner.publish_status()
-        self._sink.emit_soon(
-            Event(
-                at=self._clock(),
-                kind="watchdog",
-                message=f"auto recovery {'on' if enabled else 'off'}",
-                actor=actor,
+        if journal:
+            self._sink.emit_soon(
+                Event(
+                    at=self._clock(),
+                    kind="watchdog",
+                    message=f"auto recovery {'on' if enabled else 'off'}",
+                    actor=actor,
+                    data={"auto": enabled},
+                )
             )
-        )
 
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:
@@ -142,10 +153,16 @@ class Watchdog:
         if not (self.auto and self.armed) or self.detector.held:
             return verdict.diagnosis
         if verdict.confirmed and self._clock() >= self._next_auto_at:
+            if self._action_lease is not None and self._action_lease.busy_elsewhere():
+                return verdict.diagnosis  # another process is reshaping the cluster
             self.start_recovery(
                 actor="watchdog", trigger=verdict.diagnosis.summary(), observation=obs
             )
         return verdict.diagnosis
+
+    async def follow(self, obs: Observation) -> Diagnosis:
+        """Another process watches this pod: keep the memory, journal and recover nothing."""
+        return (await self.detector.update(obs, silent=True)).diagnosis
 
     # -- recovery -------------------------------------------------------------------------------
     def start_recovery(
@@ -167,7 +184,12 @@ class Watchdog:
         return self._task
 
     async def _recover(self, run: Run, observation: Observation | None) -> RecoveryStatus:
-        ok = await self.runner.run(run, observation)
+        lease = self._action_lease
+        if lease is None:
+            ok = await self.runner.run(run, observation)
+        else:
+            async with lease.hold():
+                ok = await self.runner.run(run, observation)
         if ok:
             self._auto_failures = 0
         else:

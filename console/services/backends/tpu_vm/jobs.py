@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -38,7 +37,7 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
 )
-from console.services.submit import SubmitSpec, spec_metadata
+from console.services.submit import SubmitSpec, new_job_id, spec_metadata
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +63,6 @@ class DashboardUnreachableError(JobError):
 
 class SubmitError(JobError):
     """Ray refused the submission (bad runtime env, duplicate submission id...)."""
-
-
-def new_submission_id(mode: str, now: float) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    return f"phantom-{mode}-{stamp}-{secrets.token_hex(3)}"
 
 
 # -- the service ---------------------------------------------------------------------------------------
@@ -210,7 +204,7 @@ class JobService:
         runtime_env = spec.resolved_runtime_env(environ)
         runtime_env["working_dir"] = wd
         now = self._clock()
-        submission_id = spec.submission_id or new_submission_id(spec.mode, now)
+        submission_id = spec.submission_id or new_job_id(spec.mode, now)
         meta = spec_metadata(spec, submitted_at=now)
         meta.update(metadata or {})
         entrypoint = spec.entrypoint()

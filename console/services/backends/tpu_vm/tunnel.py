@@ -109,18 +109,13 @@ class Tunnel:
             conn = await self._connect()
             listeners: list[asyncssh.SSHListener] = []
             try:
+                moved: list[str] = []
                 for lh, lp, rh, rp in self.forwards:
-                    try:
-                        listener = await conn.forward_local_port(lh, lp, rh, rp)
-                    except OSError as exc:
-                        if exc.errno == errno.EADDRINUSE:
-                            raise TunnelError(
-                                f"tunnel {lh}:{lp} -> {rh}:{rp}: local port {lp} is in use; "
-                                "pick another ray.local_dashboard_port / ray.local_client_port"
-                            ) from None
-                        raise TunnelError(f"tunnel {lh}:{lp} -> {rh}:{rp}: {exc}") from None
+                    listener = await self._bind(conn, lh, lp, rh, rp)
                     listeners.append(listener)
                     self.bound[rp] = listener.get_port()
+                    if lp and self.bound[rp] != lp:
+                        moved.append(f"{lp} in use, using {self.bound[rp]}")
             except BaseException:
                 for listener in listeners:
                     listener.close()
@@ -131,7 +126,24 @@ class Tunnel:
             self.up_since = time.time()
             self.last_error = ""
             self._up_event.set()
-        self._emit(True, "tunnel open: " + ", ".join(self._describe()))
+        note = f" (local port {'; '.join(moved)}: another console has it)" if moved else ""
+        self._emit(True, "tunnel open: " + ", ".join(self._describe()) + note)
+
+    async def _bind(
+        self, conn: asyncssh.SSHClientConnection, lh: str, lp: int, rh: str, rp: int
+    ) -> asyncssh.SSHListener:
+        """The configured local port; when another process has it (a console in tmux and a
+        script side by side), the port this tunnel had before, else any free one."""
+        candidates = [lp]
+        if lp:
+            candidates += [p for p in (self.bound.get(rp, 0), 0) if p != lp]
+        for port in dict.fromkeys(candidates):
+            try:
+                return await conn.forward_local_port(lh, port, rh, rp)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise TunnelError(f"tunnel {lh}:{port} -> {rh}:{rp}: {exc}") from None
+        raise TunnelError(f"tunnel {lh}:{lp} -> {rh}:{rp}: no free local port on {lh}")
 
     def _describe(self) -> list[str]:
         return [f"{lh}:{self.bound.get(rp, lp)} -> {rh}:{rp}" for lh, lp, rh, rp in self.forwards]

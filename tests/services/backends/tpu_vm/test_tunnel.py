@@ -19,7 +19,7 @@ from console.local.pod import EmulatedTpuProvider
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshError, SshFanout
-from console.services.backends.tpu_vm.tunnel import Tunnel, TunnelError, default_forwards, free_port
+from console.services.backends.tpu_vm.tunnel import Tunnel, default_forwards, free_port
 from tests.support.waiting import until
 
 
@@ -120,16 +120,30 @@ async def test_forward_reaches_head_and_reopens_after_preemption(
     assert "connection to the head closed" in changes[1][1]
 
 
-async def test_local_port_in_use_is_named(pod: PodInfo, tmp_path: Path, web: int) -> None:
+async def test_a_local_port_in_use_falls_back_and_says_so(
+    pod: PodInfo, tmp_path: Path, web: int
+) -> None:
+    """A console in tmux holds the configured port: a second front end's tunnel binds
+    another one, says which, and keeps it when it re-opens."""
     provider = EmulatedTpuProvider(pod)
     fan = make_fanout(pod, tmp_path, provider)
     busy = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = busy.sockets[0].getsockname()[1]
-    tunnel = Tunnel(lambda: fan.connect(0), [("127.0.0.1", port, "127.0.0.1", web)])
+    changes: list[tuple[bool, str]] = []
+    tunnel = Tunnel(
+        lambda: fan.connect(0),
+        [("127.0.0.1", port, "127.0.0.1", web)],
+        on_change=lambda up, why: changes.append((up, why)),
+    )
     try:
-        with pytest.raises(TunnelError, match=rf"local port {port} is in use"):
-            await tunnel.open()
-        assert not tunnel.is_up
+        await tunnel.open()
+        bound = tunnel.bound[web]
+        assert bound != port and tunnel.url(web) == f"http://127.0.0.1:{bound}"
+        assert (await get(f"{tunnel.url(web)}/api/version"))["path"] == "/api/version"
+        assert f"local port {port} in use, using {bound}" in changes[-1][1]
+        await tunnel.close()
+        await tunnel.open()  # the same fallback port again, so a bookmarked URL holds
+        assert tunnel.bound[web] == bound
     finally:
         await tunnel.close()
         busy.close()
