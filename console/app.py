@@ -51,7 +51,7 @@ from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
-from console.services.api import ConsoleServices
+from console.services.api import ConsoleServices, JobsUnavailable
 from console.services.model import ActionResult, LogLine, LogStreamClosed, PodSnapshot
 from console.services.submit import SubmitSpec
 from console.state import DEFAULT_LOG_RING, ConsoleState, duration
@@ -291,10 +291,17 @@ class PhantomApp(App[int]):
 
     @work(exclusive=True, group="jobs", exit_on_error=False)
     async def refresh_jobs(self) -> None:
-        jobs = await self._call("Listing jobs", self.services.list_jobs())
-        if jobs is not None:
+        try:
+            jobs = await self.services.list_jobs()
+        except JobsUnavailable as exc:  # Ray not up yet: a state to show, not an error
+            self.state.set_jobs_note(str(exc))
+        except Exception as exc:
+            self.notify(f"Listing jobs failed: {exc}", title="Jobs", severity="error", timeout=10)
+            return
+        else:
             self.state.set_jobs(jobs)
-            self._sync_screen()
+            self.state.set_jobs_note("")
+        self._sync_screen()
 
     def action_refresh_jobs(self) -> None:
         self.refresh_jobs()
@@ -577,6 +584,31 @@ def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomA
 def run_tui(config: Config) -> int:
     app = make_app(config, settings=TuiSettings(gc_freeze=True))
     result = app.run()
+    note = farewell(config, app.state.pod)
+    if note:
+        print(note, file=sys.stderr)
     if isinstance(result, int):
         return result
     return app.return_code or 0
+
+
+def farewell(config: Config, pod: PodSnapshot | None) -> str:
+    """What keeps running after the console closes, and the commands that stop it: the
+    console never tears anything down on its own when it is left."""
+    if pod is None or not pod.hosts:
+        return ""
+    stop_ray = "stop Ray: `echo teardown | phantom --script -`"
+    ray = f"Ray on {pod.ray_alive} host(s)" if pod.ray_alive else ""
+    if config.is_local:
+        running = f"the emulated pod {pod.node_name} ({len(pod.hosts)} hosts)"
+        if ray:
+            running += f" with {ray}"
+        stops = ([stop_ray] if ray else []) + ["stop the pod and all on it: `phantom pod down`"]
+    else:
+        running = ray or f"the TPU VMs of {pod.node_name}"
+        delete = (
+            f"gcloud compute tpus tpu-vm delete {pod.node_name} "
+            f"--zone={config.cluster.zone} --project={config.cluster.project}"
+        )
+        stops = ([stop_ray] if ray else []) + [f"the VMs are billed until deleted: `{delete}`"]
+    return f"phantom: still running: {running}.\n  " + "\n  ".join(stops)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from console.secrets import is_secret_name
 
 PROVIDERS = ("local", "gcp")
+MAX_CONFIG_BYTES = 1 << 20
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -210,8 +211,21 @@ def load_config(path: str | os.PathLike[str] | None = None, *, discover: bool = 
     p = Path(path)
     if not p.exists():
         raise ConfigError(str(p), [f"file not found (create one with `phantom init {p}`)"])
+    if p.is_dir():
+        raise ConfigError(str(p), ["is a directory; --config takes the path of a TOML file"])
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                str(p), [f"is {size:,} bytes; a config is a few KB of TOML (is this the file?)"]
+            )
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), ["is not text (binary content); a config is TOML"]) from None
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot be read ({exc.strerror or exc})"]) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
     return parse_config(data, source=str(p))

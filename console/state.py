@@ -79,6 +79,7 @@ class ConsoleState:
     pod: PodSnapshot | None = None
     recovery: RecoveryStatus = field(default_factory=lambda: RecoveryStatus(False, True))
     jobs: dict[str, JobInfo] = field(default_factory=dict)
+    jobs_note: str = ""  # why the jobs cannot be listed now (Ray not up), when they cannot
     logs: dict[str, LogRing] = field(default_factory=dict)
     closed: dict[str, LogStreamClosed] = field(default_factory=dict)
     runs: dict[str, RunCadence] = field(default_factory=dict)
@@ -100,6 +101,11 @@ class ConsoleState:
     def set_job(self, job: JobInfo) -> None:
         self.jobs[job.job_id] = job
         self.bump("jobs")
+
+    def set_jobs_note(self, note: str) -> None:
+        if note != self.jobs_note:
+            self.jobs_note = note
+            self.bump("jobs")
 
     def set_jobs(self, jobs: Iterable[JobInfo]) -> None:
         for job in jobs:

@@ -71,8 +71,14 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
 
 
 def _reason(exc: BaseException) -> str:
+    """One line for a user: our own errors already name what and how to fix it; only an
+    unexpected exception is worth its class name."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    if isinstance(exc, ValueError | OSError | TimeoutError | ConfigError):
+        return text[0]
+    return f"{type(exc).__name__}: {text[0]}"
 
 
 def _fmt_s(value: Any) -> str:
@@ -155,30 +161,37 @@ def status_main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
+    """One snapshot, then exit. With ``--json`` stdout always carries exactly one JSON
+    object (``"ok": false`` and ``"error"`` when there is no snapshot), so a monitoring job
+    that parses stdout never gets an empty string; the exit code says the same."""
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
     scrub = Scrubber([config.wandb.api_key_env])
+
+    def fail(code: int, message: str) -> int:
+        print(scrub.text(message), file=err)
+        if as_json:
+            problem = {"type": "status", "ok": False, "reachable": False, "exit_code": code}
+            out.write(json.dumps({**problem, "error": scrub.text(message)}) + "\n")
+            out.flush()
+        return code
+
     try:
         if services_factory is None:
             from console.wiring import services_factory as real
 
             services_factory = real()
-        factory = services_factory
-        status = asyncio.run(_collect(factory, config))
+        status = asyncio.run(_collect(services_factory, config))
     except ConfigError as exc:
-        print(scrub.text(exc.render()), file=err)
-        return exit_codes.USAGE
+        return fail(exit_codes.USAGE, exc.render())
     except Exception as exc:  # anything that stops us reaching the cluster is "unreachable"
         reason = _reason(exc)
-        print(
-            scrub.text(
-                f"phantom status: cannot reach the {config.cluster.provider} cluster "
-                f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}"
-            ),
-            file=err,
+        return fail(
+            exit_codes.FAILED,
+            f"phantom status: cannot reach the {config.cluster.provider} cluster "
+            f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}",
         )
-        return exit_codes.FAILED
-    clean = scrub.data(status)
+    clean = scrub.data({"ok": bool(status["reachable"]), **status})
     if as_json:
         out.write(json.dumps(clean, sort_keys=False) + "\n")
     else:

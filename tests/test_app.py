@@ -30,6 +30,7 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.submit import SubmitScreen
+from console.services.api import JobsUnavailable
 from console.services.model import LogLine, PodSnapshot
 from console.state import LogRing
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
@@ -319,6 +320,22 @@ async def test_a_failing_service_call_is_a_notification_not_a_crash() -> None:
         assert app.is_running
 
 
+async def test_ray_not_running_yet_is_a_hint_on_the_jobs_screen_not_an_error() -> None:
+    """Opening the console before Ray is up: the jobs list says how to start Ray; no error
+    toast for an expected state."""
+    fake = FakeServices("empty")
+    fake.fail["list_jobs"] = JobsUnavailable("Ray is not running: press u")
+    app = make_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+        assert fake.called("list_jobs")
+        assert not [n for n in app._notifications if n.severity == "error"]
+        summary = str(app.screen.query_one("#jobs-summary").render())
+        assert "Ray is not running: press u" in summary
+
+
 # screens, keys, filter, palette -----------------------------------------------------------------
 
 
@@ -539,3 +556,17 @@ async def test_app_against_the_real_emulator(
             await app._stop_services()
     finally:
         await services.stop()
+
+
+def test_leaving_says_what_keeps_running_and_how_to_stop_it() -> None:
+    """`q` leaves the pod and Ray up on purpose; the terminal is told what and how to stop."""
+    from console.app import farewell
+    from console.config import Config, parse_config
+
+    note = farewell(Config(), healthy_pod())
+    assert "still running: the emulated pod phantom-pod (4 hosts) with Ray on 4 host(s)" in note
+    assert "echo teardown | phantom --script -" in note and "phantom pod down" in note
+    gcp = parse_config({"cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"}})
+    note = farewell(gcp, healthy_pod())
+    assert "gcloud compute tpus tpu-vm delete phantom-pod --zone=us-central2-b --project=p" in note
+    assert farewell(Config(), None) == ""

@@ -63,24 +63,43 @@ def test_unreachable_cluster_is_non_zero_with_a_clear_message() -> None:
 
 
 def test_services_that_cannot_be_built_are_unreachable_not_a_traceback() -> None:
-    h = Harness(Behaviour(raise_in={"refresh": ConnectionRefusedError(111, "Connection refused")}))
+    h = Harness(Behaviour(raise_in={"refresh": RuntimeError("the state API went away")}))
     code, out, err = run_status(h, as_json=True)
-    assert code == 1 and out == ""
+    assert code == 1
     assert err.startswith("phantom status: cannot reach the local cluster 'phantom-pod': ")
-    assert "ConnectionRefusedError" in err and "Traceback" not in err
+    assert "RuntimeError: the state API went away" in err and "Traceback" not in err
+    # --json: stdout still carries one object a monitor can parse, saying why
+    (line,) = out.splitlines()
+    problem = json.loads(line)
+    assert problem["ok"] is False and problem["exit_code"] == 1
+    assert "the state API went away" in problem["error"]
 
     def no_pod(config: Config) -> None:
-        raise ValueError("cluster.provider = 'local' needs a running pod emulator")
+        raise ValueError("no pod emulator is running for /x; start it with `phantom pod up`")
 
-    err_io = io.StringIO()
-    code = status_main(Config(), as_json=False, services_factory=no_pod, stderr=err_io)  # type: ignore[arg-type]
-    assert code == 1 and "needs a running pod emulator" in err_io.getvalue()
+    err_io, out_io = io.StringIO(), io.StringIO()
+    code = status_main(
+        Config(),
+        as_json=False,
+        services_factory=no_pod,  # type: ignore[arg-type]
+        stdout=out_io,
+        stderr=err_io,
+    )
+    assert code == 1 and "no pod emulator is running" in err_io.getvalue()
+    assert "ValueError" not in err_io.getvalue() and out_io.getvalue() == ""  # no JSON asked
 
 
 def test_config_error_is_exit_2() -> None:
     def bad(config: Config) -> None:
         raise ConfigError("c.toml", ["ssh.key = '/nope': file not found"])
 
-    err = io.StringIO()
-    assert status_main(Config(), as_json=True, services_factory=bad, stderr=err) == 2  # type: ignore[arg-type]
+    err, out = io.StringIO(), io.StringIO()
+    assert status_main(Config(), as_json=True, services_factory=bad, stdout=out, stderr=err) == 2  # type: ignore[arg-type]
     assert "ssh.key" in err.getvalue()
+    assert json.loads(out.getvalue()) == {
+        "type": "status",
+        "ok": False,
+        "reachable": False,
+        "exit_code": 2,
+        "error": "phantom: invalid config c.toml:\n  - ssh.key = '/nope': file not found",
+    }

@@ -28,7 +28,8 @@ def test_status_without_a_pod_fails_clearly_and_starts_nothing(tmp_path: Path) -
     cfg = write_config(tmp_path, hosts=2)
     proc = status(cfg, tmp_path, "--json")
     assert proc.returncode == 1
-    assert proc.stdout == ""
+    problem = json.loads(proc.stdout)  # a monitor parsing stdout still gets one object
+    assert problem["ok"] is False and "no pod emulator is running" in problem["error"]
     assert proc.stderr.startswith("phantom status: cannot reach the local cluster 'phantom-pod'")
     assert "phantom pod up" in proc.stderr and "Traceback" not in proc.stderr
     assert pod_status(tmp_path / "pod") is None, "a status query must never start a pod"

@@ -187,6 +187,9 @@ class BenchServices:
 
     def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None: ...
 
+    def successor(self, job_id: str) -> str:
+        return job_id
+
     async def relaunch_sweep(self, actor: str = "user") -> JobInfo:
         return JobInfo(JOB, "PENDING")
 

@@ -137,7 +137,9 @@ class JobsScreen(FilteredScreen):
             summary.append(f"  {failed} failed", "red")
         if self.filter_text:
             summary.append(f"  filter {self.filter_text!r}: {len(rows)} shown", "dim")
-        if not jobs:
+        if self.state.jobs_note:
+            summary.append(f"  {self.state.jobs_note}", "yellow")
+        elif not jobs:
             summary.append("  — press s to submit one", "dim")
         self.query_one("#jobs-summary", Static).update(summary)
 

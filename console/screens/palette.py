@@ -53,7 +53,7 @@ class PhantomCommands(Provider):
             ),
             ("Refresh pod now", "Poll TPU API, SSH and Ray now", app.action_refresh_pod),
             (
-                "Restart Ray (ray up)",
+                "Restart Ray",
                 "Start the head and join every worker; restarts Ray (asks to confirm)",
                 app.request_ray_up,
             ),

@@ -17,7 +17,7 @@ from console.config import Config
 from console.script.feed import EventFeed
 from console.script.language import ACTOR, DEFAULT_TIMEOUTS
 from console.script.parse import build_spec
-from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, to_jsonable
+from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
 from console.status import collect_status
 
 if TYPE_CHECKING:
@@ -161,6 +161,11 @@ async def relaunch_sweep(run: Run, args: Args) -> dict[str, Any]:
 
 
 async def wait_job(run: Run, args: Args) -> dict[str, Any]:
+    """Until the job (or the job that replaced it after a head loss) reaches STATUS.
+
+    Fails early when it ends otherwise, and when it is LOST with nothing bringing it back:
+    no recovery running and no resubmission within ``lost_grace_s`` (the watchdog resubmits
+    a lost job within a poll or two of seeing the head come back)."""
     svc = await run.services()
     target = args["status"]
     timeout = args.get("timeout")
@@ -169,10 +174,12 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
     job_id = run.job_ref(args)
     ref = args.get("job") or "last"
     first_id = run.last_job if ref == "last" else ref
+    lost_grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
+    lost_since: float | None = None
     last_error = ""
     status = ""
     while True:
-        job_id = run.feed.follow(job_id)
+        job_id = svc.successor(run.feed.follow(job_id))
         try:
             async with asyncio.timeout(max(5.0, run.poll_s * 5)):
                 info = await svc.job_status(job_id)
@@ -184,12 +191,24 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
                 if job_id != first_id:
                     out["followed_from"] = first_id
                 return out
-            if status in TERMINAL_JOBS and not svc.recovery_status().active:
+            recovering = svc.recovery_status().active
+            if status in TERMINAL_JOBS and not recovering:
                 raise StepFailure(
                     f"job {job_id} ended {status}, expected {target}"
                     + (f": {info.message}" if info.message else ""),
                     to_jsonable(info),
                 )
+            if status == JobStatus.LOST and not recovering:
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > lost_grace_s:
+                    raise StepFailure(
+                        f"job {job_id} is LOST ({info.message}) and nothing resubmits it "
+                        "(is auto recovery off? `recover` brings the cluster and its jobs "
+                        "back)",
+                        to_jsonable(info),
+                    )
+            else:
+                lost_since = None
         except (StepFailure, asyncio.CancelledError):
             raise
         except Exception as exc:  # the head may be down mid-recovery: keep polling

@@ -23,12 +23,29 @@ if TYPE_CHECKING:
     from console.services.api import ConsoleServices
 
 
+MAX_SCRIPT_BYTES = 1 << 20
+
+
 def read_script(path: str, stdin: TextIO | None = None) -> tuple[str, str, Path]:
-    """(text, display name, base dir for relative files). OSError if unreadable."""
+    """(text, display name, base dir for relative files). ValueError naming the problem
+    (missing, a directory, binary, too big)."""
     if path == "-":
-        return (stdin or sys.stdin).read(), "<stdin>", Path.cwd()
+        text = (stdin or sys.stdin).read(MAX_SCRIPT_BYTES + 1)
+        if len(text) > MAX_SCRIPT_BYTES:
+            raise ValueError(f"more than {MAX_SCRIPT_BYTES:,} characters on stdin")
+        return text, "<stdin>", Path.cwd()
     p = Path(path)
-    return p.read_text(encoding="utf-8"), path, p.resolve().parent
+    try:
+        if p.is_dir():
+            raise ValueError("is a directory; --script takes a file ('-' for stdin)")
+        size = p.stat().st_size
+        if size > MAX_SCRIPT_BYTES:
+            raise ValueError(f"is {size:,} bytes; a script is at most {MAX_SCRIPT_BYTES:,}")
+        return p.read_bytes().decode("utf-8"), path, p.resolve().parent
+    except UnicodeDecodeError:
+        raise ValueError("is not text (binary content)") from None
+    except OSError as exc:
+        raise ValueError(exc.strerror or str(exc)) from None
 
 
 def script_main(
@@ -47,9 +64,8 @@ def script_main(
     scrub = Scrubber([config.wandb.api_key_env])
     try:
         text, name, base_dir = read_script(path, stdin)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(scrub.text(f"phantom: cannot read script {path!r}: {reason}"), file=err)
+    except ValueError as exc:
+        print(scrub.text(f"phantom: cannot read script {path!r}: {exc}"), file=err)
         return exit_codes.USAGE
     try:
         script = parse_script(text, config, name=name, base_dir=base_dir)

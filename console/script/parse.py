@@ -30,6 +30,9 @@ from console.script.language import (
 )
 from console.services.submit import SubmitSpec
 
+# shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
+MAX_LINE_CHARS = 16_384
+
 
 @dataclass(frozen=True)
 class ScriptLine:
@@ -84,7 +87,18 @@ def parse_script(
     ctx = _Ctx(config=config, base_dir=base_dir or Path.cwd(), n_hosts=config.cluster.hosts)
     steps: list[ScriptLine] = []
     issues: list[ScriptIssue] = []
+    if "\x00" in text:
+        raise ScriptError(name, [ScriptIssue(1, "binary content (NUL bytes): not a script")])
     for lineno, logical in _logical_lines(text):
+        if len(logical) > MAX_LINE_CHARS:
+            issues.append(
+                ScriptIssue(
+                    lineno,
+                    f"line is {len(logical):,} characters; a script line is at most "
+                    f"{MAX_LINE_CHARS:,} (put long arguments in a --runtime-env file)",
+                )
+            )
+            continue
         try:
             tokens = shlex.split(logical, comments=True, posix=True)
         except ValueError as exc:

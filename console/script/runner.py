@@ -107,13 +107,14 @@ class ScriptRunner:
 
     def job_ref(self, args: Mapping[str, Any]) -> str:
         ref = args.get("job") or "last"
-        if ref != "last":
-            return self.feed.follow(ref)
-        if self.last_job is None:
-            raise StepFailure(
-                "`last`: no job was submitted (the submit step failed or was skipped)"
-            )
-        return self.feed.follow(self.last_job)
+        if ref == "last":
+            if self.last_job is None:
+                raise StepFailure(
+                    "`last`: no job was submitted (the submit step failed or was skipped)"
+                )
+            ref = self.last_job
+        job_id = self.feed.follow(ref)
+        return self._services.successor(job_id) if self._services is not None else job_id
 
     async def services(self) -> ConsoleServices:
         if self._services is None:

@@ -28,6 +28,15 @@ from console.services.model import (
 from console.services.submit import SubmitSpec
 
 
+class JobsUnavailable(Exception):
+    """The cluster's jobs cannot be asked now (Ray not running, no tunnel to the head): an
+    expected state to show, not an error to report. The message says how to get there."""
+
+
+class UnknownJob(LookupError):
+    """The cluster has no job with that id (never had, or lost it with its head)."""
+
+
 class ConsoleServices(Protocol):
     config: Config
 
@@ -71,7 +80,13 @@ class ConsoleServices(Protocol):
 
     async def list_jobs(self) -> list[JobInfo]: ...
 
-    async def job_status(self, job_id: str) -> JobInfo: ...
+    async def job_status(self, job_id: str) -> JobInfo:
+        """One job. A job this console submitted that the cluster no longer knows (its head
+        was replaced) is LOST, not an error. Raises UnknownJob for any other unknown id."""
+
+    def successor(self, job_id: str) -> str:
+        """The job that carries on ``job_id`` after resubmissions (itself if none), as
+        recorded by whichever front end resubmitted it."""
 
     async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult: ...
 

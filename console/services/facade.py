@@ -27,7 +27,8 @@ from dataclasses import replace
 from typing import Any
 
 from console.config import Config
-from console.services.backends.base import Backend, Chaos, JobsUnavailable, PodActions
+from console.services.api import JobsUnavailable, UnknownJob
+from console.services.backends.base import Backend, Chaos, PodActions
 from console.services.cadence.tracker import CadenceTracker
 from console.services.events import EventSink
 from console.services.job_watcher import JobWatcher
@@ -38,6 +39,7 @@ from console.services.model import (
     ActionResult,
     Event,
     JobInfo,
+    JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
@@ -331,7 +333,25 @@ class Facade:
         return await self.backend.list_jobs()
 
     async def job_status(self, job_id: str) -> JobInfo:
-        return await self.backend.job_status(job_id)
+        try:
+            return await self.backend.job_status(job_id)
+        except UnknownJob:
+            if job_id not in self.registry:
+                raise
+            return JobInfo(
+                job_id,
+                JobStatus.LOST,
+                message="the cluster no longer knows it (its head was replaced)",
+            )
+
+    def successor(self, job_id: str) -> str:
+        seen = {job_id}
+        job = self.registry.get(job_id)
+        while job is not None and job.superseded_by and job.superseded_by not in seen:
+            seen.add(job.superseded_by)
+            job_id = job.superseded_by
+            job = self.registry.get(job_id)
+        return job_id
 
     async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult:
         t0 = time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from console import exit_codes
-from console.config import Config, ConfigError
+from console.config import Config, ConfigError, parse_config
 from console.script.main import script_main
 from tests.support import REPO
 from tests.support.script_fakes import Behaviour, Harness
@@ -257,6 +257,37 @@ def test_wait_job_follows_a_resubmitted_job(tmp_path: Path) -> None:
     res = steps(lines)[2]["result"]
     assert res["job_id"] == "raysubmit_2" and res["followed_from"] == "raysubmit_1"
     assert events(lines, "job_resubmitted")[0]["new_job_id"] == "raysubmit_2"
+
+
+def test_wait_job_follows_a_resubmission_it_only_knows_from_the_registry(
+    tmp_path: Path,
+) -> None:
+    """The TUI's watchdog resubmitted the job; this script never saw the event, but the
+    shared registry says which job carries on: `last` follows it."""
+    h = Harness(Behaviour(resubmit_on_recover=True, announce_resubmission=False))
+    code, lines, err, h = run(
+        tmp_path, "submit single\nrecover\nwait-job last SUCCEEDED\n", h, pod_up=True
+    )
+    assert code == exit_codes.OK, err
+    res = steps(lines)[2]["result"]
+    assert res["job_id"] == "raysubmit_2" and res["followed_from"] == "raysubmit_1"
+
+
+def test_a_lost_job_nothing_resubmits_ends_the_wait_as_a_failure(tmp_path: Path) -> None:
+    h = Harness(Behaviour(job_statuses=["RUNNING", "LOST"]))
+    t0 = time.monotonic()
+    fast = parse_config({"recovery": {"poll_interval_s": 0.5}})
+    code, lines, _, _ = run(
+        tmp_path,
+        "submit single\nwait-job last SUCCEEDED --timeout 10m\n",
+        h,
+        pod_up=True,
+        config=fast,
+    )
+    assert code == exit_codes.FAILED
+    error = steps(lines)[1]["result"]["error"]
+    assert "is LOST" in error and "nothing resubmits it" in error
+    assert time.monotonic() - t0 < 60  # a few polls, not the 10 minutes it was given
 
 
 def test_last_after_a_failed_submit_fails_at_run_time(tmp_path: Path) -> None:

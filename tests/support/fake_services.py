@@ -394,6 +394,9 @@ class FakeServices:
         self._record("list_jobs")
         return list(self.jobs.values())
 
+    def successor(self, job_id: str) -> str:
+        return job_id
+
     async def job_status(self, job_id: str) -> JobInfo:
         self._record("job_status", job_id=job_id)
         return self.jobs[job_id]

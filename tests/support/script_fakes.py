@@ -52,6 +52,7 @@ class Behaviour:
     publish_job_updates: bool = True
     job_updates_as_events: bool = False  # publish Event(kind="job_state") like JobWatcher
     resubmit_on_recover: bool = False
+    announce_resubmission: bool = True  # False: only the shared registry knows (another process)
     action_data: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,6 +64,7 @@ class FakeServices:
         self.bus = UpdateBus()
         self._clock = T0
         self._jobs: dict[str, int] = {}
+        self._successor: dict[str, str] = {}
         self._n = 0
 
     # helpers --------------------------------------------------------------------------------
@@ -195,6 +197,11 @@ class FakeServices:
         seq = self.b.job_statuses
         return seq[min(self._jobs[job_id], len(seq) - 1)]
 
+    def successor(self, job_id: str) -> str:
+        while job_id in self._successor:
+            job_id = self._successor[job_id]
+        return job_id
+
     async def job_status(self, job_id: str) -> JobInfo:
         await self._call("job_status", job_id)
         if job_id not in self._jobs:
@@ -240,15 +247,17 @@ class FakeServices:
             self._n += 1
             new = f"raysubmit_{self._n}"
             self._jobs[new] = 0
-            self.bus.publish(
-                Event(
-                    at=self.now(),
-                    kind="job_resubmitted",
-                    message=f"job {old} lost with the head, resubmitted as {new}",
-                    actor=actor,
-                    data={"old_job_id": old, "new_job_id": new},
+            self._successor[old] = new
+            if self.b.announce_resubmission:
+                self.bus.publish(
+                    Event(
+                        at=self.now(),
+                        kind="job_resubmitted",
+                        message=f"job {old} lost with the head, resubmitted as {new}",
+                        actor=actor,
+                        data={"old_job_id": old, "new_job_id": new},
+                    )
                 )
-            )
         if ok:
             self.bus.publish(
                 Event(

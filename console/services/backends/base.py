@@ -22,11 +22,6 @@ if TYPE_CHECKING:
     from console.services.recovery.runner import Plan
 
 
-class JobsUnavailable(Exception):
-    """The cluster's jobs API cannot be asked now (no head, tunnel down): a state, not a
-    failure of the job."""
-
-
 Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]
 
 

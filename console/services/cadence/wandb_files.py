@@ -301,12 +301,13 @@ def _history_point(history: Any) -> HistoryPoint | None:
 def run_files(wandb_dir: str | os.PathLike[str]) -> list[Path]:
     """Offline run files under ``wandb_dir`` (a WANDB_DIR, or its ``wandb`` subdir), oldest first.
 
-    W&B puts runs in ``<WANDB_DIR>/wandb/offline-run-<YYYYmmdd_HHMMSS>-<id>/run-<id>.wandb``;
-    the directory names sort by start time. Online runs (``run-*`` dirs) are included too:
-    they keep the same transaction log locally.
+    W&B puts runs in ``<WANDB_DIR>/wandb/offline-run-<YYYYmmdd_HHMMSS>-<id>/run-<id>.wandb``
+    whatever WANDB_DIR is called (the console's own default is ``<state>/phantom/wandb``, so
+    runs land in ``.../wandb/wandb/``); the directory names sort by start time. Online runs
+    (``run-*`` dirs) are included too: they keep the same transaction log locally.
     """
     root = Path(wandb_dir).expanduser()
-    bases = [root / "wandb", root] if root.name != "wandb" else [root]
+    bases = [root / "wandb", root]
     found: dict[Path, None] = {}
     for base in bases:
         if not base.is_dir():

@@ -29,6 +29,17 @@ def test_run_files_finds_offline_runs(finished_run: Path) -> None:
     assert finished_run.parent.name.startswith("offline-run-")
 
 
+def test_a_wandb_dir_named_wandb_is_searched_like_any_other(
+    finished_run: Path, tmp_path: Path
+) -> None:
+    """The console's own default WANDB_DIR is <state>/phantom/wandb: W&B still writes into
+    its wandb/ subdir, and the runs must be found there."""
+    wandb_dir = tmp_path / "phantom" / "wandb"
+    run_dir = wandb_dir / "wandb" / finished_run.parent.name
+    shutil.copytree(finished_run.parent, run_dir)
+    assert run_files(wandb_dir) == [run_dir / finished_run.name]
+
+
 def test_reads_every_step_of_a_real_offline_run(finished_run: Path) -> None:
     assert finished_run.stat().st_size > 3 * BLOCK_LEN  # records span blocks
     kinds = [r.WhichOneof("record_type") for r in iter_records(finished_run)]

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
-from console.services.backends.base import JobsUnavailable, Resubmit
+from console.services.api import JobsUnavailable
+from console.services.backends.base import Resubmit
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from console.secrets import Scrubber
+from console.services.api import UnknownJob
 from console.services.model import (
     JobInfo,
     JobStatus,
@@ -53,7 +54,7 @@ class JobError(Exception):
         self.job_id = job_id
 
 
-class UnknownJobError(JobError):
+class UnknownJobError(JobError, UnknownJob):
     """No job with that id on this cluster."""
 
 
@@ -170,7 +171,7 @@ class JobService:
 
     def unknown_job(self, job_id: str) -> UnknownJobError:
         return UnknownJobError(
-            f"no job {job_id!r} on {self._address}; `phantom jobs` lists them",
+            f"no job {job_id!r} on {self._address}; `phantom status` lists them (the Jobs screen too: key 2)",
             address=self._address,
             job_id=job_id,
         )
@@ -325,7 +326,7 @@ def _check_id(job_id: str) -> None:
     if not job_id or not re.match(r"^[A-Za-z0-9_.:-]+$", job_id):
         raise UnknownJobError(
             f"job id {job_id!r} is not valid (letters, digits, '_', '-', '.', ':'); "
-            "`phantom jobs` lists them",
+            "`phantom status` lists them (the Jobs screen too: key 2)",
             job_id=job_id,
         )
 

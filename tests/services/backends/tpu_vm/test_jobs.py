@@ -243,7 +243,7 @@ async def test_stop_a_running_job_and_watch_transitions(
 @pytest.mark.slow
 async def test_unknown_job_id_names_the_id_and_the_address(ray_head: RayHead) -> None:
     jobs = JobService(ray_head.address)
-    expected = f"no job 'xyz' on {ray_head.address}; `phantom jobs` lists them"
+    expected = f"no job 'xyz' on {ray_head.address}; `phantom status` lists them (the Jobs screen too: key 2)"
     for call in (jobs.status, jobs.stop, jobs.logs):
         with pytest.raises(UnknownJobError) as err:
             await call("xyz")
