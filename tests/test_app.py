@@ -14,9 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.pilot import Pilot
@@ -31,7 +29,7 @@ from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.submit import SubmitScreen
 from console.services.api import JobsUnavailable
-from console.services.model import LogLine, PodSnapshot
+from console.services.model import LogLine
 from console.state import LogRing
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
 from console.widgets.fast_table import FastTable
@@ -507,55 +505,6 @@ def test_first_frame_without_ray_jax_or_torch() -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["frames"] >= 1 and result["screen"] == "OverviewScreen"
     assert result["heavy"] == [], f"imported before the first frame: {result['heavy']}"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-async def test_app_against_the_real_emulator(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    """No fakes: the app on make_services(config) for an emulated pod; its own intents
-    (bootstrap, Ray up) bring Ray up, and the overview shows 4 hosts READY, Ray ALIVE."""
-    from console.local.harness import pod_config
-    from console.wiring import make_services
-
-    pod = request.getfixturevalue("pod")
-
-    config = pod_config(
-        pod,
-        tmp_path,
-        recovery={"auto": False, "poll_interval_s": 0.5},
-        source="<tui e2e>",
-    )
-    services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)
-    app = PhantomApp(services, clock=time.time, settings=TuiSettings(cursor_blink=False))
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(
-                pilot,
-                lambda: app.state.pod is not None and app.state.pod.ready_hosts == 4,
-                timeout=120,
-            )
-            # The same intents the keys/palette send (no confirmation modal in between).
-            await app.run_bootstrap().wait()
-            await app.run_ray_up().wait()
-            app.refresh_pod()
-
-            def alive() -> bool:
-                snap: PodSnapshot | None = app.state.pod
-                return bool(snap and snap.ready_hosts == 4 and snap.ray_alive == 4)
-
-            await wait_for(pilot, alive, timeout=240)
-            await settle(pilot)
-            table = host_table(app)
-            rows = [table.cell_texts(k) for k in table.row_keys]
-            assert len(rows) == 4
-            assert all(r[2] == "READY" and r[4].startswith("ALIVE") for r in rows), rows
-            assert "4/4 ready" in str(app.screen.query_one("#summary").render())
-            await app.run_teardown().wait()
-            await app._stop_services()
-    finally:
-        await services.stop()
 
 
 def test_leaving_says_what_keeps_running_and_how_to_stop_it() -> None:

@@ -186,8 +186,11 @@ class Facade:
         except Exception as exc:  # the jobs API answered badly: the next poll tries again
             log.warning("jobs poll: %s", exc)
             return
+        owner = self.sharing.owner  # one journal row per transition, by the pod's watcher
         for tr in transitions:
             self.bus.publish(tr.job)
+            if not owner:
+                continue  # the watcher's row reaches this front end through the journal
             ev = tr.to_event(self._clock())
             if tr.job.job_id in self.registry:
                 ev = replace(ev, actor="jobs")
@@ -199,8 +202,10 @@ class Facade:
         self._cadence = await self.cadence_tracker.apoll()
         for cad in self._cadence:
             self.bus.publish(cad)
-        for tr in self.cadence_tracker.take_transitions():
-            await self.sink.emit(replace(tr.to_event(), actor="cadence"))
+        transitions = self.cadence_tracker.take_transitions()
+        if self.sharing.owner:  # one journal row per stall, by the pod's watcher
+            for tr in transitions:
+                await self.sink.emit(replace(tr.to_event(), actor="cadence"))
 
     # -- observing ------------------------------------------------------------------------------
     async def observe(self) -> Observation:
