@@ -605,7 +605,10 @@ class Api:
         if q.get("sinceSeconds"):
             since = datetime.now(UTC) - timedelta(seconds=int(q["sinceSeconds"]))
         elif q.get("sinceTime"):
-            since = datetime.fromisoformat(q["sinceTime"].replace("Z", "+00:00"))
+            # metav1.Time: the API server keeps whole seconds only.
+            since = datetime.fromisoformat(q["sinceTime"].replace("Z", "+00:00")).replace(
+                microsecond=0
+            )
         opts = LogOptions(
             follow=_truthy(q.get("follow")) and not previous,
             tail_lines=int(q["tailLines"]) if q.get("tailLines") else None,
@@ -614,6 +617,7 @@ class Api:
             limit_bytes=int(q["limitBytes"]) if q.get("limitBytes") else None,
             idle_timeout=self.c.cfg.log_idle_timeout,
             max_duration=self.c.cfg.log_max_duration,
+            stream=q.get("stream", "All"),
         )
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)

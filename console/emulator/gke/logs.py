@@ -15,10 +15,10 @@ def rfc3339nano(t: datetime | None = None) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
 
-def parse_cri(line: str) -> tuple[str, str]:
-    """(timestamp, text) of one CRI log line."""
-    ts, _stream, _tag, text = (line.split(" ", 3) + ["", "", ""])[:4]
-    return ts, text
+def parse_cri(line: str) -> tuple[str, str, str]:
+    """(timestamp, stream, text) of one CRI log line."""
+    ts, stream, _tag, text = (line.split(" ", 3) + ["", "", ""])[:4]
+    return ts, stream, text
 
 
 def ts_to_dt(ts: str) -> datetime:
@@ -75,10 +75,13 @@ class LogOptions:
     limit_bytes: int | None = None
     idle_timeout: float = 0.0  # 0 = never close an idle follow
     max_duration: float = 0.0  # 0 = no cap on a follow
+    stream: str = "All"  # All | Stdout | Stderr
 
 
 def _render(line: str, opts: LogOptions) -> str | None:
-    ts, text = parse_cri(line)
+    ts, stream, text = parse_cri(line)
+    if opts.stream != "All" and stream != opts.stream.lower():
+        return None
     if opts.since is not None:
         try:
             if ts_to_dt(ts) < opts.since:

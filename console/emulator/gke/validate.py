@@ -313,7 +313,9 @@ def check_jobset(obj: dict[str, Any]) -> None:
                 )
             else:
                 seen.add(rname)
-                longest = f"{name}-{rname}-{max(int(rj.get('replicas', 1) or 1), 1) - 1}"
+                replicas = rj.get("replicas", 1)
+                last = replicas - 1 if isinstance(replicas, int) and replicas > 0 else 0
+                longest = f"{name}-{rname}-{last}"
                 if name and len(longest) > 63:
                     causes.append(
                         _invalid(
