@@ -5,7 +5,6 @@ writes them, so kubectl and kubernetes-asyncio print and raise what they would o
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
 import logging
@@ -16,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
+from console.emulator.gke import admission, openapi
 from console.emulator.gke import discovery as D
 from console.emulator.gke import layout as L
 from console.emulator.gke import validate as V
-from console.emulator.gke.jobs import apply_job_defaults, apply_pod_defaults, delete_pod, label_job
-from console.emulator.gke.jobset import apply_jobset_defaults
+from console.emulator.gke.admission import ApiError
+from console.emulator.gke.jobs import delete_pod, label_job
 from console.emulator.gke.logs import LogOptions, stream_log
 from console.emulator.gke.store import Gone, Obj, Selector, SelectorError
 from console.emulator.gke.tables import PRINTERS, to_table
@@ -31,51 +31,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("phantom.gke.api")
 
 
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-
-    def status(self) -> Obj:
-        s: Obj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            s["details"] = self.details
-        return s
-
-
 def not_found(res: D.Resource, name: str) -> ApiError:
     return ApiError(
         404,
         "NotFound",
         f'{res.qualified} "{name}" not found',
         {"name": name, "group": res.group, "kind": res.name},
-    )
-
-
-def invalid(exc: V.Invalid) -> ApiError:
-    group = f".{exc.group}" if exc.group else ""
-    texts = [c.text() for c in exc.causes]
-    joined = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    return ApiError(
-        422,
-        "Invalid",
-        f'{exc.kind}{group} "{exc.name}" is invalid: {joined}',
-        {
-            "name": exc.name,
-            "group": exc.group,
-            "kind": exc.kind,
-            "causes": [
-                {"reason": c.reason, "message": c.message, "field": c.field} for c in exc.causes
-            ],
-        },
     )
 
 
@@ -89,19 +50,6 @@ class Path:
 
 def _truthy(v: str | None) -> bool:
     return v is not None and v.lower() in ("true", "1")
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge_patch(out.get(k), v)
-    return out
 
 
 class Api:
@@ -134,6 +82,8 @@ class Api:
             static = self._static(parts, request)
             if static is not None:
                 return web.json_response(static)
+        if parts[:1] == ["openapi"] and request.method == "GET":
+            return self._openapi(request, parts[1:])
         if parts[:2] == ["computeMetadata", "v1"]:
             return self._metadata(request, parts[2:])
         path = self._resolve(parts)
@@ -192,6 +142,21 @@ class Api:
         if parts in (["healthz"], ["livez"], ["readyz"]):
             return None
         return None
+
+    def _openapi(self, request: web.Request, parts: list[str]) -> web.Response:
+        if parts == ["v2"]:
+            if "protobuf" in request.headers.get("Accept", ""):
+                return web.Response(
+                    body=openapi.v2_protobuf(),
+                    content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                )
+            return web.json_response(openapi.v2_json())
+        if parts == ["v3"]:
+            return web.json_response(openapi.v3_root())
+        doc = openapi.v3_doc("/".join(parts[1:])) if parts[:1] == ["v3"] else None
+        if doc is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return web.json_response(doc)
 
     def _metadata(self, request: web.Request, parts: list[str]) -> web.Response:
         """A few GCE metadata paths, so Google libraries in workloads never probe outside."""
@@ -381,7 +346,7 @@ class Api:
             obj.setdefault("metadata", {}) if isinstance(obj.get("metadata"), dict | None) else None
         )
         if meta is None:
-            raise invalid(
+            raise admission.invalid(
                 V.Invalid(
                     res.kind,
                     "",
@@ -406,8 +371,10 @@ class Api:
                     {"name": ns, "kind": "namespaces"},
                 )
             meta["namespace"] = ns
-        warnings = self._field_validation(request, res, obj)
-        self._admit(res, obj)
+        warnings = admission.field_validation(
+            request.query.get("fieldValidation", "Warn"), res, obj
+        )
+        admission.admit(res, obj)
         name = meta.get("name", "")
         if name and self.store.get(res.name, meta.get("namespace", ""), name) is not None:
             raise ApiError(
@@ -424,46 +391,6 @@ class Api:
             stored = self.store.mutate("jobs", stored, label_job)
         headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else {}
         return web.json_response(copy.deepcopy(stored), status=201, headers=headers)
-
-    def _field_validation(self, request: web.Request, res: D.Resource, obj: Obj) -> list[str]:
-        if res.name != "jobsets":
-            return []
-        unknown = V.unknown_jobset_fields(obj)
-        mode = request.query.get("fieldValidation", "Warn")
-        if not unknown or mode == "Ignore":
-            return []
-        texts = [f'unknown field "{f}"' for f in unknown]
-        if mode == "Strict":
-            raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(texts))
-        return texts
-
-    def _admit(self, res: D.Resource, obj: Obj) -> None:
-        try:
-            if res.name == "jobsets":
-                V.check_jobset(obj)
-                apply_jobset_defaults(obj)
-            elif res.name == "jobs":
-                V.check_job(obj)
-                apply_job_defaults(obj)
-            elif res.name == "secrets":
-                V.check_secret(obj)
-                data = dict(obj.get("data") or {})
-                for k, v in (obj.pop("stringData", None) or {}).items():
-                    data[k] = base64.b64encode(str(v).encode()).decode()
-                obj["data"] = data
-                obj.setdefault("type", "Opaque")
-            elif res.name == "pods":
-                causes: list[V.Cause] = []
-                V.check_name(obj.get("metadata"), causes)
-                V.check_pod_spec(obj.get("spec"), "spec", causes, job=False)
-                if causes:
-                    raise V.Invalid("Pod", str(obj["metadata"].get("name", "")), causes)
-                apply_pod_defaults(obj["spec"])
-                obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-            elif res.name == "namespaces":
-                obj["status"] = {"phase": "Active"}
-        except V.Invalid as exc:
-            raise invalid(exc) from exc
 
     async def _delete(self, request: web.Request, path: Path) -> web.Response:
         res = path.res
@@ -523,20 +450,20 @@ class Api:
                 f"the emulator supports merge patches only, not {ctype}",
             )
         else:
-            new = _merge_patch(obj, body)
+            new = admission.merge_patch(obj, body)
         new["metadata"]["uid"] = obj["metadata"]["uid"]
         new["metadata"]["creationTimestamp"] = obj["metadata"]["creationTimestamp"]
         new["status"] = obj.get("status", {})
         if res.name == "jobsets":
             try:
                 V.check_jobset(new)
-                apply_jobset_defaults(new)
+                admission.apply_jobset_defaults(new)
             except V.Invalid as exc:
-                raise invalid(exc) from exc
+                raise admission.invalid(exc) from exc
             before = {k: v for k, v in obj["spec"].items() if k != "suspend"}
             after = {k: v for k, v in new["spec"].items() if k != "suspend"}
             if before != after:
-                raise invalid(
+                raise admission.invalid(
                     V.Invalid(
                         "JobSet",
                         path.name,
@@ -553,7 +480,7 @@ class Api:
             if new["spec"] != obj["spec"]:
                 new["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
         elif res.name == "secrets":
-            self._admit(res, new)
+            admission.admit(res, new)
         self.store.update(res.name, new)
         return web.json_response(self.store.get(res.name, path.namespace, path.name))
 
