@@ -27,8 +27,12 @@ COUNTER = "exec python -c \"import time\nfor i in range(1, 4000):\n    print('st
 
 def http(info: gke_client.GkeInfo, method: str, path: str, body: Any = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{info.server}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{info.server}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         raw = resp.read()
     return json.loads(raw) if raw.startswith(b"{") else raw.decode()
@@ -40,7 +44,8 @@ def jobset_status(info: gke_client.GkeInfo, name: str) -> dict[str, Any]:
 
 def pods(info: gke_client.GkeInfo, selector: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = http(
-        info, "GET", f"/api/v1/namespaces/default/pods?labelSelector={selector}")["items"]
+        info, "GET", f"/api/v1/namespaces/default/pods?labelSelector={selector}"
+    )["items"]
     return items
 
 
@@ -59,14 +64,21 @@ def scalars(tb_dir: Path) -> dict[Path, dict[str, list[int]]]:
 
 
 @pytest.mark.slow
-def test_grpo_survives_a_preemption_with_notice_losing_no_step(
-        gke: gke_client.GkeInfo) -> None:
+def test_grpo_survives_a_preemption_with_notice_losing_no_step(gke: gke_client.GkeInfo) -> None:
     name = "gptoss-grpo"
     ckpt_in = gke.bucket / "phantom-bucket" / "gpt-oss-20b" / "0" / "items"
     ckpt_in.mkdir(parents=True)
-    http(gke, "POST", "/api/v1/namespaces/default/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"},
-        "stringData": {"HF_TOKEN": "hf_notARealToken"}})
+    http(
+        gke,
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hf-token"},
+            "stringData": {"HF_TOKEN": "hf_notARealToken"},
+        },
+    )
     env = {
         "BASE_OUTPUT_DIRECTORY": "gs://phantom-bucket/maxtext-runs",
         "RUN_NAME": name,
@@ -75,8 +87,12 @@ def test_grpo_survives_a_preemption_with_notice_losing_no_step(
         "STEP_TIME": "0.25",
         "CHECKPOINT_PERIOD": "25",
     }
-    manifest = xpk_jobset(name, "bash run_gptoss_20b_rl.sh", env=env,
-                          secret_env={"HF_TOKEN": ("hf-token", "HF_TOKEN")})
+    manifest = xpk_jobset(
+        name,
+        "bash run_gptoss_20b_rl.sh",
+        env=env,
+        secret_env={"HF_TOKEN": ("hf-token", "HF_TOKEN")},
+    )
     http(gke, "POST", JS, manifest)
     sel = f"jobset.sigs.k8s.io/jobset-name%3D{name}"
     wait_until(lambda: phases(gke, sel).count("Running") == 8, 30, "8 pods Running")
@@ -85,8 +101,9 @@ def test_grpo_survives_a_preemption_with_notice_losing_no_step(
 
     def reached(step: int) -> bool:
         files = scalars(tb_dir)
-        return bool(files) and max(files[f].get("rewards/train/mean", [0])[-1]
-                                   for f in files) >= step
+        return (
+            bool(files) and max(files[f].get("rewards/train/mean", [0])[-1] for f in files) >= step
+        )
 
     wait_until(lambda: reached(30), 60, "step 30 in TensorBoard")
     assert (ckpt_dir / "25").is_dir()
@@ -94,12 +111,14 @@ def test_grpo_survives_a_preemption_with_notice_losing_no_step(
     assert set(TUNIX_TAGS) <= set(next(iter(first.values())))
     gke_client.preempt_slice(gke.run_dir, "phantom-gke-np-0", grace_s=30)
     wait_until(lambda: jobset_status(gke, name).get("restarts") == 1, 60, "JobSet restart")
-    notice = sorted(int(p.name) for p in ckpt_dir.iterdir()
-                    if p.name.isdigit() and int(p.name) % 25)
+    notice = sorted(
+        int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit() and int(p.name) % 25
+    )
     assert len(notice) == 1 and notice[0] > 30, notice  # beyond the periodic checkpoint 25
     saved = notice[0]
-    wait_until(lambda: jobset_status(gke, name).get("terminalState") == "Completed", 90,
-               "JobSet Completed")
+    wait_until(
+        lambda: jobset_status(gke, name).get("terminalState") == "Completed", 90, "JobSet Completed"
+    )
     status = jobset_status(gke, name)
     assert status["restarts"] == 1
     assert any(c["type"] == "Completed" and c["status"] == "True" for c in status["conditions"])
@@ -115,17 +134,17 @@ def test_grpo_survives_a_preemption_with_notice_losing_no_step(
     assert "EXIT_CODE=143" in logs and "hf_notARealToken" not in logs
 
 
-def test_pathways_worker_replaced_while_jobset_restarts_stays_zero(
-        gke: gke_client.GkeInfo) -> None:
+def test_pathways_worker_replaced_while_jobset_restarts_stays_zero(gke: gke_client.GkeInfo) -> None:
     name = "pw-grpo"
     http(gke, "POST", JS, pathways_jobset(name, COUNTER))
-    head_sel = f"jobset.sigs.k8s.io/replicatedjob-name%3Dpathways-head"
-    worker_sel = f"jobset.sigs.k8s.io/replicatedjob-name%3Dworker"
+    head_sel = "jobset.sigs.k8s.io/replicatedjob-name%3Dpathways-head"
+    worker_sel = "jobset.sigs.k8s.io/replicatedjob-name%3Dworker"
     wait_until(lambda: phases(gke, head_sel) == ["Running"], 30, "head Running")
     wait_until(lambda: phases(gke, worker_sel).count("Running") == 8, 30, "workers Running")
     head = pods(gke, head_sel)[0]
     assert head["metadata"]["labels"]["jobset.sigs.k8s.io/coordinator"] == (
-        f"{name}-pathways-head-0-0.{name}")
+        f"{name}-pathways-head-0-0.{name}"
+    )
     env_args = head["spec"]["initContainers"][0]["args"]
     assert "--resource_manager_address=$(PATHWAYS_HEAD):29001" in env_args
     old = {p["metadata"]["uid"] for p in pods(gke, worker_sel)}
@@ -144,13 +163,15 @@ def test_pathways_worker_replaced_while_jobset_restarts_stays_zero(
     assert job["status"]["failed"] == 8
     assert job["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "0"
     assert pods(gke, head_sel)[0]["metadata"]["uid"] == head["metadata"]["uid"]
-    head_log = http(gke, "GET", f"/api/v1/namespaces/default/pods/{head['metadata']['name']}"
-                    "/log?container=pathways-rm")
+    head_log = http(
+        gke,
+        "GET",
+        f"/api/v1/namespaces/default/pods/{head['metadata']['name']}/log?container=pathways-rm",
+    )
     assert "Pathways pathways-server" in head_log
 
 
-def test_quota_stall_leaves_pods_pending_with_failed_scheduling(
-        gke: gke_client.GkeInfo) -> None:
+def test_quota_stall_leaves_pods_pending_with_failed_scheduling(gke: gke_client.GkeInfo) -> None:
     gke_client.set_quota_stall(gke.run_dir, True)
     http(gke, "POST", JS, xpk_jobset("stalled", COUNTER, wrapper=False, grace=5))
     sel = "jobset.sigs.k8s.io/jobset-name%3Dstalled"
@@ -163,15 +184,19 @@ def test_quota_stall_leaves_pods_pending_with_failed_scheduling(
     assert info is not None and info.slices[0].state == "STALLED"
 
     def failed_scheduling() -> list[str]:
-        events = http(gke, "GET", "/api/v1/namespaces/default/events?fieldSelector="
-                      "reason%3DFailedScheduling")["items"]
+        events = http(
+            gke, "GET", "/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling"
+        )["items"]
         return [e["message"] for e in events]
 
     wait_until(lambda: len(failed_scheduling()) >= 8, 30, "FailedScheduling events")
     msg = failed_scheduling()[0]
-    assert re.fullmatch(r"0/1 nodes are available: 1 node\(s\) didn't match Pod's node "
-                        r"affinity/selector\. preemption: 0/1 nodes are available: 1 "
-                        r"Preemption is not helpful for scheduling\.", msg), msg
+    assert re.fullmatch(
+        r"0/1 nodes are available: 1 node\(s\) didn't match Pod's node "
+        r"affinity/selector\. preemption: 0/1 nodes are available: 1 "
+        r"Preemption is not helpful for scheduling\.",
+        msg,
+    ), msg
     pod = pods(gke, sel)[0]
     cond = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"][0]
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
@@ -189,8 +214,10 @@ def test_preempted_pod_status_is_what_gke_reports(gke: gke_client.GkeInfo) -> No
     seen: dict[str, dict[str, Any]] = {}
     gke_client.preempt_slice(gke.run_dir, 0, grace_s=5)
     # Watch rather than poll: the pods are gone soon after they fail (node deleted).
-    url = (f"{gke.server}/api/v1/namespaces/default/pods?watch=true&labelSelector={sel}"
-           f"&resourceVersion={rv}&timeoutSeconds=30")
+    url = (
+        f"{gke.server}/api/v1/namespaces/default/pods?watch=true&labelSelector={sel}"
+        f"&resourceVersion={rv}&timeoutSeconds=30"
+    )
     with urllib.request.urlopen(url, timeout=40) as stream:
         for line in stream:
             obj = json.loads(line)["object"]
@@ -202,13 +229,16 @@ def test_preempted_pod_status_is_what_gke_reports(gke: gke_client.GkeInfo) -> No
     for p in seen.values():
         st = p["status"]
         assert (st["reason"], st["message"]) == (
-            "Terminated", "Pod was terminated in response to imminent node shutdown.")
+            "Terminated",
+            "Pod was terminated in response to imminent node shutdown.",
+        )
         dt = [c for c in st["conditions"] if c["type"] == "DisruptionTarget"][0]
         assert (dt["status"], dt["reason"]) == ("True", "TerminationByKubelet")
         term = st["containerStatuses"][0]["state"]["terminated"]
         assert (term["exitCode"], term["reason"]) == (143, "Error")
-    wait_until(lambda: jobset_status(gke, "shut").get("terminalState") == "Failed", 30,
-               "JobSet Failed")
+    wait_until(
+        lambda: jobset_status(gke, "shut").get("terminalState") == "Failed", 30, "JobSet Failed"
+    )
     cond = [c for c in jobset_status(gke, "shut")["conditions"] if c["type"] == "Failed"][0]
     assert cond["reason"] == "ReachedMaxRestarts"
     assert cond["message"].startswith("jobset failed due to reaching max number of restarts")
