@@ -242,3 +242,48 @@ def test_preempted_pod_status_is_what_gke_reports(gke: gke_client.GkeInfo) -> No
     cond = [c for c in jobset_status(gke, "shut")["conditions"] if c["type"] == "Failed"][0]
     assert cond["reason"] == "ReachedMaxRestarts"
     assert cond["message"].startswith("jobset failed due to reaching max number of restarts")
+
+
+def test_a_real_failure_fails_the_jobset_without_restart(gke: gke_client.GkeInfo) -> None:
+    """Exit 3 is not in xpk's restart codes: podFailurePolicy FailJob, then FailJobSet."""
+    http(gke, "POST", JS, xpk_jobset("crash", "sleep 0.5; exit 3", wrapper=False))
+    wait_until(
+        lambda: jobset_status(gke, "crash").get("terminalState") == "Failed", 30, "JobSet Failed"
+    )
+    status = jobset_status(gke, "crash")
+    assert status["restarts"] == 0
+    cond = [c for c in status["conditions"] if c["type"] == "Failed"][0]
+    assert cond["reason"] == "FailJobSetFailurePolicyAction"
+    job = http(gke, "GET", "/apis/batch/v1/namespaces/default/jobs/crash-slice-job-0")
+    failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"][0]
+    assert failed["reason"] == "PodFailurePolicy"
+    assert re.fullmatch(
+        r"Container jax-tpu for pod default/crash-slice-job-0-\d-\w{5} failed "
+        r"with exit code 3 matching FailJob rule at index 0",
+        failed["message"],
+    )
+
+
+def test_suspend_and_resume(gke: gke_client.GkeInfo) -> None:
+    http(gke, "POST", JS, xpk_jobset("nap", COUNTER, wrapper=False, grace=1))
+    sel = "jobset.sigs.k8s.io/jobset-name%3Dnap"
+    wait_until(lambda: phases(gke, sel).count("Running") == 8, 30, "8 pods Running")
+    req = urllib.request.Request(
+        f"{gke.server}{JS}/nap",
+        method="PATCH",
+        data=json.dumps({"spec": {"suspend": True}}).encode(),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    wait_until(lambda: not pods(gke, sel), 30, "pods deleted while suspended")
+    cond = [c for c in jobset_status(gke, "nap")["conditions"] if c["type"] == "Suspended"]
+    assert cond and cond[0]["status"] == "True" and cond[0]["reason"] == "SuspendedJobs"
+    req = urllib.request.Request(
+        f"{gke.server}{JS}/nap",
+        method="PATCH",
+        data=json.dumps({"spec": {"suspend": False}}).encode(),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    wait_until(lambda: phases(gke, sel).count("Running") == 8, 30, "Running after resume")
+    assert jobset_status(gke, "nap")["restarts"] == 0
