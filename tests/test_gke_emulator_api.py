@@ -401,3 +401,89 @@ def test_cli_usage_errors_exit_2_with_the_flag_named(
     status = json.loads(r.stdout)
     assert status["kubeconfig"] == str(gke_module.kubeconfig)
     assert [s["name"] for s in status["slices"]] == ["phantom-gke-np-0"]
+
+
+async def test_container_restart_keeps_the_previous_log(gke_module: gke_client.GkeInfo) -> None:
+    """restartPolicy OnFailure: the kubelet restarts the container in place (restartCount 1,
+    lastState terminated), `previous=true` serves the first instance's log, and the
+    restart counts towards the Job's backoffLimit."""
+    api = await api_client(gke_module)
+    async with api:
+        core, batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
+        script = "if [ -f done ]; then echo second; else touch done; echo first; exit 1; fi"
+        await batch.create_namespaced_job(
+            "default",
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "flaky"},
+                "spec": {
+                    "backoffLimit": 2,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "OnFailure",
+                            "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-np"},
+                            "containers": [
+                                {
+                                    "name": "main",
+                                    "image": "bash:5",
+                                    "command": ["bash", "-c", script],
+                                }
+                            ],
+                        }
+                    },
+                },
+            },
+        )
+
+        async def succeeded() -> bool:
+            job = await batch.read_namespaced_job("flaky", "default")
+            return bool(job.status.succeeded)
+
+        await until(succeeded, 30, "Job flaky Complete")
+        pods = await core.list_namespaced_pod("default", label_selector="job-name=flaky")
+        assert len(pods.items) == 1
+        p = pods.items[0]
+        cs = p.status.container_statuses[0]
+        assert cs.restart_count == 1
+        assert cs.last_state.terminated.exit_code == 1
+        assert cs.state.terminated.reason == "Completed"
+        name = p.metadata.name
+        assert await core.read_namespaced_pod_log(name, "default") == "second\n"
+        assert await core.read_namespaced_pod_log(name, "default", previous=True) == "first\n"
+        job = await batch.read_namespaced_job("flaky", "default")
+        assert [c.type for c in job.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+
+
+async def test_jobsets_watch_as_custom_objects(gke_module: gke_client.GkeInfo) -> None:
+    api = await api_client(gke_module)
+    async with api:
+        custom = k8s.CustomObjectsApi(api)
+        listed = await custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
+        rv = listed["metadata"]["resourceVersion"]
+        await custom.create_namespaced_custom_object(
+            GROUP, VERSION, "default", PLURAL, cpu_jobset("short", "echo done")
+        )
+        w = k8s_watch.Watch()
+        states = []
+        async for ev in w.stream(
+            custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            resource_version=rv,
+            timeout_seconds=30,
+        ):
+            obj = ev["object"]
+            if obj["metadata"]["name"] != "short":
+                continue
+            states.append((ev["type"], obj.get("status", {}).get("terminalState")))
+            if states[-1][1] == "Completed":
+                break
+        w.stop()
+        assert states[0][0] == "ADDED" and states[-1] == ("MODIFIED", "Completed")
+        js = await custom.get_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "short")
+        assert js["status"]["replicatedJobsStatus"] == [
+            {"name": "main", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+        ]

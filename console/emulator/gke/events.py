@@ -4,7 +4,7 @@ its ``count`` and ``lastTimestamp`` bumped on repeats, like client-go's event co
 from __future__ import annotations
 
 import copy
-import secrets
+import time
 from typing import Any
 
 from console.emulator.gke.layout import NAMESPACE
@@ -22,6 +22,7 @@ class Recorder:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._index: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._seq = 0
 
     def emit(
         self,
@@ -49,7 +50,9 @@ class Recorder:
 
                 self.store.mutate("events", ev, bump)
                 return
-        name = f"{meta['name']}.{secrets.token_hex(8)}"
+        # client-go names events <object>.<UnixNano in hex>: listing order is time order.
+        self._seq = max(self._seq + 1, time.time_ns())
+        name = f"{meta['name']}.{self._seq:x}"
         stamp = now_iso()
         event: dict[str, Any] = {
             "kind": "Event",
