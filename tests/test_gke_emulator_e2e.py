@@ -287,3 +287,48 @@ def test_suspend_and_resume(gke: gke_client.GkeInfo) -> None:
     urllib.request.urlopen(req, timeout=10).close()
     wait_until(lambda: phases(gke, sel).count("Running") == 8, 30, "Running after resume")
     assert jobset_status(gke, "nap")["restarts"] == 0
+
+
+def test_checkpoint_conversion_runs_as_a_job(gke: gke_client.GkeInfo) -> None:
+    """The MaxText -> HF conversion stand-in as a batch Job the console can track."""
+    src = gke.bucket / "phantom-bucket" / "runs" / "r" / "checkpoints" / "40" / "items"
+    src.mkdir(parents=True)
+    (src / "state.json").write_text("{}")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "to-hf"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-np"},
+                    "containers": [
+                        {
+                            "name": "convert",
+                            "image": "gcr.io/p/maxtext:1",
+                            "command": [
+                                "bash",
+                                "-c",
+                                "convert_checkpoint.sh direction=to_huggingface layer_time=0 "
+                                "src=gs://phantom-bucket/runs/r/checkpoints/40/items "
+                                "base_output_directory=gs://phantom-bucket/hf/gpt-oss-20b",
+                            ],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    http(gke, "POST", "/apis/batch/v1/namespaces/default/jobs", job)
+
+    def complete() -> bool:
+        st = http(gke, "GET", "/apis/batch/v1/namespaces/default/jobs/to-hf").get("status", {})
+        return any(c["type"] == "Complete" for c in st.get("conditions", []))
+
+    wait_until(complete, 30, "conversion Job Complete")
+    assert (gke.bucket / "phantom-bucket" / "hf" / "gpt-oss-20b" / "config.json").is_file()
+    pod = pods(gke, "job-name%3Dto-hf")[0]["metadata"]["name"]
+    log = http(gke, "GET", f"/api/v1/namespaces/default/pods/{pod}/log")
+    assert "Converting layer 24/24" in log and "Conversion complete" in log
