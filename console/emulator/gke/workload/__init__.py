@@ -1,0 +1,1 @@
+"""Stand-ins for what runs inside the containers of an emulated GKE workload."""
