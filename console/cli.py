@@ -5,6 +5,7 @@
     phantom status [--json]      one snapshot of pod, Ray, jobs and cadence, then exit
     phantom init [PATH]          write a commented example config
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
+    phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
 
 Exit codes are an API: 0 ok, 1 an action failed, 2 bad usage / config / script, 130 interrupted.
 Heavy modules (ray, jax, torch, textual) are imported only by the command that needs them.
@@ -73,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     pod.add_argument("pod_args", nargs=argparse.REMAINDER)
+    gke = sub.add_parser(
+        "gke",
+        help="the local GKE emulator (JobSets, pods, kubectl): up|status|preempt|down",
+        add_help=False,
+    )
+    gke.add_argument("gke_args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -119,10 +126,10 @@ def cmd_trust(config: Config, host: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["pod"]:  # the emulator has its own parser (and its own --help)
-        from console.wiring import pod_cli
+    if argv[:1] in (["pod"], ["gke"]):  # each emulator has its own parser (and --help)
+        from console.wiring import emulator_cli
 
-        return pod_cli(argv[1:])
+        return emulator_cli(argv[0], argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.script_help:
@@ -132,10 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.OK
     if args.command == "init":
         return cmd_init(args.path, args.force)
-    if args.command == "pod":
-        from console.wiring import pod_cli
+    if args.command in ("pod", "gke"):
+        from console.wiring import emulator_cli
 
-        return pod_cli(list(args.pod_args))
+        return emulator_cli(args.command, list(getattr(args, f"{args.command}_args")))
     try:
         config = _load(args)
     except ConfigError as exc:

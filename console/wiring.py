@@ -141,8 +141,12 @@ def pod_control(config: Config) -> LocalPodControl:
     return LocalPodControl(config)
 
 
-def pod_cli(argv: list[str]) -> int:
-    """`phantom pod ...`: the emulator's own command line."""
+def emulator_cli(which: str, argv: list[str]) -> int:
+    """`phantom pod ...` / `phantom gke ...`: each emulator's own command line."""
+    if which == "gke":
+        from console.emulator.gke.cli import gke_main
+
+        return gke_main(argv)
     from console.emulator.cli import pod_main
 
     return pod_main(argv)

@@ -104,6 +104,7 @@ class Kubelet:
         node_ip: Callable[[str], str],
     ) -> None:
         self.store = store
+        self._terminating: set[asyncio.Future[None]] = set()
         self.recorder = recorder
         self.layout = layout
         self.run_id = run_id
@@ -183,7 +184,7 @@ class Kubelet:
             return
         main_ready = all("running" in c.state for c in rt.main)
         inits_done = all(
-            c.sidecar and "running" in c.state or "terminated" in c.state and c.exit_code == 0
+            (c.sidecar and "running" in c.state) or ("terminated" in c.state and c.exit_code == 0)
             for c in rt.containers
             if c.init
         )
@@ -484,7 +485,9 @@ class Kubelet:
             return
         rt.stop_reason = reason
         rt.stop.set()
-        asyncio.ensure_future(self._terminate(rt, grace))
+        task = asyncio.ensure_future(self._terminate(rt, grace))
+        self._terminating.add(task)
+        task.add_done_callback(self._terminating.discard)
 
     async def _terminate(self, rt: PodRuntime, grace: float) -> None:
         running = [c for c in rt.containers if c.proc is not None]
@@ -494,7 +497,8 @@ class Kubelet:
                 with contextlib.suppress(ProcessLookupError):
                     c.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(c.proc is not None for c in running):
+        # The containers' own reapers clear c.proc when they exit: poll for that.
+        while time.monotonic() < deadline and any(c.proc is not None for c in running):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await self._kill_all(rt)
 

@@ -17,7 +17,7 @@ def rfc3339nano(t: datetime | None = None) -> str:
 
 def parse_cri(line: str) -> tuple[str, str, str]:
     """(timestamp, stream, text) of one CRI log line."""
-    ts, stream, _tag, text = (line.split(" ", 3) + ["", "", ""])[:4]
+    ts, stream, _tag, text = [*line.split(" ", 3), "", "", ""][:4]
     return ts, stream, text
 
 
@@ -91,11 +91,18 @@ def _render(line: str, opts: LogOptions) -> str | None:
     return f"{ts} {text}\n" if opts.timestamps else f"{text}\n"
 
 
+def _read_from(path: Path, offset: int) -> tuple[bytes, int]:
+    """What the log file holds past ``offset``, and where that ends (file I/O: a thread)."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+        return data, fh.tell()
+
+
 async def stream_log(log: LogFile, opts: LogOptions) -> AsyncIterator[bytes]:
     """Yield the log's lines as the kubelet serves them, following if asked."""
-    with open(log.path, "rb") as fh:
-        lines = fh.read().decode("utf-8", "replace").splitlines()
-        offset = fh.tell()
+    head, offset = await asyncio.to_thread(_read_from, log.path, 0)
+    lines = head.decode("utf-8", "replace").splitlines()
     if opts.tail_lines is not None:
         lines = lines[-opts.tail_lines :] if opts.tail_lines > 0 else []
     sent = 0
@@ -115,10 +122,7 @@ async def stream_log(log: LogFile, opts: LogOptions) -> AsyncIterator[bytes]:
     deadline = loop.time() + opts.max_duration if opts.max_duration > 0 else None
     partial = b""
     while True:
-        with open(log.path, "rb") as fh:
-            fh.seek(offset)
-            chunk = fh.read()
-            offset = fh.tell()
+        chunk, offset = await asyncio.to_thread(_read_from, log.path, offset)
         partial += chunk
         *complete, partial = partial.split(b"\n")
         for raw in complete:

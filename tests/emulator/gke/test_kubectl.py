@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fixtures_gke import gke, gke_module, kubectl, with_changes, xpk_jobset
-from waiting import wait_until
 
 from console.emulator.gke import client as gke_client
+from tests.support.fixtures_gke import gke, gke_module, kubectl, with_changes, xpk_jobset
+from tests.support.waiting import wait_until
 
 __all__ = ["gke", "gke_module"]
 

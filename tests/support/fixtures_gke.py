@@ -1,6 +1,6 @@
 """GKE emulator fixtures and manifests shared by the tests/test_gke_emulator_*.py files.
 
-Import the fixtures into a test module (``from fixtures_gke import gke_module``). Every
+Import the fixtures into a test module (``from tests.support.fixtures_gke import gke_module``). Every
 cluster runs in its own tmp run dir on a free port, is stopped also when the test fails,
 and the teardown fails if any container process survived ``down``.
 """

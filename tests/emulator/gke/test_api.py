@@ -15,15 +15,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fixtures_gke import gke_module, start_cluster, stop_cluster, with_changes, xpk_jobset
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio import watch as k8s_watch
 from kubernetes_asyncio.client.exceptions import ApiException
-from waiting import until
 
 from console.emulator.gke import client as gke_client
 from console.emulator.gke.workload.grpo import TUNIX_TAGS
+from tests.support.fixtures_gke import (
+    gke_module,
+    start_cluster,
+    stop_cluster,
+    with_changes,
+    xpk_jobset,
+)
+from tests.support.waiting import until
 
 __all__ = ["gke_module"]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures_gke import gke, pathways_jobset, xpk_jobset
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from waiting import wait_until
 
 from console.emulator.gke import client as gke_client
 from console.emulator.gke.workload.grpo import TUNIX_TAGS
+from tests.support.fixtures_gke import gke, pathways_jobset, xpk_jobset
+from tests.support.waiting import wait_until
 
 __all__ = ["gke"]
 
@@ -198,7 +198,7 @@ def test_quota_stall_leaves_pods_pending_with_failed_scheduling(gke: gke_client.
         msg,
     ), msg
     pod = pods(gke, sel)[0]
-    cond = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"][0]
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
     gke_client.set_quota_stall(gke.run_dir, False)
     wait_until(lambda: phases(gke, sel).count("Running") == 8, 30, "Running after quota")
@@ -232,14 +232,14 @@ def test_preempted_pod_status_is_what_gke_reports(gke: gke_client.GkeInfo) -> No
             "Terminated",
             "Pod was terminated in response to imminent node shutdown.",
         )
-        dt = [c for c in st["conditions"] if c["type"] == "DisruptionTarget"][0]
+        dt = next(c for c in st["conditions"] if c["type"] == "DisruptionTarget")
         assert (dt["status"], dt["reason"]) == ("True", "TerminationByKubelet")
         term = st["containerStatuses"][0]["state"]["terminated"]
         assert (term["exitCode"], term["reason"]) == (143, "Error")
     wait_until(
         lambda: jobset_status(gke, "shut").get("terminalState") == "Failed", 30, "JobSet Failed"
     )
-    cond = [c for c in jobset_status(gke, "shut")["conditions"] if c["type"] == "Failed"][0]
+    cond = next(c for c in jobset_status(gke, "shut")["conditions"] if c["type"] == "Failed")
     assert cond["reason"] == "ReachedMaxRestarts"
     assert cond["message"].startswith("jobset failed due to reaching max number of restarts")
 
@@ -252,10 +252,10 @@ def test_a_real_failure_fails_the_jobset_without_restart(gke: gke_client.GkeInfo
     )
     status = jobset_status(gke, "crash")
     assert status["restarts"] == 0
-    cond = [c for c in status["conditions"] if c["type"] == "Failed"][0]
+    cond = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert cond["reason"] == "FailJobSetFailurePolicyAction"
     job = http(gke, "GET", "/apis/batch/v1/namespaces/default/jobs/crash-slice-job-0")
-    failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"][0]
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PodFailurePolicy"
     assert re.fullmatch(
         r"Container jax-tpu for pod default/crash-slice-job-0-\d-\w{5} failed "
