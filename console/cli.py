@@ -89,13 +89,24 @@ def _load(args: argparse.Namespace) -> Config:
 
 def cmd_init(path_arg: str | None, force: bool) -> int:
     path = Path(path_arg) if path_arg else default_config_path()
+    if path.is_dir():
+        print(f"phantom: {path} is a directory; give the path of the file to write", file=sys.stderr)
+        return exit_codes.USAGE
     if path.exists() and not force:
         print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)
         return exit_codes.USAGE
-    path.parent.mkdir(parents=True, exist_ok=True)
     from console.config_example import example_config
 
-    path.write_text(example_config(), encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(example_config(), encoding="utf-8")
+    except OSError as exc:
+        print(
+            f"phantom: cannot write {path}: {exc.strerror or exc}; pick a writable path "
+            "(`phantom init PATH`)",
+            file=sys.stderr,
+        )
+        return exit_codes.FAILED
     print(str(path))
     return exit_codes.OK
 

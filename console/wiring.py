@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from console.config import Config, default_state_dir
+from console.config import Config, ConfigError, default_state_dir
 
 if TYPE_CHECKING:
     from console.local.control import LocalPodControl
@@ -57,7 +57,16 @@ def make_services(
     from console.services.submissions import JobRegistry
 
     sdir = Path(state_dir) if state_dir is not None else default_state_dir()
-    sdir.mkdir(parents=True, exist_ok=True)
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            str(sdir),
+            [
+                f"the state dir cannot be created ({exc.strerror or exc}); set XDG_STATE_HOME "
+                "to a writable directory"
+            ],
+        ) from None
     access, chaos = _pod_access(config, sdir, autostart_pod)
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
