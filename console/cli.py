@@ -90,7 +90,9 @@ def _load(args: argparse.Namespace) -> Config:
 def cmd_init(path_arg: str | None, force: bool) -> int:
     path = Path(path_arg) if path_arg else default_config_path()
     if path.is_dir():
-        print(f"phantom: {path} is a directory; give the path of the file to write", file=sys.stderr)
+        print(
+            f"phantom: {path} is a directory; give the path of the file to write", file=sys.stderr
+        )
         return exit_codes.USAGE
     if path.exists() and not force:
         print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)

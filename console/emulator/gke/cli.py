@@ -199,7 +199,10 @@ def format_status(info: client.GkeInfo) -> str:
 def _print_status(run_dir: Path, as_json: bool) -> int:
     data = client.status_json(run_dir)
     if data is None:
-        print(f"no GKE emulator is running for {run_dir}; start one with `phantom gke up`", file=sys.stderr)
+        print(
+            f"no GKE emulator is running for {run_dir}; start one with `phantom gke up`",
+            file=sys.stderr,
+        )
         return 1
     print(json.dumps(data, indent=2) if as_json else format_status(client.GkeInfo.from_json(data)))
     return 0
