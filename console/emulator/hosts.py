@@ -267,10 +267,15 @@ class HostLifecycle:
     # --- the end of a VM ------------------------------------------------------------
 
     async def kill(self, hosts: list[Host], new_state: str) -> dict[str, Any]:
-        """Everything of ``hosts`` dies at once: SSH drops, processes SIGKILLed."""
+        """Everything of ``hosts`` dies at once: SSH drops, processes SIGKILLed.
+
+        A preempted host shows PREEMPTED only once its last process is gone (until
+        then it is PREEMPTING, which the API still reports as READY), as on GCP.
+        """
         t0 = time.monotonic()
+        interim = PREEMPTING if new_state == PREEMPTED else new_state
         for host in hosts:
-            host.state = new_state
+            host.state = interim
             if host.ready_task is not None:
                 host.ready_task.cancel()
                 host.ready_task = None
@@ -281,6 +286,8 @@ class HostLifecycle:
         for host in hosts:
             remove_cgroup(host.cgroup)
             host.cgroup = None
+            if host.state == interim:
+                host.state = new_state
         return {"killed": killed, "kill_seconds": round(time.monotonic() - t0, 4)}
 
     async def kill_processes(self, hosts: list[Host]) -> int:
