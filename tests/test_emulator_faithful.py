@@ -34,7 +34,9 @@ async def published_host_keys(info: PodInfo) -> list[str]:
         attrs = await api.get_guest_attributes(
             request={"name": info.node_path, "query_path": "hostkeys/ssh-host-key"}
         )
-    return [a.query_value.items[0].value if a.query_value.items else "" for a in attrs.guest_attributes]
+    return [
+        a.query_value.items[0].value if a.query_value.items else "" for a in attrs.guest_attributes
+    ]
 
 
 @pytest.fixture

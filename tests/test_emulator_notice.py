@@ -101,8 +101,13 @@ def test_notice_gives_sigterm_metadata_true_a_grace_then_sigkill(tmp_path: Path)
         polled: list[str] = []
         poller = threading.Thread(
             target=lambda: polled.append(
-                metadata_get(host.metadata, "instance/preempted", timeout=60,
-                             wait_for_change="true", last_etag=headers["ETag"])[1]  # fmt: skip
+                metadata_get(
+                    host.metadata,
+                    "instance/preempted",
+                    timeout=60,
+                    wait_for_change="true",
+                    last_etag=headers["ETag"],
+                )[1]
             )
         )
         poller.start()
@@ -118,9 +123,11 @@ def test_notice_gives_sigterm_metadata_true_a_grace_then_sigkill(tmp_path: Path)
         assert json.loads((info.bucket / "stubborn.term").read_text()) == {"preempted": "TRUE"}
         # It keeps running after SIGTERM: the grace is its own to use.
         wait_until(
-            lambda: int((info.bucket / "stubborn.ticks").read_text() or 0) >= 3
-            if (info.bucket / "stubborn.ticks").exists()
-            else False,
+            lambda: (
+                int((info.bucket / "stubborn.ticks").read_text() or 0) >= 3
+                if (info.bucket / "stubborn.ticks").exists()
+                else False
+            ),
             30,
             "ticks after SIGTERM",
         )

@@ -84,9 +84,7 @@ def test_gcloud_lists_and_describes_the_node_and_sees_the_preemption(
 
 
 @needs_gcloud
-def test_gcloud_delete_and_create_run_long_running_operations(
-    pod: PodInfo, tmp_path: Path
-) -> None:
+def test_gcloud_delete_and_create_run_long_running_operations(pod: PodInfo, tmp_path: Path) -> None:
     cfg = tmp_path / "gcloud"
     deleted = run_gcloud(pod, cfg, "compute", "tpus", "tpu-vm", "delete", "phantom-pod",
                          "--zone=local-a", "--quiet")  # fmt: skip

@@ -25,6 +25,7 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 
 from console.emulator.operations import ApiError
+from console.emulator.startargs import FAULT_KINDS
 
 if TYPE_CHECKING:
     from console.emulator.api_state import PodState
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("phantom.pod.chaos")
 
-FAULT_KINDS = ("hang", "silent-death", "stale-api", "slow-api")
 DEFAULT_FAULT_SECONDS = {"hang": math.inf, "silent-death": 0.0, "stale-api": 30.0, "slow-api": 5.0}
 
 
