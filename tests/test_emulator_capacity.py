@@ -6,7 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from emulator_helpers import gcloud_json, needs_gcloud, run_gcloud, running_pod, tpu
+from emulator_helpers import (
+    gcloud_json,
+    metadata_get,
+    needs_gcloud,
+    run_gcloud,
+    running_pod,
+    tpu,
+)
 from fixtures_pod import ssh_run
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
@@ -87,7 +94,9 @@ async def test_stockout_is_resource_exhausted_and_another_zone_works(tmp_path: P
         result = ssh_run(moved, 3, "echo $PHANTOM_HOST_IP $HOME")
         assert result.returncode == 0, result.stderr
         ip, home = result.stdout.split()
-        assert ip == "127.2.0.13" and home != info.hosts[3].name
+        assert ip == "127.2.0.13" and Path(home).parent.name != info.hosts[3].name
+        zone = metadata_get(moved.hosts[1].metadata, "instance/zone")[1]
+        assert moved.hosts[1].metadata.startswith("127.2.0.11:") and zone.endswith("/local-c")
         # Two nodes of one name in two zones: each lists, neither shares a sandbox.
         assert sorted(await all_nodes(info)) == sorted([info.node_path, moved.node_path])
         assert len({n.path for n in moved.nodes}) == 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import subprocess
+import sys
 
 import asyncssh
 import pytest
@@ -137,3 +139,15 @@ def test_ssh_keys_metadata_is_parsed_as_gce_does() -> None:
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
     parsed = parse_ssh_keys(f"alice:{key} alice@laptop\n\nnot a key line\nbob:garbage\n")
     assert list(parsed) == ["alice"] and len(parsed["alice"]) == 1
+
+
+def test_the_client_and_cli_stay_stdlib_only() -> None:
+    """The console imports the client on its first frame: no grpc, asyncssh or aiohttp."""
+    code = (
+        "import sys, console.emulator.client, console.emulator.cli\n"
+        "heavy = {'grpc', 'asyncssh', 'aiohttp', 'google', 'proto'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -55,7 +55,7 @@ class PodState:
         self.faults = faults
         self.project = rt.cfg.project
         self.nodes: dict[str, Node] = {}  # by full path; only nodes that exist
-        self.last: Node | None = None  # the pod's node as `pod status` shows it
+        self.last: Node | None = None  # the pod's last node, shown once it is deleted
         self.queued: QueuedResources | None = None  # set by the daemon
 
     # --- lookups ------------------------------------------------------------------
@@ -104,7 +104,8 @@ class PodState:
         return node.metadata_tree(host, self.rt.metadata_port)
 
     def primary(self) -> Node | None:
-        """The pod's node: the newest existing node named like the pod, else the last one."""
+        """The pod's node: the newest existing node named like the pod (in any zone),
+        else the last such node, deleted (state NOT_FOUND, hosts DELETED)."""
         named = [n for n in self.nodes.values() if n.name == self.rt.cfg.node_name]
         if named:
             return max(named, key=lambda n: n.create_time)
@@ -223,7 +224,8 @@ class PodState:
         )
         node.exists = True
         self.nodes[node.path] = node
-        self.last = node
+        if node_id == self.rt.cfg.node_name:
+            self.last = node
         return node
 
     def _boot_all(self, node: Node) -> None:

@@ -252,7 +252,11 @@ class PodDaemon:
 
     async def fault(self, req: dict[str, Any]) -> None:
         kind = str(req.get("kind", ""))
-        node, hosts = self._resolve(str(req.get("host", "")))
+        ref = str(req.get("host", ""))
+        if kind == "clear" and ref.strip().lower() == "all":
+            await chaos.clear(self.pod, None, self.pod.all_hosts())
+            return
+        node, hosts = self._resolve(ref)
         if kind == "clear":
             await chaos.clear(self.pod, node, hosts)
             return
