@@ -85,6 +85,15 @@ def test_metadata_server_speaks_gce(pod: PodInfo) -> None:
     )
     out = ssh_run(pod, 3, query).stdout.split()
     assert out == [pod.hosts[3].name, pod.hosts[3].metadata]
+    # google-auth on the host finds it too (and never tries the link-local address).
+    probe = (
+        "import google.auth.transport.requests as r\n"
+        "from google.auth.compute_engine import _metadata as m\n"
+        "q = r.Request()\n"
+        "print(m.is_on_gce(q), m.get_project_id(q), m.get(q, 'instance/preempted'))\n"
+    )
+    result = ssh_run(pod, 0, "python -", input_text=probe)
+    assert result.stdout.split() == ["True", "phantom-local", "FALSE"], result.stderr
 
 
 def test_notice_gives_sigterm_metadata_true_a_grace_then_sigkill(tmp_path: Path) -> None:

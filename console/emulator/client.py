@@ -424,7 +424,11 @@ def set_zone(
 def recreate(
     run_dir: Path | str, host: int | str, wait: bool = False, timeout: float = 60.0
 ) -> PodInfo:
-    """Recreate a host or ``"all"`` (fresh sandbox and host key, CREATING then READY)."""
+    """Recreate a host or ``"all"`` (fresh sandbox and host key, CREATING then READY).
+
+    GCP-faithful mode refuses a single host (PodError, exit 1: GCP has no such verb);
+    ``"all"`` there is DeleteNode + CreateNode of the pod's node in its zone.
+    """
     reply = request(run_dir, {"op": "recreate", "host": str(host)})
     info = PodInfo.from_json(reply["status"])
     if wait:
