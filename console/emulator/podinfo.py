@@ -229,9 +229,11 @@ class PodInfo:
         return self.hosts[0].ssh_port
 
     def host(self, ref: int | str) -> HostInfo:
-        """A host by index, name or IP."""
+        """A host by index, name, IP or external IP."""
         for h in self.hosts:
-            if str(ref) in (str(h.index), h.name, h.ip):
+            if str(ref) in (str(h.index), h.name, h.ip) or (
+                h.external_ip and str(ref) == h.external_ip
+            ):
                 return h
         raise PodUsageError(f"unknown host {ref!r}: the pod has {[h.name for h in self.hosts]}")
 
