@@ -16,10 +16,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from console.emulator.layout import (
     DEFAULT_HOSTS,
@@ -27,168 +26,44 @@ from console.emulator.layout import (
     DEFAULT_SSH_PORT,
     MAX_HOSTS,
     RunLayout,
-    host_ip,
+)
+from console.emulator.podinfo import (
+    HostInfo,
+    NodeSummary,
+    PodAlreadyRunning,
+    PodError,
+    PodInfo,
+    PodNotRunning,
+    PodUsageError,
+    PortInUse,
+    ZoneInfo,
 )
 from console.emulator.procs import find_marked, kill_marked, marker_value
+from console.emulator.startargs import FAULT_KINDS, check_ports, pod_args
 
+__all__ = [
+    "FAULT_KINDS",
+    "HostInfo",
+    "NodeSummary",
+    "PodAlreadyRunning",
+    "PodError",
+    "PodInfo",
+    "PodNotRunning",
+    "PodUsageError",
+    "PortInUse",
+    "ZoneInfo",
+    "clear_faults",
+    "fault",
+    "pod_status",
+    "preempt",
+    "recreate",
+    "set_zone",
+    "start_pod",
+    "stop_pod",
+    "wait_for",
+]
 
-class PodError(Exception):
-    """A pod operation failed; ``exit_code`` is what the CLI returns."""
-
-    exit_code = 1
-
-
-class PodUsageError(PodError):
-    """Bad input (unknown host, bad flag value): exit code 2."""
-
-    exit_code = 2
-
-
-class PodNotRunning(PodError):
-    pass
-
-
-class PodAlreadyRunning(PodError):
-    def __init__(self, message: str, pid: int) -> None:
-        super().__init__(message)
-        self.pid = pid
-
-
-class PortInUse(PodUsageError):
-    pass
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    index: int
-    name: str
-    ip: str
-    ssh_port: int
-    state: str
-    host_key_fingerprint: str
-    host_key: str = ""  # "ssh-ed25519 AAAA..." while the host exists
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostInfo:
-        return cls(
-            index=int(data["index"]),
-            name=str(data["name"]),
-            ip=str(data["ip"]),
-            ssh_port=int(data["ssh_port"]),
-            state=str(data["state"]),
-            host_key_fingerprint=str(data.get("host_key_fingerprint", "")),
-            host_key=str(data.get("host_key", "")),
-        )
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """Parsed ``pod status --json``."""
-
-    run_dir: Path
-    pid: int
-    tpu_api: str
-    project: str
-    zone: str
-    node_name: str
-    node_path: str
-    accelerator_type: str
-    state: str
-    ssh_user: str
-    client_key: Path
-    known_hosts: Path
-    bucket: Path
-    hosts: tuple[HostInfo, ...]
-    run_id: str = ""
-    events: tuple[dict[str, Any], ...] = field(default=())
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PodInfo:
-        return cls(
-            run_dir=Path(data["run_dir"]),
-            pid=int(data["pid"]),
-            tpu_api=str(data["tpu_api"]),
-            project=str(data["project"]),
-            zone=str(data["zone"]),
-            node_name=str(data["node_name"]),
-            node_path=str(data["node_path"]),
-            accelerator_type=str(data["accelerator_type"]),
-            state=str(data["state"]),
-            ssh_user=str(data["ssh_user"]),
-            client_key=Path(data["client_key"]),
-            known_hosts=Path(data["known_hosts"]),
-            bucket=Path(data["bucket"]),
-            hosts=tuple(HostInfo.from_json(h) for h in data["hosts"]),
-            run_id=str(data.get("run_id", "")),
-            events=tuple(data.get("events", ())),
-        )
-
-    @property
-    def parent(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}"
-
-    @property
-    def bucket_uri(self) -> str:
-        """fsspec URI of the bucket directory (the emulator's stand-in for gs://)."""
-        return self.bucket.as_uri()
-
-    @property
-    def ssh_port(self) -> int:
-        return self.hosts[0].ssh_port
-
-    def host(self, ref: int | str) -> HostInfo:
-        """A host by index, name or IP."""
-        for h in self.hosts:
-            if str(ref) in (str(h.index), h.name, h.ip):
-                return h
-        raise PodUsageError(f"unknown host {ref!r}: the pod has {[h.name for h in self.hosts]}")
-
-    def ssh_options(self) -> list[str]:
-        """OpenSSH ``-o`` options for strict, non-interactive access to any host."""
-        return [
-            "-i",
-            str(self.client_key),
-            "-o",
-            f"UserKnownHostsFile={self.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "GlobalKnownHostsFile=/dev/null",
-            "-o",
-            "ConnectTimeout=10",
-            "-o",
-            "LogLevel=ERROR",
-            "-F",
-            "/dev/null",
-        ]
-
-    def asyncssh_options(self, host: int | str) -> dict[str, Any]:
-        """Keyword arguments for ``asyncssh.connect`` to ``host`` (strict host keys)."""
-        h = self.host(host)
-        return {
-            "host": h.ip,
-            "port": h.ssh_port,
-            "username": self.ssh_user,
-            "client_keys": [str(self.client_key)],
-            "known_hosts": str(self.known_hosts),
-            "config": [],
-        }
-
-    def ssh_argv(self, host: int | str, command: str, ssh: str = "/usr/bin/ssh") -> list[str]:
-        """argv running ``command`` on ``host`` with the OpenSSH client."""
-        h = self.host(host)
-        return [
-            ssh,
-            *self.ssh_options(),
-            "-p",
-            str(h.ssh_port),
-            f"{self.ssh_user}@{h.ip}",
-            command,
-        ]
+Notice = float | Literal["default"] | None
 
 
 def _parse_host_count(hosts: int) -> int:
@@ -247,28 +122,6 @@ def status_json(run_dir: Path | str) -> dict[str, Any] | None:
     return status
 
 
-def _port_free(ip: str, port: int) -> bool:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((ip, port))
-    except OSError:
-        return False
-    finally:
-        s.close()
-    return True
-
-
-def check_ports(hosts: int, ssh_port: int, api_port: int) -> None:
-    """Raise PortInUse naming the first taken port and the flag to change."""
-    if ssh_port:
-        for i in range(hosts):
-            if not _port_free(host_ip(i), ssh_port):
-                raise PortInUse(f"port {ssh_port} on {host_ip(i)} is in use; pass --ssh-port")
-    if api_port and not _port_free("127.0.0.1", api_port):
-        raise PortInUse(f"port {api_port} on 127.0.0.1 is in use; pass --api-port")
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -306,17 +159,56 @@ def start_pod(
     chaos_interval: float | None = None,
     progress: Callable[[str], None] | None = None,
     extra_args: list[str] | None = None,
+    *,
+    faithful: bool = False,
+    rest_port: int = 0,
+    metadata_port: int = 0,
+    zones: Sequence[str] | None = None,
+    capacity: int | str | Mapping[str, int] | None = None,
+    stockouts: Sequence[str] = (),
+    stockout_seed: int | None = None,
+    stockout_mean: float | None = None,
+    preempt_grace: float | None = None,
+    chaos_notice: float | None = None,
+    chaos_faults: Sequence[str] = (),
+    ssh_user: str | None = None,
+    ssh_key: Path | str | None = None,
 ) -> PodInfo:
     """Spawn the daemon detached for ``run_dir`` and wait until the node is READY.
 
     ``ssh_port=0`` lets the daemon pick one port free on every host IP and
-    ``api_port=0`` a free TPU API port (what tests use).
+    ``api_port=0`` a free TPU API port (what tests use); ``rest_port`` and
+    ``metadata_port`` likewise. ``faithful``: GCP-faithful mode (whole-slice
+    preemption, whole-node Delete/Create only, external IPs). ``zones`` (default
+    local-a, local-b, local-c), ``capacity`` (slices: one number for every zone or
+    per zone), ``stockouts`` ("local-a:0-180": seconds after start-up) and
+    ``stockout_seed``/``stockout_mean`` (a seeded schedule) shape capacity.
+    ``preempt_grace``: the notice ``preempt(..., notice="default")`` gives (30 s);
+    ``chaos_notice``: the notice of chaos reclaims (0 = abrupt); ``chaos_faults``:
+    fault kinds chaos may inject too. ``ssh_user``/``ssh_key``: the user and private
+    key a client logs in with, like a GCP user's (default: user phantom and a key
+    generated in the run dir). Bad values raise PodUsageError before anything starts.
     """
     _parse_host_count(hosts)
     if ready_delay < 0:
         raise PodUsageError(f"--ready-delay must be >= 0 seconds, got {ready_delay}")
     if chaos_interval is not None and chaos_interval <= 0:
         raise PodUsageError(f"--chaos-interval must be > 0 seconds, got {chaos_interval}")
+    extra = pod_args(
+        faithful=faithful,
+        rest_port=rest_port,
+        metadata_port=metadata_port,
+        zones=zones,
+        capacity=capacity,
+        stockouts=stockouts,
+        stockout_seed=stockout_seed,
+        stockout_mean=stockout_mean,
+        preempt_grace=preempt_grace,
+        chaos_notice=chaos_notice,
+        chaos_faults=chaos_faults,
+        ssh_user=ssh_user,
+        ssh_key=ssh_key,
+    )
     layout = RunLayout(Path(run_dir).expanduser().absolute())
     running = pod_status(layout.run_dir)
     if running is not None:
@@ -325,7 +217,7 @@ def start_pod(
             "use `pod status` or `pod down`",
             running.pid,
         )
-    check_ports(hosts, ssh_port, api_port)
+    check_ports(hosts, ssh_port, api_port, rest_port, metadata_port, faithful)
     layout.run_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
@@ -347,7 +239,7 @@ def start_pod(
         argv += ["--chaos-seed", str(chaos_seed)]
     if chaos_interval is not None:
         argv += ["--chaos-interval", str(chaos_interval)]
-    argv += extra_args or []
+    argv += extra + (extra_args or [])
     with open(layout.log_file, "ab") as log:
         proc = subprocess.Popen(
             argv,
@@ -365,7 +257,7 @@ def start_pod(
             raise PodError(f"the pod emulator failed to start: {_daemon_error(layout)}")
         info = pod_status(layout.run_dir)
         if info is not None:
-            summary = f"{info.state} " + " ".join(f"{h.name}={h.state}" for h in info.hosts)
+            summary = _progress_line(info)
             if summary != last_state and progress is not None:
                 progress(summary)
             last_state = summary
@@ -381,6 +273,16 @@ def start_pod(
                 f"(last: {last_state or 'no answer'}); see {layout.log_file}"
             )
         time.sleep(0.05)
+
+
+def _progress_line(info: PodInfo) -> str:
+    """Each host's state for a small pod; a count per state for a large one."""
+    if len(info.hosts) <= 8:
+        return f"{info.state} " + " ".join(f"{h.name}={h.state}" for h in info.hosts)
+    counts: dict[str, int] = {}
+    for h in info.hosts:
+        counts[h.state] = counts.get(h.state, 0) + 1
+    return f"{info.state} " + " ".join(f"{n} {s}" for s, n in counts.items()) + " hosts"
 
 
 def _read_pid(layout: RunLayout) -> int | None:
@@ -448,16 +350,85 @@ def leftover_pids(run_dir: Path | str) -> list[int]:
     return find_marked(marker_value(run_id), read_cgroup(run_dir)) if run_id else []
 
 
-def preempt(run_dir: Path | str, host: int | str) -> PodInfo:
-    """Preempt one host (index, name or IP) or ``"all"``; returns the new status."""
-    reply = request(run_dir, {"op": "preempt", "host": str(host)})
+def preempt(
+    run_dir: Path | str, host: int | str, notice: Notice = None, wait: bool = True
+) -> PodInfo:
+    """Preempt one host (index, name or IP) or ``"all"``; returns the new status.
+
+    ``notice``: None or 0 = abrupt (every process SIGKILLed at once, as before);
+    a number of seconds = a preemption notice as on GCP (metadata
+    ``instance/preempted`` TRUE, SIGTERM to every process, SIGKILL after the grace,
+    then PREEMPTED); ``"default"`` = the daemon's ``preempt_grace``. With a notice and
+    ``wait=False`` it returns once the notice is given (hosts PREEMPTING). In
+    GCP-faithful mode any host takes the whole slice.
+    """
+    if notice is not None and notice != "default" and float(notice) < 0:
+        raise PodUsageError(f"--notice must be >= 0 seconds, got {notice}")
+    grace = 0.0 if notice is None else 600.0 if notice == "default" else float(notice)
+    reply = request(
+        run_dir,
+        {"op": "preempt", "host": str(host), "notice": notice, "wait": wait},
+        timeout=60.0 + (grace if wait else 0.0),
+    )
     return PodInfo.from_json(reply["status"])
+
+
+def fault(
+    run_dir: Path | str,
+    host: int | str,
+    kind: str,
+    seconds: float | None = None,
+    duration: float | None = None,
+) -> PodInfo:
+    """Inject a fault (``FAULT_KINDS``) on ``host`` (or "all"); returns the new status.
+
+    hang: SSH accepts and never answers, for ``seconds`` (default until cleared);
+    silent-death: every process of the host dies, API and SSH say it is up;
+    stale-api: the API shows the host's node as it is now for ``seconds`` (default 30);
+    slow-api: every API call takes ``seconds`` (default 5) more, for ``duration``
+    (default until cleared).
+    """
+    if kind not in FAULT_KINDS:
+        raise PodUsageError(f"unknown fault {kind!r}: use one of {', '.join(FAULT_KINDS)}")
+    payload: dict[str, Any] = {"op": "fault", "host": str(host), "kind": kind}
+    payload.update(
+        {k: v for k, v in (("seconds", seconds), ("duration", duration)) if v is not None}
+    )
+    return PodInfo.from_json(request(run_dir, payload)["status"])
+
+
+def clear_faults(run_dir: Path | str, host: int | str = "all") -> PodInfo:
+    """Clear the hang of ``host`` (or every host) and the API faults."""
+    reply = request(run_dir, {"op": "fault", "host": str(host), "kind": "clear"})
+    return PodInfo.from_json(reply["status"])
+
+
+def set_zone(
+    run_dir: Path | str,
+    zone: str,
+    capacity: int | None = None,
+    stockout_s: float | None = None,
+    clear_stockouts: bool = False,
+) -> PodInfo:
+    """Capacity control: ``capacity`` slices for ``zone``; a stockout from now for
+    ``stockout_s`` seconds (0 = until cleared); ``clear_stockouts`` drops every window
+    (applied before a new stockout)."""
+    payload: dict[str, Any] = {"op": "zone", "zone": zone, "clear": clear_stockouts}
+    if capacity is not None:
+        payload["capacity"] = capacity
+    if stockout_s is not None:
+        payload["stockout_s"] = stockout_s
+    return PodInfo.from_json(request(run_dir, payload)["status"])
 
 
 def recreate(
     run_dir: Path | str, host: int | str, wait: bool = False, timeout: float = 60.0
 ) -> PodInfo:
-    """Recreate a host or ``"all"`` (fresh sandbox and host key, CREATING then READY)."""
+    """Recreate a host or ``"all"`` (fresh sandbox and host key, CREATING then READY).
+
+    GCP-faithful mode refuses a single host (PodError, exit 1: GCP has no such verb);
+    ``"all"`` there is DeleteNode + CreateNode of the pod's node in its zone.
+    """
     reply = request(run_dir, {"op": "recreate", "host": str(host)})
     info = PodInfo.from_json(reply["status"])
     if wait:
@@ -488,8 +459,34 @@ async def async_pod_status(run_dir: Path | str) -> PodInfo | None:
     return await asyncio.to_thread(pod_status, run_dir)
 
 
-async def async_preempt(run_dir: Path | str, host: int | str) -> PodInfo:
-    return await asyncio.to_thread(preempt, run_dir, host)
+async def async_preempt(
+    run_dir: Path | str, host: int | str, notice: Notice = None, wait: bool = True
+) -> PodInfo:
+    return await asyncio.to_thread(preempt, run_dir, host, notice, wait)
+
+
+async def async_fault(
+    run_dir: Path | str,
+    host: int | str,
+    kind: str,
+    seconds: float | None = None,
+    duration: float | None = None,
+) -> PodInfo:
+    return await asyncio.to_thread(fault, run_dir, host, kind, seconds, duration)
+
+
+async def async_clear_faults(run_dir: Path | str, host: int | str = "all") -> PodInfo:
+    return await asyncio.to_thread(clear_faults, run_dir, host)
+
+
+async def async_set_zone(
+    run_dir: Path | str,
+    zone: str,
+    capacity: int | None = None,
+    stockout_s: float | None = None,
+    clear_stockouts: bool = False,
+) -> PodInfo:
+    return await asyncio.to_thread(set_zone, run_dir, zone, capacity, stockout_s, clear_stockouts)
 
 
 async def async_recreate(run_dir: Path | str, host: int | str, wait: bool = False) -> PodInfo:

@@ -1,8 +1,14 @@
-"""The long-running emulator process: hosts, SSH servers, TPU API, chaos, control.
+"""The long-running emulator process: wiring, start-up, control channel, shut-down.
 
 Started detached by ``client.start_pod`` as ``python -m console.emulator serve``.
 One asyncio loop owns all state; the CLI talks to it over a JSON-lines unix
-socket (see ``client.request``).
+socket (see ``client.request``). The parts:
+
+- ``hosts``: VM lifecycle (sandbox, SSH servers, notice, kill);
+- ``nodes`` / ``api_state``: nodes in zones and the TPU API's view of them;
+- ``zones``: capacity and stockouts; ``queued``: queued resources;
+- ``chaos``: the seeded reclaim schedule and faults;
+- ``tpu_api`` (gRPC), ``rest_api`` (HTTP/JSON), ``metadata`` (per-host GCE metadata).
 """
 
 from __future__ import annotations
@@ -13,115 +19,47 @@ import hashlib
 import json
 import logging
 import os
-import random
 import secrets
 import shutil
 import signal
 import socket
 import sys
-import time
-from collections import deque
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
-from google.protobuf import timestamp_pb2
 
-from console.emulator.layout import (
-    MARKER_ENV,
-    SSH_USER,
-    RunLayout,
-    host_ip,
-    host_name,
-    node_path,
-    resolve_host_ref,
-)
-from console.emulator.procs import (
-    CGROUP_ENV,
-    kill_marked,
-    make_host_cgroup,
-    make_run_cgroup,
-    marker_value,
-    remove_cgroup,
-)
+from console.emulator import chaos
+from console.emulator.api_state import PodState
+from console.emulator.chaos import FAULT_KINDS, Faults, chaos_schedule, host_fault_status
+from console.emulator.hosts import DELETED, Host, HostLifecycle, Runtime
+from console.emulator.layout import host_ip, resolve_host_ref
+from console.emulator.metadata import MetadataServer
+from console.emulator.nodes import Node
+from console.emulator.operations import ApiError, OperationStore
+from console.emulator.procs import kill_marked, make_run_cgroup, marker_value, remove_cgroup
+from console.emulator.queued import QueuedResources
 from console.emulator.rayshim import write_wrapper
-from console.emulator.sshd import (
-    HostContext,
-    HostSSH,
-    bind_socket,
-    fingerprint,
-    known_hosts_line,
-    public_line,
-)
-from console.emulator.tpu_api import ApiError, TpuApi, serve
+from console.emulator.rest_api import RestApi
+from console.emulator.settings import DaemonConfig, StartupError
+from console.emulator.sshd import bind_socket, fingerprint, public_line
+from console.emulator.tpu_api import TpuApi, serve
+from console.emulator.zones import Capacity, seeded_windows
 
 log = logging.getLogger("phantom.pod")
 
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-# Host (VM) states shown by `pod status`; the node state uses the real API names.
-CREATING, READY, PREEMPTED, DELETING, DELETED = (
-    "CREATING",
-    "READY",
-    "PREEMPTED",
-    "DELETING",
-    "DELETED",
-)
+__all__ = ["DaemonConfig", "PodDaemon", "StartupError", "chaos_schedule", "run_daemon"]
 
 
-class StartupError(Exception):
-    """A problem that stops the daemon from starting; exit code 2 for config errors."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    run_dir: Path
-    hosts: int
-    ssh_port: int
-    api_port: int
-    ready_delay: float
-    project: str
-    zone: str
-    node_name: str
-    accelerator_type: str
-    chaos_seed: int | None = None
-    chaos_interval: float | None = None
-
-
-@dataclass
-class Host:
-    index: int
-    name: str
-    ip: str
-    state: str = DELETED
-    generation: int = 0
-    host_key: asyncssh.SSHKey | None = None
-    ssh: HostSSH | None = None
-    ready_task: asyncio.Task[None] | None = None
-    preempted_at: float | None = None
-    cgroup: Path | None = None
-    reserved_sock: socket.socket | None = field(default=None, repr=False)
-
-
-def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
-    return ts
-
-
-def reserve_common_port(ips: list[str], port: int, attempts: int = 50) -> list[socket.socket]:
+def reserve_common_port(
+    ips: list[str], port: int, flag: str = "--ssh-port", attempts: int = 50
+) -> list[socket.socket]:
     """Bind (not listen) ``port`` on every IP; with port 0 find one free on all.
 
-    The sockets are handed to the SSH servers later, so no one can take the
-    port in between. Raises StartupError naming the taken address.
+    The sockets are handed to the servers later, so no one can take the port in
+    between. Raises StartupError naming the taken address and ``flag``.
     """
     for _ in range(attempts if port == 0 else 1):
         socks: list[socket.socket] = []
@@ -138,444 +76,220 @@ def reserve_common_port(ips: list[str], port: int, attempts: int = 50) -> list[s
             if port != 0:
                 taken = ips[len(socks)]
                 raise StartupError(
-                    f"port {port} on {taken} is in use; pass --ssh-port", exit_code=2
+                    f"port {port} on {taken} is in use; pass {flag}", exit_code=2
                 ) from exc
-    raise StartupError(f"found no port free on all of {ips[0]}..{ips[-1]}; pass --ssh-port")
-
-
-def chaos_schedule(seed: int | None, interval: float, n_hosts: int) -> Iterator[tuple[float, str]]:
-    """Endless seeded (delay seconds, target) pairs; target is a host index or "all".
-
-    Delays are uniform in [0.5, 1.5] x interval; one reclaim in ten takes the
-    whole node, as a zone-wide spot reclaim would.
-    """
-    rng = random.Random(seed)
-    while True:
-        delay = interval * rng.uniform(0.5, 1.5)
-        target = "all" if rng.random() < 0.1 else str(rng.randrange(n_hosts))
-        yield delay, target
+    raise StartupError(f"found no port free on all of {ips[0]}..{ips[-1]}; pass {flag}")
 
 
 class PodDaemon:
     def __init__(self, cfg: DaemonConfig) -> None:
         self.cfg = cfg
-        self.layout = RunLayout(cfg.run_dir)
-        self.project = cfg.project
-        self.zone = cfg.zone
-        self.run_id = secrets.token_hex(6)
-        self.hosts = [Host(i, host_name(cfg.node_name, i), host_ip(i)) for i in range(cfg.hosts)]
-        self.ssh_port = cfg.ssh_port
-        self.api_port = cfg.api_port
-        self.node_exists = False
-        self.node_deleting = False
-        self.node_id = int.from_bytes(secrets.token_bytes(6), "big")
-        self.create_time = time.time()
-        self.events: deque[dict[str, Any]] = deque(maxlen=100)
-        self.client_key: asyncssh.SSHKey | None = None
-        self.run_cgroup: Path | None = None
-        self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
-        self._stop = asyncio.Event()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        if cfg.zone not in cfg.zones:
+            raise StartupError(
+                f"--zone {cfg.zone!r} is not one of --zones {','.join(cfg.zones)}", exit_code=2
+            )
         digest = hashlib.sha256(str(cfg.run_dir.resolve()).encode()).hexdigest()[:10]
-        # Short per-host TMPDIRs: Ray puts unix sockets under $TMPDIR/ray/session_*/
-        # and AF_UNIX paths are capped at 107 bytes, too short for sandbox paths.
-        self.short_tmp_root = Path("/tmp") / f"phpod-{digest}"
+        self.rt = Runtime(cfg, secrets.token_hex(6), Path("/tmp") / f"phpod-{digest}")
+        self.layout = self.rt.layout
+        self.life = HostLifecycle(self.rt)
+        windows: dict[str, list[Any]] = {z: [] for z in cfg.zones}
+        if cfg.stockout_seed is not None:
+            windows = seeded_windows(cfg.stockout_seed, cfg.zones, cfg.stockout_mean)
+        for zone, window in cfg.stockouts:
+            windows[zone].append(window)
+        self.capacity = Capacity(cfg.zones, cfg.capacity, windows)
+        self.faults = Faults()
+        self.pod = PodState(self.rt, self.life, self.capacity, self.faults)
+        self.queued = QueuedResources(self.pod)
+        self.pod.queued = self.queued
+        self.ops = OperationStore()
+        self.api = TpuApi(self.pod, self.queued, self.ops)
+        self.rest = RestApi(self.api)
+        self.rt.metadata = MetadataServer(self.pod.metadata_tree)
+        self.api_port = cfg.api_port
+        self._stop = asyncio.Event()
 
-    # --- naming --------------------------------------------------------------
-
-    @property
-    def node_path(self) -> str:
-        return node_path(self.project, self.zone, self.cfg.node_name)
-
-    def _short_tmp(self, host: Host) -> Path:
-        return self.short_tmp_root / f"w{host.index}"
-
-    def _marker(self, host: Host) -> str:
-        return marker_value(self.run_id, host.name, host.generation)
-
-    # --- state ---------------------------------------------------------------
-
-    def node_state(self) -> str:
-        if not self.node_exists:
-            return "NOT_FOUND"
-        if self.node_deleting:
-            return "DELETING"
-        states = [h.state for h in self.hosts]
-        if PREEMPTED in states:
-            return "PREEMPTED"
-        if all(s == CREATING for s in states):
-            return "CREATING"
-        if CREATING in states:
-            return "REPAIRING"
-        return "READY"
-
-    def _event(self, kind: str, **fields: Any) -> None:
-        event = {"t": round(time.time(), 3), "kind": kind, **fields}
-        self.events.append(event)
-        log.info("event %s", json.dumps(event))
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+    # --- status ------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        cfg, rt = self.cfg, self.rt
+        node = self.pod.primary()
+        hosts = node.hosts if node is not None else []
+        zone = node.zone.name if node is not None else cfg.zone
         return {
-            "run_dir": str(self.cfg.run_dir),
+            "run_dir": str(cfg.run_dir),
             "pid": os.getpid(),
-            "run_id": self.run_id,
+            "run_id": rt.run_id,
             "tpu_api": f"127.0.0.1:{self.api_port}",
-            "project": self.project,
-            "zone": self.zone,
-            "node_name": self.cfg.node_name,
-            "node_path": self.node_path,
-            "accelerator_type": self.cfg.accelerator_type,
-            "state": self.node_state(),
-            "ssh_user": SSH_USER,
-            "client_key": str(self.layout.client_key),
+            "rest_api": f"127.0.0.1:{self.rest.port}",
+            "project": cfg.project,
+            "zone": zone,
+            "node_name": cfg.node_name,
+            "node_path": node.path
+            if node is not None
+            else f"projects/{cfg.project}/locations/{zone}/nodes/{cfg.node_name}",
+            "accelerator_type": node.accelerator_type if node else cfg.accelerator_type,
+            "state": node.state() if node is not None else "NOT_FOUND",
+            "faithful": cfg.faithful,
+            "ssh_user": cfg.ssh_user,
+            "client_key": str(cfg.ssh_key or self.layout.client_key),
             "known_hosts": str(self.layout.known_hosts),
+            "metadata_port": rt.metadata_port,
             "bucket": str(self.layout.bucket),
             "bucket_uri": self.layout.bucket.as_uri(),
-            "ready_delay": self.cfg.ready_delay,
+            "ready_delay": cfg.ready_delay,
+            "preempt_grace": cfg.preempt_grace,
             "chaos": (
-                {"seed": self.cfg.chaos_seed, "interval": self.cfg.chaos_interval}
-                if self.cfg.chaos_interval
+                {
+                    "seed": cfg.chaos_seed,
+                    "interval": cfg.chaos_interval,
+                    "notice": cfg.chaos_notice,
+                    "faults": list(cfg.chaos_faults),
+                }
+                if cfg.chaos_interval
                 else None
             ),
-            "hosts": [
+            "hosts": [self._host_status(h) for h in hosts],
+            "nodes": [
                 {
-                    "index": h.index,
-                    "name": h.name,
-                    "ip": h.ip,
-                    "ssh_port": self.ssh_port,
-                    "state": h.state,
-                    "generation": h.generation,
-                    "host_key_fingerprint": fingerprint(h.host_key) if h.host_key else "",
-                    "host_key": public_line(h.host_key) if h.host_key else "",
-                    "sandbox": str(self.layout.sandbox(h.name)),
+                    "path": n.path,
+                    "name": n.name,
+                    "zone": n.zone.name,
+                    "slot": n.slot,
+                    "state": n.state(),
+                    "hosts": len(n.hosts),
+                    "first_ip": n.hosts[0].ip,
+                    "queued_resource": n.queued_resource,
                 }
-                for h in self.hosts
+                for n in self.pod.nodes.values()
             ],
-            "events": list(self.events)[-20:],
+            "zones": self.capacity.status(self.pod.used()),
+            "queued_resources": self.queued.status(),
+            "faults": self.faults.status(),
+            "events": list(rt.events)[-20:],
         }
 
-    def _write_known_hosts(self) -> None:
-        lines = [
-            known_hosts_line(h.ip, self.ssh_port, h.host_key)
-            for h in self.hosts
-            if h.host_key is not None and h.state != DELETED
-        ]
-        tmp = self.layout.known_hosts.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        tmp.replace(self.layout.known_hosts)
-
-    # --- host lifecycle ------------------------------------------------------
-
-    def _host_env(self, host: Host) -> dict[str, str]:
-        sandbox = self.layout.sandbox(host.name)
-        venv_bin = os.path.dirname(sys.executable)
+    def _host_status(self, h: Host) -> dict[str, Any]:
         return {
-            "HOME": str(sandbox),
-            "USER": SSH_USER,
-            "LOGNAME": SSH_USER,
-            "SHELL": "/bin/bash",
-            "LANG": "C.UTF-8",
-            # The shim dir comes first so `ray stop` only stops this host's Ray.
-            "PATH": f"{self.layout.shim_bin}:{venv_bin}:{sandbox}/.local/bin:{SYSTEM_PATH}",
-            "TMPDIR": str(self._short_tmp(host)),
-            "PHANTOM_HOST": host.name,
-            "PHANTOM_HOST_IP": host.ip,
-            MARKER_ENV: self._marker(host),
-            **({CGROUP_ENV: str(host.cgroup)} if host.cgroup else {}),
+            "index": h.index,
+            "name": h.name,
+            "ip": h.ip,
+            "external_ip": h.external_ip,
+            "ssh_port": self.rt.ssh_port,
+            "metadata": f"{h.ip}:{self.rt.metadata_port}",
+            "state": h.state,
+            "generation": h.generation,
+            "host_key_fingerprint": fingerprint(h.host_key) if h.host_key else "",
+            "host_key": public_line(h.host_key) if h.host_key else "",
+            "sandbox": str(self.life.sandbox(h)),
+            "notice_at": h.notice_at,
+            "faults": host_fault_status(h.faults),
         }
 
-    def _wipe_sandbox(self, host: Host) -> None:
-        shutil.rmtree(self.layout.hosts_dir / host.name, ignore_errors=True)
-        link = self._short_tmp(host)
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
+    # --- verbs of the control channel ------------------------------------------------------
 
-    def _make_sandbox(self, host: Host) -> None:
-        sandbox = self.layout.sandbox(host.name)
-        (sandbox / "tmp").mkdir(parents=True, exist_ok=True)
-        (sandbox / ".local" / "bin").mkdir(parents=True, exist_ok=True)
-        self.short_tmp_root.mkdir(mode=0o700, exist_ok=True)
-        link = self._short_tmp(host)
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
-        link.symlink_to(sandbox / "tmp")
-
-    def _boot(self, host: Host) -> None:
-        """Create a fresh VM for ``host``: new sandbox and host key, CREATING."""
-        host.generation += 1
-        host.host_key = asyncssh.generate_private_key("ssh-ed25519")
-        host.preempted_at = None
-        self._wipe_sandbox(host)
-        remove_cgroup(host.cgroup)
-        host.cgroup = make_host_cgroup(self.run_cgroup, f"{host.name}-g{host.generation}")
-        host.state = CREATING
-        host.ready_task = self._spawn(self._become_ready(host, host.generation))
-
-    async def _become_ready(self, host: Host, generation: int) -> None:
-        await asyncio.sleep(self.cfg.ready_delay)
-        assert host.host_key is not None and self.client_key is not None
-        self._make_sandbox(host)
-        ctx = HostContext(
-            name=host.name,
-            ip=host.ip,
-            port=self.ssh_port,
-            sandbox=self.layout.sandbox(host.name),
-            env=self._host_env(host),
-            user=SSH_USER,
-            client_key=self.client_key,
-            host_key=host.host_key,
-            cgroup=host.cgroup,
-        )
-        ssh = HostSSH(ctx)
-        while True:
-            sock, host.reserved_sock = host.reserved_sock, None
-            try:
-                await ssh.start(sock)
-                break
-            except OSError as exc:
-                log.warning(
-                    "%s: cannot listen on %s:%s (%s); retrying",
-                    host.name,
-                    host.ip,
-                    self.ssh_port,
-                    exc,
-                )
-                await asyncio.sleep(0.5)
-        if host.generation != generation or host.state != CREATING:
-            ssh.stop()  # preempted/deleted while booting
-            return
-        host.ssh = ssh
-        host.state = READY
-        self._write_known_hosts()
-        self._event("ready", hosts=[host.name], generation=generation)
-        await self._notify()
-
-    async def _kill_hosts(self, hosts: list[Host], new_state: str) -> dict[str, Any]:
-        """Everything of ``hosts`` dies at once: SSH drops, processes SIGKILLed."""
-        t0 = time.monotonic()
-        for host in hosts:
-            host.state = new_state
-            if host.ready_task is not None:
-                host.ready_task.cancel()
-                host.ready_task = None
-            if host.ssh is not None:
-                host.ssh.stop()
-                host.ssh = None
-        results = await asyncio.gather(
-            *(
-                asyncio.to_thread(kill_marked, marker_value(self.run_id, h.name), h.cgroup)
-                for h in hosts
-            ),
-            return_exceptions=True,
-        )
-        killed = 0
-        for host, res in zip(hosts, results, strict=True):
-            if isinstance(res, BaseException):
-                log.error("%s: %s", host.name, res)
-            else:
-                killed += res
-                remove_cgroup(host.cgroup)
-                host.cgroup = None
-        return {"killed": killed, "kill_seconds": round(time.monotonic() - t0, 4)}
-
-    def _resolve(self, ref: str) -> list[Host]:
-        if ref.strip().lower() == "all":
-            return list(self.hosts)
+    def _resolve(self, ref: str) -> tuple[Node, list[Host]]:
+        """A host reference: index/name/IP of the pod's node, any node's IP, or "all"."""
+        ref = ref.strip()
+        node = self.pod.primary()
+        found = self.pod.host_by_ip(ref)
+        if found is not None:
+            return found[0], [found[1]]
+        if node is None:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "the pod has no node")
+        if ref.lower() == "all":
+            return node, list(node.hosts)
         try:
-            return [self.hosts[resolve_host_ref(ref, self.cfg.node_name, len(self.hosts))]]
+            ips = [h.ips for h in node.hosts]
+            return node, [node.hosts[resolve_host_ref(ref, node.name, len(node.hosts), ips)]]
         except ValueError as exc:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
 
-    async def preempt(self, ref: str, source: str = "command") -> None:
-        targets = self._resolve(ref)
-        async with self._lock:
-            live = [h for h in targets if h.state in (CREATING, READY)]
-            if not live:
-                return
-            now = time.time()
-            for h in live:
-                h.preempted_at = now
-            result = await self._kill_hosts(live, PREEMPTED)
-            self._event("preempt", hosts=[h.name for h in live], source=source, **result)
-        await self._notify()
-
-    async def recreate(self, ref: str) -> None:
-        targets = self._resolve(ref)
-        async with self._lock:
-            if not self.node_exists or self.node_deleting:
-                raise ApiError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"node {self.cfg.node_name} does not exist; create it first (CreateNode)",
-                )
-            await self._kill_hosts(targets, CREATING)
-            for host in targets:
-                self._boot(host)
-            self._write_known_hosts()
-            self._event("recreate", hosts=[h.name for h in targets])
-        await self._notify()
-
-    # --- TPU API backend -----------------------------------------------------
-
-    def _node_pb(self) -> cloud_tpu.Node:
-        state = self.node_state()
-        symptoms = [
-            cloud_tpu.Symptom(
-                create_time=_timestamp(h.preempted_at or time.time()),
-                symptom_type=cloud_tpu.Symptom.SymptomType.SYMPTOM_TYPE_UNSPECIFIED,
-                details=f"worker {h.index} ({h.ip}) was preempted",
-                worker_id=str(h.index),
-            )
-            for h in self.hosts
-            if h.state == PREEMPTED
-        ]
-        health = cloud_tpu.Node.Health.HEALTHY if state == "READY" else None
-        unhealthy = [h.name for h in self.hosts if h.state != READY]
-        return cloud_tpu.Node(
-            name=self.node_path,
-            description="phantom local spot pod emulator",
-            accelerator_type=self.cfg.accelerator_type,
-            state=getattr(cloud_tpu.Node.State, state),
-            health=health or cloud_tpu.Node.Health.HEALTH_UNSPECIFIED,
-            health_description=(f"hosts not ready: {', '.join(unhealthy)}" if unhealthy else ""),
-            runtime_version="tpu-ubuntu2204-base",
-            cidr_block="127.0.0.0/24",
-            create_time=_timestamp(self.create_time),
-            scheduling_config=cloud_tpu.SchedulingConfig(spot=True),
-            network_config=cloud_tpu.NetworkConfig(network="default", subnetwork="default"),
-            network_endpoints=[
-                cloud_tpu.NetworkEndpoint(ip_address=h.ip, port=self.ssh_port) for h in self.hosts
-            ],
-            labels={"emulator": "phantom"},
-            id=self.node_id,
-            api_version=cloud_tpu.Node.ApiVersion.V2,
-            symptoms=symptoms,
-        )
-
-    def _require_node(self, name: str) -> None:
-        if name != self.node_path or not self.node_exists:
-            raise ApiError(grpc.StatusCode.NOT_FOUND, f"node {name!r} not found")
-
-    def node(self, name: str) -> cloud_tpu.Node:
-        self._require_node(name)
-        return self._node_pb()
-
-    def nodes(self) -> list[cloud_tpu.Node]:
-        return [self._node_pb()] if self.node_exists else []
-
-    def guest_attributes(
-        self, name: str, query_path: str, worker_ids: list[str]
-    ) -> list[cloud_tpu.GuestAttributes]:
-        self._require_node(name)
-        ids = worker_ids or [str(h.index) for h in self.hosts]
-        out = []
-        for wid in ids:
-            if not (wid.isdigit() and int(wid) < len(self.hosts)):
-                raise ApiError(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"worker id {wid!r} out of range 0..{len(self.hosts) - 1}",
-                )
-            host = self.hosts[int(wid)]
-            items = []
-            if host.state == READY and host.host_key is not None:
-                blob = public_line(host.host_key)
-                # GCE publishes host keys as namespace "hostkeys", key = algorithm;
-                # "ssh-host-key" carries the whole known_hosts-ready line.
-                candidates = [
-                    ("hostkeys", "ssh-ed25519", blob.split()[1]),
-                    ("hostkeys", "ssh-host-key", blob),
-                ]
-                path = query_path.strip("/")
-                for ns, key, value in candidates:
-                    if path in ("", ns, f"{ns}/{key}"):
-                        items.append(
-                            cloud_tpu.GuestAttributesEntry(namespace=ns, key=key, value=value)
-                        )
-            out.append(
-                cloud_tpu.GuestAttributes(
-                    query_path=query_path,
-                    query_value=cloud_tpu.GuestAttributesValue(items=items),
-                )
-            )
-        return out
-
-    def create_node(
-        self, node_id: str, node: cloud_tpu.Node
-    ) -> Coroutine[Any, Any, cloud_tpu.Node]:
-        if node_id != self.cfg.node_name:
+    def _grace(self, notice: Any) -> float:
+        if notice is None:
+            return 0.0
+        if notice == "default":
+            return self.cfg.preempt_grace
+        try:
+            grace = float(notice)
+        except (TypeError, ValueError):
+            grace = -1.0
+        if grace < 0:
             raise ApiError(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"the emulator hosts one node named {self.cfg.node_name!r}, not {node_id!r}",
+                f"--notice must be a number of seconds >= 0, got {notice!r}",
             )
-        if self.node_exists:
+        return grace
+
+    async def preempt(
+        self, ref: str, notice: Any = None, wait: bool = True, source: str = "command"
+    ) -> None:
+        node, hosts = self._resolve(ref)
+        grace = self._grace(notice)
+        if self.cfg.faithful:
+            hosts = list(node.hosts)  # a spot reclaim takes the whole slice
+        work = self.pod.preempt(node, hosts, grace, source)
+        if grace > 0 and not wait:
+            self.rt.spawn(work)
+            await asyncio.sleep(0)  # the task gives notice before its first await
+        else:
+            await work
+
+    async def recreate(self, ref: str) -> None:
+        node, hosts = self._resolve(ref)
+        if self.cfg.faithful:
+            if ref.strip().lower() != "all":
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "GCP-faithful mode: a TPU pod slice cannot recreate single workers; "
+                    "delete the node and create it again (DeleteNode + CreateNode, e.g. "
+                    "`gcloud compute tpus tpu-vm delete` then `create`), or `recreate all`",
+                )
+            if node.exists and not node.deleting:
+                await self.pod.replace(node)
+                return
+        await self.pod.recreate(node, hosts)
+
+    async def fault(self, req: dict[str, Any]) -> None:
+        kind = str(req.get("kind", ""))
+        ref = str(req.get("host", ""))
+        if kind == "clear" and ref.strip().lower() == "all":
+            await chaos.clear(self.pod, None, self.pod.all_hosts())
+            return
+        node, hosts = self._resolve(ref)
+        if kind == "clear":
+            await chaos.clear(self.pod, node, hosts)
+            return
+        seconds, duration = req.get("seconds"), req.get("duration")
+        try:
+            chaos.check_fault(kind, seconds, duration)
+        except ValueError as exc:
+            raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        await chaos.inject(self.pod, node, hosts, kind, seconds, duration)
+
+    def zone_control(self, req: dict[str, Any]) -> None:
+        zone = str(req.get("zone", ""))
+        if zone not in self.capacity.zones:
             raise ApiError(
-                grpc.StatusCode.ALREADY_EXISTS, f"node {self.node_path!r} already exists"
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"unknown zone {zone!r}; zones are {list(self.capacity.zones)}",
             )
-        self.node_exists = True
-        self.node_deleting = False
-        self.create_time = time.time()
-        self.node_id = int.from_bytes(secrets.token_bytes(6), "big")
-        for host in self.hosts:
-            self._boot(host)
-        self._write_known_hosts()
-        self._event("create", hosts=[h.name for h in self.hosts])
-        return self._wait_created()
+        capacity, stockout = req.get("capacity"), req.get("stockout_s")
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 0):
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"--capacity must be >= 0, got {capacity!r}"
+            )
+        if stockout is not None and (not isinstance(stockout, int | float) or stockout < 0):
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"--stockout must be >= 0 seconds (0 = until cleared), got {stockout!r}",
+            )
+        self.capacity.set(zone, capacity, stockout, bool(req.get("clear")))
+        self.rt.event(
+            "zone", zone=zone, **{k: v for k, v in req.items() if k not in ("op", "zone")}
+        )
 
-    async def _wait_created(self) -> cloud_tpu.Node:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.node_state() not in ("CREATING", "REPAIRING"))
-        state = self.node_state()
-        if state != "READY":
-            raise ApiError(grpc.StatusCode.ABORTED, f"node became {state} while being created")
-        return self._node_pb()
-
-    def delete_node(self, name: str) -> Coroutine[Any, Any, None]:
-        self._require_node(name)
-        if self.node_deleting:
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"node {name!r} is being deleted")
-        self.node_deleting = True
-        return self._delete()
-
-    async def _delete(self) -> None:
-        async with self._lock:
-            result = await self._kill_hosts(self.hosts, DELETING)
-            self._event("delete", hosts=[h.name for h in self.hosts], **result)
-            await asyncio.sleep(self.cfg.ready_delay / 2)
-            for host in self.hosts:
-                self._wipe_sandbox(host)
-                host.state = DELETED
-                host.host_key = None
-            self.node_exists = False
-            self.node_deleting = False
-            self._write_known_hosts()
-        await self._notify()
-
-    # --- chaos ---------------------------------------------------------------
-
-    async def _chaos_after(self, created: Coroutine[Any, Any, cloud_tpu.Node]) -> None:
-        # Chaos starts once the first boot is READY, like spot reclaims of a live VM.
-        await created
-        assert self.cfg.chaos_interval
-        await self._chaos(self.cfg.chaos_seed, self.cfg.chaos_interval)
-
-    async def _chaos(self, seed: int | None, interval: float) -> None:
-        for delay, target in chaos_schedule(seed, interval, len(self.hosts)):
-            await asyncio.sleep(delay)
-            # A reclaim of a host that is not up is a no-op, so the sequence of
-            # (delay, target) depends on the seed alone.
-            await self.preempt(target, source="chaos")
-
-    # --- control channel -----------------------------------------------------
+    # --- control channel -----------------------------------------------------------------
 
     async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -595,9 +309,15 @@ class PodDaemon:
             if op == "status":
                 pass
             elif op == "preempt":
-                await self.preempt(str(req.get("host", "")))
+                await self.preempt(
+                    str(req.get("host", "")), req.get("notice"), bool(req.get("wait", True))
+                )
             elif op == "recreate":
                 await self.recreate(str(req.get("host", "")))
+            elif op == "fault":
+                await self.fault(req)
+            elif op == "zone":
+                self.zone_control(req)
             elif op == "shutdown":
                 self._stop.set()
                 return {"ok": True, "pid": os.getpid()}
@@ -608,7 +328,7 @@ class PodDaemon:
             return {"ok": False, "code": code, "error": str(exc)}
         return {"ok": True, "status": self.status()}
 
-    # --- main ----------------------------------------------------------------
+    # --- start-up ----------------------------------------------------------------------------
 
     def _prepare_run_dir(self) -> None:
         run_dir = self.cfg.run_dir
@@ -621,30 +341,37 @@ class PodDaemon:
             if old_id:
                 kill_marked(marker_value(old_id), old_cg)
             remove_cgroup(old_cg)
-        self.layout.run_id_file.write_text(self.run_id + "\n")
-        self.run_cgroup = make_run_cgroup(self.run_id)
-        self.layout.cgroup_file.write_text(f"{self.run_cgroup or ''}\n")
+        self.layout.run_id_file.write_text(self.rt.run_id + "\n")
+        self.rt.run_cgroup = make_run_cgroup(self.rt.run_id)
+        self.layout.cgroup_file.write_text(f"{self.rt.run_cgroup or ''}\n")
         log.info(
             "process tracking: marker + descendants%s",
-            f" + cgroup {self.run_cgroup}" if self.run_cgroup else " (no usable cgroup)",
+            f" + cgroup {self.rt.run_cgroup}" if self.rt.run_cgroup else " (no usable cgroup)",
         )
         self.layout.pid_file.write_text(f"{os.getpid()}\n")
         shutil.rmtree(self.layout.hosts_dir, ignore_errors=True)
         self.layout.hosts_dir.mkdir()
         self.layout.bucket.mkdir(exist_ok=True)
         write_wrapper(self.layout.shim_bin)
-        shutil.rmtree(self.short_tmp_root, ignore_errors=True)
+        shutil.rmtree(self.rt.short_tmp_root, ignore_errors=True)
+        self._load_keys()
+
+    def _load_keys(self) -> None:
         key_path = self.layout.client_key
         try:
-            self.client_key = asyncssh.read_private_key(key_path)
+            self.rt.client_key = asyncssh.read_private_key(key_path)
         except (OSError, asyncssh.KeyImportError):
-            self.client_key = asyncssh.generate_private_key(
-                "ssh-ed25519", comment=f"{SSH_USER}@phantom-pod"
+            self.rt.client_key = asyncssh.generate_private_key(
+                "ssh-ed25519", comment=f"{self.cfg.ssh_user}@phantom-pod"
             )
             key_path.unlink(missing_ok=True)
-            self.client_key.write_private_key(key_path)
+            self.rt.client_key.write_private_key(key_path)
             key_path.chmod(0o600)
-            self.client_key.write_public_key(key_path.with_name("client_key.pub"))
+            self.rt.client_key.write_public_key(key_path.with_name("client_key.pub"))
+        user_key = self.rt.client_key.convert_to_public()
+        if self.cfg.ssh_key is not None:
+            user_key = _public_key(self.cfg.ssh_key)
+        self.rt.base_authorized = {self.cfg.ssh_user: frozenset([user_key.public_data])}
 
     def _read_cgroup_file(self) -> Path | None:
         try:
@@ -652,6 +379,21 @@ class PodDaemon:
         except OSError:
             return None
         return Path(text) if text else None
+
+    def _reserve_ports(self) -> None:
+        """The first node's SSH and metadata ports on each of its addresses."""
+        z = self.capacity.zone(self.cfg.zone).index
+        internal = [host_ip(i, z) for i in range(self.cfg.hosts)]
+        external = [host_ip(i, z, external=True) for i in range(self.cfg.hosts)]
+        ssh_ips = internal + (external if self.cfg.faithful else [])
+        socks = reserve_common_port(ssh_ips, self.cfg.ssh_port)
+        self.rt.ssh_port = socks[0].getsockname()[1]
+        self.rt.reserved_ssh = dict(zip(ssh_ips, socks, strict=True))
+        socks = reserve_common_port(internal, self.cfg.metadata_port, "--metadata-port")
+        self.rt.metadata_port = socks[0].getsockname()[1]
+        assert self.rt.metadata is not None
+        self.rt.metadata.port = self.rt.metadata_port
+        self.rt.reserved_meta = dict(zip(internal, socks, strict=True))
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -666,53 +408,104 @@ class PodDaemon:
         grpc_server: grpc.aio.Server | None = None
         try:
             self._prepare_run_dir()
-            socks = reserve_common_port([h.ip for h in self.hosts], self.cfg.ssh_port)
-            self.ssh_port = socks[0].getsockname()[1]
-            for host, sock in zip(self.hosts, socks, strict=True):
-                host.reserved_sock = sock
-            api = TpuApi(self)
+            self._reserve_ports()
+            assert self.rt.metadata is not None
+            await self.rt.metadata.start()
             try:
-                grpc_server, self.api_port = await serve(api, self.cfg.api_port)
+                grpc_server, self.api_port = await serve(self.api, self.cfg.api_port)
+                await self.rest.start(self.cfg.rest_port)
             except OSError as exc:
                 raise StartupError(str(exc), exit_code=2) from exc
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
             log.info(
-                "serving run_dir=%s run_id=%s ssh_port=%s tpu_api=127.0.0.1:%s",
+                "serving run_dir=%s run_id=%s ssh_port=%s tpu_api=127.0.0.1:%s "
+                "rest=127.0.0.1:%s metadata_port=%s faithful=%s",
                 self.cfg.run_dir,
-                self.run_id,
-                self.ssh_port,
+                self.rt.run_id,
+                self.rt.ssh_port,
                 self.api_port,
+                self.rest.port,
+                self.rt.metadata_port,
+                self.cfg.faithful,
             )
-            created = self.create_node(self.cfg.node_name, cloud_tpu.Node())
-            if self.cfg.chaos_interval:
-                self._spawn(self._chaos_after(created))
-            else:
-                self._spawn(created)
+            spec = cloud_tpu.Node(
+                accelerator_type=self.cfg.accelerator_type,
+                network_config=cloud_tpu.NetworkConfig(enable_external_ips=self.cfg.faithful),
+                scheduling_config=cloud_tpu.SchedulingConfig(spot=True),
+            )
+            parent = f"projects/{self.cfg.project}/locations/{self.cfg.zone}"
+            _, created = self.pod.create_node(
+                parent, self.cfg.node_name, spec, ignore_capacity=True
+            )
+            self.rt.spawn(self.queued.run())
+            self.rt.spawn(self._chaos_after(created))
             await self._stop.wait()
             log.info("shutting down")
         finally:
             await self._shutdown(control, grpc_server)
         return 0
 
+    async def _chaos_after(self, created: Any) -> None:
+        # Chaos starts once the first boot is READY, like spot reclaims of a live VM.
+        with contextlib.suppress(ApiError):
+            await created
+        if not self.cfg.chaos_interval:
+            return
+        node = self.pod.primary()
+        await chaos.run_chaos(
+            self.cfg.chaos_seed,
+            self.cfg.chaos_interval,
+            len(node.hosts) if node is not None else self.cfg.hosts,
+            tuple(k for k in self.cfg.chaos_faults if k in FAULT_KINDS),
+            lambda target: self.preempt(target, self.cfg.chaos_notice or None, source="chaos"),
+            self._chaos_fault,
+        )
+
+    async def _chaos_fault(self, target: str, kind: str, seconds: float) -> None:
+        node, hosts = self._resolve(target)
+        if kind == "slow-api":
+            await chaos.inject(self.pod, node, hosts, kind, min(5.0, seconds / 2), seconds, "chaos")
+        else:
+            await chaos.inject(self.pod, node, hosts, kind, seconds, None, "chaos")
+
     async def _shutdown(self, control: asyncio.Server, grpc_server: grpc.aio.Server | None) -> None:
-        for task in list(self._tasks):
+        for task in list(self.rt.tasks):
             task.cancel()
-        for host in self.hosts:
-            if host.reserved_sock is not None:
-                host.reserved_sock.close()
-                host.reserved_sock = None
-        await self._kill_hosts(self.hosts, DELETED)
+        self.ops.cancel_all()
+        self.rt.close_reserved()
+        hosts = self.pod.all_hosts()
+        last = self.pod.last
+        if last is not None and last.path not in self.pod.nodes:
+            hosts += last.hosts
+        await self.life.kill([h for h in hosts if h.state != DELETED or h.ssh], DELETED)
         # A last sweep over the whole run catches anything of older generations.
-        await asyncio.to_thread(kill_marked, marker_value(self.run_id), self.run_cgroup)
-        remove_cgroup(self.run_cgroup)
+        await asyncio.to_thread(kill_marked, marker_value(self.rt.run_id), self.rt.run_cgroup)
+        remove_cgroup(self.rt.run_cgroup)
         if grpc_server is not None:
             await grpc_server.stop(grace=0.2)
+        await self.rest.stop()
+        if self.rt.metadata is not None:
+            await self.rt.metadata.stop()
         control.close()
-        shutil.rmtree(self.short_tmp_root, ignore_errors=True)
+        shutil.rmtree(self.rt.short_tmp_root, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             self.layout.pid_file.unlink()
         log.info("stopped")
+
+
+def _public_key(path: Path) -> asyncssh.SSHKey:
+    """The public half of the user's key: ``PATH.pub`` if present, else from ``PATH``."""
+    for candidate in (Path(f"{path}.pub"), path):
+        with contextlib.suppress(OSError, asyncssh.KeyImportError):
+            if candidate.suffix == ".pub":
+                return asyncssh.read_public_key(candidate)
+            return asyncssh.read_private_key(candidate).convert_to_public()
+    raise StartupError(
+        f"--ssh-key {path}: cannot read an SSH key there (need an unencrypted private key "
+        "or its .pub beside it)",
+        exit_code=2,
+    )
 
 
 def run_daemon(cfg: DaemonConfig) -> int:
@@ -722,6 +515,7 @@ def run_daemon(cfg: DaemonConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     try:
         return asyncio.run(PodDaemon(cfg).run())
     except StartupError as exc:

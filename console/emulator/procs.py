@@ -138,6 +138,101 @@ def kill_marked(prefix: str, cgroup: Path | None = None, timeout: float = 10.0) 
         time.sleep(0.002)
 
 
+# --- many hosts at once ---------------------------------------------------------
+#
+# A preemption of a whole 256-host slice must not scan /proc 256 times: one scan
+# reads every marker of the run and sorts the pids by host.
+
+Target = tuple[str, "Path | None"]  # (host marker prefix, host cgroup)
+
+
+def _scan_run(run_prefix: str) -> tuple[dict[int, list[int]], dict[int, str]]:
+    """One pass over /proc: children by parent, and each marked pid's marker value."""
+    key = f"{MARKER_ENV}={run_prefix}".encode()
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    markers: dict[int, str] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children, markers
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":
+                continue
+            children.setdefault(int(fields[1]), []).append(pid)
+            if pid == me:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                for var in fh.read().split(b"\0"):
+                    if var.startswith(key):
+                        markers[pid] = var[len(MARKER_ENV) + 1 :].decode(errors="replace")
+                        break
+        except (OSError, IndexError, ValueError):
+            continue
+    return children, markers
+
+
+def pids_by_target(run_prefix: str, targets: list[Target]) -> dict[str, set[int]]:
+    """Live pids of each target (marker prefix -> pids), descendants included."""
+    children, markers = _scan_run(run_prefix)
+    me = os.getpid()
+    out: dict[str, set[int]] = {}
+    for prefix, cgroup in targets:
+        found = {pid for pid, value in markers.items() if value.startswith(prefix)}
+        found |= {p for p in cgroup_pids(cgroup) if _alive(p)}
+        found.discard(me)
+        todo = list(found)
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in found and child != me:
+                    found.add(child)
+                    todo.append(child)
+        out[prefix] = found
+    return out
+
+
+def signal_targets(run_prefix: str, targets: list[Target], sig: int) -> int:
+    """Send ``sig`` once to every process of the targets; how many got it."""
+    sent = 0
+    for pids in pids_by_target(run_prefix, targets).values():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+                sent += 1
+    return sent
+
+
+def kill_targets(run_prefix: str, targets: list[Target], timeout: float = 10.0) -> dict[str, int]:
+    """``kill_marked`` for many hosts with one /proc scan per round; killed per prefix."""
+    for _prefix, cgroup in targets:
+        if cgroup is not None:
+            with contextlib.suppress(OSError):
+                (cgroup / "pids.max").write_text("0")
+    killed: dict[str, set[int]] = {prefix: set() for prefix, _ in targets}
+    deadline = time.monotonic() + timeout
+    while True:
+        live = pids_by_target(run_prefix, targets)
+        if not any(live.values()):
+            return {prefix: len(pids) for prefix, pids in killed.items()}
+        if time.monotonic() > deadline:
+            left = sorted(set().union(*live.values()))
+            raise TimeoutError(f"processes of {run_prefix!r} survive SIGKILL: {left}")
+        for prefix, pids in live.items():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed[prefix].add(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.002)
+
+
 # --- cgroups ------------------------------------------------------------------
 
 

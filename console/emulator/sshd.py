@@ -33,14 +33,17 @@ class HostContext:
     """What the SSH server needs to know about its host "VM"."""
 
     name: str
-    ip: str
+    ips: tuple[str, ...]  # internal IP first; the external one too in GCP-faithful mode
     port: int
     sandbox: Path
     env: Mapping[str, str]
-    user: str
-    client_key: asyncssh.SSHKey
+    authorized: Mapping[str, frozenset[bytes]]  # user -> public key blobs it may log in with
     host_key: asyncssh.SSHKey
     cgroup: Path | None = None  # commands join it before exec (see procs)
+
+    @property
+    def ip(self) -> str:
+        return self.ips[0]
 
 
 def bind_socket(ip: str, port: int) -> socket.socket:
@@ -79,10 +82,7 @@ class _ServerConn(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        ctx = self._host.ctx
-        return username == ctx.user and (
-            key.public_data == ctx.client_key.convert_to_public().public_data
-        )
+        return key.public_data in self._host.ctx.authorized.get(username, frozenset())
 
     def connection_requested(
         self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
@@ -160,18 +160,35 @@ class HostSSH:
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
         self.connections: set[asyncssh.SSHServerConnection] = set()
-        self._acceptor: asyncssh.SSHAcceptor | None = None
+        self._acceptors: list[asyncssh.SSHAcceptor] = []
+        self._tarpits: list[asyncio.Server] = []
+        self._held: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def running(self) -> bool:
-        return self._acceptor is not None
+        return bool(self._acceptors) or bool(self._tarpits)
 
-    async def start(self, sock: socket.socket | None = None) -> None:
-        """Listen on ctx.ip:ctx.port (or on a socket bound already)."""
-        if sock is None:
-            sock = bind_socket(self.ctx.ip, self.ctx.port)
-        self._acceptor = await asyncssh.listen(
+    @property
+    def hung(self) -> bool:
+        return bool(self._tarpits)
+
+    async def start(self, socks: list[socket.socket | None] | None = None) -> None:
+        """Listen on every ctx IP at ctx.port (or on sockets bound already, in ctx.ips order)."""
+        given = list(socks or [])
+        for i, ip in enumerate(self.ctx.ips):
+            sock = given[i] if i < len(given) else None
+            if sock is None:
+                sock = bind_socket(ip, self.ctx.port)
+            try:
+                self._acceptors.append(await self._listen(sock))
+            except BaseException:
+                sock.close()
+                self.stop()
+                raise
+
+    async def _listen(self, sock: socket.socket) -> asyncssh.SSHAcceptor:
+        return await asyncssh.listen(
             sock=sock,
             server_factory=lambda: _ServerConn(self),
             server_host_keys=[self.ctx.host_key],
@@ -184,14 +201,61 @@ class HostSSH:
             login_timeout=30,
         )
 
+    def stop_listening(self) -> None:
+        """Refuse new connections; sessions already open go on (a VM shutting down)."""
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors = []
+
     def stop(self) -> None:
         """Stop accepting and drop every open connection at once (no goodbye)."""
-        if self._acceptor is not None:
-            self._acceptor.close()
-            self._acceptor = None
+        self.stop_listening()
+        self._close_tarpits()
         for conn in list(self.connections):
             conn.abort()
         self.connections.clear()
+
+    # --- the "hang" fault -------------------------------------------------------
+
+    async def hang(self) -> None:
+        """Accept TCP connections and never answer; open sessions stop being served.
+
+        What a wedged VM looks like from outside: the kernel completes the TCP
+        handshake, sshd never sends its banner.
+        """
+        if self.hung:
+            return
+        self.stop_listening()
+        for ip in self.ctx.ips:
+            self._tarpits.append(
+                await asyncio.start_server(self._hold, sock=bind_socket(ip, self.ctx.port))
+            )
+        for conn in self.connections:
+            transport = getattr(conn, "_transport", None)  # asyncssh keeps it private
+            if isinstance(transport, asyncio.ReadTransport):
+                transport.pause_reading()
+
+    async def unhang(self) -> None:
+        if not self.hung:
+            return
+        self._close_tarpits()
+        for ip in self.ctx.ips:
+            self._acceptors.append(await self._listen(bind_socket(ip, self.ctx.port)))
+        for conn in self.connections:
+            transport = getattr(conn, "_transport", None)
+            if isinstance(transport, asyncio.ReadTransport) and not transport.is_closing():
+                transport.resume_reading()
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._held.add(writer)  # closed when the fault is cleared or the host goes
+
+    def _close_tarpits(self) -> None:
+        for server in self._tarpits:
+            server.close()
+        self._tarpits = []
+        for writer in self._held:
+            writer.transport.abort()
+        self._held.clear()
 
     async def _handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         task = asyncio.current_task()
@@ -225,13 +289,17 @@ class HostSSH:
         peer = process.get_extra_info("peername") or ("", 0)
         # Like sshd's usual `AcceptEnv LANG LC_*`: other client variables are dropped.
         env = dict(self.ctx.env)
+        user = process.get_extra_info("username") or ""
+        if user:
+            env["USER"] = env["LOGNAME"] = user
         env.update(
             (k, v)
             for k, v in process.env.items()
             if isinstance(k, str) and isinstance(v, str) and (k == "LANG" or k.startswith("LC_"))
         )
+        local = process.get_extra_info("sockname") or (self.ctx.ip, self.ctx.port)
         env["SSH_CLIENT"] = f"{peer[0]} {peer[1]} {self.ctx.port}"
-        env["SSH_CONNECTION"] = f"{peer[0]} {peer[1]} {self.ctx.ip} {self.ctx.port}"
+        env["SSH_CONNECTION"] = f"{peer[0]} {peer[1]} {local[0]} {self.ctx.port}"
         loop = asyncio.get_running_loop()
         transport, proto = await loop.subprocess_exec(
             lambda: _PipeProtocol(process),

@@ -1,240 +1,232 @@
-"""gRPC server for the subset of ``google.cloud.tpu.v2.Tpu`` the console uses.
+"""The TPU v2 API's request handlers, and the gRPC server that exposes them.
 
 Messages are the real ``google.cloud.tpu_v2`` proto-plus types, so the real
-``TpuAsyncClient`` (grpc_asyncio transport) talks to it unchanged. Create and
-Delete return ``google.longrunning.Operation``s served by
-``google.longrunning.Operations``.
+``TpuAsyncClient`` (grpc_asyncio transport) talks to it unchanged. Services:
+``google.cloud.tpu.v2.Tpu`` (nodes, guest attributes, queued resources),
+``google.longrunning.Operations`` and ``google.cloud.location.Locations``.
+The REST front end (``rest_api``) calls the same ``TpuApi`` methods.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
+from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, empty_pb2, timestamp_pb2
-from google.rpc import status_pb2
+from google.protobuf import empty_pb2
+
+from console.emulator.api_state import PodState
+from console.emulator.operations import ApiError, OperationStore
+from console.emulator.queued import QueuedResources
 
 log = logging.getLogger("phantom.pod.api")
 
 SERVICE = "google.cloud.tpu.v2.Tpu"
 OPERATIONS_SERVICE = "google.longrunning.Operations"
+LOCATIONS_SERVICE = "google.cloud.location.Locations"
+
+__all__ = ["ApiError", "TpuApi", "serve"]
 
 
-class ApiError(Exception):
-    """Raised by the backend; becomes a gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class TpuBackend(Protocol):
-    """What the daemon's pod model provides to the API."""
-
-    project: str
-    zone: str
-
-    def node(self, name: str) -> cloud_tpu.Node: ...
-
-    def nodes(self) -> list[cloud_tpu.Node]: ...
-
-    def guest_attributes(
-        self, name: str, query_path: str, worker_ids: list[str]
-    ) -> list[cloud_tpu.GuestAttributes]: ...
-
-    def create_node(self, node_id: str, node: cloud_tpu.Node) -> Awaitable[cloud_tpu.Node]: ...
-
-    def delete_node(self, name: str) -> Awaitable[None]: ...
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromNanoseconds(time.time_ns())
-    return ts
-
-
-@dataclass
-class _Op:
-    name: str
-    metadata: cloud_tpu.OperationMetadata
-    task: asyncio.Future[Any]
-    result_pb: Callable[[Any], Any]
-    end_time: timestamp_pb2.Timestamp | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_pb(self) -> operations_pb2.Operation:
-        op = operations_pb2.Operation(name=self.name)
-        meta = cloud_tpu.OperationMetadata.pb(self.metadata)
-        if self.task.done():
-            if self.end_time is None:
-                self.end_time = _now()
-            meta.end_time.CopyFrom(self.end_time)
-        op.metadata.Pack(meta)
-        if not self.task.done():
-            return op
-        op.done = True
-        exc = self.task.exception()
-        if exc is None:
-            response = any_pb2.Any()
-            response.Pack(self.result_pb(self.task.result()))
-            op.response.CopyFrom(response)
-        else:
-            code = exc.code if isinstance(exc, ApiError) else grpc.StatusCode.INTERNAL
-            op.error.CopyFrom(status_pb2.Status(code=code.value[0], message=str(exc)))
-        return op
+def _parent_of(name: str, collection: str) -> str:
+    return name.rsplit(f"/{collection}/", 1)[0]
 
 
 class TpuApi:
-    """Handlers for the Tpu and Operations services."""
+    """Handlers for the Tpu, Operations and Locations services (proto-plus or pb in/out)."""
 
-    def __init__(self, backend: TpuBackend) -> None:
-        self.backend = backend
-        self._ops: dict[str, _Op] = {}
-        self._ids = itertools.count(1)
+    def __init__(self, pod: PodState, queued: QueuedResources, ops: OperationStore) -> None:
+        self.pod = pod
+        self.queued = queued
+        self.ops = ops
 
-    @property
-    def parent(self) -> str:
-        return f"projects/{self.backend.project}/locations/{self.backend.zone}"
+    async def call(self, fn: Callable[[Any], Awaitable[Any]], request: Any) -> Any:
+        """Every call of either front end: the slow-api fault first, then the handler."""
+        await self.pod.gate()
+        return await fn(request)
 
-    def _check_parent(self, parent: str) -> None:
-        wildcard = f"projects/{self.backend.project}/locations/-"
-        if parent not in (self.parent, wildcard):
-            raise ApiError(
-                grpc.StatusCode.NOT_FOUND,
-                f"location {parent!r} not found; the emulator serves {self.parent!r}",
-            )
-
-    def _start_op(
-        self, verb: str, target: str, work: Awaitable[Any], result_pb: Callable[[Any], Any]
-    ) -> operations_pb2.Operation:
-        name = f"{self.parent}/operations/operation-{int(time.time())}-{next(self._ids):04d}"
-        meta = cloud_tpu.OperationMetadata(
-            create_time=_now(), target=target, verb=verb, api_version="v2"
-        )
-        task = asyncio.ensure_future(work)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark retrieved
-        op = _Op(name=name, metadata=meta, task=task, result_pb=result_pb)
-        self._ops[name] = op
-        return op.to_pb()
-
-    # --- Tpu -----------------------------------------------------------------
+    # --- nodes ------------------------------------------------------------------------
 
     async def list_nodes(self, req: cloud_tpu.ListNodesRequest) -> cloud_tpu.ListNodesResponse:
-        self._check_parent(req.parent)
-        return cloud_tpu.ListNodesResponse(nodes=self.backend.nodes())
+        return cloud_tpu.ListNodesResponse(nodes=self.pod.list_nodes(req.parent))
 
     async def get_node(self, req: cloud_tpu.GetNodeRequest) -> cloud_tpu.Node:
-        return self.backend.node(req.name)
+        return self.pod.get_node(req.name)
 
     async def get_guest_attributes(
         self, req: cloud_tpu.GetGuestAttributesRequest
     ) -> cloud_tpu.GetGuestAttributesResponse:
-        attrs = self.backend.guest_attributes(req.name, req.query_path, list(req.worker_ids))
+        attrs = self.pod.guest_attributes(req.name, req.query_path, list(req.worker_ids))
         return cloud_tpu.GetGuestAttributesResponse(guest_attributes=attrs)
 
     async def create_node(self, req: cloud_tpu.CreateNodeRequest) -> operations_pb2.Operation:
-        self._check_parent(req.parent)
         node_id = req.node_id or req.node.name.rsplit("/", 1)[-1]
-        work = self.backend.create_node(node_id, req.node)
-        target = f"{self.parent}/nodes/{node_id}"
-        return self._start_op("create", target, work, cloud_tpu.Node.pb)
+        target, work = self.pod.create_node(req.parent, node_id, req.node)
+        return self.ops.start(req.parent, "create", target, work, cloud_tpu.Node.pb)
 
     async def delete_node(self, req: cloud_tpu.DeleteNodeRequest) -> operations_pb2.Operation:
-        work = self.backend.delete_node(req.name)
-        return self._start_op("delete", req.name, work, lambda _: empty_pb2.Empty())
+        work = self.pod.delete_node(req.name)
+        return self.ops.start(
+            _parent_of(req.name, "nodes"), "delete", req.name, work, lambda _: empty_pb2.Empty()
+        )
 
-    # --- Operations ----------------------------------------------------------
+    async def unsupported(self, req: Any) -> Any:
+        raise ApiError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"the emulator does not implement {type(req).__name__.removesuffix('Request')}",
+        )
 
-    def _op(self, name: str) -> _Op:
-        op = self._ops.get(name)
-        if op is None:
-            raise ApiError(grpc.StatusCode.NOT_FOUND, f"operation {name!r} not found")
-        return op
+    # --- queued resources --------------------------------------------------------------
+
+    async def list_queued_resources(
+        self, req: cloud_tpu.ListQueuedResourcesRequest
+    ) -> cloud_tpu.ListQueuedResourcesResponse:
+        return cloud_tpu.ListQueuedResourcesResponse(
+            queued_resources=self.queued.list_pb(req.parent)
+        )
+
+    async def get_queued_resource(
+        self, req: cloud_tpu.GetQueuedResourceRequest
+    ) -> cloud_tpu.QueuedResource:
+        return self.queued.to_pb(self.queued.get(req.name))
+
+    async def create_queued_resource(
+        self, req: cloud_tpu.CreateQueuedResourceRequest
+    ) -> operations_pb2.Operation:
+        name, work = self.queued.create(req.parent, req.queued_resource_id, req.queued_resource)
+        return self.ops.start(req.parent, "create", name, work, cloud_tpu.QueuedResource.pb)
+
+    async def delete_queued_resource(
+        self, req: cloud_tpu.DeleteQueuedResourceRequest
+    ) -> operations_pb2.Operation:
+        work = self.queued.delete(req.name, req.force)
+        return self.ops.start(
+            _parent_of(req.name, "queuedResources"),
+            "delete",
+            req.name,
+            work,
+            lambda _: empty_pb2.Empty(),
+        )
+
+    async def reset_queued_resource(
+        self, req: cloud_tpu.ResetQueuedResourceRequest
+    ) -> operations_pb2.Operation:
+        work = self.queued.reset(req.name)
+        return self.ops.start(
+            _parent_of(req.name, "queuedResources"),
+            "reset",
+            req.name,
+            work,
+            cloud_tpu.QueuedResource.pb,
+        )
+
+    # --- operations and locations ---------------------------------------------------------
 
     async def get_operation(self, req: operations_pb2.GetOperationRequest) -> Any:
-        return self._op(req.name).to_pb()
+        return self.ops.get(req.name)
 
     async def list_operations(self, req: operations_pb2.ListOperationsRequest) -> Any:
-        ops = [op.to_pb() for name, op in self._ops.items() if name.startswith(req.name)]
-        return operations_pb2.ListOperationsResponse(operations=ops)
+        self.pod.zone_of(req.name)
+        return operations_pb2.ListOperationsResponse(operations=self.ops.list(req.name))
 
     async def delete_operation(self, req: operations_pb2.DeleteOperationRequest) -> Any:
-        self._op(req.name)
-        del self._ops[req.name]
+        self.ops.delete(req.name)
         return empty_pb2.Empty()
 
     async def cancel_operation(self, req: operations_pb2.CancelOperationRequest) -> Any:
         raise ApiError(grpc.StatusCode.UNIMPLEMENTED, "the emulator cannot cancel operations")
 
-    # --- wiring --------------------------------------------------------------
+    async def list_locations(self, req: locations_pb2.ListLocationsRequest) -> Any:
+        return locations_pb2.ListLocationsResponse(locations=self.pod.locations(req.name))
+
+    async def get_location(self, req: locations_pb2.GetLocationRequest) -> Any:
+        return self.pod.location(req.name)
+
+    # --- gRPC wiring ----------------------------------------------------------------------
 
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def wrap(fn: Callable[[Any], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
-                    return await fn(request)
+                    return await self.call(fn, request)
                 except ApiError as exc:
                     await context.abort(exc.code, str(exc))
 
             return handler
 
-        def proto_plus(fn: Callable[[Any], Awaitable[Any]], req: Any, resp: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                wrap(fn), request_deserializer=req.deserialize, response_serializer=resp.serialize
-            )
-
-        def raw(fn: Callable[[Any], Awaitable[Any]], req: Any) -> Any:
+        def method(fn: Callable[[Any], Awaitable[Any]], req: Any, resp: Any = None) -> Any:
+            """``req``/``resp``: proto-plus classes, or raw pb classes (resp None = raw)."""
+            plus = hasattr(req, "deserialize")
             return grpc.unary_unary_rpc_method_handler(
                 wrap(fn),
-                request_deserializer=req.FromString,
-                response_serializer=lambda m: m.SerializeToString(),
+                request_deserializer=req.deserialize if plus else req.FromString,
+                response_serializer=resp.serialize
+                if resp is not None
+                else (lambda m: m.SerializeToString()),
             )
 
-        def proto_plus_to_raw(fn: Callable[[Any], Awaitable[Any]], req: Any) -> Any:
-            return grpc.unary_unary_rpc_method_handler(
-                wrap(fn),
-                request_deserializer=req.deserialize,
-                response_serializer=lambda m: m.SerializeToString(),
-            )
-
+        t = cloud_tpu
         tpu = grpc.method_handlers_generic_handler(
             SERVICE,
             {
-                "ListNodes": proto_plus(
-                    self.list_nodes, cloud_tpu.ListNodesRequest, cloud_tpu.ListNodesResponse
-                ),
-                "GetNode": proto_plus(self.get_node, cloud_tpu.GetNodeRequest, cloud_tpu.Node),
-                "GetGuestAttributes": proto_plus(
+                "ListNodes": method(self.list_nodes, t.ListNodesRequest, t.ListNodesResponse),
+                "GetNode": method(self.get_node, t.GetNodeRequest, t.Node),
+                "GetGuestAttributes": method(
                     self.get_guest_attributes,
-                    cloud_tpu.GetGuestAttributesRequest,
-                    cloud_tpu.GetGuestAttributesResponse,
+                    t.GetGuestAttributesRequest,
+                    t.GetGuestAttributesResponse,
                 ),
-                "CreateNode": proto_plus_to_raw(self.create_node, cloud_tpu.CreateNodeRequest),
-                "DeleteNode": proto_plus_to_raw(self.delete_node, cloud_tpu.DeleteNodeRequest),
+                "CreateNode": method(self.create_node, t.CreateNodeRequest),
+                "DeleteNode": method(self.delete_node, t.DeleteNodeRequest),
+                "StopNode": method(self.unsupported, t.StopNodeRequest),
+                "StartNode": method(self.unsupported, t.StartNodeRequest),
+                "UpdateNode": method(self.unsupported, t.UpdateNodeRequest),
+                "ListQueuedResources": method(
+                    self.list_queued_resources,
+                    t.ListQueuedResourcesRequest,
+                    t.ListQueuedResourcesResponse,
+                ),
+                "GetQueuedResource": method(
+                    self.get_queued_resource, t.GetQueuedResourceRequest, t.QueuedResource
+                ),
+                "CreateQueuedResource": method(
+                    self.create_queued_resource, t.CreateQueuedResourceRequest
+                ),
+                "DeleteQueuedResource": method(
+                    self.delete_queued_resource, t.DeleteQueuedResourceRequest
+                ),
+                "ResetQueuedResource": method(
+                    self.reset_queued_resource, t.ResetQueuedResourceRequest
+                ),
             },
         )
         ops = grpc.method_handlers_generic_handler(
             OPERATIONS_SERVICE,
             {
-                "GetOperation": raw(self.get_operation, operations_pb2.GetOperationRequest),
-                "ListOperations": raw(self.list_operations, operations_pb2.ListOperationsRequest),
-                "DeleteOperation": raw(
+                "GetOperation": method(self.get_operation, operations_pb2.GetOperationRequest),
+                "ListOperations": method(
+                    self.list_operations, operations_pb2.ListOperationsRequest
+                ),
+                "DeleteOperation": method(
                     self.delete_operation, operations_pb2.DeleteOperationRequest
                 ),
-                "CancelOperation": raw(
+                "CancelOperation": method(
                     self.cancel_operation, operations_pb2.CancelOperationRequest
                 ),
             },
         )
-        return [tpu, ops]
+        locations = grpc.method_handlers_generic_handler(
+            LOCATIONS_SERVICE,
+            {
+                "ListLocations": method(self.list_locations, locations_pb2.ListLocationsRequest),
+                "GetLocation": method(self.get_location, locations_pb2.GetLocationRequest),
+            },
+        )
+        return [tpu, ops, locations]
 
 
 async def serve(api: TpuApi, port: int) -> tuple[grpc.aio.Server, int]:

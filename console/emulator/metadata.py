@@ -1,0 +1,192 @@
+"""A GCE metadata server per emulated host, on the host's own loopback address.
+
+Every host process finds it through ``GCE_METADATA_HOST`` (and ``GCE_METADATA_IP``,
+``GCE_METADATA_ROOT``, which google-auth and gcloud read), so nothing ever falls
+back to the link-local default address. As on GCE:
+
+- paths under ``/computeMetadata/v1/``; a request without ``Metadata-Flavor: Google``
+  gets 403; answers carry ``Metadata-Flavor: Google`` and an ``ETag``;
+- ``instance/preempted`` answers ``FALSE``, then ``TRUE`` from the moment a
+  preemption notice is given;
+- ``?wait_for_change=true`` long-polls until the value differs from the one at
+  request time (or from ``last_etag``), ``timeout_sec`` bounds the wait;
+- a directory (``instance/``) lists its entries, ``?recursive=true`` answers JSON.
+
+One aiohttp runner serves every host; each host is one listening site, and a
+request is answered from the host whose address it arrived on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("phantom.pod.metadata")
+
+PREFIX = "/computeMetadata/v1"
+FLAVOR = {"Metadata-Flavor": "Google"}
+MAX_WAIT_S = 3600.0
+
+Tree = dict[str, Any]  # nested dicts; leaves are strings
+
+
+def _etag(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("-")
+    return head + "".join(part.title() for part in rest)
+
+
+def _as_json(node: Any, raw_keys: bool = False) -> Any:
+    if isinstance(node, dict):
+        # GCE answers recursive JSON in camelCase; attribute keys are the user's own.
+        return {
+            (k if raw_keys else _camel(k)): _as_json(v, raw_keys or k == "attributes")
+            for k, v in node.items()
+        }
+    return node
+
+
+def _render(tree: Tree, path: str, recursive: bool) -> tuple[str, str] | None:
+    """(body, content type) for ``path`` in ``tree``, or None if it does not exist."""
+    node: Any = tree
+    parts = [p for p in path.split("/") if p]
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, dict):
+        if recursive:
+            return json.dumps(_as_json(node, raw_keys=bool(parts) and parts[-1] == "attributes")), (
+                "application/json"
+            )
+        lines = [f"{k}/" if isinstance(v, dict) else k for k, v in node.items()]
+        return "".join(line + "\n" for line in lines), "application/text"
+    return str(node), "application/text"
+
+
+class MetadataServer:
+    """Serves ``tree_for(ip)`` (None: no VM on that address) on every added address."""
+
+    def __init__(self, tree_for: Callable[[str], Tree | None]) -> None:
+        self.tree_for = tree_for
+        self.port = 0
+        self._app = web.Application()
+        self._app.router.add_route("GET", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
+        self._sites: dict[str, web.BaseSite] = {}
+        self._changed = asyncio.Condition()
+
+    async def start(self) -> None:
+        await self._runner.setup()
+
+    async def add(self, ip: str, sock: socket.socket | None = None) -> None:
+        """Serve ``ip`` on the common port (``sock``: bound to it already)."""
+        if ip in self._sites:
+            if sock is not None:
+                sock.close()
+            return
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((ip, self.port))
+            except OSError:
+                sock.close()
+                raise
+        site = web.SockSite(self._runner, sock, shutdown_timeout=0.5)
+        await site.start()
+        self._sites[ip] = site
+
+    async def remove(self, ip: str) -> None:
+        site = self._sites.pop(ip, None)
+        if site is not None:
+            await site.stop()
+
+    async def changed(self) -> None:
+        """Wake every long-poll so it re-reads its value."""
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+        self._sites.clear()
+
+    # --- requests ---------------------------------------------------------------
+
+    def _answer(self, ip: str, path: str, recursive: bool) -> tuple[str, str] | None:
+        tree = self.tree_for(ip)
+        if tree is None:
+            return None
+        return _render(tree, path, recursive)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path in ("", "/"):
+            # google-auth's "am I on GCE?" ping reads only the response header.
+            return web.Response(text="computeMetadata/\n", headers=FLAVOR)
+        if request.headers.get("Metadata-Flavor") != "Google":
+            return web.Response(
+                status=403,
+                text='Missing required header "Metadata-Flavor": "Google"\n',
+                headers={"Content-Type": "text/plain"},
+            )
+        if path.rstrip("/") in ("/computeMetadata", PREFIX):
+            sub = ""
+        elif path.startswith(PREFIX + "/"):
+            sub = path[len(PREFIX) + 1 :]
+        else:
+            return web.Response(status=404, text="Not Found\n", headers=FLAVOR)
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        ip = sockname[0] if sockname else ""
+        q = request.query
+        recursive = q.get("recursive", "").lower() == "true" or q.get("alt") == "json"
+        answer = self._answer(ip, sub, recursive)
+        if answer is None:
+            return web.Response(status=404, text="Not Found\n", headers=FLAVOR)
+        if q.get("wait_for_change", "").lower() == "true":
+            answer = await self._wait(ip, sub, recursive, answer, q)
+            if answer is None:
+                return web.Response(status=503, text="host is gone\n", headers=FLAVOR)
+        body, ctype = answer
+        return web.Response(
+            text=body, headers={**FLAVOR, "ETag": _etag(body), "Content-Type": ctype}
+        )
+
+    async def _wait(
+        self,
+        ip: str,
+        sub: str,
+        recursive: bool,
+        answer: tuple[str, str],
+        q: Any,
+    ) -> tuple[str, str] | None:
+        start_tag = q.get("last_etag") or _etag(answer[0])
+        if _etag(answer[0]) != start_tag:
+            return answer
+        try:
+            timeout = min(float(q.get("timeout_sec", MAX_WAIT_S)), MAX_WAIT_S)
+        except ValueError:
+            timeout = MAX_WAIT_S
+        current: tuple[str, str] | None = answer
+
+        def moved() -> bool:
+            nonlocal current
+            current = self._answer(ip, sub, recursive)
+            return current is None or _etag(current[0]) != start_tag
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(moved), timeout)
+            except TimeoutError:
+                current = self._answer(ip, sub, recursive)
+        return current
