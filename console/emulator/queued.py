@@ -134,7 +134,8 @@ class QueuedResources:
 
     async def _created(self, item: Queued) -> cloud_tpu.QueuedResource:
         # The operation ends once the request is queued, not once it is fulfilled.
-        while item.state == State.CREATING and item.name in self.items:
+        # States advance on the simulation's tick: look again at the tick's pace.
+        while item.state == State.CREATING and item.name in self.items:  # noqa: ASYNC110
             await asyncio.sleep(TICK_S / 2)
         return self.to_pb(item)
 
@@ -154,7 +155,7 @@ class QueuedResources:
         node = self.pod.nodes.get(item.node_path)
         if node is not None and node.queued_resource == item.name and not node.deleting:
             await self.pod.delete_node(node.path)
-        while item.node_path in self.pod.nodes and self._owns(item):
+        while item.node_path in self.pod.nodes and self._owns(item):  # noqa: ASYNC110
             await asyncio.sleep(TICK_S)
         self.items.pop(item.name, None)
         self.pod.rt.event("queued_resource", name=item.name, state="DELETED")

@@ -33,8 +33,10 @@ JOB_STATUSES = tuple(
         JobStatus.STOPPED,
     )
 )
-MAX_EMULATED_HOSTS = 200  # 127.0.0.10 .. 127.0.0.209: the emulator's own limit
+MAX_EMULATED_HOSTS = 1024  # the emulator's own limit (a v4-4096 slice has 1,024 hosts)
+# Emulated host i in its first zone: 127.0.<i // 200>.<10 + i % 200>.
 FIRST_LOCAL_OCTET = 10
+LOCAL_HOSTS_PER_BLOCK = 200
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ from console.script.language import (
     ActionDef,
     Arg,
 )
+from console.script.language import (
+    LOCAL_HOSTS_PER_BLOCK as HOSTS_PER_BLOCK,
+)
 from console.services.submit import SubmitSpec
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
@@ -349,13 +352,14 @@ def resolve_host(ref: str, config: Config, n_hosts: int, *, allow_all: bool = Fa
             if not config.is_local:
                 return ref  # GCP internal IPs are only known at run time; services check them
             packed = ip.packed
-            if ip.version == 4 and packed[:3] == b"\x7f\x00\x00":
-                index = packed[3] - FIRST_LOCAL_OCTET
+            offset = packed[3] - FIRST_LOCAL_OCTET
+            if ip.version == 4 and packed[:2] == b"\x7f\x00" and 0 <= offset < HOSTS_PER_BLOCK:
+                index = packed[2] * HOSTS_PER_BLOCK + offset
     last = n_hosts - 1
     if index is None or not 0 <= index < n_hosts:
         forms = f"an index 0..{last}, a name {node}-w0..{node}-w{last}"
         if config.is_local:
-            forms += f", an IP 127.0.0.{FIRST_LOCAL_OCTET}..127.0.0.{FIRST_LOCAL_OCTET + last}"
+            forms += f", an IP 127.0.0.{FIRST_LOCAL_OCTET}.. (127.0.<i // 200>.<10 + i % 200>)"
         if allow_all:
             forms += ", or all"
         raise _ArgError(f"unknown host {ref!r}: the pod has {n_hosts} host(s); use {forms}")

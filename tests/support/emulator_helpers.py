@@ -108,7 +108,7 @@ def alive(pid: int) -> bool:
 @contextlib.contextmanager
 def running_pod(run_dir: Path, **kwargs: Any) -> Iterator[PodInfo]:
     """A pod with ``start_test_pod`` options; stopped (and checked) afterwards."""
-    from fixtures_pod import start_test_pod, stop_test_pod
+    from tests.support.fixtures_pod import start_test_pod, stop_test_pod
 
     info = start_test_pod(run_dir, **kwargs)
     try:

@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from emulator_helpers import alive, metadata_get, tpu
-from fixtures_pod import ssh_run, start_test_pod, stop_test_pod
 
 from console.emulator import client
+from tests.support.emulator_helpers import alive, metadata_get, tpu
+from tests.support.fixtures_pod import ssh_run, start_test_pod, stop_test_pod
 
 HOSTS = 256
 

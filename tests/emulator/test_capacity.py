@@ -6,7 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from emulator_helpers import (
+from google.api_core import exceptions as gexc
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tpu_v2
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2
+
+from console.emulator import client
+from console.emulator.cli import pod_main
+from console.emulator.client import PodInfo
+from console.emulator.layout import host_ip
+from tests.support.emulator_helpers import (
     gcloud_json,
     metadata_get,
     needs_gcloud,
@@ -14,19 +25,8 @@ from emulator_helpers import (
     running_pod,
     tpu,
 )
-from fixtures_pod import ssh_run
-from google.api_core import exceptions as gexc
-from google.api_core.client_options import ClientOptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import tpu_v2
-from google.protobuf import duration_pb2
-from google.rpc import code_pb2
-from waiting import until
-
-from console.emulator import client
-from console.emulator.cli import pod_main
-from console.emulator.client import PodInfo
-from console.emulator.layout import host_ip
+from tests.support.fixtures_pod import ssh_run
+from tests.support.waiting import until
 
 STOCKOUT = (
     'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud '

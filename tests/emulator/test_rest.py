@@ -10,13 +10,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from emulator_helpers import (
-    assert_loopback_only,
-    gcloud_json,
-    inet_connects,
-    needs_gcloud,
-    run_gcloud,
-)
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
@@ -24,6 +17,13 @@ from google.cloud import tpu_v2
 
 from console.emulator import client
 from console.emulator.client import PodInfo
+from tests.support.emulator_helpers import (
+    assert_loopback_only,
+    gcloud_json,
+    inet_connects,
+    needs_gcloud,
+    run_gcloud,
+)
 
 
 def rest_client(info: PodInfo) -> tpu_v2.TpuClient:

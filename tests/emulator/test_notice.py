@@ -7,14 +7,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from emulator_helpers import alive, metadata_get, running_pod, tpu
-from fixtures_pod import ssh_run
 from google.cloud import tpu_v2
-from waiting import wait_until
 
 from console.emulator import client
 from console.emulator.cli import pod_main
 from console.emulator.client import PodInfo
+from tests.support.emulator_helpers import alive, metadata_get, running_pod, tpu
+from tests.support.fixtures_pod import ssh_run
+from tests.support.waiting import wait_until
 
 # Runs on an emulated host: on SIGTERM it asks its metadata server whether it is being
 # preempted, writes what it saw, and carries on (ticking) until it is SIGKILLed.

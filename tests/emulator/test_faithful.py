@@ -3,20 +3,21 @@ a GCP user's SSH user/key, host keys in guest attributes (new on every Create)."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from emulator_helpers import alive, running_pod, tpu
-from fixtures_pod import ssh_run
 from google.cloud import tpu_v2
 
 from console.emulator import client
 from console.emulator.cli import pod_main
 from console.emulator.client import PodInfo
 from console.emulator.layout import host_ip
+from tests.support.emulator_helpers import alive, running_pod, tpu
+from tests.support.fixtures_pod import ssh_run
 
 
 def ssh_ext(info: PodInfo, host: int, command: str) -> subprocess.CompletedProcess[str]:
@@ -120,17 +121,20 @@ async def test_a_preemption_takes_the_whole_slice_and_only_delete_create_bring_i
 
 async def test_a_gcp_users_ssh_user_and_key_and_ssh_keys_metadata(tmp_path: Path) -> None:
     key = tmp_path / "google_compute_engine"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    await asyncio.to_thread(_keygen, key)
     with running_pod(tmp_path / "pod", faithful=True, ssh_user="alice", ssh_key=key) as info:
         assert info.ssh_user == "alice" and info.client_key == key
         result = ssh_ext(info, 0, "echo $USER")
         assert result.returncode == 0 and result.stdout.strip() == "alice", result.stderr
         as_phantom = [a.replace("alice@", "phantom@") for a in info.ssh_argv(0, "true")]
-        assert subprocess.run(as_phantom, capture_output=True, timeout=60).returncode == 255
+        refused = await asyncio.to_thread(
+            subprocess.run, as_phantom, capture_output=True, timeout=60
+        )
+        assert refused.returncode == 255
 
         # Keys in the node's ssh-keys metadata are authorized too, as GCE does.
         bob = tmp_path / "bob"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(bob)], check=True)
+        await asyncio.to_thread(_keygen, bob)
         line = "bob:" + (bob.with_suffix(".pub")).read_text().strip()
         async with tpu(info) as api:
             await (await api.delete_node(name=info.node_path)).result()
@@ -146,5 +150,11 @@ async def test_a_gcp_users_ssh_user_and_key_and_ssh_keys_metadata(tmp_path: Path
         argv = fresh.ssh_argv(1, "echo $USER", external=True)
         argv[argv.index(str(key))] = str(bob)
         argv = [a.replace("alice@", "bob@") for a in argv]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        result = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 0 and result.stdout.strip() == "bob", result.stderr
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from emulator_helpers import alive, running_pod, tpu
-from fixtures_pod import ssh_run
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
-from waiting import until, wait_until
 
 from console.emulator import client
 from console.emulator.cli import pod_main
 from console.emulator.client import PodInfo
 from console.emulator.procs import find_marked, marker_value
+from tests.support.emulator_helpers import alive, running_pod, tpu
+from tests.support.fixtures_pod import ssh_run
+from tests.support.waiting import until, wait_until
 
 
 def quick_ssh(info: PodInfo, host: int, command: str = "true") -> subprocess.CompletedProcess[str]:
@@ -111,7 +111,9 @@ async def test_slow_api_delays_every_call_on_both_front_ends(pod: PodInfo) -> No
     with pytest.raises(gexc.DeadlineExceeded):
         await api_state(pod, timeout=0.5)
     with pytest.raises(TimeoutError):
-        urllib.request.urlopen(f"{pod.rest_endpoint}v2/{pod.node_path}", timeout=0.5)
+        await asyncio.to_thread(
+            urllib.request.urlopen, f"{pod.rest_endpoint}v2/{pod.node_path}", timeout=0.5
+        )
     client.clear_faults(pod.run_dir)
     assert await api_state(pod, timeout=5) == "READY"
 
