@@ -143,6 +143,12 @@ class RecoveryConfig:
     """Each recovery step is retried this many times (with backoff) before it fails."""
     ready_timeout_s: float = 600.0
     """Seconds a recreated VM may take to be READY."""
+    watch_notices: bool = True
+    """Hear each VM's preemption notice (a watcher on its metadata server, over SSH), so
+    recovery starts while the VM still has its grace period."""
+    notice_grace_s: float = 30.0
+    """How long a noticed VM keeps running before it is stopped (GCE gives spot VMs about
+    30 s); a recovery waits this long for it to stop before replacing it."""
 
 
 @dataclass(frozen=True)
@@ -365,7 +371,7 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: at most 1024 hosts")
     elif key == "recovery.stall_factor" and value <= 1:
         problems.append(f"{key} = {value!r}: must be greater than 1 (k x the median interval)")
-    elif key in ("ssh.retries", "recovery.step_retries") and value < 0:
+    elif key in ("ssh.retries", "recovery.step_retries", "recovery.notice_grace_s") and value < 0:
         problems.append(f"{key} = {value!r}: must be 0 or more")
     elif key == "wandb.api_key_env":
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):

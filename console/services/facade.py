@@ -126,6 +126,10 @@ class Facade:
         self._tasks: list[asyncio.Task[None]] = []
         self._action_lock = asyncio.Lock()
         self._started = False
+        # The backend hears of some changes between polls (a preemption notice, the tunnel
+        # dropping): it wakes the pod poller so detection does not wait for the interval.
+        self._wake = asyncio.Event()
+        self.backend.set_wakeup(self._wake.set)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -138,7 +142,9 @@ class Facade:
             log.warning("first poll failed: %s", exc)
         await self.backend.start()
         self._tasks = [
-            asyncio.create_task(self._loop(self.refresh, "pod"), name="phantom-poll-pod"),
+            asyncio.create_task(
+                self._loop(self.refresh, "pod", self._wake), name="phantom-poll-pod"
+            ),
             asyncio.create_task(self._loop(self._poll_jobs, "jobs"), name="phantom-poll-jobs"),
             asyncio.create_task(
                 self._loop(self._poll_cadence, "cadence"), name="phantom-poll-cadence"
@@ -166,16 +172,26 @@ class Facade:
     def subscribe(self, callback: Callable[[Update], None]) -> Callable[[], None]:
         return self.bus.subscribe(callback)
 
-    async def _loop(self, poll: Callable[[], Awaitable[Any]], name: str) -> None:
+    async def _loop(
+        self, poll: Callable[[], Awaitable[Any]], name: str, wake: asyncio.Event | None = None
+    ) -> None:
         while True:
             t0 = time.monotonic()
+            if wake is not None:
+                wake.clear()
             try:
                 await poll()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("%s poller failed", name)
-            await asyncio.sleep(max(0.05, self.poll_interval_s - (time.monotonic() - t0)))
+            pause = max(0.05, self.poll_interval_s - (time.monotonic() - t0))
+            if wake is None:
+                await asyncio.sleep(pause)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await wake.wait()
 
     async def _poll_jobs(self) -> None:
         try:

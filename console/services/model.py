@@ -29,6 +29,7 @@ class HostState(StrEnum):
     STARTING = "STARTING"
     STOPPING = "STOPPING"
     STOPPED = "STOPPED"
+    PREEMPTING = "PREEMPTING"  # ours: the VM got its preemption notice and is shutting down
     PREEMPTED = "PREEMPTED"
     TERMINATED = "TERMINATED"
     DELETING = "DELETING"

@@ -25,6 +25,7 @@ class HostObservation:
     ray_alive: int = 0  # live Ray nodes with this IP
     ray_known: bool = False  # Ray has a record (alive or dead) of a node on this IP
     preempted_at: float | None = None  # the provider's event time, when it reports one
+    notice_at: float | None = None  # when the VM's preemption notice was heard
     index: int = 0
     last_seen: float | None = None  # last time SSH or Ray saw it alive
     resources: Mapping[str, float] = field(default_factory=dict)

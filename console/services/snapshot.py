@@ -6,7 +6,7 @@ the observation out as rows.
 
 from __future__ import annotations
 
-from console.services.model import HostStatus, PodSnapshot, Reachability
+from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
 from console.services.observation import HostObservation, Observation
 from console.services.recovery.diagnosis import Diagnosis, warnings
 
@@ -45,11 +45,14 @@ def _row(h: HostObservation, ray_reachable: bool) -> HostStatus:
         if h.ssh_ok is False
         else Reachability.UNKNOWN
     )
+    state = h.tpu_state
+    if h.notice_at is not None and state == HostState.READY:
+        state = HostState.PREEMPTING  # the API still says READY for the grace period
     return HostStatus(
         index=h.index,
         name=h.name,
         ip=h.ip,
-        tpu_state=h.tpu_state,
+        tpu_state=state,
         health=h.health,
         ray_state=ray_state,
         ray_nodes=h.ray_alive,

@@ -39,6 +39,11 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Close connections; the cluster itself keeps running."""
 
+    def set_wakeup(self, wake: Callable[[], None]) -> None:
+        """``wake()`` asks for an observation now: the backend calls it when it hears of a
+        change between polls (a preemption notice, a dropped connection), so detection does
+        not wait for the next poll."""
+
     async def observe(self) -> Observation:
         """Every layer now, each bounded by the poll budget (a silent layer is reported in
         ``error`` / as unknown, never raised)."""

@@ -140,10 +140,13 @@ class Detector:
 
     def loss_time(self, obs: Observation, diag: Diagnosis) -> float | None:
         """When the provider says the earliest loss in ``obs`` happened (None if it does not)."""
+        gone = (HostCondition.LOST, HostCondition.NOTICE)
         times = [
-            h.preempted_at
+            t
             for h in obs.hosts
-            if h.preempted_at is not None and diag.conditions.get(h.name) is HostCondition.LOST
+            if diag.conditions.get(h.name) in gone
+            for t in (h.notice_at, h.preempted_at)
+            if t is not None
         ]
         if times:
             first = min(times)
@@ -176,6 +179,8 @@ class Detector:
             data: dict[str, Any] = {"tpu_state": str(h.tpu_state), "ip": h.ip}
             if h.symptoms:
                 data["symptoms"] = list(h.symptoms)
+            if cond is HostCondition.NOTICE:
+                data["notice_at"] = h.notice_at
             if cond is HostCondition.LOST:
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:

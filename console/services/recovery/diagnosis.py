@@ -7,6 +7,8 @@ front ends and the journal show the same words for the same observation.
 
 Host conditions, from the layers of one poll:
 
+* NOTICE: the VM got its preemption notice (its metadata says so, its processes have
+  SIGTERM): it is still up, for its grace period, and then LOST;
 * LOST: the TPU state says the VM is gone (PREEMPTED/TERMINATED/DELETED/DELETING);
 * NOT_READY: the API says it is on its way up (CREATING, REPAIRING...);
 * UNREACHABLE: READY, but SSH fails and no Ray node lives on it;
@@ -14,7 +16,7 @@ Host conditions, from the layers of one poll:
 * DUPLICATE: two or more live Ray nodes on one IP (the seed's checklist);
 * UNKNOWN: the API did not answer for it.
 
-LOST is hard (the provider says so); UNREACHABLE/RAY_DOWN/DUPLICATE are soft: they could be a
+LOST and NOTICE are hard (the provider says so); UNREACHABLE/RAY_DOWN/DUPLICATE are soft: they could be a
 slow SSH handshake or a state query racing a registration, so auto recovery waits for them
 to persist (``detector``).
 """
@@ -37,6 +39,7 @@ from console.services.observation import HostObservation, Observation
 
 class HostCondition(StrEnum):
     OK = "ok"
+    NOTICE = "notice"
     LOST = "lost"
     NOT_READY = "not_ready"
     UNREACHABLE = "unreachable"
@@ -45,12 +48,13 @@ class HostCondition(StrEnum):
     UNKNOWN = "unknown"
 
 
-HARD_CONDITIONS = frozenset({HostCondition.LOST})
+HARD_CONDITIONS = frozenset({HostCondition.LOST, HostCondition.NOTICE})
 SOFT_CONDITIONS = frozenset(
     {HostCondition.UNREACHABLE, HostCondition.RAY_DOWN, HostCondition.DUPLICATE}
 )
 # The journal's event kind for a host entering a condition (see ``event_kind``).
 _CONDITION_EVENTS = {
+    HostCondition.NOTICE: "preemption_notice",
     HostCondition.UNREACHABLE: "host_unreachable",
     HostCondition.RAY_DOWN: "ray_node_down",
     HostCondition.DUPLICATE: "duplicate_ray_node",
@@ -73,12 +77,12 @@ class Diagnosis:
 
     @property
     def to_recreate(self) -> tuple[str, ...]:
-        return self.hosts_in(HostCondition.LOST, HostCondition.UNREACHABLE)
+        return self.hosts_in(HostCondition.LOST, HostCondition.NOTICE, HostCondition.UNREACHABLE)
 
     @property
     def needs_recovery(self) -> bool:
         """Something a recovery step can fix (a stall alone is reported, not "fixed")."""
-        bad = {HostCondition.LOST, HostCondition.NOT_READY} | SOFT_CONDITIONS
+        bad = {HostCondition.LOST, HostCondition.NOTICE, HostCondition.NOT_READY} | SOFT_CONDITIONS
         return self.head_lost or self.tunnel_down or any(c in bad for c in self.conditions.values())
 
     @property
@@ -97,6 +101,8 @@ def classify_host(h: HostObservation, ray_reachable: bool) -> HostCondition:
     state = str(h.tpu_state)
     if state in LOST_STATES:
         return HostCondition.LOST
+    if h.notice_at is not None:
+        return HostCondition.NOTICE
     if state in TRANSITIONAL_STATES:
         return HostCondition.NOT_READY
     if state != HostState.READY:
@@ -123,7 +129,12 @@ def diagnose(obs: Observation) -> Diagnosis:
     head_lost, head_reason = False, ""
     if not obs.head:
         pass  # a backend without a Ray head
-    elif head_cond in (HostCondition.LOST, HostCondition.NOT_READY, HostCondition.UNREACHABLE):
+    elif head_cond in (
+        HostCondition.LOST,
+        HostCondition.NOTICE,
+        HostCondition.NOT_READY,
+        HostCondition.UNREACHABLE,
+    ):
         head_lost, head_reason = True, f"head host {obs.head} is {head_cond}"
     elif not obs.ray_reachable and head_cond is not HostCondition.UNKNOWN:
         head_lost, head_reason = True, "Ray GCS on the head does not answer"
@@ -152,6 +163,11 @@ def condition_text(cond: HostCondition, h: HostObservation) -> str:
     if cond is HostCondition.LOST:
         when = f" at {_clock(h.preempted_at)}" if h.preempted_at else ""
         return f"VM lost ({h.ip}, TPU state {h.tpu_state}{when})"
+    if cond is HostCondition.NOTICE:
+        return (
+            f"preemption notice at {_clock(h.notice_at)} ({h.ip}): shutting down within "
+            "its grace period, jobs checkpointing"
+        )
     return {
         HostCondition.OK: "ok",
         HostCondition.NOT_READY: f"TPU state {h.tpu_state}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -84,6 +85,8 @@ def _obs(**host_kw: Any) -> Observation:
         ({}, HostCondition.OK),
         ({"tpu_state": "PREEMPTED", "ssh_ok": False, "ray_alive": 0}, HostCondition.LOST),
         ({"tpu_state": "TERMINATED"}, HostCondition.LOST),
+        ({"notice_at": 5.0}, HostCondition.NOTICE),  # still READY, but going
+        ({"notice_at": 5.0, "tpu_state": "PREEMPTED", "ray_alive": 0}, HostCondition.LOST),
         ({"tpu_state": "CREATING", "ray_alive": 0}, HostCondition.NOT_READY),
         ({"ssh_ok": False, "ray_alive": 0}, HostCondition.UNREACHABLE),
         ({"ssh_ok": False, "ray_alive": 1}, HostCondition.OK),  # an SSH blip, Ray fine
@@ -556,3 +559,29 @@ async def test_a_recover_before_any_poll_journals_the_preemption_and_times_from_
     assert status.result == "ok"
     assert status.mttr_s is not None and status.mttr_s >= 20.0
     assert status.detect_s == pytest.approx(20.0)
+
+
+async def test_a_notice_starts_the_recovery_at_once_and_times_it_from_the_notice(
+    pod: FakePod, clock: Clock
+) -> None:
+    wd, journal, _ = make_watchdog(pod, clock)
+    await poll(wd, pod)
+    heard = clock()
+    base = pod.observe
+
+    async def with_notice() -> Observation:
+        obs = await base()
+        hosts = tuple(
+            replace(h, notice_at=heard) if h.name == "pod-w1" and h.tpu_state == "READY" else h
+            for h in obs.hosts
+        )
+        return replace(obs, hosts=hosts)
+
+    pod.observe = with_notice  # type: ignore[method-assign]
+    clock.t += 2.0
+    await poll(wd, pod)  # hard: no confirmation poll needed
+    assert wd.running
+    (notice,) = [e for e in journal.events if e.kind == "preemption_notice"]
+    assert notice.host == "pod-w1" and notice.data["notice_at"] == heard
+    status = await wait_done(wd)
+    assert status.result == "ok" and status.detect_s == pytest.approx(2.0)

@@ -23,6 +23,7 @@ from console.services.backends.base import Resubmit
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
+from console.services.backends.tpu_vm.notice import NoticeWatcher
 from console.services.backends.tpu_vm.observe import PodObserver
 from console.services.backends.tpu_vm.parts import PodAccess, PodParts
 from console.services.backends.tpu_vm.ray import RayError, alive_by_ip
@@ -73,7 +74,9 @@ class TpuVmBackend:
             on_host_key=self._on_host_key,
             on_tunnel_change=self._on_tunnel_change,
         )
-        self._observer = PodObserver(self.parts)
+        self._wake: Callable[[], None] = _nothing
+        self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
+        self._observer = PodObserver(self.parts, self.notices.notices)
         self._last: Observation | None = None
         self._recreated_at: dict[str, float] = {}
 
@@ -85,11 +88,22 @@ class TpuVmBackend:
                 await self._open_tunnel()
 
     async def close(self) -> None:
+        await self.notices.close()
         await self.parts.close()
 
+    def set_wakeup(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+
     async def observe(self) -> Observation:
-        self._last = await self._observer.observe(self._clock())
-        return self._last
+        self._last = obs = await self._observer.observe(self._clock())
+        if self.config.recovery.watch_notices:
+            # A watcher on every host that is up and answering (a notice comes only to a
+            # live VM); the replacement of a preempted one gets its own once it answers.
+            self.notices.watch(h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None)
+        return obs
+
+    def _on_notice(self, host: str, at: float) -> None:
+        self._wake()
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
         return pod_plan(self, resubmit, ready_timeout_s=self.config.recovery.ready_timeout_s)
@@ -155,6 +169,7 @@ class TpuVmBackend:
         p = self.parts
         t0 = time.monotonic()
         eps = p.ssh.resolve(hosts)
+        await self._let_noticed_hosts_stop([ep.name for ep in eps])
         try:
             done = await p.provider.recreate([ep.index for ep in eps])
         except (TpuApiError, ValueError, OSError) as exc:
@@ -171,6 +186,7 @@ class TpuVmBackend:
         now = time.monotonic()
         for name in names:
             self._recreated_at[name] = now
+            self.notices.clear(name)
             p.forget(name)
         return _result(
             "recreate",
@@ -179,6 +195,27 @@ class TpuVmBackend:
             data={"hosts": names},
             message=f"recreated {', '.join(names)}",
         )
+
+    async def _let_noticed_hosts_stop(self, hosts: Sequence[str]) -> None:
+        """A host with a preemption notice is still up, its jobs checkpointing through the
+        grace period: recreating (or deleting) it now would cut that short. Wait until the
+        API says it stopped, bounded by ``recovery.notice_grace_s`` and a margin."""
+        noticed = [h for h in hosts if h in self.notices.notices]
+        if not noticed:
+            return
+        deadline = time.monotonic() + self.config.recovery.notice_grace_s + 30.0
+        while time.monotonic() < deadline:
+            try:
+                node = await self.parts.provider.get_node()
+            except TpuApiError:
+                node = None
+            if node is None:
+                return
+            index = {ep.name: ep.index for ep in self.parts.endpoints}
+            states = [node.host_states.get(index.get(h, -1)) for h in noticed]
+            if all(s != HostState.READY for s in states):
+                return
+            await asyncio.sleep(min(1.0, self.parts.poll_interval_s))
 
     async def wait_hosts_ready(self, hosts: Sequence[str], timeout_s: float) -> ActionResult:
         p = self.parts
@@ -411,6 +448,8 @@ class TpuVmBackend:
         )
 
     def _on_tunnel_change(self, up: bool, reason: str) -> None:
+        if not up:
+            self._wake()  # the head may be gone: look now, not at the next poll
         if up:
             url = self.parts.dashboard_url()
             if url:
@@ -424,6 +463,10 @@ class TpuVmBackend:
                 actor="tunnel",
             )
         )
+
+
+def _nothing() -> None:
+    return None
 
 
 def summary(action: str, per_host: Mapping[str, HostResult], ok: bool) -> str:

@@ -27,8 +27,9 @@ class _HostMemory:
 
 
 class PodObserver:
-    def __init__(self, parts: PodParts) -> None:
+    def __init__(self, parts: PodParts, notices: Mapping[str, float] | None = None) -> None:
         self.parts = parts
+        self.notices = notices if notices is not None else {}
         self.tunnel_wanted = False  # from the first open on, a closed tunnel is a problem
         self.last_nodes: list[RayNodeInfo] = []
         self._memory: dict[str, _HostMemory] = {}
@@ -119,6 +120,7 @@ class PodObserver:
                     preempted_at=(
                         node.symptom_time(ep.index) if node and st in LOST_STATES else None
                     ),
+                    notice_at=self.notices.get(ep.name),
                     last_seen=mem.last_seen,
                     resources=dict(mem.resources),
                 )
