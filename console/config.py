@@ -84,8 +84,8 @@ class SshConfig:
     """Seconds to wait for a connection."""
     command_timeout_s: float = 600.0
     """Seconds a fanned-out command may run."""
-    parallelism: int = 32
-    """Concurrent SSH sessions in a fan-out."""
+    parallelism: int = 256
+    """Concurrent SSH sessions in a fan-out (a bootstrap of a 256-host pod in one wave)."""
     retries: int = 3
     """Transient errors are retried with backoff this many times."""
 

@@ -1,9 +1,10 @@
-"""Fan-out benchmark: the same command on 1, 4 and 32 emulated hosts.
+"""Fan-out benchmark: the same command on 1, 4, 32 and 256 emulated hosts.
 
-    .venv/bin/python -m console.bench.fanout [--hosts 1,4,32] [--repeat 5]
+    .venv/bin/python -m console.bench.fanout [--hosts 1,4,32,256] [--repeat 5]
 
 Starts one emulated pod with max(--hosts) hosts (free ports, temp run dir, stopped at
-the end), then times ``SshFanout.run`` on the first N hosts for each N:
+the end), then times ``SshFanout.run`` on the first N hosts for each N, with the
+product's default ``ssh.parallelism`` (``--parallelism`` to try another):
 
 - ``cold``: fresh connections (TCP + SSH handshake + auth + command), the first fan-out
   after a recovery;
@@ -26,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.local.harness import start_pod, stop_pod
+from console.config import SshConfig
+from console.local.harness import MAX_HOSTS, start_pod, stop_pod
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshFanout
@@ -44,7 +46,9 @@ async def _time_fanout(fan: SshFanout, command: str, n: int, cold: bool) -> floa
     return elapsed
 
 
-async def bench(sizes: list[int], command: str, repeat: int) -> dict[str, Any]:
+async def bench(
+    sizes: list[int], command: str, repeat: int, parallelism: int | None = None
+) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix="phantom-bench-fanout-")) / "pod"
     pod = await start_pod(
         run_dir, hosts=max(sizes), ssh_port=0, api_port=0, ready_delay=0.2, timeout=180.0
@@ -57,7 +61,7 @@ async def bench(sizes: list[int], command: str, repeat: int) -> dict[str, Any]:
             user=pod.ssh_user,
             client_keys=[pod.client_key],
             host_keys=policy,
-            parallelism=max(sizes),
+            parallelism=parallelism or SshConfig().parallelism,
             connect_timeout_s=30.0,
         )
         results: dict[str, dict[str, dict[int, float]]] = {}
@@ -88,7 +92,8 @@ async def bench(sizes: list[int], command: str, repeat: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_fanout", description=__doc__.splitlines()[0])
-    ap.add_argument("--hosts", default="1,4,32", help="comma-separated host counts")
+    ap.add_argument("--hosts", default="1,4,32,256", help="comma-separated host counts")
+    ap.add_argument("--parallelism", type=int, help="ssh.parallelism (default: the product's)")
     ap.add_argument("--command", default="sleep 0.5", help="the remote command timed")
     ap.add_argument("--repeat", type=int, default=5, help="samples per point (median)")
     args = ap.parse_args(argv)
@@ -97,10 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"bench_fanout: --hosts {args.hosts!r}: comma-separated integers", file=sys.stderr)
         return 2
-    if not sizes or sizes[0] < 1 or sizes[-1] > 200 or args.repeat < 1:
-        print("bench_fanout: --hosts between 1 and 200, --repeat >= 1", file=sys.stderr)
+    if not sizes or sizes[0] < 1 or sizes[-1] > MAX_HOSTS or args.repeat < 1:
+        print(f"bench_fanout: --hosts between 1 and {MAX_HOSTS}, --repeat >= 1", file=sys.stderr)
         return 2
-    results = asyncio.run(bench(sizes, args.command, args.repeat))
+    if args.parallelism is not None and args.parallelism < 1:
+        print("bench_fanout: --parallelism >= 1", file=sys.stderr)
+        return 2
+    results = asyncio.run(bench(sizes, args.command, args.repeat, args.parallelism))
     lo, hi = sizes[0], sizes[-1]
     main_cmd = results[args.command]
     out: dict[str, Any] = {

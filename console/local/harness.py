@@ -15,6 +15,7 @@ from typing import Any
 from console.config import Config, parse_config
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
+from console.emulator.layout import MAX_HOSTS
 
 
 def free_port(ip: str = "127.0.0.1", used: set[int] | None = None) -> int:
@@ -79,4 +80,12 @@ async def stop_pod(run_dir: Path) -> bool:
     return await pod_client.async_stop_pod(run_dir)
 
 
-__all__ = ["PodInfo", "free_port", "free_ray_ports", "pod_config", "start_pod", "stop_pod"]
+__all__ = [
+    "MAX_HOSTS",
+    "PodInfo",
+    "free_port",
+    "free_ray_ports",
+    "pod_config",
+    "start_pod",
+    "stop_pod",
+]

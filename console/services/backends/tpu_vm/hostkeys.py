@@ -406,10 +406,23 @@ class HostKeyPolicy:
 class HostKeyClient(asyncssh.SSHClient):
     """Per-connection client: records the offered key and asks the policy."""
 
-    def __init__(self, policy: HostKeyPolicy, ep: HostEndpoint) -> None:
+    def __init__(
+        self,
+        policy: HostKeyPolicy,
+        ep: HostEndpoint,
+        on_lost: Callable[[HostEndpoint], None] | None = None,
+    ) -> None:
         self.policy = policy
         self.ep = ep
         self.offered: asyncssh.SSHKey | None = None
+        self._on_lost = on_lost
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The other end went away (a VM killed, a network blip): tell whoever watches,
+        # so the console looks now instead of at its next poll. A close of our own is
+        # clean (exc None) and says nothing.
+        if exc is not None and self._on_lost is not None:
+            self._on_lost(self.ep)
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey

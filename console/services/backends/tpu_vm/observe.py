@@ -1,9 +1,11 @@
 """One poll of a TPU VM pod through every layer -> one ``Observation``.
 
-TPU API state, health and per-worker symptoms; SSH reachability of the hosts the API calls
-READY (a preempted VM is known down and would only cost a connect timeout); Ray node
-liveness per IP from the head's state API; the jobs the head knows. Each layer is bounded by
-the poll budget, and a layer that does not answer is reported, never raised.
+TPU API state, health and per-worker symptoms (one call for every host); SSH reachability
+of the hosts ``ProbePlanner`` picks among those the API calls READY (a preempted VM is known
+down and would only cost a connect timeout; a healthy one is probed round-robin, so the cost
+of a poll grows with trouble, not with the pod); Ray node liveness per IP from the head's
+state API (one call); the jobs the head knows. Each layer is bounded by the poll budget, and
+a layer that does not answer is reported, never raised.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 from console.services.backends.tpu_vm.jobs import JobError
 from console.services.backends.tpu_vm.parts import PodParts
+from console.services.backends.tpu_vm.probes import ProbePlanner
 from console.services.backends.tpu_vm.ray import RayError, RayNodeInfo, alive_by_ip
 from console.services.backends.tpu_vm.tpu import NodeInfo, TpuApiError
 from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
@@ -32,7 +35,12 @@ class PodObserver:
         self.notices = notices if notices is not None else {}
         self.tunnel_wanted = False  # from the first open on, a closed tunnel is a problem
         self.last_nodes: list[RayNodeInfo] = []
+        # Node ids of raylets whose VM was recreated: dead, though the GCS may list them
+        # ALIVE until its health checks time out. Not counted; forgotten once it agrees.
+        self.stale: set[str] = set()
         self._memory: dict[str, _HostMemory] = {}
+        self.probes = ProbePlanner()
+        self._ray_alive: dict[str, int] | None = None  # per host, at the last poll
 
     async def observe(self, at: float) -> Observation:
         p = self.parts
@@ -55,7 +63,9 @@ class PodObserver:
 
         states = {ep.name: state_of(ep.index) for ep in eps}
         usable = (HostState.READY, HostState.UNKNOWN)
-        to_probe = [ep.name for ep in eps if states[ep.name] in usable]
+        to_probe = self.probes.choose(
+            [ep.name for ep in eps if states[ep.name] in usable], states, self._ray_alive
+        )
         head_usable = states.get(p.head.name) in usable
 
         async def probe() -> dict[str, HostResult]:
@@ -88,21 +98,25 @@ class PodObserver:
         probes, nodes, jobs = await asyncio.gather(probe(), ray_nodes(), job_list())
         if nodes is not None:
             self.last_nodes = nodes
-        alive = alive_by_ip(nodes or [])
+            self.stale &= {n.node_id for n in nodes if n.alive}
+        self.probes.record(states, probes)
+        alive = alive_by_ip(nodes or [], ignore=self.stale)
         known_ips = {n.ip for n in nodes or []}
+        resources = {n.ip: n.resources for n in nodes or [] if n.alive}
+        self._ray_alive = (
+            {ep.name: alive.get(ep.ip, 0) for ep in eps} if nodes is not None else None
+        )
         hosts = []
         for ep in eps:
             st = states[ep.name]
-            pr = probes.get(ep.name)
-            ssh_ok: bool | None = pr.ok if pr is not None else None
+            ssh_ok = self.probes.last(ep.name) if st in usable else None
             if ssh_ok is None and st in LOST_STATES:
                 ssh_ok = False
             mem = self._memory.setdefault(ep.name, _HostMemory())
-            if ssh_ok or alive.get(ep.ip, 0):
+            if (ep.name in probes and ssh_ok) or alive.get(ep.ip, 0):
                 mem.last_seen = at
-            for n in nodes or []:
-                if n.ip == ep.ip and n.alive:
-                    mem.resources = n.resources
+            if ep.ip in resources:
+                mem.resources = resources[ep.ip]
             symptoms = tuple(
                 s.details for s in (node.symptoms if node else ()) if s.worker_id == str(ep.index)
             )

@@ -164,12 +164,14 @@ class SshFanout:
         user: str,
         client_keys: Sequence[str | os.PathLike[str] | asyncssh.SSHKey],
         host_keys: HostKeyPolicy,
-        parallelism: int = 32,
+        parallelism: int = 256,
         connect_timeout_s: float = 10.0,
         command_timeout_s: float = 600.0,
         retries: int = 3,
         keepalive_s: float = 15.0,
+        on_lost: Callable[[HostEndpoint], None] | None = None,
     ) -> None:
+        self.on_lost = on_lost
         if parallelism < 1:
             raise ValueError(f"ssh.parallelism = {parallelism!r}: must be greater than 0")
         self.endpoints: list[HostEndpoint] = list(endpoints)
@@ -184,6 +186,9 @@ class SshFanout:
         self._sem = asyncio.Semaphore(parallelism)
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._conn_locks: dict[str, asyncio.Lock] = {}
+        # What the fan-out has cost so far: connections made and sessions (commands) opened.
+        self.connections_opened = 0
+        self.sessions_opened = 0
 
     @classmethod
     def from_config(
@@ -275,7 +280,7 @@ class SshFanout:
     async def _connect_once(self, ep: HostEndpoint) -> asyncssh.SSHClientConnection:
         await self.host_keys.prepare(ep)
         for _ in range(2):  # second pass only after the TPU API vouched for a new key
-            client = HostKeyClient(self.host_keys, ep)
+            client = HostKeyClient(self.host_keys, ep, self.on_lost)
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
                     conn = await asyncssh.connect(
@@ -328,6 +333,7 @@ class SshFanout:
                 ) from None
             if client.offered is not None:
                 self.host_keys.confirm(ep, client.offered)
+            self.connections_opened += 1
             return conn
         raise HostKeyRefused(ep, "host key refused")  # pragma: no cover - loop always returns
 
@@ -445,6 +451,7 @@ class SshFanout:
         for attempt in range(2):
             conn = await self._cached(ep)
             try:
+                self.sessions_opened += 1
                 return await conn.create_process(cmd, encoding="utf-8", errors="replace")
             except (asyncssh.Error, OSError) as exc:
                 # The command never started: a stale cached connection may be retried once.
