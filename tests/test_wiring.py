@@ -43,11 +43,12 @@ async def test_chaos_is_local_only(gcp_services) -> None:  # type: ignore[no-unt
     # the recovery the watchdog drives exists for every provider
     assert gcp_services.watchdog.auto is True
     assert [s.name for s in gcp_services.watchdog.runner.plan.steps] == [
+        "orphans",
         "recreate",
         "wait_ready",
         "bootstrap",
         "head",
-        "workers",
         "tunnel",
         "resubmit",
+        "workers",
     ]

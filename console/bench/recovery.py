@@ -12,8 +12,10 @@ on its own, then preempt the head once (full rebuild and job resubmission).
 * ``mttr_worker_s`` / ``mttr_head_s``: detection -> verified cluster (4 live Ray nodes, the
   tunnel up, resubmitted jobs RUNNING), median over the worker runs / the head run;
 * baselines measured in the same run: ``bringup_s`` (bootstrap + Ray up + tunnel from a bare
-  pod, by hand) with ``mttr_head_over_bringup``, and ``detect_over_poll`` (detect time in
-  poll intervals);
+  pod, by hand) with ``mttr_head_over_bringup``; ``join_by_hand_s`` (one worker's ``ray
+  start`` into the running cluster, until the head lists it alive) with
+  ``mttr_worker_over_join``; and ``detect_over_poll`` (detect time in poll intervals);
+* ``step_s``: each recovery step's time in the last worker and the head recovery;
 * ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
   fresh connections; near 1 means the fan-out is parallel).
 
@@ -38,6 +40,8 @@ from typing import Any
 from console.bench import fanout as bench_fanout
 from console.config import Config
 from console.local.harness import PodInfo, pod_config, start_pod, stop_pod
+from console.services.backends.tpu_vm.backend import TpuVmBackend
+from console.services.backends.tpu_vm.ray import alive_by_ip
 from console.services.facade import Facade
 from console.services.model import RecoveryStatus, Update
 from console.services.submit import SubmitSpec
@@ -107,13 +111,15 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
 
         svc.subscribe(on_update)
         await svc.start()
-        t0 = time.perf_counter()
+        bringup_steps: dict[str, float] = {}
         for step in (svc.bootstrap, svc.ray_up, svc.open_tunnel):
+            t0 = time.perf_counter()
             res = await step()
             if not res.ok:
                 raise RuntimeError(f"{res.action} failed: {res.message}")
-        bringup = time.perf_counter() - t0
-        _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s")
+            bringup_steps[res.action] = round(time.perf_counter() - t0, 2)
+        bringup = sum(bringup_steps.values())
+        _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s {bringup_steps}")
         job = await svc.submit(SubmitSpec(train_args="--algo ppo --total-timesteps 1000"))
         deadline = time.monotonic() + 180
         while (await svc.job_status(job.job_id)).status != "RUNNING":
@@ -121,8 +127,12 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
                 raise TimeoutError(f"job {job.job_id} not RUNNING after 180s")
             await asyncio.sleep(0.5)
 
+        join_by_hand = await _join_by_hand(svc, pod.hosts[-1].name)
+        _log(f"one worker joining the running cluster by hand: {join_by_hand:.1f}s")
+
         detects: list[float] = []
         worker_mttrs: list[float] = []
+        step_times: dict[str, dict[str, float]] = {}
         for i in range(repeat):
             host = pod.hosts[1 + i % (len(pod.hosts) - 1)].name
             await svc.preempt(host, actor="bench")
@@ -132,7 +142,9 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
             if status.detect_s is not None:
                 detects.append(status.detect_s)
             worker_mttrs.append(status.mttr_s)
+            step_times["worker"] = _step_times(status)
             _log(f"worker {host}: detect {status.detect_s}s, MTTR {status.mttr_s:.1f}s")
+            _log(f"  steps: {step_times['worker']}")
 
         await svc.preempt(pod.hosts[0].name, actor="bench")
         status = await _next_recovery(finished, repeat + 1, 900)
@@ -141,7 +153,9 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         if status.detect_s is not None:
             detects.append(status.detect_s)
         mttr_head = status.mttr_s
+        step_times["head"] = _step_times(status)
         _log(f"head: detect {status.detect_s}s, MTTR {mttr_head:.1f}s")
+        _log(f"  steps: {step_times['head']}")
         await svc.teardown(actor="bench")
     finally:
         if svc is not None:
@@ -163,7 +177,44 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         "mttr_worker_samples_s": [round(x, 2) for x in worker_mttrs],
         "mttr_head_s": round(mttr_head, 2),
         "mttr_head_over_bringup": round(mttr_head / bringup, 3),
+        "join_by_hand_s": round(join_by_hand, 2),
+        "mttr_worker_over_join": round(statistics.median(worker_mttrs) / join_by_hand, 3),
+        "step_s": {"bringup": bringup_steps, **step_times},
     }
+
+
+def _step_times(status: RecoveryStatus) -> dict[str, float]:
+    return {s.name: round(s.elapsed_s, 2) for s in status.steps if s.state != "skipped"}
+
+
+async def _join_by_hand(svc: Facade, host: str) -> float:
+    """The baseline for a worker's MTTR: one worker joining the running cluster by hand.
+
+    With the watchdog held off, stop Ray on ``host``, wait until the head lists its node
+    dead, then time ``ray start --address=<head>`` on it (over SSH) until the head lists it
+    alive again: what a user types to put one node back.
+    """
+    backend = svc.backend
+    assert isinstance(backend, TpuVmBackend)
+    ray = backend.parts.ray
+    ip = next(ep.ip for ep in ray.workers if ep.name == host)
+    svc.watchdog.set_auto(False, actor="bench", journal=False)
+    try:
+        await ray.stop([host])
+        deadline = time.monotonic() + 120
+        while alive_by_ip(await ray.nodes()).get(ip, 0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{host}'s Ray node still alive 120s after ray stop")
+            await asyncio.sleep(0.2)
+        ep = next(ep for ep in ray.workers if ep.name == host)
+        t0 = time.perf_counter()
+        res = await ray.ssh.run_one(host, f"{ray.worker_command(ep)} 2>&1")
+        if not res.ok:
+            raise RuntimeError(f"ray start on {host} failed: {res.error}")
+        await ray.wait_alive([ip], 120.0)
+        return time.perf_counter() - t0
+    finally:
+        svc.watchdog.set_auto(True, actor="bench", journal=False)
 
 
 def main(argv: list[str] | None = None) -> int:

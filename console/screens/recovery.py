@@ -1,6 +1,6 @@
 """Recovery: the watchdog's loop, step by step, with per-host progress and results.
 
-detect -> recreate -> wait READY -> bootstrap -> Ray head -> workers -> tunnel -> relaunch
+detect -> recreate -> wait READY -> bootstrap -> Ray head -> tunnel -> relaunch -> workers
 -> verify metrics. `r` runs it now (after a confirmation: it restarts Ray), `a` toggles
 whether the watchdog runs it on its own.
 """

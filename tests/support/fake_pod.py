@@ -208,6 +208,13 @@ class FakePod:
 
         return self._per_host("join_workers", hosts, do)
 
+    async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
+        def do(h: FakeHost) -> str:
+            h.ray = 0  # `ray stop -f`
+            return ""
+
+        return self._per_host("stop_orphans", hosts, do)
+
     async def open_tunnel(self) -> ActionResult:
         self.calls.append(("open_tunnel", ()))
         if not self.head_up:

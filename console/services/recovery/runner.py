@@ -4,8 +4,8 @@
 
 A backend supplies a ``Plan``: a table of ``StepDef``s, each a ``select`` (which hosts or
 jobs need it this round, or ``Skip`` with the reason) and a ``run`` over the backend's own
-parts. The TPU VM plan is recreate -> wait_ready -> bootstrap -> head -> workers -> tunnel
--> resubmit (``backends/tpu_vm/recovery.py``). The runner never calls into the facade.
+parts. The TPU VM plan is recreate -> wait_ready -> bootstrap -> head -> tunnel -> resubmit
+-> workers (``backends/tpu_vm/recovery.py``). The runner never calls into the facade.
 
 Every step is observable: its state, per-host results, attempts and elapsed time are
 published as a ``RecoveryStatus`` while it runs, and its start and end are journaled with
@@ -90,6 +90,13 @@ class StepDef:
     run: Callable[[Sequence[str]], Awaitable[ActionResult]]
     per_host: bool = True  # a retry re-runs only the hosts that failed
     after: Callable[[Round, Sequence[str], ActionResult], None] | None = None
+    # Runs alongside the steps after it; the round waits for it before the step named here
+    # (or at the round's end), and its failure fails the round then.
+    overlap_until: str = ""
+
+    def __post_init__(self) -> None:
+        if self.overlap_until and self.after is not None:
+            raise ValueError(f"step {self.name}: an overlapping step cannot have `after`")
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,13 @@ class RunnerSettings:
     poll_interval_s: float = 5.0
     backoff_s: float = 1.0
     max_rounds: int = 3
+    # VERIFY looks again this often, at most: the cluster is coming back right now, and
+    # waiting out a long idle poll between checks would only add to the MTTR.
+    verify_interval_s: float = 0.5
+
+    @property
+    def verify_every_s(self) -> float:
+        return min(self.poll_interval_s, self.verify_interval_s)
 
 
 class RecoveryRunner:
@@ -268,24 +282,41 @@ class RecoveryRunner:
         stalled_at_start = set(diag.stalled_runs)
         if diag.needs_recovery:
             run.did_something = True
-        for step in self.plan.steps:
-            chosen = step.select(rnd)
-            if isinstance(chosen, Skip):
-                await self._skip(run, step.name, chosen.reason)
-                continue
-            before = dict(rnd.resubmitted)
-            res = await self._attempts(run, step, list(chosen))
-            if step.after is not None:
-                step.after(rnd, list(chosen), res)
-            for old, new in rnd.resubmitted.items():
-                if before.get(old) != new:
-                    await self._event(
-                        "job_resubmitted",
-                        f"job {old} lost with the head, resubmitted as {new}",
-                        actor=run.actor,
-                        data={"old_job_id": old, "new_job_id": new},
-                    )
+        overlapping: list[tuple[str, asyncio.Task[ActionResult]]] = []
+        try:
+            for step in self.plan.steps:
+                for until, task in [o for o in overlapping if o[0] == step.name]:
+                    overlapping.remove((until, task))
+                    await task
+                chosen = step.select(rnd)
+                if isinstance(chosen, Skip):
+                    await self._skip(run, step.name, chosen.reason)
+                    continue
+                if step.overlap_until:
+                    task = asyncio.create_task(self._attempts(run, step, list(chosen)))
+                    overlapping.append((step.overlap_until, task))
+                    continue
+                await self._step(run, rnd, step, chosen)
+            while overlapping:
+                await overlapping.pop(0)[1]
+        finally:
+            for _, task in overlapping:
+                task.cancel()
         return await self._verify(run, len(rnd.all_hosts), rnd.resubmitted, stalled_at_start)
+
+    async def _step(self, run: Run, rnd: Round, step: StepDef, chosen: Sequence[str]) -> None:
+        before = dict(rnd.resubmitted)
+        res = await self._attempts(run, step, list(chosen))
+        if step.after is not None:
+            step.after(rnd, list(chosen), res)
+        for old, new in rnd.resubmitted.items():
+            if before.get(old) != new:
+                await self._event(
+                    "job_resubmitted",
+                    f"job {old} lost with the head, resubmitted as {new}",
+                    actor=run.actor,
+                    data={"old_job_id": old, "new_job_id": new},
+                )
 
     async def _verify(
         self, run: Run, n_hosts: int, resubmitted: Mapping[str, str], stalled_before: set[str]
@@ -322,7 +353,7 @@ class RecoveryRunner:
                 )
                 await self._record_step_end(run, VERIFY, ok=False)
                 raise StepFailed(VERIFY, "; ".join(unmet))
-            await self._sleep(self.settings.poll_interval_s)
+            await self._sleep(self.settings.verify_every_s)
         if obs.ray_reachable:
             self._detector.active_jobs = {j.job_id: j for j in obs.jobs if j.status in ACTIVE_JOBS}
         self._set(

@@ -29,13 +29,14 @@ from tests.support.fake_pod import Clock, FakePod, make_watchdog, wait_done
 
 STEPS = (
     "detect",
+    "orphans",
     "recreate",
     "wait_ready",
     "bootstrap",
     "head",
-    "workers",
     "tunnel",
     "resubmit",
+    "workers",
     "verify",
 )
 
@@ -146,6 +147,7 @@ async def test_worker_preempted_recreates_only_that_host_and_keeps_head_and_jobs
     st = steps(status)
     assert {k: v[0] for k, v in st.items()} == {
         "detect": "ok",
+        "orphans": "skipped",
         "recreate": "ok",
         "wait_ready": "ok",
         "bootstrap": "ok",
@@ -211,14 +213,17 @@ async def test_head_preempted_rebuilds_everything_and_resubmits_jobs(
     assert status.result == "ok", steps(status)
     assert all(v[0] == "ok" for v in steps(status).values())
     ops = [c for c in pod.calls if c[0] != "observe"]
-    assert ops == [
+    # the dead head's workers are force-stopped alongside the head's rebuild, before they join
+    orphans = ops.index(("stop_orphans", ("pod-w1", "pod-w2", "pod-w3")))
+    assert orphans < ops.index(("join_workers", ("pod-w1", "pod-w2", "pod-w3")))
+    assert ops[:orphans] + ops[orphans + 1 :] == [
         ("recreate", ("pod-w0",)),
         ("wait_ready", ("pod-w0",)),
-        ("bootstrap", ("pod-w0", "pod-w1", "pod-w2", "pod-w3")),
+        ("bootstrap", ("pod-w0",)),  # the workers' VMs kept their install
         ("start_head", ("pod-w0",)),
-        ("join_workers", ("pod-w1", "pod-w2", "pod-w3")),
         ("open_tunnel", ()),
         ("resubmit", (job,)),
+        ("join_workers", ("pod-w1", "pod-w2", "pod-w3")),
     ]
     (new,) = [j for j in pod.jobs if j != job]
     assert pod.jobs[new] == "RUNNING" and pod.submitted[new] == "sweep --sweep-id abc"
@@ -334,17 +339,39 @@ async def test_failed_step_is_retried_with_backoff_then_reported(
     assert not wd.running
 
 
+async def test_an_overlapping_step_that_fails_stops_the_round_before_the_step_it_precedes(
+    pod: FakePod, clock: Clock
+) -> None:
+    """Force-stopping the dead head's workers runs alongside the head's rebuild; if it keeps
+    failing on one, no worker joins the new head over a raylet of the old cluster."""
+    wd, journal, _ = make_watchdog(pod, clock, step_retries=1)
+    await poll(wd, pod)
+    pod.always_fail["stop_orphans"] = {"pod-w3"}
+    pod.preempt("pod-w0")
+    await poll(wd, pod)
+    status = await wait_done(wd)
+    assert status.result == "failed: orphans"
+    st = steps(status)
+    assert st["orphans"][0] == "failed" and "pod-w3: boom" in st["orphans"][1]
+    assert all(st[s][0] == "ok" for s in ("recreate", "wait_ready", "bootstrap", "head"))
+    assert st["workers"][0] == "pending" and st["verify"][0] == "pending"
+    assert not [c for c in pod.calls if c[0] == "join_workers"]
+    failed = [e for e in journal.events if e.kind == "recovery_failed"]
+    assert failed and failed[0].data["step"] == "orphans"
+
+
 async def test_retry_reruns_only_the_hosts_that_failed(pod: FakePod, clock: Clock) -> None:
     wd, _, _ = make_watchdog(pod, clock)
     await poll(wd, pod)
-    pod.preempt("pod-w0")
+    pod.preempt("pod-w2")
+    pod.preempt("pod-w3")
     pod.fail["bootstrap"] = ["pod-w3"]  # fails once
     await poll(wd, pod)
     status = await wait_done(wd)
     assert status.result == "ok"
     boots = [c for c in pod.calls if c[0] == "bootstrap"]
     assert boots == [
-        ("bootstrap", ("pod-w0", "pod-w1", "pod-w2", "pod-w3")),
+        ("bootstrap", ("pod-w2", "pod-w3")),
         ("bootstrap", ("pod-w3",)),
     ]
     boot = next(s for s in status.steps if s.name == "bootstrap")

@@ -26,7 +26,7 @@ from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, Job
 from console.services.backends.tpu_vm.notice import NoticeWatcher
 from console.services.backends.tpu_vm.observe import PodObserver
 from console.services.backends.tpu_vm.parts import PodAccess, PodParts
-from console.services.backends.tpu_vm.ray import RayError, alive_by_ip
+from console.services.backends.tpu_vm.ray import RayError
 from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
@@ -45,6 +45,9 @@ from console.services.model import (
 from console.services.observation import Observation
 from console.services.recovery.runner import Plan
 from console.services.submit import SubmitSpec
+
+LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
+DOUBT_S = 5.0  # ... for this long at most (a wedged sshd on a live VM is the poll's to see)
 
 
 class TpuVmBackend:
@@ -76,14 +79,18 @@ class TpuVmBackend:
         )
         self._wake: Callable[[], None] = _nothing
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
-        self._observer = PodObserver(self.parts, self.notices.notices)
+        self.observer = PodObserver(self.parts, self.notices.notices)
+        self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
         self._last: Observation | None = None
-        self._recreated_at: dict[str, float] = {}
+        # Hosts that run no Ray for certain (VM just recreated, Ray just force-stopped): a
+        # rejoin only starts it, sparing the `ray stop` (a Python start-up) before.
+        self._no_ray: set[str] = set()
+        self._dropped_at: dict[str, float] = {}  # host -> when its SSH connection dropped
 
     # -- the seam ---------------------------------------------------------------------------
     async def start(self) -> None:
         # A console restarted over a running cluster re-opens its window onto the head.
-        if any(n.alive and n.is_head for n in self._observer.last_nodes):
+        if any(n.alive and n.is_head for n in self.observer.last_nodes):
             with contextlib.suppress(Exception):
                 await self._open_tunnel()
 
@@ -95,14 +102,38 @@ class TpuVmBackend:
         self._wake = wake
 
     async def observe(self) -> Observation:
-        self._last = obs = await self._observer.observe(self._clock())
+        self._last = obs = await self.observer.observe(self._clock())
         if self.config.recovery.watch_notices:
             # A watcher on every host that is up and answering (a notice comes only to a
             # live VM); the replacement of a preempted one gets its own once it answers.
             self.notices.watch(h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None)
+        self._look_again_soon(obs)
         return obs
 
+    def _look_again_soon(self, obs: Observation) -> None:
+        """A VM being reclaimed drops its SSH connections a moment before the API calls it
+        lost: while a host that dropped its connection is still READY and refuses SSH,
+        look again every ``LOOK_AGAIN_S`` (for ``DOUBT_S`` at most) instead of an interval."""
+        now = time.monotonic()
+        doubtful = False
+        for h in obs.hosts:
+            since = self._dropped_at.get(h.name)
+            if since is None:
+                continue
+            if now - since > DOUBT_S or h.tpu_state != HostState.READY or h.ssh_ok:
+                del self._dropped_at[h.name]
+            else:
+                doubtful = True
+        if doubtful:
+            asyncio.get_running_loop().call_later(LOOK_AGAIN_S, self._wake)
+
     def _on_notice(self, host: str, at: float) -> None:
+        self._wake()
+
+    def _on_connection_lost(self, ep: HostEndpoint) -> None:
+        # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
+        self.observer.probes.suspect(ep.name)
+        self._dropped_at.setdefault(ep.name, time.monotonic())
         self._wake()
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
@@ -183,11 +214,14 @@ class TpuVmBackend:
                 message=str(exc),
             )
         names = [ep.name for ep in p.endpoints if ep.index in set(done)]
-        now = time.monotonic()
+        ips = {ep.ip for ep in p.endpoints if ep.name in names}
+        # The raylets of the old VMs are dead, whatever the GCS says until its health checks
+        # time out: the fresh ones start at once and these are not counted meanwhile.
+        self.observer.stale |= {n.node_id for n in self.observer.last_nodes if n.ip in ips}
         for name in names:
-            self._recreated_at[name] = now
             self.notices.clear(name)
             p.forget(name)
+        self._no_ray |= set(names)
         return _result(
             "recreate",
             {n: HostResult(host=n, ok=True) for n in names},
@@ -254,18 +288,22 @@ class TpuVmBackend:
             self.parts.jobs.reset()  # a new head: reconnect the jobs client on the next call
         return _result("start_head", {res.host: res}, time.monotonic() - t0)
 
+    async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
+        """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead
+        cluster, and a graceful stop would wait out its grace period on each of them."""
+        t0 = time.monotonic()
+        per_host = await self.parts.ray.stop(hosts)
+        self._no_ray |= {h for h, r in per_host.items() if r.ok}
+        return _result("stop_orphans", per_host, time.monotonic() - t0)
+
     async def join_workers(self, hosts: Sequence[str]) -> ActionResult:
         p = self.parts
         t0 = time.monotonic()
         eps = p.ssh.resolve(hosts)
         try:
-            await self._wait_stale_nodes_gone([ep for ep in eps if ep.name in self._recreated_at])
-            if self.access.serial_joins:
-                per_host: dict[str, HostResult] = {}
-                for ep in eps:
-                    per_host.update(await p.ray.join_workers([ep.name]))
-            else:
-                per_host = await p.ray.join_workers([ep.name for ep in eps])
+            per_host = await p.ray.join_workers(
+                [ep.name for ep in eps], stale=self.observer.stale, fresh=self._no_ray
+            )
         except (RayError, ValueError) as exc:
             return ActionResult(
                 action="join_workers",
@@ -276,26 +314,8 @@ class TpuVmBackend:
                 },
                 message=str(exc),
             )
-        for ep in eps:
-            if per_host.get(ep.name) is not None and per_host[ep.name].ok:
-                self._recreated_at.pop(ep.name, None)
+        self._no_ray -= set(per_host)  # a failed start may have left a raylet behind
         return _result("join_workers", per_host, time.monotonic() - t0)
-
-    async def _wait_stale_nodes_gone(self, eps: Sequence[HostEndpoint]) -> None:
-        """A recreated VM runs no Ray yet, so a live node on its IP is the killed raylet the
-        GCS has not declared dead; joining now would look "already joined" and then vanish.
-        Wait (bounded by Ray's failure detection) until the GCS lets go of it."""
-        if not eps:
-            return
-        deadline = time.monotonic() + 90.0
-        while time.monotonic() < deadline:
-            try:
-                live = alive_by_ip(await self.parts.ray.nodes())
-            except RayError:
-                return  # no head to ask: join_workers will say so
-            if not any(live.get(ep.ip, 0) for ep in eps):
-                return
-            await asyncio.sleep(min(0.5, self.parts.poll_interval_s))
 
     async def open_tunnel(self) -> ActionResult:
         t0 = time.monotonic()
@@ -322,7 +342,7 @@ class TpuVmBackend:
         try:
             await p.tunnel.open()
         finally:
-            self._observer.tunnel_wanted = True
+            self.observer.tunnel_wanted = True
         p.tunnel.start()
         url = p.dashboard_url()
         if url:
@@ -364,7 +384,7 @@ class TpuVmBackend:
         """Stop running jobs, `ray stop -f` everywhere, close the tunnel (VMs stay)."""
         t0 = time.monotonic()
         stopped = await self._stop_active_jobs()
-        self._observer.tunnel_wanted = False
+        self.observer.tunnel_wanted = False
         await self.parts.tunnel.close()
         last = self._last
         live = [h.name for h in last.hosts if h.tpu_state == HostState.READY] if last else []

@@ -40,9 +40,6 @@ class PodAccess:
     # The hosts share this machine's loopback: the head's 127.0.0.1:<port> is ours, so a
     # tunnel end on the same port would collide with the dashboard itself.
     shares_loopback: bool = False
-    # Raylets started together on hosts that share a few cores miss `ray start`'s 30 s
-    # registration window: join one at a time.
-    serial_joins: bool = False
 
 
 class PodParts:
@@ -102,7 +99,8 @@ class PodParts:
             # Recovery steps ask the state API too, over SSH before the tunnel is back;
             # polls bound their own calls to poll_budget_s.
             api_timeout_s=max(10.0, self.poll_budget_s),
-            poll_interval_s=min(0.5, rec.poll_interval_s),
+            # Waits for a node to register: each extra poll is added to an MTTR.
+            poll_interval_s=min(0.25, rec.poll_interval_s),
         )
         forwards = default_forwards(config.ray)
         if access.shares_loopback:

@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +49,9 @@ GCP_BOOTSTRAP = (
     'stable-baselines3 gymnasium wandb tensorboard "ray[default]"'
 )
 _ALREADY_RUNNING = "but is already running at"
+# `ray start` waits 30 s (hard-coded) for its node to register; on a loaded box it may give
+# up while the raylet it started registers a little later.
+_SLOW_REGISTRATION = "timed out during startup"
 _NODES_QUERY = "/api/v0/nodes?limit=10000&timeout=20&detail=false"
 # Runs on the head (its own python3, stdlib only); trims each row to the fields we read so
 # the answer stays small on one line.
@@ -117,9 +120,9 @@ def parse_nodes(payload: str | bytes | Mapping[str, Any]) -> list[RayNodeInfo]:
     return out
 
 
-def alive_by_ip(nodes: Iterable[RayNodeInfo]) -> dict[str, int]:
-    """Live Ray nodes per host IP."""
-    return dict(Counter(n.ip for n in nodes if n.alive))
+def alive_by_ip(nodes: Iterable[RayNodeInfo], ignore: Collection[str] = ()) -> dict[str, int]:
+    """Live Ray nodes per IP (nodes whose id is in ``ignore`` left out)."""
+    return dict(Counter(n.ip for n in nodes if n.alive and n.node_id not in ignore))
 
 
 def duplicates(nodes: Iterable[RayNodeInfo]) -> dict[str, int]:
@@ -287,10 +290,20 @@ class RayOps:
         hosts: Iterable[str | int] | None = None,
         on_output: OutputCallback | None = None,
         timeout_s: float = 120.0,
+        stale: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> dict[str, HostResult]:
         """Join ``hosts`` (default: every worker) unless already alive in this cluster.
 
-        Raises RayError when the head's state API does not answer (nothing to join).
+        ``fresh``: hosts known to run no Ray (a new VM; Ray just force-stopped): they only
+        ``ray start``, without first stopping whatever Ray a host might still run.
+
+        ``stale``: node ids of raylets known dead (their VM was recreated) that the GCS may
+        still list ALIVE until its health checks time out: they neither count as "already
+        joined" nor satisfy the wait, so the fresh raylet starts at once instead of after
+        the GCS lets go of the dead one. Hosts whose ``ray start`` gave up waiting for its
+        node to register (a loaded box) are still waited for: the raylet usually comes up
+        a little later. Raises RayError when the head's state API does not answer.
         """
         t0 = time.monotonic()
         targets = [ep for ep in self.ssh.resolve(hosts) if ep.name != self.head.name]
@@ -298,7 +311,7 @@ class RayOps:
         unknown = [ep.name for ep in targets if ep.name not in known]
         if unknown:
             raise ValueError(f"hosts {unknown} are not workers of this cluster")
-        alive = alive_by_ip(await self.nodes())
+        alive = alive_by_ip(await self.nodes(), ignore=stale)
         results: dict[str, HostResult] = {}
         todo = []
         for ep in targets:
@@ -310,27 +323,41 @@ class RayOps:
                 todo.append(ep)
         if todo:
             runs = await asyncio.gather(
-                *(self._start_worker(ep, on_output, timeout_s) for ep in todo)
+                *(self._start_worker(ep, on_output, timeout_s, ep.name in fresh) for ep in todo)
             )
-            started = [r for r in runs if r.ok]
             for r in runs:
                 results[r.host] = r
-            if started:
-                ips = [ep.ip for ep in todo if results[ep.name].ok]
+            waiting = [
+                ep
+                for ep in todo
+                if results[ep.name].ok or _SLOW_REGISTRATION in results[ep.name].stdout_tail
+            ]
+            if waiting:
+                left = max(1.0, timeout_s - (time.monotonic() - t0))
                 try:
-                    await self.wait_alive(ips, max(1.0, timeout_s - (time.monotonic() - t0)))
+                    await self.wait_alive([ep.ip for ep in waiting], left, ignore=stale)
+                    for ep in waiting:  # slow to register, but registered
+                        results[ep.name] = replace(results[ep.name], ok=True, error="")
                 except (RayError, TimeoutError) as exc:
-                    live = alive_by_ip(await self._nodes_or_empty())
-                    for ep in todo:
+                    live = alive_by_ip(await self._nodes_or_empty(), ignore=stale)
+                    for ep in waiting:
                         r = results[ep.name]
-                        if r.ok and live.get(ep.ip, 0) < 1:
+                        if live.get(ep.ip, 0) >= 1:
+                            results[ep.name] = replace(r, ok=True, error="")
+                        else:
                             results[ep.name] = replace(r, ok=False, error=f"{ep.label}: {exc}")
         return {ep.name: results[ep.name] for ep in targets}
 
     async def _start_worker(
-        self, ep: HostEndpoint, on_output: OutputCallback | None, timeout_s: float
+        self,
+        ep: HostEndpoint,
+        on_output: OutputCallback | None,
+        timeout_s: float,
+        fresh: bool = False,
     ) -> HostResult:
-        command = f"{self._graceful_stop} >/dev/null 2>&1; {self.worker_command(ep)} 2>&1"
+        command = f"{self.worker_command(ep)} 2>&1"
+        if not fresh:
+            command = f"{self._graceful_stop} >/dev/null 2>&1; {command}"
         if self._start_sem is None:
             return await self.ssh.run_one(ep.name, command, on_output, timeout_s=timeout_s)
         async with self._start_sem:
@@ -375,14 +402,17 @@ class RayOps:
         except RayError:
             return []
 
-    async def wait_alive(self, ips: Sequence[str], timeout_s: float) -> list[RayNodeInfo]:
-        """Poll until every IP in ``ips`` has a live Ray node; TimeoutError names the missing."""
+    async def wait_alive(
+        self, ips: Sequence[str], timeout_s: float, ignore: Collection[str] = ()
+    ) -> list[RayNodeInfo]:
+        """Poll until every IP in ``ips`` has a live Ray node (not one of ``ignore``);
+        TimeoutError names the missing."""
         deadline = time.monotonic() + timeout_s
         last_error = ""
         while True:
             try:
                 nodes = await self.nodes()
-                live = alive_by_ip(nodes)
+                live = alive_by_ip(nodes, ignore=ignore)
                 missing = [ip for ip in ips if live.get(ip, 0) < 1]
                 if not missing:
                     return nodes

@@ -1,13 +1,20 @@
 """Seed 000's "when a spot VM gets reclaimed", as a table of recovery steps over the pod.
 
-    recreate -> wait_ready -> bootstrap -> head -> workers -> tunnel -> resubmit
+    orphans (alongside, until workers) | recreate -> wait_ready -> bootstrap -> head -> tunnel
+    -> resubmit -> workers
 
 * a LOST host (VM gone) is recreated, waited for, bootstrapped and rejoined;
 * a host whose VM is fine but whose Ray node is gone (or doubled on one IP) only rejoins:
   recreate / wait_ready / bootstrap are skipped with the reason;
-* when the head is lost (its host lost, or the GCS unreachable) everything is rebuilt: every
-  host bootstrapped, a new head, every worker rejoined, the tunnel re-opened and the jobs
-  that were active on the old head resubmitted with the same spec (sweeps keep their id).
+* when the head is lost (its host lost, or the GCS unreachable) Ray is rebuilt: the fresh
+  VMs bootstrapped (a VM that survived kept its install), a new head, the tunnel re-opened,
+  the jobs that were active on the old head resubmitted with the same spec (sweeps keep
+  their id) and every worker rejoined.
+  Jobs go back as soon as the head answers: their drivers start while the workers join (a
+  distributed run's strict placement group, and Tune's trials, wait for the nodes they need),
+  so the head's recovery costs little more than bringing the cluster up. The surviving
+  workers' raylets belong to the dead cluster: they are force-stopped (``orphans``) while
+  the head's VM is recreated, instead of each waiting out a graceful stop at its rejoin.
 
 Each step is a function over ``PodOps``, the pod's own parts (``TpuVmBackend`` implements it;
 the recovery tests use a small model pod). Every op is idempotent and returns per-host
@@ -42,6 +49,8 @@ class PodOps(Protocol):
 
     async def open_tunnel(self) -> ActionResult: ...
 
+    async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult: ...
+
 
 def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan:
     """The TPU VM recovery steps, bound to ``ops``."""
@@ -63,13 +72,14 @@ def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan
 
     return Plan(
         (
+            StepDef("orphans", _orphans, ops.stop_orphans, overlap_until="workers"),
             StepDef("recreate", _to_recreate, ops.recreate, after=recreated),
             StepDef("wait_ready", _coming_up, wait_ready),
             StepDef("bootstrap", _to_bootstrap, ops.bootstrap),
             StepDef("head", _head, head, per_host=False),
-            StepDef("workers", _to_join, ops.join_workers),
             StepDef("tunnel", _tunnel, tunnel, per_host=False),
             StepDef("resubmit", _to_resubmit, resubmit, per_host=False, after=resubmitted),
+            StepDef("workers", _to_join, ops.join_workers),
         )
     )
 
@@ -87,8 +97,15 @@ def _coming_up(rnd: Round) -> Sequence[str] | Skip:
 
 
 def _to_bootstrap(rnd: Round) -> Sequence[str] | Skip:
-    hosts = rnd.all_hosts if rnd.head_lost else _fresh(rnd)
-    return hosts or Skip("no fresh VM: every host kept its install")
+    return _fresh(rnd) or Skip("no fresh VM: every host kept its install")
+
+
+def _orphans(rnd: Round) -> Sequence[str] | Skip:
+    if not rnd.head_lost:
+        return Skip(f"head on {rnd.head} is alive: the workers' Ray is part of its cluster")
+    lost = set(rnd.diagnosis.to_recreate)
+    survivors = [h for h in rnd.workers if h not in lost]
+    return survivors or Skip("no surviving worker")
 
 
 def _head(rnd: Round) -> Sequence[str] | Skip:
