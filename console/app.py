@@ -149,7 +149,9 @@ class PhantomApp(App[int]):
         await self.switch_mode(self.settings.initial_mode)
         if self.settings.tick_s:
             self.set_interval(self.settings.tick_s, self._tick)
-        self.start_services()
+        # Paint first: the services (on a fresh machine, the pod emulator) come up behind
+        # the first frame, which shows them coming.
+        self.call_after_refresh(self.start_services)
         if self.settings.gc_freeze:
             self.call_after_refresh(self._freeze_startup_objects)
 
@@ -575,10 +577,11 @@ class PhantomApp(App[int]):
 
 
 def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomApp:
-    """The app on the configured cluster (real services; imported only here, lazily)."""
-    from console.wiring import make_services
+    """The app on the configured cluster (real services, imported only here, lazily, and
+    built behind the first frame)."""
+    from console.wiring import deferred_services
 
-    return PhantomApp(make_services(config), clock=time.time, settings=settings)
+    return PhantomApp(deferred_services(config), clock=time.time, settings=settings)
 
 
 def run_tui(config: Config) -> int:

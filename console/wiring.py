@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.facade import Facade
+    from console.services.pending import PendingServices
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ServicesFactory = Callable[[Config], "ConsoleServices"]
@@ -40,13 +41,16 @@ def make_services(
     autostart_pod: bool = True,
     working_dir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    pod_until_ready: bool = True,
 ) -> Facade:
     """The real services for ``config``.
 
     local: the emulator for ``cluster.run_dir`` (started with ``cluster.hosts`` hosts on
-    free ports when none runs and ``autostart_pod``). gcp: Google's TPU API
-    (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER`` and
-    ``~/.ssh/google_compute_engine``. Raises ValueError naming the setting to fix.
+    free ports when none runs and ``autostart_pod``; ``progress`` hears how that goes, and
+    ``pod_until_ready=False`` returns while its hosts are still coming up). gcp: Google's
+    TPU API (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER``
+    and ``~/.ssh/google_compute_engine``. Raises ValueError naming the setting to fix.
     """
     from console.secrets import Scrubber
     from console.services.backends.tpu_vm.backend import TpuVmBackend
@@ -67,7 +71,7 @@ def make_services(
                 "to a writable directory"
             ],
         ) from None
-    access, chaos = _pod_access(config, sdir, autostart_pod)
+    access, chaos = _pod_access(config, sdir, autostart_pod, progress, pod_until_ready)
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
         scrubber=Scrubber([config.wandb.api_key_env]),
@@ -103,7 +107,11 @@ def _pod_key(config: Config) -> str:
 
 
 def _pod_access(
-    config: Config, state_dir: Path, autostart: bool
+    config: Config,
+    state_dir: Path,
+    autostart: bool,
+    progress: Callable[[str], None] | None = None,
+    until_ready: bool = True,
 ) -> tuple[PodAccess, Callable[[Backend], Chaos] | None]:
     from console.services.backends.tpu_vm.backend import TpuVmBackend
     from console.services.backends.tpu_vm.parts import PodAccess
@@ -113,7 +121,8 @@ def _pod_access(
     if config.is_local:
         from console.local.pod import EmulatedTpuProvider, EmulatorChaos, ensure_pod, pod_access
 
-        access = pod_access(config, ensure_pod(config, autostart), state_dir)
+        pod = ensure_pod(config, autostart, progress=progress, until_ready=until_ready)
+        access = pod_access(config, pod, state_dir)
         provider = access.provider
         assert isinstance(provider, EmulatedTpuProvider)
 
@@ -131,6 +140,22 @@ def _pod_access(
         wandb_dir=config.wandb.dir,
     )
     return access, None
+
+
+def deferred_services(config: Config) -> PendingServices:
+    """The TUI's services: built behind the first frame, which never waits for the cluster.
+
+    On the emulator a fresh machine starts its pod here, and the console shows its hosts
+    come up (CREATING -> READY) instead of a blank terminal until they are READY."""
+    from console.services.pending import PendingServices
+
+    def build(progress: Callable[[str], None]) -> ConsoleServices:
+        return make_services(config, progress=progress, pod_until_ready=False)
+
+    what = "starting the console's services"
+    if config.is_local:
+        what = f"connecting to the local pod emulator ({config.cluster.hosts} hosts)"
+    return PendingServices(config, build, what=what)
 
 
 def services_factory() -> ServicesFactory:

@@ -173,8 +173,10 @@ def start_pod(
     chaos_faults: Sequence[str] = (),
     ssh_user: str | None = None,
     ssh_key: Path | str | None = None,
+    until_ready: bool = True,
 ) -> PodInfo:
-    """Spawn the daemon detached for ``run_dir`` and wait until the node is READY.
+    """Spawn the daemon detached for ``run_dir`` and wait until the node is READY
+    (``until_ready=False``: until the daemon answers with its hosts, still coming up).
 
     ``ssh_port=0`` lets the daemon pick one port free on every host IP and
     ``api_port=0`` a free TPU API port (what tests use); ``rest_port`` and
@@ -261,7 +263,7 @@ def start_pod(
             if summary != last_state and progress is not None:
                 progress(summary)
             last_state = summary
-            if info.state == "READY":
+            if info.state == "READY" or (not until_ready and info.hosts):
                 return info
         if time.monotonic() > deadline:
             stop_pod(layout.run_dir)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from google.cloud import tpu_v2
@@ -39,9 +39,18 @@ LOCAL_RAY_ENV: Mapping[str, str] = {
 }
 
 
-def ensure_pod(config: Config, autostart: bool) -> PodInfo:
+def ensure_pod(
+    config: Config,
+    autostart: bool,
+    *,
+    progress: Callable[[str], None] | None = None,
+    until_ready: bool = True,
+) -> PodInfo:
     """The running emulator for ``cluster.run_dir``; started (``cluster.hosts`` hosts, free
-    ports) when none runs and ``autostart``. ValueError naming the fix otherwise."""
+    ports) when none runs and ``autostart``. ValueError naming the fix otherwise.
+
+    ``progress`` hears the start-up's lines; ``until_ready=False`` returns once the emulator
+    answers with its hosts (still CREATING: the console's polls show them come up)."""
     # Nothing on the emulator path may let Google's libraries probe the link-local metadata
     # server (they do when they find no credentials).
     os.environ.setdefault("NO_GCE_CHECK", "True")
@@ -53,7 +62,16 @@ def ensure_pod(config: Config, autostart: bool) -> PodInfo:
                 f"no pod emulator is running for {run_dir}; start it with "
                 f"`phantom pod up` (cluster.run_dir = {str(run_dir)!r})"
             )
-        info = pod_client.start_pod(run_dir, hosts=config.cluster.hosts, ssh_port=0, api_port=0)
+        if progress is not None:
+            progress(f"starting the local pod emulator ({config.cluster.hosts} hosts)")
+        info = pod_client.start_pod(
+            run_dir,
+            hosts=config.cluster.hosts,
+            ssh_port=0,
+            api_port=0,
+            progress=progress,
+            until_ready=until_ready,
+        )
     if len(info.hosts) != config.cluster.hosts:
         log.warning(
             "the emulator at %s has %d hosts, the config says cluster.hosts = %d",
@@ -68,7 +86,8 @@ def pod_access(config: Config, pod: PodInfo, state_dir: Path) -> PodAccess:
     """How the console reaches the emulated pod."""
     wandb_dir = config.wandb.dir or str(state_dir / "wandb")
     user, key = ssh_identity(config, (pod.ssh_user, Path(pod.client_key)))
-    poll = min(1.0, config.recovery.poll_interval_s)
+    # The emulator's API is a local process: waiting for READY may ask it often.
+    poll = min(0.1, config.recovery.poll_interval_s)
     return PodAccess(
         provider=EmulatedTpuProvider(pod, poll_interval_s=poll),
         ssh_user=user,
@@ -81,7 +100,6 @@ def pod_access(config: Config, pod: PodInfo, state_dir: Path) -> PodAccess:
         job_env={"WANDB_DIR": str(Path(wandb_dir).expanduser())},
         wandb_dir=wandb_dir,
         shares_loopback=True,
-        serial_joins=True,
     )
 
 

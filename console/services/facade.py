@@ -36,13 +36,16 @@ from console.services.journal import AsyncJournal, Journal
 from console.services.lease import PodLeases
 from console.services.model import (
     ACTIVE_JOBS,
+    TRANSITIONAL_STATES,
     ActionResult,
     Event,
+    HostState,
     JobInfo,
     JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
+    Reachability,
     RecoveryStatus,
     RunCadence,
     Update,
@@ -57,6 +60,8 @@ from console.services.submissions import JobRegistry, Submitter
 from console.services.submit import SubmitSpec
 
 log = logging.getLogger(__name__)
+
+SETTLING_POLL_S = 1.0  # the pod poll's interval at most while VMs come up or go
 
 MakeBackend = Callable[[EventSink], Backend]
 
@@ -143,7 +148,8 @@ class Facade:
         await self.backend.start()
         self._tasks = [
             asyncio.create_task(
-                self._loop(self.refresh, "pod", self._wake), name="phantom-poll-pod"
+                self._loop(self.refresh, "pod", self._wake, self._pod_interval),
+                name="phantom-poll-pod",
             ),
             asyncio.create_task(self._loop(self._poll_jobs, "jobs"), name="phantom-poll-jobs"),
             asyncio.create_task(
@@ -172,8 +178,24 @@ class Facade:
     def subscribe(self, callback: Callable[[Update], None]) -> Callable[[], None]:
         return self.bus.subscribe(callback)
 
+    def _pod_interval(self) -> float:
+        """A pod on the move is polled every second at most; a settled one at
+        ``recovery.poll_interval_s``. On the move: VMs coming up or going, or a host the
+        API calls READY that SSH cannot reach (a VM being reclaimed drops its connections
+        before the API says so: the poll that would show it must not wait an interval)."""
+        moving = any(
+            h.tpu_state in TRANSITIONAL_STATES
+            or (h.tpu_state == HostState.READY and h.ssh == Reachability.DOWN)
+            for h in self._snapshot.hosts
+        )
+        return min(self.poll_interval_s, SETTLING_POLL_S) if moving else self.poll_interval_s
+
     async def _loop(
-        self, poll: Callable[[], Awaitable[Any]], name: str, wake: asyncio.Event | None = None
+        self,
+        poll: Callable[[], Awaitable[Any]],
+        name: str,
+        wake: asyncio.Event | None = None,
+        interval: Callable[[], float] | None = None,
     ) -> None:
         while True:
             t0 = time.monotonic()
@@ -185,7 +207,8 @@ class Facade:
                 raise
             except Exception:
                 log.exception("%s poller failed", name)
-            pause = max(0.05, self.poll_interval_s - (time.monotonic() - t0))
+            every = interval() if interval is not None else self.poll_interval_s
+            pause = max(0.05, every - (time.monotonic() - t0))
             if wake is None:
                 await asyncio.sleep(pause)
                 continue
