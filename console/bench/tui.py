@@ -1,8 +1,8 @@
 """Benchmark the console under load: `python -m console.bench.tui [--seconds 10]`.
 
 The real app runs headless at 160x48 against a synthetic services object that publishes a
-1,024-host pod whose hosts keep changing state (from a thread, through the update bus) and
-streams 10,000 log lines per second. Measured: latency from publish to the first rendered
+10,000-host pod (table rows) whose hosts keep changing state (from a thread, through the
+update bus) and streams 10,000 log lines per second. Measured: latency from publish to the first rendered
 frame after the app applied it (the compositor's update is turned into terminal bytes as a
 real terminal would need), frames per second, RSS at the end. Checked: no dropped state —
 after the feeds stop, every host row on screen equals the final snapshot and the log view
@@ -459,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each loaded phase")
     parser.add_argument("--baseline-seconds", type=float, default=3.0)
-    parser.add_argument("--hosts", type=int, default=1024)
+    parser.add_argument("--hosts", type=int, default=10_000, help="rows in the host table")
     parser.add_argument("--lines-per-s", type=int, default=10_000)
     parser.add_argument("--pod-hz", type=float, default=20.0, help="pod snapshots per second")
     parser.add_argument("--changes", type=int, default=64, help="hosts changing per snapshot")
