@@ -190,7 +190,9 @@ class Capacity:
         if stockout_s is not None:
             now = self.now()
             end = math.inf if stockout_s <= 0 else now + stockout_s
-            zone.windows = sorted([*zone.windows, Window(round(now, 3), end)], key=_start)
+            # Floor, not round: a start rounded up past now would not cover now yet.
+            start = math.floor(now * 1000) / 1000
+            zone.windows = sorted([*zone.windows, Window(start, end)], key=_start)
 
     def status(self, used: Mapping[str, int]) -> list[dict[str, Any]]:
         now = self.now()
