@@ -67,6 +67,48 @@ def pod_config(
     )
 
 
+def gcp_config(
+    pod: PodInfo,
+    work_dir: Path,
+    *,
+    ssh: Mapping[str, Any] | None = None,
+    recovery: Mapping[str, Any] | None = None,
+    ray: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    source: str = "<gcp path on the emulator>",
+) -> Config:
+    """Config driving ``pod`` (GCP-faithful, started with the GCP user's ``ssh_user`` and
+    ``ssh_key``) through the gcp code path: Google's TPU client on the emulator's loopback
+    endpoint, the GCP user's SSH identity, the host's own Ray sizing unless ``ray`` says
+    otherwise. Only the ports are the emulator's: they must not collide on one machine."""
+    return parse_config(
+        {
+            "cluster": {
+                "provider": "gcp",
+                "project": pod.project,
+                "zone": pod.zone,
+                "node_name": pod.node_name,
+                "accelerator_type": pod.accelerator_type,
+                "api_endpoint": f"http://{pod.tpu_api}",
+            },
+            "ssh": {
+                "user": pod.ssh_user,
+                "key": str(pod.client_key),
+                "port": pod.ssh_port,
+                "connect_timeout_s": 5.0,
+                "retries": 1,
+                "command_timeout_s": 240.0,
+                **(ssh or {}),
+            },
+            "ray": {**free_ray_ports(pod.hosts[0].ip), **(ray or {})},
+            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb")},
+            "recovery": {"ready_timeout_s": 180.0, **(recovery or {})},
+            **(extra or {}),
+        },
+        source=source,
+    )
+
+
 async def start_pod(run_dir: Path, hosts: int, **kwargs: Any) -> PodInfo:
     """A READY emulated pod in ``run_dir`` on free ports (ssh_port/api_port 0 unless given)."""
     kwargs.setdefault("ssh_port", 0)
@@ -79,4 +121,12 @@ async def stop_pod(run_dir: Path) -> bool:
     return await pod_client.async_stop_pod(run_dir)
 
 
-__all__ = ["PodInfo", "free_port", "free_ray_ports", "pod_config", "start_pod", "stop_pod"]
+__all__ = [
+    "PodInfo",
+    "free_port",
+    "free_ray_ports",
+    "gcp_config",
+    "pod_config",
+    "start_pod",
+    "stop_pod",
+]
