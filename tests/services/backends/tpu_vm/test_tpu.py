@@ -87,9 +87,13 @@ def test_gcp_provider_names_the_node() -> None:
     assert prov.node_path == "projects/proj/locations/us-central2-b/nodes/phantom-pod"
 
 
-def test_local_client_is_loopback_only() -> None:
-    with pytest.raises(ValueError, match="loopback-only"):
-        local_client("10.1.2.3:443")
+@pytest.mark.parametrize(
+    "endpoint",
+    ["10.1.2.3:443", "http://10.1.2.3:8470", "http://127.evil.example:80", "http://[::2]:1"],
+)
+def test_local_client_is_loopback_only(endpoint: str) -> None:
+    with pytest.raises(ValueError, match=r"must be http://127\.0\.0\.1:PORT on loopback"):
+        local_client(endpoint)
 
 
 # --- against the emulator ---------------------------------------------------------------
