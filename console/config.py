@@ -121,6 +121,9 @@ class RayConfig:
     """Memory for tasks per host, in MiB; 0: the host's available memory."""
     resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
     """Custom resources per host."""
+    jax_platform: str = "cpu"
+    """PHANTOM_JAX_PLATFORM of the jobs the console submits (their JAX_PLATFORMS): "cpu"
+    keeps many SB3 agents per host off the TPU; "tpu" for JAX-heavy jobs; "" lets JAX pick."""
 
 
 @dataclass(frozen=True)
@@ -393,6 +396,10 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
             problems.append(str(exc))
     elif key == "ssh.proxy_command" and value:
         _check_proxy_command(key, value, problems)
+    elif key == "ray.jax_platform" and not re.match(r"^([a-z]+(,[a-z]+)*)?$", value):
+        problems.append(
+            f'{key} = {value!r}: a JAX platform name or list, e.g. "cpu", "tpu" or "tpu,cpu"'
+        )
     elif key == "ray.resources":
         for name, amount in value.items():
             if amount < 0:

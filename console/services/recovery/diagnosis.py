@@ -240,6 +240,28 @@ def verified_text(
     return msg
 
 
+def job_env_problems(env: Mapping[str, str], expected: Mapping[str, str | None]) -> tuple[str, ...]:
+    """What a job's runtime env lacks of what the console expected (the seed's checklist: "did
+    the job start with the expected env vars?"). An expected value of None (a secret, or a
+    ``$NAME`` reference) must be set and non-empty; its value is never compared or shown."""
+    out: list[str] = []
+    for name, want in expected.items():
+        got = env.get(name)
+        if got is None:
+            out.append(f"{name} not set")
+        elif want is None:
+            if not got:
+                out.append(f"{name} is empty")
+        elif got != want:
+            out.append(f"{name}={got!r}, expected {want!r}")
+    return tuple(out)
+
+
+def job_env_text(job_id: str, problems: tuple[str, ...] | list[str]) -> str:
+    """The journal's and the screens' sentence for a job started without the expected env."""
+    return f"job {job_id} started without the expected env: {'; '.join(problems)}"
+
+
 def ray_alive_hosts(obs: Observation) -> int:
     return sum(1 for h in obs.hosts if h.ray_alive >= 1)
 
