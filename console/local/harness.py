@@ -67,6 +67,18 @@ def pod_config(
     )
 
 
+def gcp_user_key(path: Path) -> Path:
+    """A GCP user's SSH key (their ~/.ssh/google_compute_engine), for a GCP-faithful pod
+    started with ``ssh_user`` / ``ssh_key``."""
+    import asyncssh
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(path))
+    key.write_public_key(f"{path}.pub")
+    path.chmod(0o600)
+    return path
+
+
 def gcp_config(
     pod: PodInfo,
     work_dir: Path,
@@ -74,6 +86,7 @@ def gcp_config(
     ssh: Mapping[str, Any] | None = None,
     recovery: Mapping[str, Any] | None = None,
     ray: Mapping[str, Any] | None = None,
+    wandb: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     source: str = "<gcp path on the emulator>",
 ) -> Config:
@@ -101,7 +114,7 @@ def gcp_config(
                 **(ssh or {}),
             },
             "ray": {**free_ray_ports(pod.hosts[0].ip), **(ray or {})},
-            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb")},
+            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb"), **(wandb or {})},
             "recovery": {"ready_timeout_s": 180.0, **(recovery or {})},
             **(extra or {}),
         },
@@ -126,6 +139,7 @@ __all__ = [
     "free_port",
     "free_ray_ports",
     "gcp_config",
+    "gcp_user_key",
     "pod_config",
     "start_pod",
     "stop_pod",
