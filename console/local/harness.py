@@ -129,6 +129,11 @@ async def start_pod(run_dir: Path, hosts: int, **kwargs: Any) -> PodInfo:
     return await pod_client.async_start_pod(run_dir, hosts=hosts, **kwargs)
 
 
+async def preempt(run_dir: Path, host: int | str = "all") -> PodInfo:
+    """Preempt ``host`` (or the whole slice) of the pod of ``run_dir``, as a spot reclaim."""
+    return await pod_client.async_preempt(run_dir, host)
+
+
 async def stop_pod(run_dir: Path) -> bool:
     """Stop the pod of ``run_dir`` and every process of its hosts; True if one was running."""
     return await pod_client.async_stop_pod(run_dir)
@@ -141,6 +146,7 @@ __all__ = [
     "gcp_config",
     "gcp_user_key",
     "pod_config",
+    "preempt",
     "start_pod",
     "stop_pod",
 ]
