@@ -11,9 +11,11 @@ holds the key, and the key itself is read from the environment only when a job n
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -88,6 +90,13 @@ class SshConfig:
     """Concurrent SSH sessions in a fan-out (a bootstrap of a 256-host pod in one wave)."""
     retries: int = 3
     """Transient errors are retried with backoff this many times."""
+    internal_ip: bool = False
+    """gcp: connect to each worker's internal IP (the console runs inside the VPC). Default:
+    its external IP (accessConfig.externalIp), as `gcloud compute tpus tpu-vm ssh` does."""
+    proxy_command: str = ""
+    """gcp: reach the workers through this command (IAP or a bastion), as OpenSSH's
+    ProxyCommand: %h is the worker's internal IP, %p the port, %r the user, %n the worker's
+    name, %% a percent sign; e.g. "ssh -W %h:%p bastion". Implies the internal IP."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +113,17 @@ class RayConfig:
     """Local end of the tunnel to the dashboard; 0 = auto (gcp: 8265, local: 18265)."""
     local_client_port: int = 0
     """Local end of the tunnel to the client port; 0 = auto (gcp: 10001, local: 20001)."""
-    num_cpus: int = 2
-    """Logical CPUs each host advertises to Ray."""
-    object_store_mb: int = 256
-    """Object store size per host, in MiB."""
+    num_cpus: int = 0
+    """Logical CPUs each host advertises to Ray; 0: the host's own count."""
+    object_store_mb: int = 0
+    """Object store size per host, in MiB (at least 75); 0: Ray's default for the host."""
+    memory_mb: int = 0
+    """Memory for tasks per host, in MiB; 0: the host's available memory."""
     resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
     """Custom resources per host."""
+    jax_platform: str = "cpu"
+    """PHANTOM_JAX_PLATFORM of the jobs the console submits (their JAX_PLATFORMS): "cpu"
+    keeps many SB3 agents per host off the TPU; "tpu" for JAX-heavy jobs; "" lets JAX pick."""
 
 
 @dataclass(frozen=True)
@@ -341,8 +355,6 @@ _POSITIVE = {
     "ssh.connect_timeout_s",
     "ssh.command_timeout_s",
     "ssh.parallelism",
-    "ray.num_cpus",
-    "ray.object_store_mb",
     "recovery.poll_interval_s",
     "recovery.ready_timeout_s",
 }
@@ -371,6 +383,10 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: at most 1024 hosts")
     elif key == "recovery.stall_factor" and value <= 1:
         problems.append(f"{key} = {value!r}: must be greater than 1 (k x the median interval)")
+    elif key in ("ray.num_cpus", "ray.memory_mb") and value < 0:
+        problems.append(f"{key} = {value!r}: must be 0 (the host's own) or more")
+    elif key == "ray.object_store_mb" and value != 0 and value < 75:
+        problems.append(f"{key} = {value!r}: at least 75 (Ray's minimum), or 0 for Ray's default")
     elif key in ("ssh.retries", "recovery.step_retries", "recovery.notice_grace_s") and value < 0:
         problems.append(f"{key} = {value!r}: must be 0 or more")
     elif key == "wandb.api_key_env":
@@ -379,10 +395,60 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
                 f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
                 "never the key itself"
             )
+    elif key == "cluster.api_endpoint" and value.startswith(("http://", "grpc://")):
+        try:
+            loopback_endpoint(value)
+        except ValueError as exc:
+            problems.append(str(exc))
+    elif key == "ssh.proxy_command" and value:
+        _check_proxy_command(key, value, problems)
+    elif key == "ray.jax_platform" and not re.match(r"^([a-z]+(,[a-z]+)*)?$", value):
+        problems.append(
+            f'{key} = {value!r}: a JAX platform name or list, e.g. "cpu", "tpu" or "tpu,cpu"'
+        )
     elif key == "ray.resources":
         for name, amount in value.items():
             if amount < 0:
                 problems.append(f"{key}.{name} = {amount!r}: must be 0 or more")
+
+
+def loopback_endpoint(endpoint: str) -> str:
+    """ "http://127.0.0.1:PORT[/]" (or grpc://, or bare) -> "127.0.0.1:PORT". A plain-text
+    endpoint carries no TLS and anonymous credentials, so only loopback is accepted: raises
+    ValueError naming the field and the fix otherwise."""
+    hostport = endpoint.removeprefix("http://").removeprefix("grpc://").rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or not port.isdigit():
+        raise ValueError(
+            f"cluster.api_endpoint = {endpoint!r}: a plain-text endpoint (no TLS, anonymous "
+            "credentials) must be http://127.0.0.1:PORT on loopback; for Google's API give "
+            "host:port (TLS) or leave it empty"
+        )
+    return hostport
+
+
+PROXY_TOKENS = re.compile(r"%(.)")
+
+
+def _check_proxy_command(key: str, value: str, problems: list[str]) -> None:
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:
+        problems.append(f"{key} = {value!r}: bad quoting ({exc})")
+        return
+    if not argv:
+        problems.append(f"{key}: empty; leave it out to connect directly")
+    bad = sorted({t for t in PROXY_TOKENS.findall(value) if t not in "hprn%"})
+    if bad:
+        problems.append(
+            f"{key} = {value!r}: unknown token(s) {', '.join('%' + t for t in bad)}; "
+            "use %h (host), %p (port), %r (user), %n (worker name) or %%"
+        )
 
 
 def _parse_runtime_env(value: Any, problems: list[str]) -> dict[str, Any] | None:
@@ -443,7 +509,9 @@ def validate_runtime_env(value: Any, *, key: str = "runtime_env") -> dict[str, A
 
 def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
     cluster: ClusterConfig = sections.get("cluster", ClusterConfig())
-    if cluster.provider == "gcp":
+    # The GCP-faithful emulator on loopback answers for its own project and zones.
+    emulated = cluster.api_endpoint.startswith(("http://", "grpc://"))
+    if cluster.provider == "gcp" and not emulated:
         if cluster.project in ("", "phantom-local"):
             problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
         if cluster.zone in ("", "local-a"):

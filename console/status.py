@@ -19,6 +19,7 @@ from console import exit_codes
 from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.model import PodSnapshot, to_jsonable
+from console.services.recovery.diagnosis import job_env_text
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -120,6 +121,9 @@ def render_table(status: Mapping[str, Any]) -> str:
     lines.append("")
     jobs = [[j["job_id"], j["status"], _clip(j.get("entrypoint", ""), 50)] for j in status["jobs"]]
     lines += _table(["JOB", "STATUS", "ENTRYPOINT"], jobs) if jobs else ["no jobs"]
+    for j in status["jobs"]:
+        if j.get("env_problems"):
+            lines.append(job_env_text(j["job_id"], j["env_problems"]))
     if status.get("jobs_error"):
         lines.append(f"jobs: {status['jobs_error']}")
     if status["cadence"]:

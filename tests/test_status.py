@@ -103,3 +103,22 @@ def test_config_error_is_exit_2() -> None:
         "exit_code": 2,
         "error": "phantom: invalid config c.toml:\n  - ssh.key = '/nope': file not found",
     }
+
+
+def test_a_job_without_the_expected_env_is_named_under_the_jobs() -> None:
+    snap = json.loads(run_status(Harness(), as_json=True)[1])
+    snap["jobs"] = [
+        {
+            "job_id": "raysubmit_byhand",
+            "status": "RUNNING",
+            "entrypoint": "python -m engine.train",
+            "env_problems": ["PHANTOM_JAX_PLATFORM not set", "WANDB_MODE not set"],
+        },
+        {"job_id": "phantom-single-1", "status": "RUNNING", "env_problems": []},
+    ]
+    lines = render_table(snap).splitlines()
+    assert (
+        "job raysubmit_byhand started without the expected env: PHANTOM_JAX_PLATFORM not set; "
+        "WANDB_MODE not set"
+    ) in lines
+    assert not any("phantom-single-1 started" in line for line in lines)

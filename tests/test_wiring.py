@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import asyncssh
 import pytest
 
-from console.config import parse_config
+from console.config import Config, ConfigError, parse_config
+from console.emulator.client import PodInfo
+from console.local.pod import LOCAL_RAY_SIZING
+from console.services.backends.tpu_vm import raycmd
+from console.services.backends.tpu_vm.backend import TpuVmBackend
+from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.facade import Facade
 from console.wiring import make_services
 
 
@@ -17,18 +24,22 @@ def test_local_without_a_running_pod_names_the_run_dir(tmp_path: Path) -> None:
         make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
 
 
-@pytest.fixture
-def gcp_services(tmp_path: Path):  # type: ignore[no-untyped-def]
+def gcp_config(tmp_path: Path, **sections: dict[str, object]) -> Config:
     key = asyncssh.generate_private_key("ssh-ed25519")
     key_path = tmp_path / "id_ed25519"
     key.write_private_key(str(key_path))
-    cfg = parse_config(
+    return parse_config(
         {
             "cluster": {"provider": "gcp", "project": "my-proj", "zone": "us-central2-b"},
             "ssh": {"user": "me", "key": str(key_path)},
+            **sections,
         }
     )
-    svc = make_services(cfg, state_dir=tmp_path / "state")
+
+
+@pytest.fixture
+def gcp_services(tmp_path: Path):  # type: ignore[no-untyped-def]
+    svc = make_services(gcp_config(tmp_path), state_dir=tmp_path / "state")
     try:
         yield svc
     finally:
@@ -52,3 +63,60 @@ async def test_chaos_is_local_only(gcp_services) -> None:  # type: ignore[no-unt
         "resubmit",
         "workers",
     ]
+
+
+SIZING_FLAGS = ("--num-cpus", "--memory", "--object-store-memory")
+
+
+def sizing(command: str) -> dict[str, str]:
+    """The sizing flags of a `ray start` command line."""
+    argv = shlex.split(command.replace(raycmd.TEMP_DIR_SHELL, "/tmp/ray"))
+    return {a.split("=")[0]: a.split("=", 1)[1] for a in argv if a.startswith(SIZING_FLAGS)}
+
+
+def ray_commands(svc: Facade) -> list[str]:
+    assert isinstance(svc.backend, TpuVmBackend)
+    ray = svc.backend.parts.ray
+    return [ray.head_command(), ray.worker_command(HostEndpoint("pod-w1", "10.130.0.3", 22, 1))]
+
+
+def test_gcp_ray_nodes_are_sized_by_their_host(gcp_services: Facade) -> None:
+    """A 240-vCPU TPU VM host must not advertise the emulator's 2 CPUs to Ray."""
+    for command in ray_commands(gcp_services):
+        assert sizing(command) == {}, command
+
+
+def test_gcp_ray_sizing_only_when_configured(tmp_path: Path) -> None:
+    cfg = gcp_config(tmp_path, ray={"num_cpus": 200, "memory_mb": 1024, "object_store_mb": 0})
+    svc = make_services(cfg, state_dir=tmp_path / "state")
+    try:
+        for command in ray_commands(svc):
+            assert sizing(command) == {"--num-cpus": "200", "--memory": str(1024 * raycmd.MIB)}
+    finally:
+        svc.close_journal()
+
+
+def test_the_emulator_sets_its_small_sizing_explicitly(pod: PodInfo, tmp_path: Path) -> None:
+    cfg = parse_config({"cluster": {"run_dir": str(pod.run_dir)}})
+    svc = make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
+    try:
+        for command in ray_commands(svc):
+            assert sizing(command) == {
+                "--num-cpus": str(LOCAL_RAY_SIZING.num_cpus),
+                "--memory": str(LOCAL_RAY_SIZING.memory),
+                "--object-store-memory": str(LOCAL_RAY_SIZING.object_store_memory),
+            }
+    finally:
+        svc.close_journal()
+
+
+@pytest.mark.parametrize(
+    ("ray", "message"),
+    [
+        ({"num_cpus": -1}, r"ray\.num_cpus = -1: must be 0 \(the host's own\) or more"),
+        ({"object_store_mb": 50}, r"ray\.object_store_mb = 50: at least 75"),
+    ],
+)
+def test_bad_sizing_is_named(ray: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"ray": ray})

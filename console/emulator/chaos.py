@@ -25,6 +25,7 @@ import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 
 from console.emulator.operations import ApiError
+from console.emulator.procs import allow_forks
 from console.emulator.startargs import FAULT_KINDS
 
 if TYPE_CHECKING:
@@ -202,6 +203,7 @@ async def inject(
     elif kind == "silent-death":
         async with rt.lock:
             detail["killed"] = await pod.life.kill_processes(hosts)
+            await asyncio.to_thread(allow_forks, [h.cgroup for h in hosts])
     elif kind == "stale-api":
         pod.faults.set_stale(node.path, pod.node_pb(node), secs)
     elif kind == "slow-api":

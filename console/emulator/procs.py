@@ -285,6 +285,15 @@ def make_host_cgroup(run_cg: Path | None, name: str) -> Path | None:
     return cg
 
 
+def allow_forks(cgroups: list[Path | None]) -> None:
+    """Undo the fork freeze of a kill (``pids.max = 0``) for hosts that stay up: a VM whose
+    processes all died (a silent death) can still start new ones."""
+    for cg in cgroups:
+        if cg is not None:
+            with contextlib.suppress(OSError):
+                (cg / "pids.max").write_text("max")
+
+
 def remove_cgroup(cg: Path | None) -> None:
     """rmdir a cgroup tree (only possible once it has no processes)."""
     if cg is None or not cg.is_dir():

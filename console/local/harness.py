@@ -68,11 +68,71 @@ def pod_config(
     )
 
 
+def gcp_user_key(path: Path) -> Path:
+    """A GCP user's SSH key (their ~/.ssh/google_compute_engine), for a GCP-faithful pod
+    started with ``ssh_user`` / ``ssh_key``."""
+    import asyncssh
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(path))
+    key.write_public_key(f"{path}.pub")
+    path.chmod(0o600)
+    return path
+
+
+def gcp_config(
+    pod: PodInfo,
+    work_dir: Path,
+    *,
+    ssh: Mapping[str, Any] | None = None,
+    recovery: Mapping[str, Any] | None = None,
+    ray: Mapping[str, Any] | None = None,
+    wandb: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    source: str = "<gcp path on the emulator>",
+) -> Config:
+    """Config driving ``pod`` (GCP-faithful, started with the GCP user's ``ssh_user`` and
+    ``ssh_key``) through the gcp code path: Google's TPU client on the emulator's loopback
+    endpoint, the GCP user's SSH identity, the host's own Ray sizing unless ``ray`` says
+    otherwise. Only the ports are the emulator's: they must not collide on one machine."""
+    return parse_config(
+        {
+            "cluster": {
+                "provider": "gcp",
+                "project": pod.project,
+                "zone": pod.zone,
+                "node_name": pod.node_name,
+                "accelerator_type": pod.accelerator_type,
+                "api_endpoint": f"http://{pod.tpu_api}",
+            },
+            "ssh": {
+                "user": pod.ssh_user,
+                "key": str(pod.client_key),
+                "port": pod.ssh_port,
+                "connect_timeout_s": 5.0,
+                "retries": 1,
+                "command_timeout_s": 240.0,
+                **(ssh or {}),
+            },
+            "ray": {**free_ray_ports(pod.hosts[0].ip), **(ray or {})},
+            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb"), **(wandb or {})},
+            "recovery": {"ready_timeout_s": 180.0, **(recovery or {})},
+            **(extra or {}),
+        },
+        source=source,
+    )
+
+
 async def start_pod(run_dir: Path, hosts: int, **kwargs: Any) -> PodInfo:
     """A READY emulated pod in ``run_dir`` on free ports (ssh_port/api_port 0 unless given)."""
     kwargs.setdefault("ssh_port", 0)
     kwargs.setdefault("api_port", 0)
     return await pod_client.async_start_pod(run_dir, hosts=hosts, **kwargs)
+
+
+async def preempt(run_dir: Path, host: int | str = "all") -> PodInfo:
+    """Preempt ``host`` (or the whole slice) of the pod of ``run_dir``, as a spot reclaim."""
+    return await pod_client.async_preempt(run_dir, host)
 
 
 async def stop_pod(run_dir: Path) -> bool:
@@ -85,7 +145,10 @@ __all__ = [
     "PodInfo",
     "free_port",
     "free_ray_ports",
+    "gcp_config",
+    "gcp_user_key",
     "pod_config",
+    "preempt",
     "start_pod",
     "stop_pod",
 ]

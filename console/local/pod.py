@@ -23,6 +23,7 @@ from console.local.control import run_dir_of
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.parts import PodAccess
+from console.services.backends.tpu_vm.raycmd import GIB, MIB, RaySizing
 from console.services.backends.tpu_vm.ssh import ssh_identity
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, TpuApiError, local_client
 from console.services.model import ActionResult, HostResult
@@ -37,6 +38,11 @@ LOCAL_RAY_ENV: Mapping[str, str] = {
     "RAY_health_check_timeout_ms": "3000",  # generous: a busy 2-core box answers slowly
     "RAY_health_check_failure_threshold": "4",
 }
+
+
+# The emulated hosts share this machine's few cores and memory: each Ray node advertises a
+# small share of them (on a real VM the host's own are the default).
+LOCAL_RAY_SIZING = RaySizing(num_cpus=2, object_store_memory=256 * MIB, memory=4 * GIB)
 
 
 def ensure_pod(
@@ -94,6 +100,7 @@ def pod_access(config: Config, pod: PodInfo, state_dir: Path) -> PodAccess:
         ssh_key=key,
         endpoints=[HostEndpoint(h.name, h.ip, h.ssh_port, h.index) for h in pod.hosts],
         ray_env=LOCAL_RAY_ENV,
+        ray_sizing=LOCAL_RAY_SIZING,
         ray_user_path=False,
         storage_uri=config.storage or pod.bucket_uri,
         # The "hosts" share this machine's disk: runs land where cadence reads them.

@@ -1,4 +1,8 @@
-"""Jobs: every Ray job with status, entrypoint and start time; `enter` opens its log."""
+"""Jobs: every Ray job with status, entrypoint and start time; `enter` opens its log.
+
+The ENV column answers the seed's checklist question "did the job start with the expected
+env vars?": ``!`` when the job's runtime env lacks what the console gives its jobs
+(``phantom status`` names what is missing)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ STATUS_STYLE = {
     "STOPPED": "dim",
     "FAILED": "bold red",
 }
-_FIXED = 28 + 11 + 9 + 4  # id, status, started, padding/scrollbar
+_FIXED = 28 + 11 + 5 + 9 + 4  # id, status, env, started, padding/scrollbar
 
 
 def job_cells(job: JobInfo, now: float, entry_width: int) -> tuple[Cell, ...]:
@@ -32,9 +36,11 @@ def job_cells(job: JobInfo, now: float, entry_width: int) -> tuple[Cell, ...]:
         if len(job.entrypoint) <= entry_width
         else job.entrypoint[: entry_width - 1] + "…"
     )
+    env: Cell = ("!", "bold yellow") if job.env_problems else ("ok" if job.env else "", "dim")
     return (
         (job.job_id, "bold"),
         (job.status, STATUS_STYLE.get(job.status, "")),
+        env,
         (ago(now, job.start_time), ""),
         (entry, ""),
     )
@@ -113,6 +119,7 @@ class JobsScreen(FilteredScreen):
             [
                 ("id", "JOB", 26),
                 ("status", "STATUS", 9),
+                ("env", "ENV", 3),
                 ("start", "STARTED", 7),
                 ("entry", "ENTRYPOINT", entry_width),
             ]
@@ -135,6 +142,9 @@ class JobsScreen(FilteredScreen):
         failed = sum(1 for j in jobs if j.status == "FAILED")
         if failed:
             summary.append(f"  {failed} failed", "red")
+        odd_env = sum(1 for j in jobs if j.env_problems)
+        if odd_env:
+            summary.append(f"  {odd_env} without the expected env (ENV !)", "yellow")
         if self.filter_text:
             summary.append(f"  filter {self.filter_text!r}: {len(rows)} shown", "dim")
         if self.state.jobs_note:

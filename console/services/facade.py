@@ -31,7 +31,7 @@ from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Backend, Chaos, PodActions
 from console.services.cadence.tracker import CadenceTracker
 from console.services.events import EventSink
-from console.services.job_watcher import JobWatcher
+from console.services.job_watcher import JobWatcher, env_event
 from console.services.journal import AsyncJournal, Journal
 from console.services.lease import PodLeases
 from console.services.model import (
@@ -128,6 +128,7 @@ class Facade:
             node_name=config.cluster.node_name,
             accelerator_type=config.cluster.accelerator_type,
         )
+        self._env_flags_loaded = False
         self._tasks: list[asyncio.Task[None]] = []
         self._action_lock = asyncio.Lock()
         self._started = False
@@ -226,6 +227,7 @@ class Facade:
             log.warning("jobs poll: %s", exc)
             return
         owner = self.sharing.owner  # one journal row per transition, by the pod's watcher
+        await self._journal_env_flags(owner)
         for tr in transitions:
             self.bus.publish(tr.job)
             if not owner:
@@ -236,6 +238,17 @@ class Facade:
             await self.sink.emit(ev)
         for job in self.job_watcher.known.values():
             await self.submitter.learn_sweep_id(job)
+
+    async def _journal_env_flags(self, owner: bool) -> None:
+        """A job started without the expected env is journaled once, by the pod's watcher
+        (the flags every process has seen are remembered, so a takeover repeats none)."""
+        if not self._env_flags_loaded:
+            seen = await self._reads.query(limit=10_000, kinds=["job_env"])
+            self.job_watcher.already_flagged(str(e.data.get("job_id", "")) for e in seen)
+            self._env_flags_loaded = True
+        for job in self.job_watcher.new_env_flags():
+            if owner:
+                await self.sink.emit(env_event(job, self._clock()))
 
     async def _poll_cadence(self) -> None:
         self._cadence = await self.cadence_tracker.apoll()

@@ -8,10 +8,11 @@ until the cluster answers again and no longer knows an active job.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import NamedTuple
 
 from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus
+from console.services.recovery.diagnosis import job_env_text
 from console.services.submit import META_MODE, META_SWEEP_ID
 
 
@@ -49,6 +50,7 @@ class JobWatcher:
         self.report_existing = report_existing
         self.known: dict[str, JobInfo] = {}
         self._primed = False
+        self._env_flagged: set[str] = set()
 
     async def poll(self) -> list[JobTransition]:
         current = {j.job_id: j for j in await self._list_jobs()}
@@ -68,3 +70,26 @@ class JobWatcher:
         self.known = current
         self._primed = True
         return out
+
+    def already_flagged(self, job_ids: Iterable[str]) -> None:
+        """Jobs whose env was flagged before (in the journal): not flagged again."""
+        self._env_flagged.update(job_ids)
+
+    def new_env_flags(self) -> list[JobInfo]:
+        """Jobs seen with ``env_problems`` that were not flagged yet (each job once)."""
+        out = [
+            j for j in self.known.values() if j.env_problems and j.job_id not in self._env_flagged
+        ]
+        self._env_flagged.update(j.job_id for j in out)
+        return out
+
+
+def env_event(job: JobInfo, at: float) -> Event:
+    """The journal row for a job started without the env the console expected."""
+    return Event(
+        at=at,
+        kind="job_env",
+        message=job_env_text(job.job_id, job.env_problems),
+        actor="jobs",
+        data={"job_id": job.job_id, "problems": list(job.env_problems)},
+    )

@@ -146,6 +146,10 @@ class JobInfo:
     end_time: float | None = None
     message: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
+    # The job's runtime env vars as the cluster reports them, secret values masked.
+    env: Mapping[str, str] = field(default_factory=dict)
+    # What the console expected in ``env`` and did not find (empty: nothing amiss).
+    env_problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ class HostObservation:
     health: str = ""
     symptoms: tuple[str, ...] = ()
     ssh_ok: bool | None = None  # None: not probed
+    ssh_error: str = ""  # what the probe saw when it failed ("connect timed out after 2s")
     ray_alive: int = 0  # live Ray nodes with this IP
     ray_known: bool = False  # Ray has a record (alive or dead) of a node on this IP
     preempted_at: float | None = None  # the provider's event time, when it reports one

@@ -78,6 +78,8 @@ async def test_silent_death_kills_everything_while_api_and_ssh_say_up(pod: PodIn
     assert after.hosts[2].state == "READY" and after.state == "READY"
     assert await api_state(pod) == "READY"
     assert ssh_run(pod, 2, "echo still").stdout.strip() == "still"
+    # The VM is up: it can start new processes (Ray is restarted on it by a recovery).
+    assert ssh_run(pod, 2, "echo forked | cat").stdout.strip() == "forked"
     event = after.events[-1]
     assert event["kind"] == "fault" and event["fault"] == "silent-death" and event["killed"] >= 1
 

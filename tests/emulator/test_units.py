@@ -31,7 +31,12 @@ def _argv(command: str) -> list[str]:
 
 
 def test_head_command_binds_dashboard_to_loopback_and_sets_every_port() -> None:
-    node = raycmd.RayNodeOptions(node_ip="127.0.0.10", node_name="phantom-pod-w0")
+    node = raycmd.RayNodeOptions(
+        node_ip="127.0.0.10",
+        node_name="phantom-pod-w0",
+        num_cpus=2,
+        object_store_memory=256 * 1024 * 1024,
+    )
     head = raycmd.RayHeadOptions(gcs_port=41000, dashboard_port=41001, client_server_port=41002)
     argv = _argv(raycmd.head_start_command(node, head))
     assert argv[:3] == ["ray", "start", "--head"]
@@ -60,6 +65,8 @@ def test_worker_command_joins_gcs_without_dashboard() -> None:
     cmd = raycmd.worker_start_command(node, raycmd.gcs_address("127.0.0.10", 6379))
     argv = _argv(cmd)
     assert "--address=127.0.0.10:6379" in argv and "--head" not in argv
+    # No sizing given: the node advertises its host's own CPUs and memory.
+    assert not any(a.startswith(("--num-cpus", "--memory", "--object-store")) for a in argv)
     assert not any(a.startswith(("--dashboard-host", "--dashboard-port")) for a in argv)
     assert '--resources={"TPU":8,"slice":0.5}' in argv
     # The temp dir follows the host's $TMPDIR (unquoted on purpose), not the head's.

@@ -92,9 +92,10 @@ def test_overview_filtered(snap_compare, size):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_jobs(snap_compare, size):
-    """Jobs screen (key 2): three jobs newest first — RUNNING sweep (green), FAILED
-    distributed (red), SUCCEEDED smoke test — with start age and entrypoint (cut with … at
-    80 columns). Summary: 3 jobs, 1 running, 1 failed."""
+    """Jobs screen (key 2): three jobs newest first — RUNNING sweep (green, ENV ok), FAILED
+    distributed (red, ENV `!` in yellow: it lacked PHANTOM_JAX_PLATFORM), SUCCEEDED smoke
+    test (ENV blank: never checked) — with start age and entrypoint (cut with … at 80
+    columns). Summary: 3 jobs, 1 running, 1 failed, 1 without the expected env (ENV !)."""
     assert snap_compare(make_app(), terminal_size=size, run_before=keys("2"))
 
 

@@ -117,6 +117,7 @@ def jobs() -> list[JobInfo]:
             "python -m engine.sweep --backend tune --kind ppo_rl_study --method "
             "random --run-cap 6 --num-nodes 4 --agents-per-node 2 --tpu-per-task 0",
             start_time=T0 - 3720.0,
+            env={"PHANTOM_JAX_PLATFORM": "cpu", "WANDB_MODE": "offline"},
         ),
         JobInfo(
             "raysubmit_distR4tPz01b",
@@ -126,6 +127,8 @@ def jobs() -> list[JobInfo]:
             start_time=T0 - 7300.0,
             end_time=T0 - 7000.0,
             message="node 127.0.0.12 died",
+            env={"WANDB_MODE": "offline"},
+            env_problems=("PHANTOM_JAX_PLATFORM not set",),
         ),
         JobInfo(
             "raysubmit_smoke3Hd8vQ2c",

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.emulator.client import PodInfo, leftover_pids, start_pod, stop_pod
+from console.local.pod import LOCAL_RAY_SIZING
 from console.services.backends.tpu_vm import raycmd
 
 POD_HOSTS = 4
@@ -141,7 +142,15 @@ def node_options(
     info: PodInfo, index: int, env: Mapping[str, str] | None = None
 ) -> raycmd.RayNodeOptions:
     host = info.hosts[index]
-    return raycmd.RayNodeOptions(node_ip=host.ip, node_name=host.name, env=dict(env or {}))
+    size = LOCAL_RAY_SIZING  # the emulated hosts share this machine: small nodes
+    return raycmd.RayNodeOptions(
+        node_ip=host.ip,
+        node_name=host.name,
+        env=dict(env or {}),
+        num_cpus=size.num_cpus,
+        object_store_memory=size.object_store_memory,
+        memory=size.memory,
+    )
 
 
 def _ray_start(info: PodInfo, index: int, command: str, attempts: int = 3) -> None:

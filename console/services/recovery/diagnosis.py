@@ -12,6 +12,8 @@ Host conditions, from the layers of one poll:
 * LOST: the TPU state says the VM is gone (PREEMPTED/TERMINATED/DELETED/DELETING);
 * NOT_READY: the API says it is on its way up (CREATING, REPAIRING...);
 * UNREACHABLE: READY, but SSH fails and no Ray node lives on it;
+* SSH_DOWN: READY and its Ray node alive, but SSH fails (a hung sshd): shown, not recovered
+  (its jobs run on; recreating the VM would kill them);
 * RAY_DOWN: VM fine, no live Ray node on its IP (while the GCS answers);
 * DUPLICATE: two or more live Ray nodes on one IP (the seed's checklist);
 * UNKNOWN: the API did not answer for it.
@@ -45,6 +47,7 @@ class HostCondition(StrEnum):
     UNREACHABLE = "unreachable"
     RAY_DOWN = "ray_down"
     DUPLICATE = "duplicate"
+    SSH_DOWN = "ssh_down"
     UNKNOWN = "unknown"
 
 
@@ -58,6 +61,7 @@ _CONDITION_EVENTS = {
     HostCondition.UNREACHABLE: "host_unreachable",
     HostCondition.RAY_DOWN: "ray_node_down",
     HostCondition.DUPLICATE: "duplicate_ray_node",
+    HostCondition.SSH_DOWN: "ssh_down",
     HostCondition.UNKNOWN: "host_unknown",
 }
 
@@ -113,6 +117,8 @@ def classify_host(h: HostObservation, ray_reachable: bool) -> HostCondition:
         return HostCondition.RAY_DOWN
     if h.ray_alive > 1:
         return HostCondition.DUPLICATE
+    if h.ssh_ok is False:
+        return HostCondition.SSH_DOWN
     return HostCondition.OK
 
 
@@ -168,14 +174,23 @@ def condition_text(cond: HostCondition, h: HostObservation) -> str:
             f"preemption notice at {_clock(h.notice_at)} ({h.ip}): shutting down within "
             "its grace period, jobs checkpointing"
         )
+    seen = f" ({h.ssh_error})" if h.ssh_error else ""
     return {
         HostCondition.OK: "ok",
         HostCondition.NOT_READY: f"TPU state {h.tpu_state}",
-        HostCondition.UNREACHABLE: "unreachable over SSH and no live Ray node",
+        HostCondition.UNREACHABLE: (
+            f"unreachable over SSH{seen} and no live Ray node (TPU state {h.tpu_state})"
+        ),
+        HostCondition.SSH_DOWN: f"SSH does not answer{seen}; its Ray node is alive",
         HostCondition.RAY_DOWN: "Ray node down (VM fine)",
         HostCondition.DUPLICATE: f"{h.ray_alive} live Ray nodes on {h.ip}: duplicate",
         HostCondition.UNKNOWN: f"TPU state {h.tpu_state}",
     }[cond]
+
+
+def layer_silent_text(layer: str, budget_s: float) -> str:
+    """A layer that did not answer within the poll's budget (a slow or hung API)."""
+    return f"{layer} did not answer within {budget_s:g}s"
 
 
 def event_kind(cond: HostCondition, h: HostObservation) -> str:
@@ -254,6 +269,28 @@ def verified_text(
     if silent:
         msg += f"; still silent (superseded by resubmission): {', '.join(silent)}"
     return msg
+
+
+def job_env_problems(env: Mapping[str, str], expected: Mapping[str, str | None]) -> tuple[str, ...]:
+    """What a job's runtime env lacks of what the console expected (the seed's checklist: "did
+    the job start with the expected env vars?"). An expected value of None (a secret, or a
+    ``$NAME`` reference) must be set and non-empty; its value is never compared or shown."""
+    out: list[str] = []
+    for name, want in expected.items():
+        got = env.get(name)
+        if got is None:
+            out.append(f"{name} not set")
+        elif want is None:
+            if not got:
+                out.append(f"{name} is empty")
+        elif got != want:
+            out.append(f"{name}={got!r}, expected {want!r}")
+    return tuple(out)
+
+
+def job_env_text(job_id: str, problems: tuple[str, ...] | list[str]) -> str:
+    """The journal's and the screens' sentence for a job started without the expected env."""
+    return f"job {job_id} started without the expected env: {'; '.join(problems)}"
 
 
 def ray_alive_hosts(obs: Observation) -> int:

@@ -90,7 +90,8 @@ def _obs(**host_kw: Any) -> Observation:
         ({"notice_at": 5.0, "tpu_state": "PREEMPTED", "ray_alive": 0}, HostCondition.LOST),
         ({"tpu_state": "CREATING", "ray_alive": 0}, HostCondition.NOT_READY),
         ({"ssh_ok": False, "ray_alive": 0}, HostCondition.UNREACHABLE),
-        ({"ssh_ok": False, "ray_alive": 1}, HostCondition.OK),  # an SSH blip, Ray fine
+        # SSH fails, Ray fine (a hung sshd, or a blip): shown, never "recovered"
+        ({"ssh_ok": False, "ray_alive": 1}, HostCondition.SSH_DOWN),
         ({"ray_alive": 0}, HostCondition.RAY_DOWN),
         ({"ray_alive": 2}, HostCondition.DUPLICATE),
         ({"tpu_state": "UNKNOWN"}, HostCondition.UNKNOWN),
@@ -100,7 +101,8 @@ def test_diagnose_classifies_each_layer(host_kw: dict[str, Any], cond: HostCondi
     d = diagnose(_obs(**host_kw))
     assert d.conditions["w1"] is cond
     assert not d.head_lost
-    assert d.needs_recovery == (cond not in (HostCondition.OK, HostCondition.UNKNOWN))
+    harmless = (HostCondition.OK, HostCondition.UNKNOWN, HostCondition.SSH_DOWN)
+    assert d.needs_recovery == (cond not in harmless)
 
 
 def test_diagnose_head_lost_when_gcs_silent_or_head_preempted() -> None:

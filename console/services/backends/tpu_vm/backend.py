@@ -32,6 +32,7 @@ from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
 from console.services.events import EventSink
+from console.services.jobenv import check_job_env, console_job_env
 from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
@@ -81,6 +82,7 @@ class TpuVmBackend:
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
         self.observer = PodObserver(self.parts, self.notices.notices)
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
+        self.job_env = console_job_env(config, access.job_env)
         self._last: Observation | None = None
         # Hosts that run no Ray for certain (VM just recreated, Ray just force-stopped): a
         # rejoin only starts it, sparing the `ray stop` (a Python start-up) before.
@@ -152,32 +154,32 @@ class TpuVmBackend:
                     f"cannot submit: the tunnel to the head is down ({res.message}); is Ray "
                     "up? (press u in the console, or `ray-up` / `recover` in a script)"
                 )
-        return await self.parts.jobs.submit(
+        job = await self.parts.jobs.submit(
             self._job_defaults(spec), working_dir=self.working_dir, environ=self._environ
         )
+        return check_job_env(job, self.job_env)
 
     def _job_defaults(self, spec: SubmitSpec) -> SubmitSpec:
-        """Shared checkpoint storage and the pod's job env (a user's own values win)."""
+        """Shared checkpoint storage and the console's job env (a user's own values win)."""
         if not spec.storage and self.access.storage_uri:
             spec = replace(spec, storage=self.access.storage_uri)
-        if self.access.job_env:
-            env = dict(spec.runtime_env)
-            env_vars = dict(env.get("env_vars") or {})
-            for key, value in self.access.job_env.items():
-                env_vars.setdefault(key, value)
-            env["env_vars"] = env_vars
-            spec = replace(spec, runtime_env=env)
-        return spec
+        env = dict(spec.runtime_env)
+        env_vars = dict(env.get("env_vars") or {})
+        for key, value in self.job_env.items():
+            env_vars.setdefault(key, value)
+        env["env_vars"] = env_vars
+        return replace(spec, runtime_env=env)
 
     async def list_jobs(self) -> list[JobInfo]:
         self._need_jobs_api()
         try:
-            return await self.parts.jobs.list()
+            jobs = await self.parts.jobs.list()
         except DashboardUnreachableError as exc:
             raise JobsUnavailable(str(exc)) from None
+        return [check_job_env(j, self.job_env) for j in jobs]
 
     async def job_status(self, job_id: str) -> JobInfo:
-        return await self.parts.jobs.status(job_id)
+        return check_job_env(await self.parts.jobs.status(job_id), self.job_env)
 
     async def stop_job(self, job_id: str) -> bool:
         return await self.parts.jobs.stop(job_id)

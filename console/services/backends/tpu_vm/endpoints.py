@@ -1,23 +1,89 @@
-"""A pod host as SSH, the TPU API and Ray see it (one value shared by all three)."""
+"""A pod host as SSH, the TPU API and Ray see it (one value shared by all three), how a
+host reference (name, IP, index) resolves to one, and how a proxy command reaches it."""
 
 from __future__ import annotations
 
+import re
+import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class HostEndpoint:
-    """One pod host as SSH sees it. ``name`` is the worker's name, ``index`` its worker id."""
+    """One pod host. ``name`` is the worker's name, ``index`` its worker id.
+
+    ``ip`` is the worker's internal IP: its identity for Ray (``--node-ip-address``, live
+    nodes per IP) and for host keys (guest attributes and the console's known_hosts name
+    the worker by it). ``ssh_ip`` is where SSH connects when that differs (the external IP
+    of a worker reached from outside its VPC); empty: the internal IP.
+    """
 
     name: str
     ip: str
     port: int = 22
     index: int = 0
+    ssh_ip: str = ""
+
+    @property
+    def connect_ip(self) -> str:
+        """The address SSH connects to (a proxy command is given it as ``%h``)."""
+        return self.ssh_ip or self.ip
 
     @property
     def address(self) -> str:
-        return f"{self.ip}:{self.port}"
+        return f"{self.connect_ip}:{self.port}"
 
     @property
     def label(self) -> str:
         return f"{self.address} ({self.name})"
+
+
+def resolve_hosts(
+    endpoints: Sequence[HostEndpoint], hosts: Iterable[str | int] | None
+) -> list[HostEndpoint]:
+    """Host references (name, IP or index; ``None``/"all" = every host) -> endpoints.
+
+    Raises ValueError naming the unknown reference and the accepted forms.
+    """
+    if hosts is None:
+        return list(endpoints)
+    refs = [hosts] if isinstance(hosts, str) else list(hosts)
+    if any(str(r).strip().lower() == "all" for r in refs):
+        return list(endpoints)
+    out: list[HostEndpoint] = []
+    for ref in refs:
+        ep = _find(endpoints, ref)
+        if ep is None:
+            names = ", ".join(e.name for e in endpoints[:4]) + (
+                ", ..." if len(endpoints) > 4 else ""
+            )
+            raise ValueError(
+                f"unknown host {ref!r}: use a name ({names}), an IP, an index "
+                f"0..{len(endpoints) - 1}, or 'all'"
+            )
+        if ep not in out:
+            out.append(ep)
+    return out
+
+
+def _find(endpoints: Sequence[HostEndpoint], ref: str | int) -> HostEndpoint | None:
+    text = str(ref).strip()
+    for ep in endpoints:
+        if text in (ep.name, ep.ip, ep.connect_ip, ep.address) or (
+            text.isdigit() and int(text) == ep.index
+        ):
+            return ep
+    # a short worker suffix ("w2") is how people talk about hosts
+    matches = [ep for ep in endpoints if ep.name.endswith(f"-{text}")]
+    return matches[0] if len(matches) == 1 else None
+
+
+_PROXY_TOKEN = re.compile(r"%([hprn%])")
+
+
+def proxy_argv(command: str, ep: HostEndpoint, user: str) -> list[str]:
+    """``ssh.proxy_command`` as argv for ``ep``: split as a shell would, then OpenSSH's
+    tokens expanded in each argument (%h address, %p port, %r user, %n worker name)."""
+    values = {"h": ep.connect_ip, "p": str(ep.port), "r": user, "n": ep.name, "%": "%"}
+    return [_PROXY_TOKEN.sub(lambda m: values[m.group(1)], arg) for arg in shlex.split(command)]

@@ -370,7 +370,8 @@ class HostKeyPolicy:
     def refusal(self, ep: HostEndpoint, offered: asyncssh.SSHKey | None) -> HostKeyError:
         """The one-line error for a refused key: both fingerprints and how to fix it."""
         trusted, source = self.trusted(ep)
-        where = f"{ep.name} ({ep.ip})"
+        via = f", reached at {ep.connect_ip}" if ep.connect_ip != ep.ip else ""
+        where = f"{ep.name} ({ep.ip}{via})"
         got = fingerprint(offered) if offered is not None else "(none)"
         if not trusted:
             if self.policy == "tpu-api":

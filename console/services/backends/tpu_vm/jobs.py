@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from console.secrets import Scrubber
 from console.services.api import UnknownJob
+from console.services.jobenv import masked_env
 from console.services.model import (
     JobInfo,
     JobStatus,
@@ -354,6 +355,7 @@ def _to_info(details: Any) -> JobInfo:
         end_time=_ms(details.end_time),
         message=str(details.message or ""),
         metadata={str(k): str(v) for k, v in (details.metadata or {}).items()},
+        env=masked_env(getattr(details, "runtime_env", None)),
     )
 
 

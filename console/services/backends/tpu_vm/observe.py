@@ -21,6 +21,7 @@ from console.services.backends.tpu_vm.ray import RayError, RayNodeInfo, alive_by
 from console.services.backends.tpu_vm.tpu import NodeInfo, TpuApiError
 from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
 from console.services.observation import HostObservation, Observation
+from console.services.recovery.diagnosis import layer_silent_text
 
 
 @dataclass
@@ -43,15 +44,22 @@ class PodObserver:
         self._ray_alive: dict[str, int] | None = None  # per host, at the last poll
 
     async def observe(self, at: float) -> Observation:
+        """One poll, within ``poll_budget_s`` as a whole: the TPU API gets half of it (a
+        slow or hung API is reported, not waited for), the other layers what is left, each
+        host's probe a little less, so every host that answered keeps its result."""
         p = self.parts
         budget = p.poll_budget_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
         node: NodeInfo | None = None
         tpu_error = ""
         try:
-            async with asyncio.timeout(budget):
+            async with asyncio.timeout(budget / 2):
                 node = await p.provider.get_node()
-        except (TpuApiError, TimeoutError) as exc:
-            tpu_error = str(exc) or "TPU API did not answer"
+        except TpuApiError as exc:
+            tpu_error = str(exc)
+        except TimeoutError:
+            tpu_error = layer_silent_text(f"TPU API GetNode for {p.provider.node_name}", budget / 2)
         if node is not None and node.endpoints:
             p.set_endpoints(node.endpoints)
         eps = p.endpoints
@@ -68,12 +76,14 @@ class PodObserver:
         )
         head_usable = states.get(p.head.name) in usable
 
+        left = max(0.5, deadline - loop.time())
+
         async def probe() -> dict[str, HostResult]:
             if not to_probe:
                 return {}
             try:
-                async with asyncio.timeout(budget):
-                    return await p.probe.probe(to_probe, timeout_s=budget)
+                async with asyncio.timeout(left):
+                    return await p.probe.probe(to_probe, timeout_s=max(0.4, left * 0.8))
             except TimeoutError:
                 return {}
 
@@ -81,7 +91,7 @@ class PodObserver:
             if not head_usable and not p.tunnel.is_up:
                 return None
             try:
-                async with asyncio.timeout(budget):
+                async with asyncio.timeout(left):
                     return await p.ray.nodes()
             except (RayError, TimeoutError):
                 return None
@@ -90,7 +100,7 @@ class PodObserver:
             if not p.tunnel.is_up:
                 return None
             try:
-                async with asyncio.timeout(budget):
+                async with asyncio.timeout(left):
                     return await p.jobs.list()
             except (JobError, TimeoutError):
                 return None
@@ -112,6 +122,7 @@ class PodObserver:
             ssh_ok = self.probes.last(ep.name) if st in usable else None
             if ssh_ok is None and st in LOST_STATES:
                 ssh_ok = False
+            error = self.probes.last_error(ep.name)
             mem = self._memory.setdefault(ep.name, _HostMemory())
             if (ep.name in probes and ssh_ok) or alive.get(ep.ip, 0):
                 mem.last_seen = at
@@ -129,6 +140,7 @@ class PodObserver:
                     health=node.health if node else "",
                     symptoms=symptoms,
                     ssh_ok=ssh_ok,
+                    ssh_error=_cause(error, ep.label) if error and not ssh_ok else "",
                     ray_alive=alive.get(ep.ip, 0),
                     ray_known=ep.ip in known_ips,
                     preempted_at=(
@@ -156,3 +168,8 @@ class PodObserver:
             dashboard_url=p.dashboard_url() or "",
             tunnel_error=p.tunnel.last_error or "",
         )
+
+
+def _cause(error: str, label: str) -> str:
+    """A probe's one-line error without the host label it starts with."""
+    return error.removeprefix(f"{label}: ").strip() or "SSH failed"

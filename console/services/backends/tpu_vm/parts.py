@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.config import Config
+from console.config import Config, RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent, HostKeyPolicy
@@ -21,7 +21,7 @@ from console.services.backends.tpu_vm.jobs import JobService
 from console.services.backends.tpu_vm.ray import RayOps, default_bootstrap_command
 from console.services.backends.tpu_vm.ssh import SshFanout, known_hosts_path
 from console.services.backends.tpu_vm.tpu import TpuProvider
-from console.services.backends.tpu_vm.tunnel import Tunnel, default_forwards
+from console.services.backends.tpu_vm.tunnel import Forward, Tunnel, default_forwards
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class PodAccess:
     ssh_key: str | os.PathLike[str]
     endpoints: Sequence[HostEndpoint] = ()  # known up front (emulator); gcp: the first GetNode
     ray_env: Mapping[str, str] = field(default_factory=dict)  # extra env of `ray start`
+    # Node sizing where the config leaves it at 0; by default the host's own (not passed).
+    ray_sizing: raycmd.RaySizing = field(default_factory=raycmd.RaySizing)
     ray_user_path: bool = True  # Ray lives in ~/.local/bin (pip --user on a TPU VM)
     storage_uri: str = ""  # checkpoint storage every node reaches
     job_env: Mapping[str, str] = field(default_factory=dict)  # env defaults of submitted jobs
@@ -85,6 +87,7 @@ class PodParts:
             connect_timeout_s=min(config.ssh.connect_timeout_s, max(1.0, rec.poll_interval_s)),
             command_timeout_s=self.poll_budget_s,
             retries=0,
+            proxy_command=config.ssh.proxy_command,
         )
         head = self.endpoints[0] if self.endpoints else HostEndpoint("head", "127.0.0.1")
         self.ray = RayOps(
@@ -102,12 +105,9 @@ class PodParts:
             # Waits for a node to register: each extra poll is added to an MTTR.
             poll_interval_s=min(0.25, rec.poll_interval_s),
         )
-        forwards = default_forwards(config.ray)
-        if access.shares_loopback:
-            forwards = [(lh, 0 if lp == rp else lp, rh, rp) for lh, lp, rh, rp in forwards]
         self.tunnel = Tunnel(
             lambda: self.ssh.connect(self.ray.head.name),
-            forwards,
+            self._forwards(head),
             on_change=on_tunnel_change,
             backoff_initial_s=min(0.5, rec.poll_interval_s),
             backoff_max_s=max(2.0, rec.poll_interval_s * 2),
@@ -136,6 +136,13 @@ class PodParts:
         self.ssh.set_endpoints(eps)
         self.probe.set_endpoints(eps)
         self.ray.set_hosts(eps[0], eps[1:])
+        self.tunnel.set_forwards(self._forwards(eps[0]))
+
+    def _forwards(self, head: HostEndpoint) -> list[Forward]:
+        forwards = default_forwards(self.config.ray, head.ip)
+        if self.access.shares_loopback:
+            forwards = [(lh, 0 if lp == rp else lp, rh, rp) for lh, lp, rh, rp in forwards]
+        return forwards
 
     def forget(self, name: str) -> None:
         """A host was recreated: its connections are dead and its host key is gone."""
@@ -144,11 +151,13 @@ class PodParts:
 
     def _node_options(self, ep: HostEndpoint) -> raycmd.RayNodeOptions:
         cfg = self.config.ray
+        size = config_sizing(cfg).over(self.access.ray_sizing)
         return raycmd.RayNodeOptions(
             node_ip=ep.ip,
-            num_cpus=cfg.num_cpus,
+            num_cpus=size.num_cpus,
             resources=dict(cfg.resources),
-            object_store_memory=cfg.object_store_mb * raycmd.MIB,
+            object_store_memory=size.object_store_memory,
+            memory=size.memory,
             node_name=ep.name,
             user_path=self.access.ray_user_path,
             env=dict(self.access.ray_env),
@@ -159,3 +168,12 @@ class PodParts:
         await self.probe.close()
         await self.ssh.close()
         await self.provider.close()
+
+
+def config_sizing(cfg: RayConfig) -> raycmd.RaySizing:
+    """What ``[ray]`` sets explicitly (0 = not set: the access's default, else the host's)."""
+    return raycmd.RaySizing(
+        num_cpus=cfg.num_cpus or None,
+        object_store_memory=cfg.object_store_mb * raycmd.MIB or None,
+        memory=cfg.memory_mb * raycmd.MIB or None,
+    )

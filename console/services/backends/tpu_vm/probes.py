@@ -30,6 +30,7 @@ DEFAULT_BATCH = 8
 class _Seen:
     state: str = ""
     ssh_ok: bool | None = None
+    error: str = ""  # the last failed probe's error ("" after a success)
 
 
 class ProbePlanner:
@@ -81,9 +82,10 @@ class ProbePlanner:
             seen = self._seen.setdefault(name, _Seen())
             if name in probes:
                 seen.ssh_ok = probes[name].ok
+                seen.error = "" if probes[name].ok else probes[name].error
                 self._suspect.discard(name)
             elif seen.state != state:
-                seen.ssh_ok = None
+                seen.ssh_ok, seen.error = None, ""
             seen.state = state
         for gone in set(self._seen) - set(states):
             del self._seen[gone]
@@ -92,3 +94,8 @@ class ProbePlanner:
         """The result of ``name``'s last probe (None: never probed since its state changed)."""
         seen = self._seen.get(name)
         return seen.ssh_ok if seen is not None else None
+
+    def last_error(self, name: str) -> str:
+        """The error of ``name``'s last probe when it failed, else ""."""
+        seen = self._seen.get(name)
+        return seen.error if seen is not None else ""

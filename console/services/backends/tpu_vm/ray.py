@@ -204,9 +204,10 @@ class RayOps:
             return self._node_options(ep)
         return raycmd.RayNodeOptions(
             node_ip=ep.ip,
-            num_cpus=self.cfg.num_cpus,
+            num_cpus=self.cfg.num_cpus or None,
             resources=dict(self.cfg.resources),
-            object_store_memory=self.cfg.object_store_mb * raycmd.MIB,
+            object_store_memory=self.cfg.object_store_mb * raycmd.MIB or None,
+            memory=self.cfg.memory_mb * raycmd.MIB or None,
             node_name=ep.name,
             ray=self.ray,
             user_path=self.user_path,

@@ -10,8 +10,10 @@ dashboard agent, runtime-env agent, worker ports). Ray's dashboard agent also
 binds 127.0.0.1 next to the node IP, so its default fixed port 52365 would
 clash between nodes of one machine.
 
-Sizing defaults fit a 4-host pod on a 2-core, 24 GiB machine: 2 logical CPUs,
-256 MiB object store and 4 GiB logical memory per node.
+Sizing (``--num-cpus``, ``--memory``, ``--object-store-memory``) is passed only when
+given: by default a node advertises its host's own CPUs and memory, as Ray detects them
+(a 240-vCPU TPU VM host is not a 2-CPU one). The emulator's hosts share one small machine,
+so its access sets small numbers explicitly (``console.local.pod``).
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ class RayNodeOptions:
     """What one Ray node (head or worker) on one host needs."""
 
     node_ip: str
-    num_cpus: int = 2
+    num_cpus: int | None = None  # None: the host's own (Ray detects it)
     resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8})
-    object_store_memory: int = 256 * MIB
-    memory: int | None = 4 * GIB
+    object_store_memory: int | None = None  # bytes; None: Ray's default share of memory
+    memory: int | None = None  # bytes; None: the host's available memory
     node_name: str | None = None
     temp_dir: str | None = None  # None: TEMP_DIR_SHELL
     # 0 = the OS picks a free port; fixed ports only where a client must know them.
@@ -55,6 +57,27 @@ class RayNodeOptions:
     user_path: bool = False  # prefix `export PATH=$HOME/.local/bin:$PATH` (pip --user VMs)
     # Extra environment for the Ray processes, e.g. {"RAY_health_check_period_ms": "500"}.
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RaySizing:
+    """What one Ray node advertises; None: the host's own, as Ray detects it."""
+
+    num_cpus: int | None = None
+    object_store_memory: int | None = None  # bytes
+    memory: int | None = None  # bytes
+
+    def over(self, default: RaySizing) -> RaySizing:
+        """These values where set, ``default``'s elsewhere."""
+        return RaySizing(
+            num_cpus=self.num_cpus if self.num_cpus is not None else default.num_cpus,
+            object_store_memory=(
+                self.object_store_memory
+                if self.object_store_memory is not None
+                else default.object_store_memory
+            ),
+            memory=self.memory if self.memory is not None else default.memory,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,9 +101,9 @@ def resources_json(resources: Mapping[str, float]) -> str:
 
 
 def _check(node: RayNodeOptions) -> None:
-    if node.num_cpus < 0:
+    if node.num_cpus is not None and node.num_cpus < 0:
         raise ValueError(f"num_cpus must be >= 0, got {node.num_cpus}")
-    if node.object_store_memory < 75 * MIB:
+    if node.object_store_memory is not None and node.object_store_memory < 75 * MIB:
         raise ValueError(
             f"object_store_memory must be >= 75 MiB (Ray's minimum), got {node.object_store_memory}"
         )
@@ -95,12 +118,12 @@ def _opt(name: str, value: object) -> str:
 
 def _node_args(node: RayNodeOptions) -> list[str]:
     _check(node)
-    args = [
-        _opt("node-ip-address", node.node_ip),
-        _opt("num-cpus", node.num_cpus),
-        _opt("resources", resources_json(node.resources)),
-        _opt("object-store-memory", node.object_store_memory),
-    ]
+    args = [_opt("node-ip-address", node.node_ip)]
+    if node.num_cpus is not None:
+        args.append(_opt("num-cpus", node.num_cpus))
+    args.append(_opt("resources", resources_json(node.resources)))
+    if node.object_store_memory is not None:
+        args.append(_opt("object-store-memory", node.object_store_memory))
     if node.memory is not None:
         args.append(_opt("memory", node.memory))
     if node.node_name:

@@ -33,7 +33,7 @@ from pathlib import Path
 import asyncssh
 
 from console.config import Config, SshConfig, default_state_dir
-from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.endpoints import HostEndpoint, proxy_argv, resolve_hosts
 from console.services.backends.tpu_vm.hostkeys import (
     HostKeyClient,
     HostKeyError,
@@ -93,44 +93,6 @@ def quote_command(command: str | Sequence[str]) -> str:
     return shlex.join(str(a) for a in command)
 
 
-def resolve_hosts(
-    endpoints: Sequence[HostEndpoint], hosts: Iterable[str | int] | None
-) -> list[HostEndpoint]:
-    """Host references (name, IP or index; ``None``/"all" = every host) -> endpoints.
-
-    Raises ValueError naming the unknown reference and the accepted forms.
-    """
-    if hosts is None:
-        return list(endpoints)
-    refs = [hosts] if isinstance(hosts, str) else list(hosts)
-    if any(str(r).strip().lower() == "all" for r in refs):
-        return list(endpoints)
-    out: list[HostEndpoint] = []
-    for ref in refs:
-        ep = _find(endpoints, ref)
-        if ep is None:
-            names = ", ".join(e.name for e in endpoints[:4]) + (
-                ", ..." if len(endpoints) > 4 else ""
-            )
-            raise ValueError(
-                f"unknown host {ref!r}: use a name ({names}), an IP, an index "
-                f"0..{len(endpoints) - 1}, or 'all'"
-            )
-        if ep not in out:
-            out.append(ep)
-    return out
-
-
-def _find(endpoints: Sequence[HostEndpoint], ref: str | int) -> HostEndpoint | None:
-    text = str(ref).strip()
-    for ep in endpoints:
-        if text in (ep.name, ep.ip, ep.address) or (text.isdigit() and int(text) == ep.index):
-            return ep
-    # a short worker suffix ("w2") is how people talk about hosts
-    matches = [ep for ep in endpoints if ep.name.endswith(f"-{text}")]
-    return matches[0] if len(matches) == 1 else None
-
-
 class _Tail:
     def __init__(self) -> None:
         self.lines: deque[str] = deque(maxlen=TAIL_LINES)
@@ -170,6 +132,7 @@ class SshFanout:
         retries: int = 3,
         keepalive_s: float = 15.0,
         on_lost: Callable[[HostEndpoint], None] | None = None,
+        proxy_command: str = "",
     ) -> None:
         self.on_lost = on_lost
         if parallelism < 1:
@@ -183,6 +146,7 @@ class SshFanout:
         self.command_timeout_s = command_timeout_s
         self.retries = retries
         self.keepalive_s = keepalive_s
+        self.proxy_command = proxy_command
         self._sem = asyncio.Semaphore(parallelism)
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._conn_locks: dict[str, asyncio.Lock] = {}
@@ -211,6 +175,7 @@ class SshFanout:
             connect_timeout_s=cfg.connect_timeout_s,
             command_timeout_s=cfg.command_timeout_s,
             retries=cfg.retries,
+            proxy_command=cfg.proxy_command,
         )
 
     # hosts -----------------------------------------------------------------------------
@@ -278,14 +243,20 @@ class SshFanout:
                 await asyncio.sleep(delay)
 
     async def _connect_once(self, ep: HostEndpoint) -> asyncssh.SSHClientConnection:
-        await self.host_keys.prepare(ep)
+        # A slow TPU API must not stall a connect: without fresh keys from it, the policy
+        # decides on what it already knows (known_hosts, the last answer).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.connect_timeout_s):
+                await self.host_keys.prepare(ep)
+        via = self._via(ep)
         for _ in range(2):  # second pass only after the TPU API vouched for a new key
             client = HostKeyClient(self.host_keys, ep, self.on_lost)
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
                     conn = await asyncssh.connect(
-                        ep.ip,
+                        ep.connect_ip,
                         ep.port,
+                        proxy_command=via,
                         username=self.user,
                         client_keys=self.client_keys,
                         known_hosts=([], [], []),  # every key goes through the policy
@@ -315,7 +286,9 @@ class SshFanout:
                 ) from None
             except TimeoutError:
                 raise HostUnreachable(
-                    ep, f"connect timed out after {self.connect_timeout_s}s", transient=True
+                    ep,
+                    f"connect timed out after {self.connect_timeout_s}s{self._via_note(via)}",
+                    transient=True,
                 ) from None
             except ConnectionRefusedError:
                 raise HostUnreachable(ep, "connection refused", transient=True) from None
@@ -323,19 +296,30 @@ class SshFanout:
                 raise HostUnreachable(ep, "connection reset", transient=True) from None
             except asyncssh.ConnectionLost as exc:
                 raise HostUnreachable(
-                    ep, f"connection lost during handshake: {exc.reason}", transient=True
+                    ep,
+                    f"connection lost during handshake: {exc.reason}{self._via_note(via)}",
+                    transient=True,
                 ) from None
             except asyncssh.DisconnectError as exc:
                 raise SshError(ep, f"disconnected: {exc.reason}") from None
             except OSError as exc:
-                raise HostUnreachable(
-                    ep, exc.strerror or str(exc) or type(exc).__name__, transient=True
-                ) from None
+                reason = exc.strerror or str(exc) or type(exc).__name__
+                raise HostUnreachable(ep, reason + self._via_note(via), transient=True) from None
             if client.offered is not None:
                 self.host_keys.confirm(ep, client.offered)
             self.connections_opened += 1
             return conn
         raise HostKeyRefused(ep, "host key refused")  # pragma: no cover - loop always returns
+
+    def _via(self, ep: HostEndpoint) -> list[str] | tuple[()]:
+        """asyncssh's ``proxy_command`` for ``ep`` (tokens expanded); () = connect directly."""
+        if not self.proxy_command:
+            return ()
+        return proxy_argv(self.proxy_command, ep, self.user)
+
+    @staticmethod
+    def _via_note(via: list[str] | tuple[()]) -> str:
+        return f" (through ssh.proxy_command {shlex.join(via)})" if via else ""
 
     # running -----------------------------------------------------------------------------
     async def run(
@@ -382,7 +366,9 @@ class SshFanout:
         keys = await policy.published(ep)
         if not keys:
             async with asyncio.timeout(self.connect_timeout_s):
-                key = await asyncssh.get_server_host_key(ep.ip, ep.port, config=None)
+                key = await asyncssh.get_server_host_key(
+                    ep.connect_ip, ep.port, config=None, proxy_command=self._via(ep)
+                )
             if key is None:
                 raise SshError(ep, "server offered no host key")
             keys = [key]
@@ -399,15 +385,22 @@ class SshFanout:
         async with self._sem:
             start = time.monotonic()
             out, err = _Tail(), _Tail()
+            limit = timeout_s if timeout_s is not None else self.command_timeout_s
+            # One bound for connecting, opening the session and running: a host that accepts
+            # TCP and never answers (or stalls an open connection) costs ``limit``, no more.
+            deadline = asyncio.get_running_loop().time() + limit
             try:
-                proc = await self._open_process(ep, cmd)
+                async with asyncio.timeout_at(deadline):
+                    proc = await self._open_process(ep, cmd)
             except SshError as exc:
                 return HostResult(
                     host=ep.name, ok=False, elapsed_s=time.monotonic() - start, error=str(exc)
                 )
-            limit = timeout_s if timeout_s is not None else self.command_timeout_s
+            except TimeoutError:
+                self.drop(ep.name)
+                return self._fail(ep, start, out, err, f"no SSH session within {limit}s")
             try:
-                async with asyncio.timeout(limit):
+                async with asyncio.timeout_at(deadline):
                     await asyncio.gather(
                         _pump(proc.stdout, ep.name, "stdout", out, on_output),
                         _pump(proc.stderr, ep.name, "stderr", err, on_output),
@@ -568,6 +561,7 @@ __all__ = [
     "SshError",
     "SshFanout",
     "known_hosts_path",
+    "proxy_argv",
     "quote_command",
     "resolve_hosts",
     "ssh_identity",

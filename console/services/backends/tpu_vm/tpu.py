@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
-from console.config import Config
+from console.config import Config, loopback_endpoint
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.model import HostState
 
@@ -202,10 +203,20 @@ def _epoch(ts: Any) -> float | None:
     return value if value > 0 else None
 
 
-def node_info_from_proto(node: tpu_v2.Node, *, ssh_port: int = 22) -> NodeInfo:
+def node_info_from_proto(
+    node: tpu_v2.Node, *, ssh_port: int = 22, external: bool = False
+) -> NodeInfo:
+    """``external``: SSH goes to each worker's ``accessConfig.externalIp`` (its internal IP
+    when it has none); Ray and host keys keep the internal IP either way."""
     short = node.name.rsplit("/", 1)[-1]
     endpoints = tuple(
-        HostEndpoint(name=f"{short}-w{i}", ip=ep.ip_address, port=ssh_port, index=i)
+        HostEndpoint(
+            name=f"{short}-w{i}",
+            ip=ep.ip_address,
+            port=ssh_port,
+            index=i,
+            ssh_ip=(ep.access_config.external_ip if external else "") or "",
+        )
         for i, ep in enumerate(node.network_endpoints)
         if ep.ip_address
     )
@@ -271,7 +282,10 @@ def _api_error(node: str, call: str, exc: Exception) -> TpuApiError:
 
 class GcpTpuProvider:
     """Cloud TPU v2 through ``TpuAsyncClient`` (injectable: tests pass one bound to the
-    emulator). ``ssh_port`` is the port the workers' sshd listens on (22 on GCP)."""
+    emulator; ``client_factory`` builds one lazily, inside the event loop its gRPC channel
+    binds to). ``ssh_port`` is the port the workers' sshd listens on (22 on GCP).
+    ``external_ssh``: the endpoints name each worker's external IP for SSH, and a node this
+    provider creates gets external IPs (``networkConfig.enableExternalIps``)."""
 
     def __init__(
         self,
@@ -285,6 +299,8 @@ class GcpTpuProvider:
         runtime_version: str = DEFAULT_RUNTIME_VERSION,
         poll_interval_s: float = 5.0,
         call_timeout_s: float = 60.0,
+        external_ssh: bool = False,
+        client_factory: Callable[[], tpu_v2.TpuAsyncClient] | None = None,
     ) -> None:
         self.project = project
         self.zone = zone
@@ -294,9 +310,12 @@ class GcpTpuProvider:
         self.runtime_version = runtime_version
         self.poll_interval_s = poll_interval_s
         self.call_timeout_s = call_timeout_s
+        self.external_ssh = external_ssh
         self._client = client
+        self._client_factory = client_factory
         self._last_proto: tpu_v2.Node | None = None
         self.last: NodeInfo | None = None
+        self._warned_no_external = False
 
     @property
     def parent(self) -> str:
@@ -309,7 +328,8 @@ class GcpTpuProvider:
     @property
     def client(self) -> tpu_v2.TpuAsyncClient:
         if self._client is None:
-            self._client = tpu_v2.TpuAsyncClient()
+            factory = self._client_factory or tpu_v2.TpuAsyncClient
+            self._client = factory()
         return self._client
 
     async def get_node(self) -> NodeInfo | None:
@@ -321,8 +341,24 @@ class GcpTpuProvider:
         except (gexc.GoogleAPIError, OSError) as exc:
             raise _api_error(self.node_name, "GetNode", exc) from None
         self._last_proto = node
-        self.last = node_info_from_proto(node, ssh_port=self.ssh_port)
+        self.last = node_info_from_proto(node, ssh_port=self.ssh_port, external=self.external_ssh)
+        self._check_external(self.last)
         return self.last
+
+    def _check_external(self, node: NodeInfo) -> None:
+        """SSH from outside the VPC needs external IPs: say so once when a node has none."""
+        if not self.external_ssh or not node.ready or self._warned_no_external:
+            return
+        bare = [ep.name for ep in node.endpoints if not ep.ssh_ip]
+        if bare:
+            self._warned_no_external = True
+            log.warning(
+                "%s has no external IP on %s: SSH goes to the internal IP; set "
+                "ssh.internal_ip = true when the console runs inside the VPC, or "
+                "ssh.proxy_command (IAP or a bastion)",
+                self.node_name,
+                ", ".join(bare),
+            )
 
     async def host_keys(self) -> dict[str, str]:
         node = self.last or await self.get_node()
@@ -372,6 +408,15 @@ class GcpTpuProvider:
         return list(range(n)) if n else list(hosts or [])
 
     def _spec_for_create(self) -> tpu_v2.Node:
+        spec = self._base_spec()
+        if self.external_ssh:
+            # The console reaches the workers on their external IPs: the new VMs need them.
+            network = tpu_v2.NetworkConfig(spec.network_config)
+            network.enable_external_ips = True
+            spec.network_config = network
+        return spec
+
+    def _base_spec(self) -> tpu_v2.Node:
         if self._last_proto is not None:
             old = self._last_proto
             return tpu_v2.Node(
@@ -476,31 +521,36 @@ def local_client(endpoint: str) -> tpu_v2.TpuAsyncClient:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport
 
-    host = endpoint.removeprefix("http://").removeprefix("grpc://")
-    if not host.split(":", 1)[0].startswith("127.") and not host.startswith("localhost"):
-        raise ValueError(
-            f"cluster.api_endpoint = {endpoint!r}: the local provider is loopback-only"
-        )
-    channel = grpc.aio.insecure_channel(host)
+    channel = grpc.aio.insecure_channel(loopback_endpoint(endpoint))
     transport = TpuGrpcAsyncIOTransport(channel=channel, credentials=AnonymousCredentials())
     return tpu_v2.TpuAsyncClient(transport=transport)
 
 
 def gcp_provider(config: Config) -> GcpTpuProvider:
-    """Google's TPU API for ``config.cluster`` (``cluster.api_endpoint`` overrides the
-    endpoint; credentials from the environment, as gcloud finds them)."""
+    """Google's TPU API for ``config.cluster``, credentials from the environment as gcloud
+    finds them. ``cluster.api_endpoint`` overrides the endpoint: "host:port" (TLS, with those
+    credentials), or "http://127.0.0.1:PORT" for a plain-text loopback endpoint with
+    anonymous credentials (the GCP-faithful emulator; any other http:// host is refused).
+    SSH goes to the workers' external IPs unless ``ssh.internal_ip`` or ``ssh.proxy_command``.
+    """
     cl = config.cluster
-    client = None
-    if cl.api_endpoint:
+    endpoint = cl.api_endpoint
+    factory: Callable[[], tpu_v2.TpuAsyncClient] | None = None
+    if endpoint.startswith("http://"):
+        loopback_endpoint(endpoint)  # refuses a non-loopback host now, not at the first call
+        factory = functools.partial(local_client, endpoint)
+    elif endpoint:
         from google.api_core.client_options import ClientOptions
 
-        client = tpu_v2.TpuAsyncClient(client_options=ClientOptions(api_endpoint=cl.api_endpoint))
+        options = ClientOptions(api_endpoint=endpoint)
+        factory = functools.partial(tpu_v2.TpuAsyncClient, client_options=options)
     return GcpTpuProvider(
         cl.project,
         cl.zone,
         cl.node_name,
-        client,
         ssh_port=config.ssh.port,
         accelerator_type=cl.accelerator_type,
         poll_interval_s=config.recovery.poll_interval_s,
+        external_ssh=not (config.ssh.internal_ip or config.ssh.proxy_command),
+        client_factory=factory,
     )

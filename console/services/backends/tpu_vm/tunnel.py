@@ -36,11 +36,13 @@ class TunnelError(Exception):
     """The tunnel could not be opened; one line naming the forward and the cause."""
 
 
-def default_forwards(ray: RayConfig, remote_host: str = "127.0.0.1") -> list[Forward]:
-    """Dashboard and Ray client ports, local ends from ``ray.local_*_port``."""
+def default_forwards(ray: RayConfig, head_ip: str) -> list[Forward]:
+    """Dashboard and Ray client ports, local ends from ``ray.local_*_port``. The dashboard
+    listens on the head's 127.0.0.1; Ray's client server on the head's node IP (``ray
+    start`` binds it there), so that forward targets ``head_ip``."""
     return [
-        ("127.0.0.1", ray.local_dashboard_port, remote_host, ray.dashboard_port),
-        ("127.0.0.1", ray.local_client_port, remote_host, ray.client_port),
+        ("127.0.0.1", ray.local_dashboard_port, "127.0.0.1", ray.dashboard_port),
+        ("127.0.0.1", ray.local_client_port, head_ip, ray.client_port),
     ]
 
 
@@ -87,6 +89,12 @@ class Tunnel:
         self.up_since: float | None = None
         self.reopens = 0
         self.bound: dict[int, int] = {}  # remote port -> local port actually bound
+
+    def set_forwards(self, forwards: Sequence[Forward]) -> None:
+        """New targets (the head moved to another address); used from the next ``open``."""
+        if not forwards:
+            raise ValueError("tunnel: no forwards given")
+        self.forwards = list(forwards)
 
     @property
     def is_up(self) -> bool:

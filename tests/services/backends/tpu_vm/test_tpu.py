@@ -87,9 +87,45 @@ def test_gcp_provider_names_the_node() -> None:
     assert prov.node_path == "projects/proj/locations/us-central2-b/nodes/phantom-pod"
 
 
-def test_local_client_is_loopback_only() -> None:
-    with pytest.raises(ValueError, match="loopback-only"):
-        local_client("10.1.2.3:443")
+def test_a_node_recreated_for_external_ssh_gets_external_ips() -> None:
+    prov = GcpTpuProvider("p", "us-central2-b", "n", accelerator_type="v4-32", external_ssh=True)
+    assert prov._spec_for_create().network_config.enable_external_ips  # never seen: defaults
+    prov._last_proto = tpu_v2.Node(
+        accelerator_type="v4-32", network_config=tpu_v2.NetworkConfig(network="vpc-a")
+    )
+    spec = prov._spec_for_create()  # the old spec, plus external IPs
+    assert spec.network_config.enable_external_ips and spec.network_config.network == "vpc-a"
+    inside = GcpTpuProvider("p", "us-central2-b", "n", accelerator_type="v4-32")
+    inside._last_proto = prov._last_proto
+    assert not inside._spec_for_create().network_config.enable_external_ips
+
+
+def test_endpoints_name_the_external_ip_for_ssh_and_keep_the_internal_one() -> None:
+    node = tpu_v2.Node(
+        name="projects/p/locations/z/nodes/pod",
+        network_endpoints=[
+            tpu_v2.NetworkEndpoint(
+                ip_address="10.0.0.2", access_config=tpu_v2.AccessConfig(external_ip="34.1.2.3")
+            ),
+            tpu_v2.NetworkEndpoint(ip_address="10.0.0.3"),
+        ],
+    )
+    outside = node_info_from_proto(node, external=True).endpoints
+    assert [(e.ip, e.connect_ip) for e in outside] == [
+        ("10.0.0.2", "34.1.2.3"),
+        ("10.0.0.3", "10.0.0.3"),  # no external IP: the internal one (and a warning)
+    ]
+    inside = node_info_from_proto(node).endpoints
+    assert [e.connect_ip for e in inside] == ["10.0.0.2", "10.0.0.3"]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["10.1.2.3:443", "http://10.1.2.3:8470", "http://127.evil.example:80", "http://[::2]:1"],
+)
+def test_local_client_is_loopback_only(endpoint: str) -> None:
+    with pytest.raises(ValueError, match=r"must be http://127\.0\.0\.1:PORT on loopback"):
+        local_client(endpoint)
 
 
 # --- against the emulator ---------------------------------------------------------------

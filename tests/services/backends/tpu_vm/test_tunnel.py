@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshError, SshFanout
 from console.services.backends.tpu_vm.tunnel import Tunnel, default_forwards, free_port
+from tests.support.fixtures_pod import RayPod
 from tests.support.waiting import until
 
 
@@ -72,9 +74,10 @@ def make_fanout(pod: PodInfo, tmp_path: Path, provider: EmulatedTpuProvider) -> 
 
 def test_default_forwards_follow_config() -> None:
     ray = RayConfig(local_dashboard_port=18265, local_client_port=20001)
-    assert default_forwards(ray) == [
+    # The dashboard listens on the head's loopback, Ray's client server on its node IP.
+    assert default_forwards(ray, "10.128.0.7") == [
         ("127.0.0.1", 18265, "127.0.0.1", 8265),
-        ("127.0.0.1", 20001, "127.0.0.1", 10001),
+        ("127.0.0.1", 20001, "10.128.0.7", 10001),
     ]
 
 
@@ -164,3 +167,53 @@ async def test_open_on_dead_head_raises_named_error(pod: PodInfo, tmp_path: Path
         await tunnel.close()
         await fan.close()
         await provider.close()
+
+
+RAY_CLIENT_TASK = """
+import json, sys
+import ray
+ray.init(sys.argv[1], logging_level="ERROR")
+
+@ray.remote(num_cpus=0)
+def where():
+    return ray.util.get_node_ip_address()
+
+print(json.dumps({"ran_on": ray.get(where.remote()), "nodes": len(ray.nodes())}))
+"""
+
+
+@pytest.mark.slow
+async def test_ray_client_through_the_tunnel_runs_a_task(ray_pod: RayPod, tmp_path: Path) -> None:
+    """The seed's `-L 10001:...`: `ray.init("ray://127.0.0.1:<local client port>")` through
+    the console's forwards reaches Ray's client server, which listens on the head's node IP."""
+    pod = ray_pod.pod
+    ray = RayConfig(
+        dashboard_port=int(ray_pod.dashboard_url.rsplit(":", 1)[1]),
+        client_port=ray_pod.head.client_server_port,
+        local_dashboard_port=free_port(),
+        local_client_port=free_port(),
+    )
+    provider = EmulatedTpuProvider(pod)
+    fan = make_fanout(pod, tmp_path, provider)
+    tunnel = Tunnel(lambda: fan.connect(0), default_forwards(ray, pod.hosts[0].ip))
+    try:
+        await tunnel.open()
+        address = tunnel.url(ray.client_port, scheme="ray")
+        assert address == f"ray://127.0.0.1:{ray.local_client_port}"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            RAY_CLIENT_TASK,
+            address,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
+    finally:
+        await tunnel.close()
+        await fan.close()
+        await provider.close()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result["ran_on"] in {h.ip for h in pod.hosts}
+    assert result["nodes"] == len(pod.hosts)
