@@ -28,6 +28,8 @@ PROVIDERS = ("local", "gcp")
 MAX_CONFIG_BYTES = 1 << 20
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
+ACQUIRE_MODES = ("node", "queued-resource")
+FAILOVER_STRATEGIES = ("eager-failover", "same-zone")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -166,12 +168,38 @@ class RecoveryConfig:
 
 
 @dataclass(frozen=True)
+class CapacityConfig:
+    """[capacity]: getting the slice back after a preemption (provider "gcp")."""
+
+    zones: tuple[str, ...] = ()
+    """Zones the pod may run in, in order of preference (empty: cluster.zone only); the
+    pod starts in cluster.zone, which must be one of them."""
+    acquire: Literal["node", "queued-resource"] = "node"
+    """"node": delete the preempted node, then CreateNode; "queued-resource": the node
+    belongs to a queued resource, which recovery resets (or re-creates in another zone)."""
+    queued_resource: str = ""
+    """acquire = "queued-resource": its id (empty: "<cluster.node_name>-qr")."""
+    failover: Literal["eager-failover", "same-zone"] = "eager-failover"
+    """"eager-failover": try the other zones first, the preempted one last; "same-zone":
+    zone_retries tries in the preempted zone before moving on."""
+    zone_retries: int = 3
+    """same-zone: tries in a zone before the next one."""
+    backoff_s: float = 10.0
+    """Wait before the next try after a stockout, doubling up to backoff_max_s."""
+    backoff_max_s: float = 120.0
+    """The longest wait between tries."""
+    timeout_s: float = 3600.0
+    """Give up (the recovery fails, naming every zone tried) after this long."""
+
+
+@dataclass(frozen=True)
 class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ssh: SshConfig = field(default_factory=SshConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
     bootstrap_command: str = ""
     """[bootstrap] command: run on every worker before Ray starts (the seed's
     "pre-heating"). Empty: check that python and ray import."""
@@ -205,6 +233,7 @@ _SECTIONS: dict[str, type] = {
     "ray": RayConfig,
     "wandb": WandbConfig,
     "recovery": RecoveryConfig,
+    "capacity": CapacityConfig,
 }
 _TOP_LEVEL = {"bootstrap": "bootstrap_command", "storage": "storage", "runtime_env": "runtime_env"}
 
@@ -337,6 +366,11 @@ def _check_value(key: str, default: Any, value: Any, problems: list[str]) -> Any
             problems.append(f"{key} = {value!r}: must be a string")
             return _BAD
         return value
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            problems.append(f'{key} = {value!r}: must be a list of names, e.g. ["a", "b"]')
+            return _BAD
+        return tuple(value)
     if isinstance(default, Mapping):
         if not isinstance(value, Mapping) or not all(
             isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
@@ -357,6 +391,10 @@ _POSITIVE = {
     "ssh.parallelism",
     "recovery.poll_interval_s",
     "recovery.ready_timeout_s",
+    "capacity.zone_retries",
+    "capacity.backoff_s",
+    "capacity.backoff_max_s",
+    "capacity.timeout_s",
 }
 _PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
 _PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
@@ -369,7 +407,19 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}")
     elif key == "wandb.mode" and value not in WANDB_MODES:
         problems.append(f"{key} = {value!r}: allowed values are {', '.join(WANDB_MODES)}")
-    elif key == "cluster.node_name" and not _NAME_RE.match(value):
+    elif key == "capacity.acquire" and value not in ACQUIRE_MODES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(ACQUIRE_MODES)}")
+    elif key == "capacity.failover" and value not in FAILOVER_STRATEGIES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(FAILOVER_STRATEGIES)}")
+    elif key == "capacity.zones":
+        bad = [z for z in value if not _NAME_RE.match(z)]
+        if bad:
+            problems.append(f"{key}: {bad!r} are not zone names (e.g. us-central2-b)")
+        elif len(set(value)) != len(value):
+            problems.append(f"{key} = {list(value)!r}: each zone once")
+    elif (key == "capacity.queued_resource" and value and not _NAME_RE.match(value)) or (
+        key == "cluster.node_name" and not _NAME_RE.match(value)
+    ):
         problems.append(
             f"{key} = {value!r}: lower-case letters, digits and '-', starting with a letter"
         )
@@ -516,6 +566,22 @@ def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
             problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
         if cluster.zone in ("", "local-a"):
             problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
+    cap: CapacityConfig = sections.get("capacity", CapacityConfig())
+    if cap.zones and cluster.zone not in cap.zones:
+        problems.append(
+            f"capacity.zones = {list(cap.zones)!r}: must include cluster.zone "
+            f"({cluster.zone!r}), the zone the pod starts in"
+        )
+    if cluster.provider == "local" and (len(cap.zones) > 1 or cap.acquire != "node"):
+        problems.append(
+            "capacity: zones and queued resources need provider = 'gcp' (on this machine: "
+            "the GCP-faithful emulator, `phantom pod up --faithful`, with cluster.api_endpoint)"
+        )
+    if cap.backoff_max_s < cap.backoff_s:
+        problems.append(
+            f"capacity.backoff_max_s = {cap.backoff_max_s!r}: at least backoff_s "
+            f"({cap.backoff_s!r})"
+        )
     ray: RayConfig = sections.get("ray", RayConfig())
     ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
     if len(set(ports)) != len(ports):

@@ -80,9 +80,13 @@ def make_services(
     wd = working_dir if working_dir is not None else REPO_ROOT
 
     def backend(sink: EventSink) -> TpuVmBackend:
-        return TpuVmBackend(
+        made = TpuVmBackend(
             config, access, sink=sink, state_dir=sdir, working_dir=wd, clock=clock, environ=environ
         )
+        capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
+        if capacity is not None:
+            capacity.on_attempt = made.on_capacity
+        return made
 
     try:
         return Facade(

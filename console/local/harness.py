@@ -16,6 +16,7 @@ from console.config import Config, parse_config
 from console.emulator import client as pod_client
 from console.emulator.client import PodInfo
 from console.emulator.layout import MAX_HOSTS
+from console.emulator.zones import seeded_windows
 
 
 def free_port(ip: str = "127.0.0.1", used: set[int] | None = None) -> int:
@@ -135,6 +136,12 @@ async def preempt(run_dir: Path, host: int | str = "all") -> PodInfo:
     return await pod_client.async_preempt(run_dir, host)
 
 
+def zone_stocked_out(run_dir: Path, zone: str) -> bool:
+    """Whether ``zone`` of the pod of ``run_dir`` has no capacity now (a stockout window)."""
+    info = pod_client.pod_status(run_dir)
+    return info is not None and info.zone_info(zone).stockout
+
+
 async def stop_pod(run_dir: Path) -> bool:
     """Stop the pod of ``run_dir`` and every process of its hosts; True if one was running."""
     return await pod_client.async_stop_pod(run_dir)
@@ -149,6 +156,8 @@ __all__ = [
     "gcp_user_key",
     "pod_config",
     "preempt",
+    "seeded_windows",
     "start_pod",
     "stop_pod",
+    "zone_stocked_out",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 from console.config import Config
 from console.services.api import JobsUnavailable
 from console.services.backends.base import Resubmit
+from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
@@ -44,7 +45,7 @@ from console.services.model import (
     LogStreamClosed,
 )
 from console.services.observation import Observation
-from console.services.recovery.runner import Plan
+from console.services.recovery.runner import Plan, step_note
 from console.services.submit import SubmitSpec
 
 LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
@@ -131,6 +132,20 @@ class TpuVmBackend:
 
     def _on_notice(self, host: str, at: float) -> None:
         self._wake()
+
+    def on_capacity(self, attempt: Attempt) -> None:
+        """A try to get the slice back (stockouts, zone moves): journaled, and shown on the
+        running recovery step ("waiting for capacity in ZONE (attempt N, next try in S s)")."""
+        self._sink.emit_soon(
+            Event(
+                at=self._clock(),
+                kind="capacity",
+                message=attempt.text,
+                actor="watchdog",
+                data=attempt.to_json(),
+            )
+        )
+        step_note(attempt.text)
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.

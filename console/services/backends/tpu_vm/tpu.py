@@ -33,6 +33,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
 from console.config import Config, loopback_endpoint
+from console.services.backends.tpu_vm.capacity import Capacity, CapacityError
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.model import HostState
 
@@ -316,6 +317,8 @@ class GcpTpuProvider:
         self._last_proto: tpu_v2.Node | None = None
         self.last: NodeInfo | None = None
         self._warned_no_external = False
+        # Stockouts, zone failover, queued resources (None: delete + create in place).
+        self.capacity: Capacity | None = None
 
     @property
     def parent(self) -> str:
@@ -403,8 +406,14 @@ class GcpTpuProvider:
                 "GCP cannot recreate single workers of %s; recreating the whole node",
                 self.node_name,
             )
-        await self._delete_node()
-        await self._create_node(spec)
+        if self.capacity is not None:
+            try:
+                await self.capacity.reacquire(spec)
+            except CapacityError as exc:
+                raise TpuApiError(str(exc)) from None
+        else:
+            await self._delete_node()
+            await self._create_node(spec)
         return list(range(n)) if n else list(hosts or [])
 
     def _spec_for_create(self) -> tpu_v2.Node:
@@ -544,7 +553,7 @@ def gcp_provider(config: Config) -> GcpTpuProvider:
 
         options = ClientOptions(api_endpoint=endpoint)
         factory = functools.partial(tpu_v2.TpuAsyncClient, client_options=options)
-    return GcpTpuProvider(
+    provider = GcpTpuProvider(
         cl.project,
         cl.zone,
         cl.node_name,
@@ -554,3 +563,5 @@ def gcp_provider(config: Config) -> GcpTpuProvider:
         external_ssh=not (config.ssh.internal_ip or config.ssh.proxy_command),
         client_factory=factory,
     )
+    provider.capacity = Capacity(provider, config.capacity)
+    return provider
