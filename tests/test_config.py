@@ -81,6 +81,36 @@ def test_gcp_requires_project_and_zone() -> None:
     assert any(p.startswith("cluster.zone") for p in err.value.problems)
 
 
+def test_capacity_names_each_bad_setting_and_the_fix() -> None:
+    gcp = {"provider": "gcp", "project": "p", "zone": "us-central2-b"}
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            {
+                "cluster": gcp,
+                "capacity": {
+                    "zones": ["us-east5-a", "Bad Zone"],
+                    "failover": "random",
+                    "acquire": "spot",
+                    "zone_retries": 0,
+                },
+            }
+        )
+    problems = err.value.problems
+    assert "capacity.zones: ['Bad Zone'] are not zone names (e.g. us-central2-b)" in problems
+    assert any(p.startswith("capacity.failover = 'random': allowed values") for p in problems)
+    assert any(p.startswith("capacity.acquire = 'spot': allowed values") for p in problems)
+    assert "capacity.zone_retries = 0: must be greater than 0" in problems
+    with pytest.raises(ConfigError, match=r"must include cluster.zone \('us-central2-b'\)"):
+        parse_config({"cluster": gcp, "capacity": {"zones": ["us-east5-a"]}})
+    with pytest.raises(ConfigError, match="need provider = 'gcp'"):
+        parse_config({"capacity": {"zones": ["local-a", "local-b"]}})
+    with pytest.raises(ConfigError, match="must be a list of names"):
+        parse_config({"cluster": gcp, "capacity": {"zones": "us-central2-b"}})
+    ok = parse_config({"cluster": gcp, "capacity": {"zones": ["us-central2-b", "us-east5-a"]}})
+    assert ok.capacity.zones == ("us-central2-b", "us-east5-a")
+    assert ok.capacity.failover == "eager-failover"
+
+
 def _phantom(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "console", *args],
