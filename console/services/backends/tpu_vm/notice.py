@@ -95,7 +95,9 @@ class NoticeWatcher:
                 self._noticed(host)
 
         while True:
-            res = await self._ssh.run_one(host, WATCH_COMMAND, on_output, timeout_s=3600.0)
+            res = await self._ssh.run_one(
+                host, WATCH_COMMAND, on_output, timeout_s=3600.0, watch=True
+            )
             if host in self.notices:
                 return  # the VM is going away: its replacement gets a new watcher
             if not res.ok:

@@ -348,9 +348,13 @@ class SshFanout:
         on_output: OutputCallback | None = None,
         *,
         timeout_s: float | None = None,
+        watch: bool = False,
     ) -> HostResult:
+        """``command`` on one host. ``watch``: a long-lived session (a watcher that runs
+        until the host goes away) that takes no fan-out slot: one per host would otherwise
+        hold every slot of a large pod and starve the short commands."""
         ep = self.endpoint(host)
-        return await self._run_host(ep, quote_command(command), on_output, timeout_s)
+        return await self._run_host(ep, quote_command(command), on_output, timeout_s, watch)
 
     async def probe(
         self, hosts: Iterable[str | int] | None = None, timeout_s: float | None = None
@@ -381,8 +385,9 @@ class SshFanout:
         cmd: str,
         on_output: OutputCallback | None,
         timeout_s: float | None,
+        watch: bool = False,
     ) -> HostResult:
-        async with self._sem:
+        async with contextlib.nullcontext() if watch else self._sem:
             start = time.monotonic()
             out, err = _Tail(), _Tail()
             limit = timeout_s if timeout_s is not None else self.command_timeout_s

@@ -401,3 +401,28 @@ async def test_the_pods_ssh_built_from_config_reaches_the_pod(pod: PodInfo, tmp_
     assert {n: r.stdout_tail.strip() for n, r in res.items()} == {h.name: h.name for h in pod.hosts}
     assert fan.user == pod.ssh_user and fan.host_keys.policy == "tpu-api"
     assert len(events) == 4
+
+
+async def test_watch_sessions_take_no_fan_out_slot(pod: PodInfo, tmp_path: Path) -> None:
+    """A watcher per host (the preemption-notice watchers) runs as long as its host: it must
+    not hold a fan-out slot, or a pod with as many hosts as slots starves every command (at
+    256 hosts and the default parallelism each poll hung until its budget ran out)."""
+    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"), parallelism=2)
+    started: set[str] = set()
+    watchers = [
+        asyncio.create_task(
+            fan.run_one(
+                h.name, "echo up; sleep 30", lambda host, _s, _l: started.add(host), watch=True
+            )
+        )
+        for h in pod.hosts
+    ]
+    try:
+        await until(lambda: len(started) == len(pod.hosts), 20, "every watcher to start")
+        res = await asyncio.wait_for(fan.run("echo done"), 10)
+        assert all(r.ok and r.stdout_tail == "done\n" for r in res.values()), res
+    finally:
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        await fan.close()
