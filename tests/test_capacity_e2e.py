@@ -29,8 +29,8 @@ from tests.test_gcp_e2e import Recorder, job_in, project
 
 TOTAL = 3000
 TRAIN = (
-    f"--algo ppo --total-timesteps {TOTAL} --checkpoint-every 500 --n-steps 256 "
-    "--device cpu --eval-episodes 1 --run-name capdrill"
+    f"--algo ppo --total-timesteps {TOTAL} --checkpoint-every 500 --device cpu "
+    "--eval-episodes 1 --run-name capdrill"
 )
 
 
@@ -76,7 +76,10 @@ async def test_stockout_drill_eager_failover_resumes_in_the_next_zone(tmp_path: 
             job = await svc.submit(SubmitSpec(train_args=TRAIN))
 
             async def checkpointed() -> bool:
-                return "checkpoint step=" in await svc.job_logs(job.job_id)
+                logs = await svc.job_logs(job.job_id)
+                status = (await svc.job_status(job.job_id)).status
+                assert status in ("PENDING", "RUNNING"), f"{status}: {logs[-3000:]}"
+                return "checkpoint step=" in logs
 
             await until(checkpointed, 300, "the job's first checkpoint")
             for zone in ("local-a", "local-b"):  # three minutes without capacity
