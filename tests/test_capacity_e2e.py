@@ -27,9 +27,9 @@ from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until
 from tests.test_gcp_e2e import Recorder, job_in, project
 
-TOTAL = 3000
+TOTAL = 150_000  # ~1 min of PPO here: the preemption lands mid-run
 TRAIN = (
-    f"--algo ppo --total-timesteps {TOTAL} --checkpoint-every 500 --device cpu "
+    f"--algo ppo --total-timesteps {TOTAL} --checkpoint-every 10000 --device cpu "
     "--eval-episodes 1 --run-name capdrill"
 )
 
