@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from textual import work
@@ -86,7 +87,7 @@ def _mode_binding(key: str, mode: str, label: str) -> Binding:
 
 
 class PhantomApp(App[int]):
-    CSS_PATH = "app.tcss"
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))  # absolute: subclasses live elsewhere
     TITLE = "Phantom Console"
     BINDING_GROUP_TITLE = "Phantom"
     COMMANDS = App.COMMANDS | {PhantomCommands}
