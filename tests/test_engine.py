@@ -187,11 +187,11 @@ def test_store_prunes_old_and_publishes_atomically(tmp_path: Path) -> None:
 def test_learn_exactly_never_overshoots(algo: str, n_envs: int, steps: int, hparams: dict) -> None:
     from stable_baselines3.common.logger import Logger
 
-    from engine.train import _fresh_model
+    from engine.learning import fresh_model
 
     cfg = TrainConfig(algo=algo, n_envs=n_envs, env="CartPole-v1", hparams=hparams, seed=1)
     venv = make_vec_env(cfg, None)
-    model = _fresh_model(cfg, venv)
+    model = fresh_model(cfg, venv)
     model.set_logger(Logger(folder=None, output_formats=[]))
     learn_exactly(model, steps, callback=None, log_interval=1)
     assert model.num_timesteps == steps
