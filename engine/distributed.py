@@ -322,6 +322,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # before ray is imported (engine.sweep.main)
     notice = PreemptionNotice()
     with notice.installed():
         parser = build_launcher_parser()

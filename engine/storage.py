@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -341,6 +342,8 @@ class FsspecCheckpointStore:
             return None
         if not isinstance(info, dict) or float(info.get("deadline_unix", 0)) <= time.time():
             return None
+        if info.get("host") == socket.gethostname() and not _pid_alive(info.get("pid")):
+            return None  # its writer was killed on this machine: nothing will come
         return dict(info)
 
     def wait_for_notice(self, poll_s: float = 0.2) -> dict[str, Any] | None:
@@ -359,6 +362,22 @@ class FsspecCheckpointStore:
         while self.pending_notice() is not None:
             time.sleep(poll_s)
         return info
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by its parent) writes nothing more
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def latest_checkpoint_step(storage: str, run_name: str) -> int | None:

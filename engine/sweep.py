@@ -191,6 +191,9 @@ def validate(args: argparse.Namespace, local_checks: bool = True) -> tuple[Sweep
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # before ray is imported: every trainer line reaches the job log as written (the console
+    # parses some; Ray's dedup would fold the notice lines of different trials together)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     parser = build_parser()
     try:
         apply_jax_platform()  # before anything imports jax

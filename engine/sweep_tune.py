@@ -121,6 +121,7 @@ class TrialStore(FsspecCheckpointStore):
         self.attempt: dict[str, Any] = {
             "attempt": uuid.uuid4().hex[:12],
             "node": node,
+            "pid": os.getpid(),  # the trainer process: what a preemption must reach
             "started_unix": time.time(),
             "resumed_from_step": None,
             "last_step": None,

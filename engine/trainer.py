@@ -322,6 +322,7 @@ class Trainer:
                     {
                         "step": step,
                         "node": self.node,
+                        "host": socket.gethostname(),
                         "pid": os.getpid(),
                         "attempt": self.attempt,
                         "noticed_unix": self.notice.received_unix,
