@@ -49,6 +49,7 @@ from engine.envvars import EnvError, apply_jax_platform, notice_grace_s
 from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED
 from engine.logs import log
 from engine.notice import PreemptionNotice
+from engine.raycluster import connect
 from engine.trainconfig import (
     UsageError,
     build_parser,
@@ -231,7 +232,7 @@ def run(
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    ray.init(address=args.address, log_to_driver=True)
+    connect(args.address)
     n = args.num_nodes
     bundle: dict[str, float] = {"CPU": float(args.cpus_per_task)}
     if args.tpu_per_task > 0:

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.logs import log
-from engine.trainconfig import ALGOS, TrainConfig, UsageError, check_hparams
+from engine.trainconfig import (
+    ALGOS,
+    TrainConfig,
+    UsageError,
+    check_hparam_keys,
+    check_hparams,
+)
 
 SPEC_DIR = Path(__file__).resolve().parent / "sweeps"
 METHODS = ("random", "grid")
@@ -131,7 +137,13 @@ def load_spec(kind: str) -> SweepSpec:
     for name, p in params.items():
         _check_parameter(f"{where} parameter {name[:80]!r}", p)
     try:
-        check_hparams(algo, {k: None for k in [*params, *fixed] if k not in CONFIG_FIELDS})
+        check_hparam_keys(algo, [k for k in [*params, *fixed] if k not in CONFIG_FIELDS])
+        for name, p in params.items():
+            if name not in CONFIG_FIELDS:  # every candidate value of an SB3 keyword
+                candidates = p.get("values") or [p.get("value", p.get("min")), p.get("max")]
+                for value in candidates:
+                    if value is not None:
+                        check_hparams(algo, {name: value})
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
     return SweepSpec(

@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.logs import log
 from engine.notice import PreemptionNotice
+from engine.raycluster import connect, smallest_node_cpus
 from engine.storage import FsspecCheckpointStore, is_local, resolve_storage
 from engine.sweep_spaces import SweepSpec, trial_config, trial_params, tune_param_space
 from engine.trialproc import EventWriter, trainer_processes
@@ -219,19 +220,6 @@ def _trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def cluster_cpus_per_node() -> float:
-    import ray
-
-    cpus = [
-        float(n.get("Resources", {}).get("CPU", 0))
-        for n in ray.nodes()
-        if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
-    ]
-    if not cpus:
-        raise RuntimeError("no alive Ray node with CPUs")
-    return min(cpus)
-
-
 def storage_uri(storage: str) -> str:
     _, root = resolve_storage(storage)
     return storage if "://" in storage else root
@@ -245,9 +233,9 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
     # Experiment state reaches the shared storage every few seconds, so a driver that
     # dies with the head node loses little when the sweep is resumed with Tuner.restore.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
-    ray.init(address=args.address, log_to_driver=True)
+    connect(args.address)
     try:
-        cpus_per_node = args.cpus_per_node or cluster_cpus_per_node()
+        cpus_per_node = args.cpus_per_node or smallest_node_cpus()
         per_trial: dict[str, float] = {"cpu": cpus_per_node / args.agents_per_node}
         if args.tpu_per_task > 0:
             per_trial["TPU"] = float(args.tpu_per_task)

@@ -23,8 +23,9 @@ from typing import Any
 
 from engine.exit_codes import EX_PREEMPTED
 from engine.logs import log
+from engine.raycluster import connect, smallest_node_cpus
 from engine.sweep_spaces import SweepSpec, trial_config, wandb_sweep_config
-from engine.sweep_tune import cluster_cpus_per_node, storage_uri
+from engine.sweep_tune import storage_uri
 
 
 def _wandb_agent(index: int, sweep_id: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +73,9 @@ def run_wandb(args: argparse.Namespace, spec: SweepSpec) -> dict[str, Any]:
         config, project=args.wandb_project, entity=args.wandb_entity
     )
     log(f"W&B sweep {sweep_id}: {args.num_nodes * args.agents_per_node} agents", "sweep")
-    ray.init(address=args.address, log_to_driver=True)
+    connect(args.address)
     try:
-        cpus_per_node = args.cpus_per_node or cluster_cpus_per_node()
+        cpus_per_node = args.cpus_per_node or smallest_node_cpus()
         resources = {"TPU": float(args.tpu_per_task)} if args.tpu_per_task > 0 else {}
         root = storage_uri(args.storage)
         settings = {

@@ -21,11 +21,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.envvars import EnvError, apply_jax_platform
 from engine.exit_codes import EX_INTERRUPTED, EX_OK, EX_PREEMPTED
-from engine.learning import learn_exactly, make_vec_env
 from engine.logs import log
 from engine.notice import PreemptionNotice, TrainingPreempted
 from engine.trainconfig import (
@@ -41,7 +40,27 @@ from engine.trainconfig import (
     parse_train_args,
     validate_config,
 )
-from engine.trainer import Trainer, run_training
+
+if TYPE_CHECKING:
+    from engine.learning import learn_exactly, make_vec_env
+    from engine.trainer import Trainer, run_training
+
+# SB3 and torch load only when training starts: bad flags are rejected without them
+_LAZY = {
+    "Trainer": "engine.trainer",
+    "run_training": "engine.trainer",
+    "learn_exactly": "engine.learning",
+    "make_vec_env": "engine.learning",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'engine.train' has no attribute {name!r}")
+
 
 __all__ = [
     "ALGOS",
@@ -70,6 +89,8 @@ def train_from_argv(argv: Sequence[str], notice: PreemptionNotice | None = None)
 
     Raises UsageError, or TrainingPreempted after a notice checkpoint.
     """
+    from engine.trainer import run_training
+
     args = build_parser(raise_errors=True).parse_args(list(argv))
     cfg = config_from_args(args)
     return run_training(cfg, notice=notice).to_dict()
@@ -112,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"alpha={cfg.alpha}, n_envs={cfg.n_envs}, storage={cfg.storage}, wandb={cfg.wandb}"
         )
         try:
+            from engine.trainer import run_training
+
             result = run_training(cfg, notice=notice)
         except UsageError as exc:
             parser.error(str(exc))

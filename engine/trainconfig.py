@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.cliargs import bounded_text, non_negative_int, positive_int
-from engine.envvars import WANDB_MODES, EnvError, wandb_defaults
+from engine.envvars import WANDB_MODES, EnvError, notice_grace_s, wandb_defaults
 from engine.storage import StorageError, check_storage_writable, resolve_storage
 
 ALGOS = ("ppo", "a2c", "dqn")
@@ -66,6 +66,33 @@ HPARAMS: dict[str, frozenset[str]] = {
             "train_freq",
         }
     ),
+}
+
+
+# value checks for the common --hparams keys, so typos and signs fail in validation (fast,
+# no SB3 import) rather than inside SB3: (kind, low, high) with bounds inclusive
+_HPARAM_VALUES: dict[str, tuple[str, float, float]] = {
+    "n_steps": ("int", 1, 1e9),
+    "batch_size": ("int", 1, 1e9),
+    "n_epochs": ("int", 1, 1e6),
+    "buffer_size": ("int", 1, 1e9),
+    "learning_starts": ("int", 0, 1e12),
+    "gradient_steps": ("int", -1, 1e9),
+    "target_update_interval": ("int", 1, 1e12),
+    "stats_window_size": ("int", 1, 1e9),
+    "sde_sample_freq": ("int", -1, 1e9),
+    "gamma": ("float", 0.0, 1.0),
+    "gae_lambda": ("float", 0.0, 1.0),
+    "tau": ("float", 0.0, 1.0),
+    "exploration_fraction": ("float", 0.0, 1.0),
+    "exploration_initial_eps": ("float", 0.0, 1.0),
+    "exploration_final_eps": ("float", 0.0, 1.0),
+    "learning_rate": ("float", 1e-12, 10.0),
+    "max_grad_norm": ("float", 0.0, 1e9),
+    "ent_coef": ("float", 0.0, 1e3),
+    "vf_coef": ("float", 0.0, 1e3),
+    "clip_range": ("float", 1e-9, 1e3),
+    "rms_prop_eps": ("float", 0.0, 1.0),
 }
 
 
@@ -281,8 +308,13 @@ def _check_env_id(env_id: str) -> None:
         ) from None
 
 
-def check_hparams(algo: str, hparams: dict[str, Any]) -> None:
+def check_hparam_keys(algo: str, keys: Any) -> None:
     """Reject --hparams keys the algorithm does not take (no SB3 import)."""
+    check_hparams(algo, dict.fromkeys(keys), values=False)
+
+
+def check_hparams(algo: str, hparams: dict[str, Any], values: bool = True) -> None:
+    """Reject --hparams keys the algorithm does not take and out-of-range common values."""
     allowed = HPARAMS[algo]
     unknown = sorted(set(hparams) - allowed)
     if unknown:
@@ -291,9 +323,25 @@ def check_hparams(algo: str, hparams: dict[str, Any]) -> None:
             f"--hparams: {shown} not accepted by {algo.upper()}; "
             f"allowed: {', '.join(sorted(allowed))}"
         )
+    if not values:
+        return
+    for key, value in hparams.items():
+        rule = _HPARAM_VALUES.get(key)
+        if rule is None:
+            continue
+        kind, low, high = rule
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind == "int" and value != int(value)) or not low <= value <= high:
+            wanted = "an integer" if kind == "int" else "a number"
+            raise UsageError(
+                f"--hparams: {key} must be {wanted} in [{low:g}, {high:g}], got {value!r}"[:300]
+            )
     train_freq = hparams.get("train_freq")
     if isinstance(train_freq, list | tuple) and len(train_freq) == 2 and train_freq[1] != "step":
         raise UsageError("--hparams: train_freq must count steps ('step') for exact totals")
+    bad_freq = isinstance(train_freq, bool) or not isinstance(train_freq, int) or train_freq < 1
+    if train_freq is not None and not isinstance(train_freq, list | tuple) and bad_freq:
+        raise UsageError(f"--hparams: train_freq must be an integer >= 1, got {train_freq!r}")
 
 
 def default_run_name(cfg: TrainConfig) -> str:
@@ -310,9 +358,10 @@ def config_from_args(args: argparse.Namespace, local_checks: bool = True) -> Tra
     CUDA), for validating a command that will run elsewhere.
     """
     try:
+        notice_grace_s()
         env_defaults = wandb_defaults()
     except EnvError as exc:
-        if args.wandb is None:
+        if args.wandb is None or "WANDB_MODE" not in str(exc):
             raise UsageError(str(exc)) from None
         env_defaults = {"mode": None, "project": None, "entity": None, "dir": None}
     wandb_mode = args.wandb or str(env_defaults["mode"])

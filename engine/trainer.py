@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.envvars import notice_grace_s
+from engine.envvars import DEFAULT_NOTICE_GRACE_S, EnvError, notice_grace_s
 from engine.exit_codes import EX_FAILURE, EX_PREEMPTED
 from engine.learning import (
     StepGate,
@@ -315,7 +315,10 @@ class Trainer:
         """Checkpoint at the step reached (unless one is there already), log, build the error."""
         step = int(self.model.num_timesteps)
         if self.saved_step != step or self.checkpoint_uri is None:
-            grace = notice_grace_s()
+            try:
+                grace = notice_grace_s()
+            except EnvError:  # checked at start; never let it stop the checkpoint
+                grace = DEFAULT_NOTICE_GRACE_S
             begin = getattr(self.store, "begin_notice", None)
             if begin is not None:
                 begin(
