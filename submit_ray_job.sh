@@ -67,7 +67,7 @@ case "$RAY_MODE" in
     single | distributed | sweep) ;;
     *) die "RAY_MODE must be single, distributed or sweep (got '$RAY_MODE')" ;;
 esac
-[[ "$RAY_ADDRESS" =~ ^https?://[^/[:space:]]+(/.*)?$ ]] ||
+[[ ${#RAY_ADDRESS} -le 2048 && "$RAY_ADDRESS" =~ ^https?://[^/[:space:]]+(/.*)?$ ]] ||
     die "RAY_ADDRESS must be the dashboard URL like http://localhost:8265 (got '$RAY_ADDRESS')"
 is_pos_int "$NUM_NODES" || die "NUM_NODES must be a positive integer (got '$NUM_NODES')"
 is_number "$TPU_PER_TASK" || die "TPU_PER_TASK must be a number >= 0 (got '$TPU_PER_TASK')"

@@ -228,11 +228,11 @@ def _run_trainer(index: int, argv: list[str]) -> dict[str, Any]:
 def run(
     args: argparse.Namespace, argvs: list[list[str]], notice: PreemptionNotice
 ) -> dict[str, Any]:
+    connect(args.address)  # first: a wrong address fails before Ray is even imported
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    connect(args.address)
     n = args.num_nodes
     bundle: dict[str, float] = {"CPU": float(args.cpus_per_task)}
     if args.tpu_per_task > 0:

@@ -102,6 +102,13 @@ def check_storage_writable(storage: str, run_name: str = "") -> None:
     run_path = os.path.join(root, run_name) if run_name else root
     effective = os.access in os.supports_effective_ids
     try:
+        name_max = os.pathconf(_nearest_existing(root), "PC_NAME_MAX")
+        long_part = next((p for p in run_path.split("/") if len(p.encode()) > name_max), None)
+        if long_part is not None or len(run_path.encode()) > os.pathconf("/", "PC_PATH_MAX"):
+            raise StorageError(
+                f"{storage[:80]!r}...: a path component or the whole path is longer than the "
+                f"filesystem allows ({name_max} bytes per name); use a shorter path"
+            )
         for target in (os.path.join(run_path, "checkpoints"), run_path):
             existing = _nearest_existing(target)
             if not os.path.isdir(existing):

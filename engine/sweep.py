@@ -29,7 +29,13 @@ from engine.cliargs import (
     positive_int,
     ray_address,
 )
-from engine.envvars import WANDB_MODES, EnvError, apply_jax_platform, wandb_defaults
+from engine.envvars import (
+    WANDB_MODES,
+    EnvError,
+    apply_jax_platform,
+    notice_grace_s,
+    wandb_defaults,
+)
 from engine.exit_codes import EX_FAILURE, EX_OK
 from engine.logs import log
 from engine.storage import StorageError, check_storage_writable, resolve_storage
@@ -126,12 +132,11 @@ def _resolve_env_defaults(args: argparse.Namespace) -> None:
     """Fill flags left unset from the environment (engine.envvars); raises UsageError."""
     if args.storage is None:
         args.storage = default_storage()
-    try:
+    try:  # a broken variable is named even when a flag overrides it: wandb reads it too
+        notice_grace_s()
         env = wandb_defaults()
     except EnvError as exc:
-        if args.wandb is None:
-            raise UsageError(str(exc)) from None
-        env = {"mode": None, "project": None, "entity": None, "dir": None}
+        raise UsageError(str(exc)) from None
     args.wandb = args.wandb or env["mode"]
     args.wandb_project = args.wandb_project or env["project"]
     args.wandb_entity = args.wandb_entity or env["entity"]

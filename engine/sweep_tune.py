@@ -226,14 +226,14 @@ def storage_uri(storage: str) -> str:
 
 
 def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
+    # Experiment state reaches the shared storage every few seconds, so a driver that
+    # dies with the head node loses little when the sweep is resumed with Tuner.restore.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
+    connect(args.address)  # first: a wrong address fails before Ray Tune is even imported
     import ray
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    # Experiment state reaches the shared storage every few seconds, so a driver that
-    # dies with the head node loses little when the sweep is resumed with Tuner.restore.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "5")
-    connect(args.address)
     try:
         cpus_per_node = args.cpus_per_node or smallest_node_cpus()
         per_trial: dict[str, float] = {"cpu": cpus_per_node / args.agents_per_node}

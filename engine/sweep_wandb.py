@@ -65,7 +65,6 @@ def _wandb_agent(index: int, sweep_id: str, settings: dict[str, Any]) -> dict[st
 def run_wandb(args: argparse.Namespace, spec: SweepSpec) -> dict[str, Any]:
     import time
 
-    import ray
     import wandb
 
     config = wandb_sweep_config(spec, args.method, args.run_cap)
@@ -74,6 +73,8 @@ def run_wandb(args: argparse.Namespace, spec: SweepSpec) -> dict[str, Any]:
     )
     log(f"W&B sweep {sweep_id}: {args.num_nodes * args.agents_per_node} agents", "sweep")
     connect(args.address)
+    import ray
+
     try:
         cpus_per_node = args.cpus_per_node or smallest_node_cpus()
         resources = {"TPU": float(args.tpu_per_task)} if args.tpu_per_task > 0 else {}

@@ -357,13 +357,11 @@ def config_from_args(args: argparse.Namespace, local_checks: bool = True) -> Tra
     ``local_checks=False`` skips what depends on this machine (storage writability,
     CUDA), for validating a command that will run elsewhere.
     """
-    try:
+    try:  # a broken variable is named even when a flag overrides it: wandb reads it too
         notice_grace_s()
         env_defaults = wandb_defaults()
     except EnvError as exc:
-        if args.wandb is None or "WANDB_MODE" not in str(exc):
-            raise UsageError(str(exc)) from None
-        env_defaults = {"mode": None, "project": None, "entity": None, "dir": None}
+        raise UsageError(str(exc)) from None
     wandb_mode = args.wandb or str(env_defaults["mode"])
     cfg = TrainConfig(
         algo=args.algo,
