@@ -68,6 +68,20 @@ class EventWriter:
             fh.write(line + "\n")
 
 
+def describe(args: dict[str, Any], events: EventWriter, notice: Any) -> dict[str, Any]:
+    """A target that reports what a trainer process sees (for tests and operators)."""
+    import jax
+
+    return {
+        "pid": os.getpid(),
+        "sid": os.getsid(0),
+        "ppid": os.getppid(),
+        "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
+        "jax_platforms": jax.config.jax_platforms,
+        "env": {k: os.environ.get(k) for k in args.get("env", [])},
+    }
+
+
 # ---------------------------------------------------------------------------------- trainer
 
 
@@ -265,6 +279,22 @@ class TrainerProcesses:
     def exit_code(self, request_id: str) -> int | None:
         with self._lock:
             return self._exits.get(request_id)
+
+    @property
+    def zygote_pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close the zygote's input: it exits, and trainers still running get their notice."""
+        with self._cond:
+            proc, self._proc = self._proc, None
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 _PROCESSES: TrainerProcesses | None = None

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +89,45 @@ def kill(proc: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)
     proc.wait(timeout=60)
+
+
+def wandb_records(path: Path) -> list[object]:
+    """Decode an offline run's ``.wandb`` file.
+
+    wandb 0.31 no longer ships its Python datastore reader (the writer moved to the Go
+    wandb-core), so this follows the same framing that module documented (LevelDB log:
+    32 KiB blocks, 7-byte headers with CRC-32 of type+data, FULL/FIRST/MIDDLE/LAST
+    chunks after a ':W&B' header) and decodes records with wandb's own protobuf.
+    """
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    ident, magic, version = struct.unpack("<4sHB", data[:7])
+    assert (ident, magic, version) == (b":W&B", 0xBEE1, 0)
+    pos, pending, out = 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0 and length == 0:  # zero padding up to the block end
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            out.append(pending + chunk)
+    records = []
+    for raw in out:
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        records.append(rec)
+    return records
