@@ -146,9 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only", type=_sections, default=list(SECTIONS), help="sections: env,smoke,sweep,notice"
     )
-    parser.add_argument("--sweep-trials", type=positive_int, default=None, help="default 6 (3)")
+    parser.add_argument("--sweep-trials", type=positive_int, default=None, help="default 8 (3)")
     parser.add_argument(
-        "--sweep-trial-steps", type=positive_int, default=None, help="default 2048 (1024)"
+        "--sweep-trial-steps",
+        type=positive_int,
+        default=None,
+        help="default 8192 (1024 with --quick); ppo_rl_study's own trials are 20000",
     )
     parser.add_argument(
         "--engine-root",
@@ -176,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if "sweep" in sections:
         from engine.bench_sweep import sweep_overhead
 
-        trials = args.sweep_trials or (3 if args.quick else 6)
-        steps = args.sweep_trial_steps or (1024 if args.quick else 2048)
+        trials = args.sweep_trials or (3 if args.quick else 8)
+        steps = args.sweep_trial_steps or (1024 if args.quick else 8192)
         root = Path(args.engine_root) if args.engine_root else None
         result.update(sweep_overhead(trials, steps, root))
     if "notice" in sections:

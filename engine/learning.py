@@ -165,6 +165,7 @@ def train_partial_rollout(model: Any, collected: int) -> None:
         else:
             dst[:] = src[:collected]
     short.pos, short.full = collected, True
+    assert model._last_obs is not None  # set by every collected step
     with torch.no_grad():
         last_values = model.policy.predict_values(obs_as_tensor(model._last_obs, model.device))
     short.compute_returns_and_advantage(last_values=last_values, dones=model._last_episode_starts)

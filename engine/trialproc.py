@@ -44,16 +44,27 @@ from typing import Any
 
 from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED, EX_USAGE
 
-# imported by the zygote before it forks; trainers start with them loaded
+# Imported by the zygote before it forks; trainers start with them loaded. torch imports
+# torch._dynamo (and with it sympy) and torch.onnx lazily at a model's first update: about
+# 1 s per trainer if left to each fork (measured), so they are here too.
 PRELOAD = (
     "numpy",
     "torch",
+    "torch._dynamo",
+    "torch.onnx",
     "gymnasium",
     "stable_baselines3",
     "engine.envs",
-    "engine.trainer",
     "engine.metrics",
+    "engine.tracking",
+    "engine.trainer",
+    "engine.train",
+    "engine.distributed",
+    "engine.sweep_tune",
 )
+# BLAS pools started at import would be threads of the zygote at fork time; trainers are
+# single-threaded numpy users anyway (torch's own threads come from --torch-threads)
+_SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class EventWriter:
@@ -77,7 +88,7 @@ def describe(args: dict[str, Any], events: EventWriter, notice: Any) -> dict[str
         "sid": os.getsid(0),
         "ppid": os.getppid(),
         "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS"),
-        "jax_platforms": jax.config.jax_platforms,
+        "jax_platforms": jax.config.jax_platforms,  # type: ignore[attr-defined]
         "env": {k: os.environ.get(k) for k in args.get("env", [])},
     }
 
@@ -143,7 +154,13 @@ def zygote_main() -> int:
     os.dup2(2, 1)
     for module in PRELOAD:
         importlib.import_module(module)
-    reply.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads > 1:  # forking a multi-threaded process can copy a held lock into a trainer
+        print(
+            f"[engine] warning: trainer zygote has {threads} threads before forking",
+            file=sys.stderr,
+        )
+    reply.write(json.dumps({"ready": True, "pid": os.getpid(), "threads": threads}) + "\n")
     children: dict[int, str] = {}
     selector = selectors.DefaultSelector()
     selector.register(0, selectors.EVENT_READ)
@@ -226,7 +243,7 @@ class TrainerProcesses:
         self._dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"phantom-trainers-{os.getpid()}"
 
     def _start(self) -> subprocess.Popen[str]:
-        env = {**os.environ, "PYTHONPATH": _engine_pythonpath()}
+        env = {**_SINGLE_THREADED, **os.environ, "PYTHONPATH": _engine_pythonpath()}
         proc = subprocess.Popen(
             [sys.executable, "-m", "engine.trialproc"],
             stdin=subprocess.PIPE,
