@@ -229,6 +229,7 @@ def run(
     args: argparse.Namespace, argvs: list[list[str]], notice: PreemptionNotice
 ) -> dict[str, Any]:
     connect(args.address)  # first: a wrong address fails before Ray is even imported
+    notice.reinstall()  # ray.init took SIGTERM over (its handler exits at once)
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

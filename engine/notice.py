@@ -31,7 +31,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from engine.exit_codes import EX_PREEMPTED
@@ -73,11 +73,12 @@ class PreemptionNotice:
     only: Python delivers signals there). ``trigger()`` is the same notice from code.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_first: Callable[[], None] | None = None) -> None:
         self.received_at: float | None = None  # time.monotonic()
         self.received_unix: float | None = None
         self.source = ""
         self.repeats = 0
+        self.on_first = on_first  # called inside the signal handler, once
 
     @property
     def requested(self) -> bool:
@@ -99,6 +100,9 @@ class PreemptionNotice:
         self.trigger(signal.Signals(signum).name)
         # os.write: a signal handler may interrupt a print() in progress, and a buffered
         # stream written from inside it raises "reentrant call"
+        if first and self.on_first is not None:
+            self.on_first()
+            return
         if first:
             msg = "[engine] SIGTERM: finishing the current step, then a checkpoint\n"
         elif self.repeats == 1:
@@ -123,6 +127,11 @@ class PreemptionNotice:
             yield self
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+    def reinstall(self) -> None:
+        """Take SIGTERM back (``ray.init`` installs a handler of its own that exits)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handle)
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:

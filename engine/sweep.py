@@ -36,7 +36,7 @@ from engine.envvars import (
     notice_grace_s,
     wandb_defaults,
 )
-from engine.exit_codes import EX_FAILURE, EX_OK
+from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED
 from engine.logs import log
 from engine.storage import StorageError, check_storage_writable, resolve_storage
 from engine.sweep_spaces import (
@@ -229,6 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"error: {exc}", "sweep")
         return EX_FAILURE
     print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+    if summary.get("preempted"):
+        log(
+            f"preemption notice: sweep {summary.get('sweep_id')} state saved and its trials "
+            "stopped (each checkpoints at its step); exiting 75: resubmit with the same "
+            "--sweep-id to resume",
+            "sweep",
+        )
+        return EX_PREEMPTED
     return EX_OK if summary.get("completed") and not summary.get("errored") else EX_FAILURE
 
 

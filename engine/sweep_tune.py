@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -234,6 +235,10 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    # The head's notice reaches this driver: stop the way Ray Tune stops on SIGUSR1 (state
+    # saved, trials stopped; each trial's trainer then gets its own notice and checkpoints).
+    notice = PreemptionNotice(on_first=lambda: signal.raise_signal(signal.SIGUSR1))
+
     try:
         cpus_per_node = args.cpus_per_node or smallest_node_cpus()
         per_trial: dict[str, float] = {"cpu": cpus_per_node / args.agents_per_node}
@@ -295,9 +300,12 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
                     verbose=1,
                 ),
             )
-        results = tuner.fit()
+        with notice.installed():  # after ray.init, which installs a SIGTERM handler of its own
+            results = tuner.fit()
         wall = time.monotonic() - started
-        return summarise(results, spec, sweep_id, exp_path, wall)
+        summary = summarise(results, spec, sweep_id, exp_path, wall)
+        summary["preempted"] = notice.requested
+        return summary
     finally:
         ray.shutdown()
 
