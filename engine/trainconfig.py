@@ -31,7 +31,7 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # Keyword arguments of each SB3 algorithm that --hparams may set: SB3's __init__ parameters
 # minus the ones the engine owns (policy, env, seed, device, verbose, tensorboard_log) and the
-# class-valued ones JSON cannot express. tests/test_engine_cli.py keeps this equal to SB3.
+# class-valued ones JSON cannot express. tests/test_engine.py keeps this equal to SB3.
 _COMMON = {"gamma", "learning_rate", "max_grad_norm", "policy_kwargs", "stats_window_size"}
 _ON_POLICY = _COMMON | {
     "ent_coef",

@@ -342,3 +342,18 @@ def test_dqn_checkpoint_carries_replay_buffer_and_vecnormalize(tmp_path: Path) -
     cfg.total_timesteps = 600
     second = run_training(cfg)
     assert second.resumed_from_step == 400 and second.num_timesteps == 600
+
+
+def test_hparams_table_matches_sb3_signatures() -> None:
+    """engine.trainconfig.HPARAMS (checked without importing SB3) is exactly what each SB3
+    algorithm accepts, minus what the engine sets itself and class-valued arguments."""
+    import inspect
+
+    from engine.learning import algo_class
+    from engine.trainconfig import HPARAMS
+
+    owned = {"self", "policy", "env", "seed", "device", "verbose", "tensorboard_log"}
+    owned |= {"_init_setup_model", "rollout_buffer_class", "replay_buffer_class"}
+    for algo, allowed in HPARAMS.items():
+        params = set(inspect.signature(algo_class(algo).__init__).parameters) - owned
+        assert allowed == params, (algo, sorted(allowed ^ params))
