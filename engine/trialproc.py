@@ -312,6 +312,8 @@ class TrainerProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        with contextlib.suppress(OSError):
+            self._dir.rmdir()  # empty once every handle is closed
 
 
 _PROCESSES: TrainerProcesses | None = None
