@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,23 +17,9 @@ import pytest
 from engine import envs
 from engine.storage import MANIFEST, FsspecCheckpointStore, build_manifest
 from engine.train import TrainConfig, learn_exactly, make_vec_env
-from tests.support import REPO
-from tests.support.engine_helpers import wandb_records
+from tests.support.engine_helpers import engine_env, wandb_records
 
 SMOKE = ["--algo", "ppo", "--total-timesteps", "5000", "--alpha", "0.3", "--device", "cpu"]
-
-
-def engine_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DIR": str(tmp_path / "wandb-dir"),
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("WANDB_API_KEY", None)
-    (tmp_path / "wandb-dir").mkdir(exist_ok=True)
-    return env
 
 
 def run_train(tmp_path: Path, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
