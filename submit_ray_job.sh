@@ -17,11 +17,16 @@
 #   RUNTIME_ENV_JSON [{}]: merged with the excludes below and the W&B env vars
 #   SUBMISSION_ID  NO_WAIT=1 (do not stream logs)  DRY_RUN=1 (print the command only)
 #   RAY_BIN [ray]  PYTHON_LOCAL [python3, used here only to build JSON]
+#   ENGINE_PYTHON [.venv/bin/python beside this script, else PYTHON_LOCAL]: checks the job's
+#                 engine arguments and engine env vars (PHANTOM_JAX_PLATFORM, WANDB_MODE, ...)
+#                 before anything is submitted, with the engine's own rules (--validate-only);
+#                 skipped with a note when it cannot import the engine
 #
 # The working dir upload never includes .venv, .git, runs, wandb. WANDB_API_KEY, when set,
 # is passed to the job in a mode-600 runtime-env file (never on a command line, never
 # printed); without a key the runtime env goes inline with --runtime-env-json.
-# Exit codes: 2 bad variables, otherwise the exit code of `ray job submit`.
+# Exit codes: 2 bad variables (nothing submitted), otherwise the exit code of `ray job submit`
+# (with --no-wait 0 once submitted; the job's own exit code 75 means preempted, resumable).
 set -euo pipefail
 
 die() {
@@ -53,15 +58,16 @@ else
 fi
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
-is_pos_int() { [[ "$1" =~ ^[0-9]+$ ]] && ((10#$1 >= 1)); }
-is_number() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+# at most 9 digits: bash arithmetic would overflow silently beyond 18
+is_uint() { [[ "$1" =~ ^[0-9]{1,9}$ ]]; }
+is_pos_int() { [[ "$1" =~ ^[0-9]{1,9}$ ]] && ((10#$1 >= 1)); }
+is_number() { [[ "$1" =~ ^[0-9]{1,9}([.][0-9]{1,9})?$ ]]; }
 
 case "$RAY_MODE" in
     single | distributed | sweep) ;;
     *) die "RAY_MODE must be single, distributed or sweep (got '$RAY_MODE')" ;;
 esac
-[[ "$RAY_ADDRESS" =~ ^https?://[^/[:space:]]+(/.*)?$ ]] ||
+[[ ${#RAY_ADDRESS} -le 2048 && "$RAY_ADDRESS" =~ ^https?://[^/[:space:]]+(/.*)?$ ]] ||
     die "RAY_ADDRESS must be the dashboard URL like http://localhost:8265 (got '$RAY_ADDRESS')"
 is_pos_int "$NUM_NODES" || die "NUM_NODES must be a positive integer (got '$NUM_NODES')"
 is_number "$TPU_PER_TASK" || die "TPU_PER_TASK must be a number >= 0 (got '$TPU_PER_TASK')"
@@ -111,8 +117,14 @@ case "$RAY_MODE" in
             --num-nodes "$NUM_NODES" --tpu-per-task "$TPU_PER_TASK" --base-seed "$BASE_SEED")
         ;;
     sweep)
-        [[ "$SWEEP_KIND" =~ ^[A-Za-z0-9_-]+$ && -f "$HERE/engine/sweeps/$SWEEP_KIND.json" ]] ||
-            die "SWEEP_KIND '$SWEEP_KIND' has no engine/sweeps/$SWEEP_KIND.json; available: $(cd "$HERE/engine/sweeps" && ls -1 ./*.json 2>/dev/null | sed 's|^\./||; s|\.json$||' | tr '\n' ' ')"
+        if [[ "$SWEEP_KIND" == *.json ]]; then
+            # a search-space file of the uploaded working dir (the repository)
+            [[ "$SWEEP_KIND" != /* && "$SWEEP_KIND" != *..* && -f "$HERE/$SWEEP_KIND" ]] ||
+                die "SWEEP_KIND '$SWEEP_KIND' is not a .json file inside the repository (paths are relative to it, as in the uploaded working dir)"
+        else
+            [[ "$SWEEP_KIND" =~ ^[A-Za-z0-9_-]+$ && -f "$HERE/engine/sweeps/$SWEEP_KIND.json" ]] ||
+                die "SWEEP_KIND '$SWEEP_KIND' has no engine/sweeps/$SWEEP_KIND.json; available: $(cd "$HERE/engine/sweeps" && ls -1 ./*.json 2>/dev/null | sed 's|^\./||; s|\.json$||' | tr '\n' ' ')"
+        fi
         case "$SWEEP_METHOD" in
             random | grid) ;;
             *) die "SWEEP_METHOD must be random or grid (got '$SWEEP_METHOD')" ;;
@@ -172,6 +184,53 @@ env["env_vars"] = env_vars
 print(json.dumps(env, sort_keys=True))
 '
 )" || die "bad runtime env (see message above)"
+
+# The engine checks its own arguments and env vars, with the runtime env's env_vars applied,
+# exactly as the job would start (storage is not touched: it is the cluster's path).
+if [[ -z "${ENGINE_PYTHON:-}" ]]; then
+    if [[ -x "$HERE/.venv/bin/python" ]]; then ENGINE_PYTHON="$HERE/.venv/bin/python"; else ENGINE_PYTHON="$PYTHON_LOCAL"; fi
+fi
+if (cd "$HERE" && "$ENGINE_PYTHON" -c "import engine.trainconfig" >/dev/null 2>&1); then
+    set +e
+    CHECK_ERR="$(cd "$HERE" && PHANTOM_RUNTIME_ENV="$RUNTIME_ENV" "$ENGINE_PYTHON" - "${ENTRY[@]:1}" --validate-only 2>&1 >/dev/null <<'PY'
+import json, os, runpy, sys
+env = json.loads(os.environ.pop("PHANTOM_RUNTIME_ENV"))
+os.environ.update({k: v for k, v in env.get("env_vars", {}).items()})
+args = sys.argv[1:]
+if args[0] == "-m":
+    sys.argv = [args[1], *args[2:]]
+    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = args
+    runpy.run_path(args[0], run_name="__main__")
+PY
+)"
+    check_rc=$?
+    set -e
+    if ((check_rc != 0)); then
+        reason="$(printf '%s\n' "$CHECK_ERR" | grep -E 'error:' | tail -1)"
+        [[ -n "$reason" ]] || reason="$(printf '%s\n' "$CHECK_ERR" | tail -1)"
+        reason="${reason#*error: }"
+        case "$reason" in
+            *PHANTOM_JAX_PLATFORM* | *PHANTOM_NOTICE_GRACE_S* | *WANDB_MODE=*) field="RUNTIME_ENV_JSON env_vars" ;;
+            *--kind*) field="SWEEP_KIND" ;;
+            *--train-args* | *--algo* | *--alpha* | *--total-timesteps* | *--hparams* | *--env* | *--n-envs* | *--run-name* | *--device*) field="TRAIN_ARGS" ;;
+            *--method*) field="SWEEP_METHOD" ;;
+            *--run-cap*) field="SWEEP_RUN_CAP" ;;
+            *--agents-per-node*) field="AGENTS_PER_NODE" ;;
+            *--num-nodes*) field="NUM_NODES" ;;
+            *--tpu-per-task*) field="TPU_PER_TASK" ;;
+            *--base-seed*) field="BASE_SEED" ;;
+            *--sweep-id*) field="SWEEP_ID" ;;
+            *--storage*) field="STORAGE" ;;
+            *--backend*) field="SWEEP_BACKEND" ;;
+            *) if [[ "$RAY_MODE" == "sweep" ]]; then field="SWEEP_ARGS"; else field="TRAIN_ARGS"; fi ;;
+        esac
+        die "$field rejected by the engine (nothing submitted): $reason"
+    fi
+else
+    echo "submit_ray_job.sh: note: engine arguments not checked locally ($ENGINE_PYTHON cannot import the engine; set ENGINE_PYTHON)" >&2
+fi
 
 REDACTED="$(printf '%s' "$RUNTIME_ENV" | "$PYTHON_LOCAL" -c '
 import json, sys

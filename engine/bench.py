@@ -1,8 +1,8 @@
-"""Engine figures: env steps/s (1 and n envs), smoke-command wall time, sweep trials/min.
+"""Engine figures: env steps/s, smoke-command wall time, sweep overhead, notice latency.
 
-``python -m engine.bench [--quick]``; human-readable lines on stderr, the last stdout
-line is one JSON object. Every figure comes with the baseline it is compared to,
-measured in the same run:
+``python -m engine.bench [--quick] [--only env,smoke,sweep,notice]``; human-readable lines on
+stderr, the last stdout line is one JSON object. Every figure comes with the baseline it is
+compared to, measured in the same run:
 
 * env steps/s: a single ``BehaviourEnv`` stepped in a Python loop is the baseline;
   ``DummyVecEnv(n)`` and ``SubprocVecEnv(n)`` are reported as ratios to it
@@ -10,9 +10,11 @@ measured in the same run:
 * smoke command: the seed's ``python -m engine.train --algo ppo --total-timesteps 5000
   --alpha 0.3 --device cpu`` (offline W&B, fresh temp dir), against the time the same
   interpreter needs just to import the engine, SB3/torch and wandb.
-* sweep throughput: a Ray Tune sweep (``engine.sweep``) on a local 2-node loopback
-  cluster, completed trials per minute with 1 and with 2 agents per node; the ratio
-  is 2 agents / 1 agent.
+* sweep overhead (``engine.bench_sweep``): trials/min through ``engine.sweep`` (Ray Tune,
+  local loopback cluster, one trial at a time) against the same trials back to back in one
+  process; goal >= 0.8.
+* preemption notice (``engine.bench_notice``): SIGTERM -> notice checkpoint complete, against
+  the same trainer's periodic checkpoint write time.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.cliargs import bounded_text, positive_int
+from engine.logs import log
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    log(msg, "bench")
 
 
 def env_steps_per_second(steps: int, n_envs: int) -> dict[str, float]:
@@ -110,51 +115,78 @@ def smoke_wall_time() -> dict[str, float]:
     return {"smoke_wall_s": smoke, "import_wall_s": imports, "smoke_vs_imports": smoke / imports}
 
 
-def sweep_trials_per_minute(run_cap: int, trial_steps: int) -> dict[str, float]:
-    from engine.localray import local_ray_cluster
+SECTIONS = ("env", "smoke", "sweep", "notice")
 
-    out: dict[str, float] = {}
-    with (
-        local_ray_cluster(n_nodes=2, cpus_per_node=2) as cluster,
-        tempfile.TemporaryDirectory(prefix="phantom-bench-sweep-") as tmp,
-    ):
-        for agents in (1, 2):
-            proc = subprocess.run(
-                [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study",
-                 "--method", "grid", "--run-cap", str(run_cap), "--num-nodes", "2",
-                 "--agents-per-node", str(agents), "--storage", f"file://{tmp}",
-                 "--sweep-id", f"bench-a{agents}", "--trial-timesteps", str(trial_steps),
-                 "--checkpoint-every", str(trial_steps), "--wandb", "disabled",
-                 "--address", cluster.gcs_address],
-                env=_clean_env(Path(tmp)), capture_output=True, text=True,
-            )  # fmt: skip
-            if proc.returncode != 0:
-                raise RuntimeError(f"sweep failed:\n{proc.stderr[-3000:]}")
-            summary = json.loads(proc.stdout.strip().splitlines()[-1])
-            out[f"sweep_trials_per_min_{agents}agent"] = float(summary["trials_per_min"])
-            say(f"sweep, {agents} agent(s)/node: {summary['trials_per_min']:.2f} trials/min")
-    out["sweep_2agents_vs_1agent"] = (
-        out["sweep_trials_per_min_2agent"] / out["sweep_trials_per_min_1agent"]
+
+def _sections(text: str) -> list[str]:
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in chosen if t not in SECTIONS]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of {', '.join(SECTIONS)}, got {text[:80]!r}"
+        )
+    return chosen
+
+
+def _engine_root(text: str) -> str:
+    root = Path(bounded_text(text)).expanduser()
+    if not (root / "engine" / "train.py").is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text[:200]!r} is not a checkout holding engine/train.py (e.g. an export of "
+            "an older commit: git archive <commit> | tar -x -C DIR)"
+        )
+    return str(root.resolve())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--n-envs", type=positive_int, default=4)
+    parser.add_argument("--skip-sweep", action="store_true", help="same as leaving out sweep")
+    parser.add_argument(
+        "--only", type=_sections, default=list(SECTIONS), help="sections: env,smoke,sweep,notice"
     )
-    return out
+    parser.add_argument("--sweep-trials", type=positive_int, default=None, help="default 8 (3)")
+    parser.add_argument(
+        "--sweep-trial-steps",
+        type=positive_int,
+        default=None,
+        help="default 8192 (1024 with --quick); ppo_rl_study's own trials are 20000",
+    )
+    parser.add_argument(
+        "--engine-root",
+        type=_engine_root,
+        default=None,
+        help="measure the sweep with another checkout's engine (before/after figures)",
+    )
+    parser.add_argument("--notice-repeat", type=positive_int, default=None, help="default 3 (1)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument("--n-envs", type=int, default=4)
-    parser.add_argument("--skip-sweep", action="store_true")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    sections = [x for x in args.only if not (args.skip_sweep and x == "sweep")]
     result: dict[str, Any] = {"cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
-    steps = 20_000 if args.quick else 100_000
-    result.update(env_steps_per_second(steps, args.n_envs))
-    say(f"env steps/s: 1 env {result['env_steps_per_s_1env']:.0f}")
-    result.update(smoke_wall_time())
-    say(
-        f"smoke command: {result['smoke_wall_s']:.1f}s (imports alone {result['import_wall_s']:.1f}s)"
-    )
-    if not args.skip_sweep:
-        result.update(sweep_trials_per_minute(4 if args.quick else 8, 1000 if args.quick else 2000))
+    if "env" in sections:
+        result.update(env_steps_per_second(20_000 if args.quick else 100_000, args.n_envs))
+        say(f"env steps/s: 1 env {result['env_steps_per_s_1env']:.0f}")
+    if "smoke" in sections:
+        result.update(smoke_wall_time())
+        say(
+            f"smoke command: {result['smoke_wall_s']:.1f}s "
+            f"(imports alone {result['import_wall_s']:.1f}s)"
+        )
+    if "sweep" in sections:
+        from engine.bench_sweep import sweep_overhead
+
+        trials = args.sweep_trials or (3 if args.quick else 8)
+        steps = args.sweep_trial_steps or (1024 if args.quick else 8192)
+        root = Path(args.engine_root) if args.engine_root else None
+        result.update(sweep_overhead(trials, steps, root))
+    if "notice" in sections:
+        from engine.bench_notice import notice_latency
+
+        result.update(notice_latency(args.notice_repeat or (1 if args.quick else 3)))
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
 

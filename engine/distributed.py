@@ -11,9 +11,18 @@ waits for the node to come back) and the retried trainer resumes from its last
 checkpoint, provided ``--storage`` is shared by all nodes (``file://`` on the
 emulator's bucket, ``gs://`` on GCP).
 
+Preemption notice: each trainer runs in a process of its own (``engine.trialproc``), so a
+SIGTERM on its host reaches it even as the raylet goes down: it checkpoints at the step
+reached and exits 75; Ray retries the task (a ``TrainerPreempted`` error is retryable, a
+lost worker is a system failure) and the retried trainer waits for that checkpoint and
+resumes from it. A SIGTERM to the launcher itself (the head host's notice: losing the head
+ends every task) is forwarded to every trainer (``ray.cancel``; each trainer task then gives
+its trainer the notice and waits for its checkpoint), and the launcher exits 75.
+
 Results are gathered and printed as one JSON object (last line on stdout).
-Exit codes: 0 all trainers finished, 1 a trainer failed or the cluster could not
-place the trainers, 2 usage error.
+Exit codes (``engine.exit_codes``): 0 all trainers finished, 1 a trainer failed or the
+cluster could not place the trainers, 2 usage error, 75 preempted (every running trainer
+wrote a notice checkpoint; submit the same job again to resume).
 """
 
 from __future__ import annotations
@@ -28,12 +37,32 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from engine.cliargs import non_negative_float, non_negative_int, positive_int
-from engine.train import UsageError, build_parser, config_from_args, default_run_name
+from engine.cliargs import (
+    bounded_text,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    ray_address,
+)
+from engine.envvars import EnvError, apply_jax_platform, notice_grace_s
+from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED
+from engine.logs import log
+from engine.notice import PreemptionNotice
+from engine.raycluster import connect
+from engine.trainconfig import (
+    UsageError,
+    build_parser,
+    config_from_args,
+    default_run_name,
+)
+from engine.trialproc import EventWriter, trainer_processes
+
+_ADDRESS_HELP = "Ray address: auto, host:port (GCS) or ray://host:10001 (default $RAY_ADDRESS)"
 
 
-def log(msg: str) -> None:
-    print(f"[distributed] {msg}", file=sys.stderr, flush=True)
+class TrainerPreempted(RuntimeError):
+    """A trainer stopped on a preemption notice after checkpointing (Ray retries the task)."""
 
 
 def build_launcher_parser() -> argparse.ArgumentParser:
@@ -43,6 +72,7 @@ def build_launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--train-args",
+        type=bounded_text,
         required=True,
         help='arguments for engine.train, e.g. "--algo ppo --total-timesteps 100000 --alpha 0.4"',
     )
@@ -50,11 +80,9 @@ def build_launcher_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tpu-per-task", type=non_negative_float, default=0.0, help="TPU resource per trainer"
     )
-    parser.add_argument("--cpus-per-task", type=non_negative_float, default=1.0)
+    parser.add_argument("--cpus-per-task", type=positive_float, default=1.0)
     parser.add_argument("--base-seed", type=non_negative_int, default=0)
-    parser.add_argument(
-        "--address", default=None, help="Ray address (default: $RAY_ADDRESS or a local cluster)"
-    )
+    parser.add_argument("--address", type=ray_address, default=None, help=_ADDRESS_HELP)
     parser.add_argument(
         "--max-retries", type=non_negative_int, default=3, help="retries of a lost trainer"
     )
@@ -66,9 +94,14 @@ def build_launcher_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--placement-timeout",
-        type=non_negative_float,
+        type=positive_float,
         default=300.0,
         help="seconds to wait for enough nodes before giving up",
+    )
+    parser.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="check the flags (and --train-args), print the per-trainer argv as JSON, exit",
     )
     return parser
 
@@ -82,8 +115,12 @@ def trainer_argvs(train_args: str, num_nodes: int, base_seed: int) -> list[list[
         base_argv = shlex.split(train_args)
     except ValueError as exc:
         raise UsageError(f"--train-args: cannot split {train_args!r} ({exc})") from None
+    if not base_argv:
+        raise UsageError('--train-args is empty; e.g. "--algo ppo --total-timesteps 100000"')
     try:
-        cfg = config_from_args(build_parser(raise_errors=True).parse_args(base_argv))
+        # trainers run on other nodes: the storage is checked by them, not here
+        args = build_parser(raise_errors=True).parse_args(base_argv)
+        cfg = config_from_args(args, local_checks=False)
     except UsageError as exc:
         raise UsageError(f"--train-args: {exc}") from None
     user_name = "--run-name" in base_argv or any(a.startswith("--run-name=") for a in base_argv)
@@ -105,7 +142,8 @@ def _storage_warning(argv: Sequence[str], num_nodes: int) -> None:
     if num_nodes > 1 and "://" not in storage and not os.path.isabs(storage):
         log(
             f"warning: --storage {storage!r} is relative, so each node writes its own copy; "
-            "a trainer retried on another node starts over. Use file:///shared/path or gs://."
+            "a trainer retried on another node starts over. Use file:///shared/path or gs://.",
+            "distributed",
         )
 
 
@@ -128,23 +166,53 @@ def forwarded_env() -> dict[str, str]:
     return {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
 
 
+def trainer_main(args: dict[str, Any], events: EventWriter, notice: PreemptionNotice) -> Any:
+    """One trainer's training, in its own process (``engine.trialproc``)."""
+    from engine.train import train_from_argv
+
+    os.environ.setdefault("PHANTOM_HOST_IP", args["node"])  # the node name in checkpoints
+    return train_from_argv(args["argv"], notice=notice)
+
+
 def _run_trainer(index: int, argv: list[str]) -> dict[str, Any]:
-    """Body of the Ray task: train in-process and say where it ran."""
+    """Body of the Ray task: start the trainer process, wait for it, say where it ran."""
     import socket
 
     import ray
 
-    from engine.train import train_from_argv
-
     ctx = ray.get_runtime_context()
     node_ip = ray.util.get_node_ip_address()
-    print(
-        f"[distributed] trainer {index} on node {node_ip} ({ctx.get_node_id()[:12]}), "
+    log(
+        f"trainer {index} on node {node_ip} ({ctx.get_node_id()[:12]}), "
         f"attempt task {ctx.get_task_id()}",
-        file=sys.stderr,
-        flush=True,
+        "distributed",
     )
-    result = train_from_argv(argv)
+    handle = trainer_processes().start(
+        "engine.distributed:trainer_main", {"argv": argv, "node": node_ip}
+    )
+    code: int | None = None
+    result: dict[str, Any] = {}
+    try:
+        while code is None:
+            code = handle.exit_code()
+            for event in handle.new_events():
+                if event["event"] == "result":
+                    result = event["result"]
+                elif event["event"] in ("usage_error", "error"):
+                    result = {"error": event["message"]}
+            if code is None:
+                time.sleep(0.2)
+    finally:
+        if code is None:  # cancelled (the launcher's notice) or torn down: pass it on
+            handle.stop()
+            deadline = time.monotonic() + notice_grace_s()
+            while handle.exit_code() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        handle.close()
+    if code == EX_PREEMPTED:
+        raise TrainerPreempted(f"trainer {index} preempted after a notice checkpoint")
+    if code != EX_OK:
+        raise RuntimeError(f"trainer {index} exited {code}: {result.get('error', 'see its log')}")
     result.update(
         {
             "index": index,
@@ -157,12 +225,15 @@ def _run_trainer(index: int, argv: list[str]) -> dict[str, Any]:
     return result
 
 
-def run(args: argparse.Namespace, argvs: list[list[str]]) -> dict[str, Any]:
+def run(
+    args: argparse.Namespace, argvs: list[list[str]], notice: PreemptionNotice
+) -> dict[str, Any]:
+    connect(args.address)  # first: a wrong address fails before Ray is even imported
+    notice.reinstall()  # ray.init took SIGTERM over (its handler exits at once)
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    ray.init(address=args.address, log_to_driver=True)
     n = args.num_nodes
     bundle: dict[str, float] = {"CPU": float(args.cpus_per_task)}
     if args.tpu_per_task > 0:
@@ -186,7 +257,7 @@ def run(args: argparse.Namespace, argvs: list[list[str]]) -> dict[str, Any]:
                         f"{len(alive)} node(s) alive with resources "
                         f"{[node.get('Resources', {}) for node in alive]}"
                     )
-                log(f"waiting for {n} nodes with {bundle} ({len(alive)} alive)")
+                log(f"waiting for {n} nodes with {bundle} ({len(alive)} alive)", "distributed")
         refs = []
         for i, argv in enumerate(argvs):
             if pg is not None:
@@ -199,30 +270,46 @@ def run(args: argparse.Namespace, argvs: list[list[str]]) -> dict[str, Any]:
                     resources=resources,
                     scheduling_strategy=strategy,
                     max_retries=args.max_retries,
-                    retry_exceptions=False,
+                    retry_exceptions=[TrainerPreempted],
                     name=f"trainer-{i}",
                     runtime_env={"env_vars": forwarded_env()},
                 ).remote(i, argv)
             )
-        log(f"submitted {n} trainers ({args.placement} placement, max_retries={args.max_retries})")
+        log(
+            f"submitted {n} trainers ({args.placement} placement, max_retries={args.max_retries})",
+            "distributed",
+        )
         results: dict[int, dict[str, Any]] = {}
         failures: dict[int, str] = {}
         index_of = {ref: i for i, ref in enumerate(refs)}
         pending = list(refs)
+        forwarded = False
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            if notice.requested and not forwarded:
+                # losing the head ends every task: every trainer checkpoints now
+                log(
+                    f"SIGTERM: notice forwarded to {len(pending)} running trainer(s)", "distributed"
+                )
+                for ref in pending:
+                    ray.cancel(ref)
+                forwarded = True
+            done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+            if not done:
+                continue
             i = index_of[done[0]]
             try:
                 results[i] = ray.get(done[0])
                 r = results[i]
                 log(
                     f"trainer {i} finished on {r['node_ip']}: {r['num_timesteps']} steps "
-                    f"(resumed from {r['resumed_from_step']})"
+                    f"(resumed from {r['resumed_from_step']})",
+                    "distributed",
                 )
             except Exception as exc:  # a trainer's own error, or retries exhausted
                 failures[i] = f"{type(exc).__name__}: {exc}"
-                log(f"trainer {i} failed: {failures[i].splitlines()[0]}")
+                log(f"trainer {i} failed: {failures[i].splitlines()[0]}", "distributed")
         return {
+            "preempted": forwarded,
             "num_nodes": n,
             "placement": args.placement,
             "wall_seconds": time.monotonic() - started,
@@ -237,17 +324,36 @@ def run(args: argparse.Namespace, argvs: list[list[str]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_launcher_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        argvs = trainer_argvs(args.train_args, args.num_nodes, args.base_seed)
-    except UsageError as exc:
-        parser.error(str(exc))
-    _storage_warning(argvs[0], args.num_nodes)
-    try:
-        summary = run(args, argvs)
-    except RuntimeError as exc:
-        log(f"error: {exc}")
-        return 1
-    print(json.dumps(summary, sort_keys=True, default=str), flush=True)
-    return 1 if summary["failures"] else 0
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # before ray is imported (engine.sweep.main)
+    notice = PreemptionNotice()
+    with notice.installed():
+        parser = build_launcher_parser()
+        try:
+            apply_jax_platform()  # before anything imports jax
+        except EnvError as exc:
+            parser.error(str(exc))
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        try:
+            argvs = trainer_argvs(args.train_args, args.num_nodes, args.base_seed)
+        except UsageError as exc:
+            parser.error(str(exc))
+        if args.validate_only:
+            print(json.dumps({"trainers": argvs}), flush=True)
+            return EX_OK
+        _storage_warning(argvs[0], args.num_nodes)
+        try:
+            summary = run(args, argvs, notice)
+        except ConnectionError as exc:
+            log(
+                f"error: cannot reach the Ray cluster (--address {args.address}): {exc}",
+                "distributed",
+            )
+            return EX_FAILURE
+        except RuntimeError as exc:
+            log(f"error: {exc}", "distributed")
+            return EX_FAILURE
+        print(json.dumps(summary, sort_keys=True, default=str), flush=True)
+        if summary["preempted"]:
+            log("preempted: running trainers wrote notice checkpoints; exiting 75", "distributed")
+            return EX_PREEMPTED
+        return EX_FAILURE if summary["failures"] else EX_OK

@@ -52,6 +52,7 @@ class LocalRayCluster:
 
     ip_prefix: str = "127.0.66."
     cpus_per_node: int = 1
+    head_cpus: int | None = None  # None: cpus_per_node; 0 keeps work off the head
     object_store_mb: int = 80
     resources: dict[str, float] = field(default_factory=dict)
     nodes: list[LocalNode] = field(default_factory=list)
@@ -62,13 +63,13 @@ class LocalRayCluster:
     def _ray_bin(self) -> str:
         return str(Path(sys.executable).with_name("ray"))
 
-    def _node_args(self, ip: str) -> list[str]:
+    def _node_args(self, ip: str, cpus: int | None = None) -> list[str]:
         p = _free_ports(ip, 7)
         return [
             "--node-ip-address",
             ip,
             "--num-cpus",
-            str(int(self.cpus_per_node)),
+            str(int(self.cpus_per_node if cpus is None else cpus)),
             "--object-store-memory",
             str(self.object_store_mb * 1024 * 1024),
             "--resources",
@@ -131,7 +132,7 @@ class LocalRayCluster:
             str(client_port),
             "--temp-dir",
             self.temp_dir,
-            *self._node_args(ip),
+            *self._node_args(ip, self.head_cpus),
         ]
         self._spawn(ip, args)
         self.wait_for_nodes(1, timeout)
@@ -166,6 +167,48 @@ class LocalRayCluster:
             time.sleep(0.5)
         raise TimeoutError(f"ray cluster did not reach {n} alive nodes in {timeout}s")
 
+    def node_processes(self, node: LocalNode) -> list[int]:
+        """Every process of a node: its ``ray start`` tree (raylet, workers and whatever they
+        started, in any session) and the processes naming its address."""
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+        # exact flags (a trailing space ends each argument): every node names the head's IP
+        needles = (f"--node-ip-address={node.ip} ", f"--node_ip_address={node.ip} ")
+        roots = {node.proc.pid, *self._pids_mentioning(*needles)}
+        found: set[int] = set()
+        todo = list(roots)
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo.extend(children.get(pid, []))
+        return sorted(found - {os.getpid()})
+
+    def preempt_node(self, node: LocalNode, grace_s: float) -> list[int]:
+        """A preemption with notice, as on a spot VM: SIGTERM to every process of the node at
+        once, SIGKILL to whatever is left after ``grace_s``. Returns the pids signalled."""
+        pids = self.node_processes(node)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.05)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            node.proc.wait(timeout=10)
+        return pids
+
     @staticmethod
     def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -198,15 +241,28 @@ class LocalRayCluster:
         self.nodes.clear()
 
 
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 @contextlib.contextmanager
 def local_ray_cluster(
     n_nodes: int = 1,
     cpus_per_node: int = 1,
     resources: dict[str, float] | None = None,
     ip_prefix: str = "127.0.66.",
+    head_cpus: int | None = None,
 ) -> Iterator[LocalRayCluster]:
     cluster = LocalRayCluster(
-        ip_prefix=ip_prefix, cpus_per_node=cpus_per_node, resources=dict(resources or {})
+        ip_prefix=ip_prefix,
+        cpus_per_node=cpus_per_node,
+        resources=dict(resources or {}),
+        head_cpus=head_cpus,
     )
     try:
         cluster.start()

@@ -12,7 +12,7 @@ from typing import Any
 
 from stable_baselines3.common.logger import KVWriter
 
-from engine.tracking import log
+from engine.logs import log
 
 # keys shown on the one-line stderr progress report, in this order
 _PROGRESS_KEYS = (

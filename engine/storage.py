@@ -12,16 +12,27 @@ under ``checkpoints/.tmp-*`` and renamed into place (rename is atomic), so a
 process killed mid-write leaves only a ``.tmp-*`` directory that is ignored and
 cleaned up. On object stores (no atomic rename) the data files are uploaded
 first and the manifest last, so a partial upload has no manifest and is skipped.
+Pruning invalidates before deleting (rename aside locally, manifest first on object
+stores), so a kill mid-prune never leaves a manifest over missing files either.
+
+A trainer writing a checkpoint on a preemption notice first puts ``NOTICE.json`` in the run
+directory (who, the step, until when) and removes it once the checkpoint is published. A
+trainer that starts on the same run while that marker is fresh waits for it (at most until
+its deadline), so a retried trainer resumes from the notice checkpoint rather than racing it.
+
+``latest_checkpoint_step(storage, run_name)`` is the one-call answer to "where would this run
+resume?" for tests, benchmarks and the console.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import sys
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,7 +42,10 @@ from typing import Any, Protocol
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from engine.logs import log
+
 MANIFEST = "MANIFEST.json"
+NOTICE = "NOTICE.json"
 MANIFEST_FORMAT = 1
 _STEP_DIR = re.compile(r"^step-(\d{12})$")
 
@@ -64,6 +78,53 @@ def resolve_storage(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_storage_writable(storage: str, run_name: str = "") -> None:
+    """Raise StorageError unless a run's directories could be created and written.
+
+    Local storage only (an object store's bucket and credentials are checked by its first
+    write). Nothing is created: the nearest existing ancestor of the run directory and of
+    its ``checkpoints/`` must be a directory this process may write into.
+    """
+    fs, root = resolve_storage(storage)
+    if not is_local(fs):
+        return
+    run_path = os.path.join(root, run_name) if run_name else root
+    effective = os.access in os.supports_effective_ids
+    try:
+        name_max = os.pathconf(_nearest_existing(root), "PC_NAME_MAX")
+        long_part = next((p for p in run_path.split("/") if len(p.encode()) > name_max), None)
+        if long_part is not None or len(run_path.encode()) > os.pathconf("/", "PC_PATH_MAX"):
+            raise StorageError(
+                f"{storage[:80]!r}...: a path component or the whole path is longer than the "
+                f"filesystem allows ({name_max} bytes per name); use a shorter path"
+            )
+        for target in (os.path.join(run_path, "checkpoints"), run_path):
+            existing = _nearest_existing(target)
+            if not os.path.isdir(existing):
+                kind = "a file" if os.path.isfile(existing) else "not a directory"
+                raise StorageError(
+                    f"{storage!r} cannot hold checkpoints: {existing} is {kind}; "
+                    "give a directory (or a path where one can be created)"
+                )
+            if not os.access(existing, os.W_OK | os.X_OK, effective_ids=effective):
+                raise StorageError(
+                    f"{storage!r} is not writable: {existing} does not allow this user "
+                    f"(uid {os.geteuid()}) to create files; choose a writable directory "
+                    "or fix its permissions"
+                )
+    except OSError as exc:  # e.g. a path too long for the filesystem
+        raise StorageError(f"{storage[:200]!r} cannot be used: {exc.strerror or exc}") from None
 
 
 def sha256_file(path: Path) -> str:
@@ -167,12 +228,14 @@ class FsspecCheckpointStore:
                 found.append((int(match.group(1)), _join(self.ckpt_path, name)))
         return sorted(found, reverse=True)
 
-    def latest(self) -> CheckpointInfo | None:
+    def latest(self, quiet: bool = False) -> CheckpointInfo | None:
+        """The newest complete checkpoint (incomplete ones are skipped, with a log line)."""
         for step, path in self.list_steps():
             manifest = self._read_manifest(path)
             if manifest is not None and manifest.get("step") == step:
                 return CheckpointInfo(step=step, uri=self.uri(path), manifest=manifest)
-            print(f"[engine] skipping incomplete checkpoint {self.uri(path)}", file=sys.stderr)
+            if not quiet:
+                log(f"skipping incomplete checkpoint {self.uri(path)}")
         return None
 
     def fetch(self, info: CheckpointInfo, into: Path) -> Path:
@@ -229,6 +292,18 @@ class FsspecCheckpointStore:
     ) -> str:
         return self._publish(local_dir, _join(self.run_path, "final"), manifest)
 
+    def _remove(self, path: str) -> None:
+        """Delete a checkpoint so that no moment shows a manifest over missing files."""
+        if is_local(self.fs):
+            parent, name = path.rsplit("/", 1)
+            doomed = _join(parent, f".tmp-del-{name}-{uuid.uuid4().hex[:8]}")
+            os.rename(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            if self.fs.exists(_join(path, MANIFEST)):
+                self.fs.rm_file(_join(path, MANIFEST))
+            self.fs.rm(path, recursive=True)
+
     def prune(self) -> None:
         """Keep the newest ``keep`` valid checkpoints; drop older ones and stale temp dirs."""
         valid = 0
@@ -237,12 +312,90 @@ class FsspecCheckpointStore:
                 if self._read_manifest(path) is not None:
                     valid += 1
                 continue
-            self.fs.rm(path, recursive=True)
+            self._remove(path)
         if is_local(self.fs) and os.path.isdir(self.ckpt_path):
             for name in os.listdir(self.ckpt_path):
                 full = _join(self.ckpt_path, name)
                 if name.startswith(".tmp-") and time.time() - os.path.getmtime(full) > 60:
                     shutil.rmtree(full, ignore_errors=True)
+
+    # -- preemption notice marker ------------------------------------------------------------
+    @property
+    def notice_path(self) -> str:
+        return _join(self.run_path, NOTICE)
+
+    def begin_notice(self, info: dict[str, Any]) -> None:
+        """Say a notice checkpoint is being written (``info`` has ``deadline_unix``)."""
+        data = json.dumps(info, sort_keys=True).encode()
+        if is_local(self.fs):
+            os.makedirs(self.run_path, exist_ok=True)
+            tmp = f"{self.notice_path}.tmp-{os.getpid()}"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, self.notice_path)
+        else:
+            self.fs.pipe_file(self.notice_path, data)
+
+    def end_notice(self) -> None:
+        with contextlib.suppress(OSError):
+            self.fs.rm_file(self.notice_path)
+
+    def pending_notice(self) -> dict[str, Any] | None:
+        """The marker of a notice checkpoint still being written, if its deadline is ahead."""
+        try:
+            with self.fs.open(self.notice_path, "rb") as fh:
+                info = json.loads(fh.read().decode())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(info, dict) or float(info.get("deadline_unix", 0)) <= time.time():
+            return None
+        if info.get("host") == socket.gethostname() and not _pid_alive(info.get("pid")):
+            return None  # its writer was killed on this machine: nothing will come
+        return dict(info)
+
+    def wait_for_notice(self, poll_s: float = 0.2) -> dict[str, Any] | None:
+        """Block while another trainer's notice checkpoint is in flight (until its deadline).
+
+        Returns the marker waited for, or None when there was none.
+        """
+        info = self.pending_notice()
+        if info is None:
+            return None
+        log(
+            f"waiting for the notice checkpoint of {self.run_name} at step "
+            f"{info.get('step')} from {info.get('node') or '?'} (until its deadline, "
+            f"{max(0.0, float(info['deadline_unix']) - time.time()):.0f}s)"
+        )
+        while self.pending_notice() is not None:
+            time.sleep(poll_s)
+        return info
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped by its parent) writes nothing more
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def latest_checkpoint_step(storage: str, run_name: str) -> int | None:
+    """Step of the newest complete checkpoint of a run (where it would resume), or None.
+
+    ``storage`` is what was passed to ``--storage`` (a path, ``file://`` or ``gs://`` URI);
+    ``run_name`` the run's name (``--run-name`` or the derived one printed at start). Only
+    complete checkpoints count: a manifest that parses and files of the listed sizes.
+    """
+    info = FsspecCheckpointStore(storage, run_name).latest(quiet=True)
+    return None if info is None else info.step
 
 
 def local_run_dir(storage: str, run_name: str) -> Path:

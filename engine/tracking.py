@@ -1,4 +1,4 @@
-"""Diagnostics on stderr and the W&B run lifecycle (metric writers: ``engine.metrics``).
+"""The W&B run lifecycle (metric writers: ``engine.metrics``; modes: ``engine.envvars``).
 
 The W&B API key is never handled here: wandb reads ``WANDB_API_KEY`` from the
 environment itself. Nothing in this module prints configuration values that
@@ -9,16 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from pathlib import Path
 from typing import Any
-
-WANDB_MODES = ("online", "offline", "disabled")
-
-
-def log(msg: str) -> None:
-    """One diagnostic line on stderr (stdout is reserved for results)."""
-    print(f"[engine] {msg}", file=sys.stderr, flush=True)
 
 
 def wandb_run_id(run_name: str, project: str | None) -> str:

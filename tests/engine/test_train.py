@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
-import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,22 +17,9 @@ import pytest
 from engine import envs
 from engine.storage import MANIFEST, FsspecCheckpointStore, build_manifest
 from engine.train import TrainConfig, learn_exactly, make_vec_env
-from tests.support import REPO
+from tests.support.engine_helpers import engine_env, wandb_records
 
 SMOKE = ["--algo", "ppo", "--total-timesteps", "5000", "--alpha", "0.3", "--device", "cpu"]
-
-
-def engine_env(tmp_path: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DIR": str(tmp_path / "wandb-dir"),
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("WANDB_API_KEY", None)
-    (tmp_path / "wandb-dir").mkdir(exist_ok=True)
-    return env
 
 
 def run_train(tmp_path: Path, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -187,11 +171,11 @@ def test_store_prunes_old_and_publishes_atomically(tmp_path: Path) -> None:
 def test_learn_exactly_never_overshoots(algo: str, n_envs: int, steps: int, hparams: dict) -> None:
     from stable_baselines3.common.logger import Logger
 
-    from engine.train import _fresh_model
+    from engine.learning import fresh_model
 
     cfg = TrainConfig(algo=algo, n_envs=n_envs, env="CartPole-v1", hparams=hparams, seed=1)
     venv = make_vec_env(cfg, None)
-    model = _fresh_model(cfg, venv)
+    model = fresh_model(cfg, venv)
     model.set_logger(Logger(folder=None, output_formats=[]))
     learn_exactly(model, steps, callback=None, log_interval=1)
     assert model.num_timesteps == steps
@@ -234,48 +218,6 @@ def test_bad_flags_exit_2_and_write_nothing(tmp_path: Path, args: list[str], nee
     assert not any((tmp_path / "wandb-dir").iterdir())
 
 
-def _wandb_records(path: Path) -> list[object]:
-    """Decode an offline run's ``.wandb`` file.
-
-    wandb 0.31 no longer ships its Python datastore reader (the writer moved to the Go
-    wandb-core), so this follows the same framing that module documented (LevelDB log:
-    32 KiB blocks, 7-byte headers with CRC-32 of type+data, FULL/FIRST/MIDDLE/LAST
-    chunks after a ':W&B' header) and decodes records with wandb's own protobuf.
-    """
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    ident, magic, version = struct.unpack("<4sHB", data[:7])
-    assert (ident, magic, version) == (b":W&B", 0xBEE1, 0)
-    pos, pending, out = 7, b"", []
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        if left < 7:
-            pos += left
-            continue
-        crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0 and length == 0:  # zero padding up to the block end
-            pos += left
-            continue
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        assert zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc
-        if kind == 1:
-            out.append(chunk)
-        elif kind == 2:
-            pending = chunk
-        elif kind == 3:
-            pending += chunk
-        elif kind == 4:
-            out.append(pending + chunk)
-    records = []
-    for raw in out:
-        rec = pb.Record()
-        rec.ParseFromString(raw)
-        records.append(rec)
-    return records
-
-
 def test_smoke_command_checkpoint_and_offline_artifact(tmp_path: Path) -> None:
     """The seed's smoke command, as written, in a fresh directory."""
     proc = run_train(tmp_path, SMOKE)
@@ -290,7 +232,7 @@ def test_smoke_command_checkpoint_and_offline_artifact(tmp_path: Path) -> None:
     assert "progress step=" in proc.stderr
     wandb_files = list((tmp_path / "wandb-dir").glob("wandb/offline-run-*/run-*.wandb"))
     assert len(wandb_files) == 1
-    records = _wandb_records(wandb_files[0])
+    records = wandb_records(wandb_files[0])
     artifacts = [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]
     assert len(artifacts) == 1
     assert artifacts[0].type == "model" and artifacts[0].name == result["wandb_artifact"]
@@ -385,3 +327,18 @@ def test_dqn_checkpoint_carries_replay_buffer_and_vecnormalize(tmp_path: Path) -
     cfg.total_timesteps = 600
     second = run_training(cfg)
     assert second.resumed_from_step == 400 and second.num_timesteps == 600
+
+
+def test_hparams_table_matches_sb3_signatures() -> None:
+    """engine.trainconfig.HPARAMS (checked without importing SB3) is exactly what each SB3
+    algorithm accepts, minus what the engine sets itself and class-valued arguments."""
+    import inspect
+
+    from engine.learning import algo_class
+    from engine.trainconfig import HPARAMS
+
+    owned = {"self", "policy", "env", "seed", "device", "verbose", "tensorboard_log"}
+    owned |= {"_init_setup_model", "rollout_buffer_class", "replay_buffer_class"}
+    for algo, allowed in HPARAMS.items():
+        params = set(inspect.signature(algo_class(algo).__init__).parameters) - owned
+        assert allowed == params, (algo, sorted(allowed ^ params))

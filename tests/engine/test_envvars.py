@@ -1,0 +1,181 @@
+"""The environment a job gets from the console reaches the engine: PHANTOM_JAX_PLATFORM becomes
+JAX_PLATFORMS before jax is imported (also in trainer processes under Ray), and W&B's mode,
+project, entity and dir come from WANDB_* when no flag is given. No W&B server is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.storage import MANIFEST, latest_checkpoint_step
+from engine.trialproc import TrainerProcesses
+from tests.support import REPO
+from tests.support.engine_helpers import engine_env, wandb_records
+from tests.support.waiting import wait_until
+
+
+def _validate(tmp_path: Path, cmd: list[str], **env: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, *cmd, "--validate-only"],
+        cwd=tmp_path,
+        env=engine_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ PHANTOM_JAX_PLATFORM
+
+
+def test_phantom_jax_platform_wins_over_jax_platforms(tmp_path: Path) -> None:
+    out = _validate(
+        tmp_path, ["-m", "engine.train"], PHANTOM_JAX_PLATFORM="cpu", JAX_PLATFORMS="tpu"
+    )
+    assert out["jax_platforms"] == "cpu"
+    unset = _validate(tmp_path, ["-m", "engine.train"], JAX_PLATFORMS="tpu")
+    assert unset["jax_platforms"] == "tpu"  # nothing to honour: left alone
+
+
+@pytest.fixture
+def trainers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrainerProcesses]:
+    """A zygote of this test's own (not the process-wide one), closed afterwards."""
+    monkeypatch.setenv("PHANTOM_JAX_PLATFORM", "cpu")
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.chdir(tmp_path)
+    procs = TrainerProcesses()
+    try:
+        yield procs
+    finally:
+        procs.close()
+
+
+def _wait_exit(handle: object, timeout: float = 120) -> int:
+    wait_until(lambda: handle.exit_code() is not None, timeout, "the trainer to exit")  # type: ignore[attr-defined]
+    return int(handle.exit_code())  # type: ignore[attr-defined]
+
+
+def test_trainer_process_sees_the_platform_and_runs_in_its_own_session(
+    trainers: TrainerProcesses,
+) -> None:
+    """What a Tune trial or distributed trainer process sees: JAX_PLATFORMS from
+    PHANTOM_JAX_PLATFORM (jax's own config agrees) and a session of its own (a group kill
+    of its Ray worker spares it)."""
+    handle = trainers.start("engine.trialproc:describe", {"env": ["WANDB_MODE"]})
+    assert _wait_exit(handle) == 0
+    (event,) = [e for e in handle.new_events() if e["event"] == "result"]
+    seen = event["result"]
+    assert seen["JAX_PLATFORMS"] == "cpu" and seen["jax_platforms"] == "cpu"
+    assert seen["sid"] == seen["pid"] != os.getsid(0)
+    assert seen["ppid"] == trainers.zygote_pid
+    assert seen["env"] == {"WANDB_MODE": "disabled"}
+
+
+def test_trainer_checkpoints_when_its_parent_dies(
+    trainers: TrainerProcesses, tmp_path: Path
+) -> None:
+    """A trainer whose zygote (and Ray worker) is killed gets a notice through its parent-death
+    signal: it writes a checkpoint at the step reached and exits, leaving nothing running."""
+    argv = [
+        "--algo", "ppo", "--env", "CartPole-v1", "--total-timesteps", "500000",
+        "--checkpoint-every", "400000", "--run-name", "orphan", "--storage", str(tmp_path),
+        "--wandb", "disabled",
+    ]  # fmt: skip
+    handle = trainers.start("engine.distributed:trainer_main", {"argv": argv, "node": "127.0.0.1"})
+    assert handle.pid is not None
+
+    def logged_a_rollout() -> bool:  # SB3 flushes TensorBoard at the first rollout's end
+        events = list((tmp_path / "orphan" / "tensorboard").glob("events.out.tfevents.*"))
+        return bool(events) and events[0].stat().st_size > 200
+
+    wait_until(logged_a_rollout, 120, "the first rollout")
+    zygote = trainers.zygote_pid
+    assert zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+
+    def gone() -> bool:
+        try:
+            os.kill(handle.pid, 0)  # type: ignore[arg-type]
+        except ProcessLookupError:
+            return True
+        state = Path(f"/proc/{handle.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state == "Z"
+
+    wait_until(gone, 120, "the orphaned trainer to checkpoint and exit")
+    step = latest_checkpoint_step(str(tmp_path), "orphan")
+    assert step is not None and 0 < step < 400000
+    manifest = json.loads(
+        (tmp_path / "orphan" / "checkpoints" / f"step-{step:012d}" / MANIFEST).read_text()
+    )
+    assert manifest["trigger"] == "notice"
+
+
+# ------------------------------------------------------------------ W&B settings
+
+
+@pytest.mark.parametrize("mode", ["offline", "disabled", "online"])
+def test_wandb_settings_come_from_the_environment(tmp_path: Path, mode: str) -> None:
+    """What the console sets for a job (by env var name) is what the job uses when no flag
+    says otherwise; online is only resolved, never contacted (the key is a dummy and the
+    base URL a closed loopback port)."""
+    env = {
+        "WANDB_MODE": mode,
+        "WANDB_PROJECT": "capstone_tpu",
+        "WANDB_ENTITY": "someone",
+        "WANDB_DIR": str(tmp_path / "wb"),
+        "WANDB_API_KEY": "dummy-key-for-validation",
+        "WANDB_BASE_URL": "http://127.0.0.1:9",
+    }
+    out = _validate(tmp_path, ["-m", "engine.train"], **env)
+    assert out["wandb"] == {
+        "mode": mode,
+        "project": "capstone_tpu",
+        "entity": "someone",
+        "dir": str(tmp_path / "wb"),
+        "api_key_set": True,
+    }
+    flag = _validate(tmp_path, ["-m", "engine.train", "--wandb", "disabled"], **env)
+    assert flag["wandb"]["mode"] == "disabled"  # a flag still wins
+    sweep = _validate(tmp_path, ["-m", "engine.sweep"], **env)
+    assert (sweep["args"]["wandb"], sweep["args"]["wandb_project"]) == (mode, "capstone_tpu")
+    launcher = _validate(
+        tmp_path,
+        [str(REPO / "scripts/ray_distributed_train.py"), "--num-nodes", "2", "--train-args",
+         "--algo ppo"],
+        **env,
+    )  # fmt: skip
+    assert "--wandb" not in launcher["trainers"][0]  # trainers resolve it from their env
+
+
+@pytest.mark.parametrize("mode", ["offline", "disabled"])
+def test_a_job_started_with_wandb_mode_runs_in_that_mode(tmp_path: Path, mode: str) -> None:
+    env = engine_env(
+        tmp_path, WANDB_MODE=mode, WANDB_PROJECT="capstone_tpu", WANDB_DIR=str(tmp_path / "wb")
+    )
+    (tmp_path / "wb").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.train", "--algo", "ppo", "--env", "CartPole-v1",
+         "--total-timesteps", "256", "--hparams", '{"n_steps": 128}', "--eval-episodes", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["wandb_mode"] == mode
+    runs = list((tmp_path / "wb").glob("wandb/offline-run-*/run-*.wandb"))
+    if mode == "disabled":
+        assert runs == [] and result["wandb_artifact"] is None
+        return
+    (run_file,) = runs
+    (run,) = [r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run"][:1]
+    assert run.project == "capstone_tpu"

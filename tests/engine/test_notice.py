@@ -1,0 +1,258 @@
+"""Preemption notice: SIGTERM -> a checkpoint at the step reached -> exit 75 -> exact resume.
+
+Processes are real (``python -m engine.train``, Ray clusters on loopback) and signalled as a
+spot VM's shutdown would: SIGTERM, then SIGKILL when the grace runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.exit_codes import EX_PREEMPTED
+from engine.notice import NOTICE_LINE_RE, notice_line
+from engine.storage import (
+    MANIFEST,
+    NOTICE,
+    FsspecCheckpointStore,
+    latest_checkpoint_step,
+)
+from engine.trainconfig import TrainConfig
+from tests.support.engine_helpers import (
+    assert_only_complete_checkpoints,
+    engine_env,
+    kill,
+    notice_from_log,
+    start_train,
+)
+from tests.support.waiting import wait_until
+
+# ------------------------------------------------------------------ in-process: the step gate
+
+
+@pytest.mark.parametrize(
+    ("algo", "hparams"),
+    [
+        ("ppo", {"n_steps": 64, "batch_size": 32, "n_epochs": 2}),
+        ("a2c", {"n_steps": 16}),
+        ("dqn", {"learning_starts": 10, "train_freq": 16, "buffer_size": 1000}),
+    ],
+)
+def test_step_gate_stops_at_the_step_and_trains_the_partial_rollout(
+    algo: str, hparams: dict[str, int]
+) -> None:
+    """Stop requested at the 41st env step of a chunk: the model stands at exactly 40 stored
+    steps (x n_envs), the 40 - 32 (or 40 - 16 ...) steps of the interrupted rollout are
+    trained on (the update counter moves), and the buffer is the configured one again."""
+    from stable_baselines3.common.logger import Logger
+
+    from engine.learning import StepGate, fresh_model, learn_exactly, make_vec_env
+
+    cfg = TrainConfig(algo=algo, n_envs=2, env="CartPole-v1", hparams=hparams, seed=3)
+    venv = make_vec_env(cfg, None)
+    model = fresh_model(cfg, venv)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    calls = {"n": 0}
+
+    def stop_at_41() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 40
+
+    gate = StepGate(stop_at_41)
+    updates = []
+
+    real_train = model.train
+
+    def counting_train(*args: object, **kwargs: object) -> None:
+        updates.append(model.num_timesteps)
+        real_train(*args, **kwargs)
+
+    model.train = counting_train
+    done = learn_exactly(model, 2 * 1000, gate, log_interval=1, gate=gate)
+    assert done is False and gate.stopped
+    assert model.num_timesteps == 2 * 40
+    per_rollout = hparams.get("n_steps") or hparams["train_freq"]
+    assert gate.collected == 40 % per_rollout
+    assert updates[-1] == 2 * 40, "the partial rollout was not trained on"
+    if algo != "dqn":
+        assert model.rollout_buffer.buffer_size == per_rollout
+    venv.close()
+
+
+def test_notice_line_round_trips_through_its_regex() -> None:
+    line = "[engine] " + notice_line(12288, "file:///b/run/checkpoints/step-x", 0.4123, "SIGTERM")
+    m = NOTICE_LINE_RE.search(line)
+    assert m is not None
+    assert m["step"] == "12288" and m["uri"] == "file:///b/run/checkpoints/step-x"
+    assert m["seconds"] == "0.412" and m["source"] == "SIGTERM" and m["code"] == "75"
+
+
+# ------------------------------------------------------------------ storage: the notice marker
+
+
+def test_notice_marker_is_waited_for_until_removed(tmp_path: Path) -> None:
+    store = FsspecCheckpointStore(str(tmp_path), "r")
+    assert store.pending_notice() is None and store.wait_for_notice() is None
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        store.begin_notice(
+            {
+                "step": 7,
+                "pid": writer.pid,
+                "host": os.uname().nodename,
+                "deadline_unix": time.time() + 30,
+            }
+        )
+        assert store.pending_notice() is not None
+        timer = threading.Timer(0.5, store.end_notice)
+        timer.start()
+        started = time.monotonic()
+        assert store.wait_for_notice(poll_s=0.05) is not None
+        assert time.monotonic() - started >= 0.4  # it did wait for the removal
+        assert store.pending_notice() is None
+        # a marker whose writer died on this machine, or whose deadline passed, is stale
+        store.begin_notice(
+            {"pid": writer.pid, "host": os.uname().nodename, "deadline_unix": time.time() + 30}
+        )
+        kill(writer)  # type: ignore[arg-type]
+        assert store.pending_notice() is None
+        store.begin_notice({"pid": os.getpid(), "host": "elsewhere", "deadline_unix": 1.0})
+        assert store.pending_notice() is None
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+# ------------------------------------------------------------------ engine.train, SIGTERM
+
+
+def _progressed(log: Path) -> bool:
+    return "progress step=" in log.read_text()
+
+
+def _progressed_past(log: Path, step: int) -> bool:
+    found = re.findall(r"progress step=(\d+)/", log.read_text())
+    return bool(found) and int(found[-1]) > step
+
+
+@pytest.mark.parametrize(
+    ("algo", "hparams"),
+    [("ppo", '{"n_steps": 128}'), ("dqn", '{"learning_starts": 200, "train_freq": 8}')],
+)
+def test_sigterm_mid_interval_resumes_at_the_step_reached(
+    tmp_path: Path, algo: str, hparams: str
+) -> None:
+    """SIGTERM long before the first checkpoint (interval 100k > total): exit 75, one notice
+    line naming step N, a complete checkpoint at N; the same command resumes at exactly N
+    and ends at exactly --total-timesteps."""
+    args = [
+        "--algo", algo, "--env", "CartPole-v1", "--n-envs", "2", "--total-timesteps", "6000",
+        "--checkpoint-every", "100000", "--run-name", "noticed", "--wandb", "disabled",
+        "--log-every", "256", "--eval-episodes", "1", "--hparams", hparams,
+    ]  # fmt: skip
+    log = tmp_path / "first.log"
+    proc = start_train(tmp_path, args, log)
+    try:
+        wait_until(lambda: _progressed(log) or proc.poll() is not None, 120, "training")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        kill(proc)
+    text = log.read_text()
+    assert proc.returncode == EX_PREEMPTED, text[-3000:]
+    assert out == ""  # no result object: the run did not finish
+    notice = notice_from_log(text)
+    assert notice is not None, text[-3000:]
+    step = notice["step"]
+    assert 0 < step < 6000 and step % 2 == 0
+    assert latest_checkpoint_step(str(tmp_path / "runs"), "noticed") == step
+    assert_only_complete_checkpoints(str(tmp_path / "runs"), "noticed")
+    ckpt = tmp_path / "runs/noticed/checkpoints" / f"step-{step:012d}"
+    manifest = json.loads((ckpt / MANIFEST).read_text())
+    assert manifest["trigger"] == "notice" and manifest["step"] == step
+    assert not (tmp_path / "runs/noticed" / NOTICE).exists()
+
+    again = subprocess.run(
+        [sys.executable, "-m", "engine.train", *args],
+        cwd=tmp_path,
+        env=engine_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    assert result["resumed_from_step"] == step
+    assert result["num_timesteps"] == 6000
+    assert f"at step {step}" in again.stderr
+    final = json.loads((tmp_path / "runs/noticed/final" / MANIFEST).read_text())
+    assert final["step"] == 6000
+
+
+@pytest.mark.parametrize("kill_when", ["marker", "publishing"])
+def test_sigterm_then_sigkill_during_the_write_leaves_only_complete_checkpoints(
+    tmp_path: Path, kill_when: str
+) -> None:
+    """A notice, a second SIGTERM (ignored), then SIGKILL while the notice checkpoint is
+    being written (a DQN replay buffer makes it take a while): every checkpoint a loader can
+    see is complete, the run resumes from the last complete one and ends at its total."""
+    args = [
+        "--algo", "dqn", "--total-timesteps", "3000", "--checkpoint-every", "1000",
+        "--run-name", "killed", "--wandb", "disabled", "--eval-episodes", "0",
+        "--log-every", "100", "--hparams", '{"buffer_size": 150000, "learning_starts": 100}',
+    ]  # fmt: skip
+    run = tmp_path / "runs" / "killed"
+    ckpts = run / "checkpoints"
+    log = tmp_path / "first.log"
+    proc = start_train(tmp_path, args, log, PHANTOM_NOTICE_GRACE_S="5")
+    try:
+        wait_until(
+            lambda: _progressed_past(log, 1000) or proc.poll() is not None,
+            300,
+            "training past the first periodic checkpoint",
+            step=0.05,
+        )
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        if kill_when == "marker":
+            seen = lambda: (run / NOTICE).exists()  # noqa: E731
+        else:
+            seen = lambda: any(p.name.startswith(".tmp-step") for p in ckpts.iterdir())  # noqa: E731
+        wait_until(lambda: seen() or proc.poll() is not None, 60, kill_when, step=0.001)
+        proc.send_signal(signal.SIGTERM)  # a second notice changes nothing
+        proc.send_signal(signal.SIGKILL)  # the grace period ran out
+        proc.wait(timeout=60)
+    finally:
+        kill(proc)
+    assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    visible = assert_only_complete_checkpoints(str(tmp_path / "runs"), "killed")
+    assert visible and visible[0] >= 1000
+    leftovers = [p.name for p in ckpts.iterdir() if p.name.startswith(".tmp-")]
+    print(f"killed at {kill_when}: visible {visible}, invisible leftovers {leftovers}")
+    if visible[0] == 1000:  # the kill did land in the write: its remains are invisible
+        assert kill_when == "marker" or leftovers, "no trace of an interrupted write"
+    assert latest_checkpoint_step(str(tmp_path / "runs"), "killed") == visible[0]
+    assert notice_from_log(log.read_text()) is None  # killed before it could say so
+
+    again = subprocess.run(
+        [sys.executable, "-m", "engine.train", *args],
+        cwd=tmp_path,
+        env=engine_env(tmp_path, PHANTOM_NOTICE_GRACE_S="5"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout.strip().splitlines()[-1])
+    assert result["resumed_from_step"] == visible[0] and result["num_timesteps"] == 3000
+    assert "waiting for the notice checkpoint" not in again.stderr  # its writer is dead

@@ -1,0 +1,243 @@
+"""Preemption with notice under Ray: a node's every process gets SIGTERM (raylet included),
+then SIGKILL after the grace, as on a spot VM. The Tune trial / distributed trainer on it
+writes a checkpoint at the step it reached; its retry elsewhere resumes from exactly there.
+
+Clusters are ``engine.localray`` clusters on loopback with a head that runs no work (so the
+preempted node is never the head) and two 1-CPU workers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.localray import LocalRayCluster, local_ray_cluster
+from engine.storage import MANIFEST, latest_checkpoint_step
+from engine.sweep_tune import read_status
+from tests.support import REPO
+from tests.support.engine_helpers import engine_env, kill
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+GRACE_S = 10.0
+
+
+def _node(cluster: LocalRayCluster, ip: str) -> Any:
+    return next(n for n in cluster.nodes if n.ip == ip)
+
+
+def _last_progress(text: str) -> int:
+    found = re.findall(r"progress step=(\d+)/", text)
+    return int(found[-1]) if found else 0
+
+
+def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(tmp_path: Path) -> None:
+    """One trial, no periodic checkpoint before its end: without the notice a retry would
+    start from step 0. Its node is preempted mid-run; Tune retries it on the other worker,
+    which resumes from the notice checkpoint and ends at exactly the trial's total."""
+    storage = f"file://{tmp_path / 'sweeps'}"
+    log = tmp_path / "sweep.log"
+    with (
+        local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster,
+        open(log, "w") as fh,
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method", "grid",
+             "--run-cap", "1", "--num-nodes", "2", "--cpus-per-node", "1", "--storage", storage,
+             "--sweep-id", "noticed", "--trial-timesteps", "24000",
+             "--checkpoint-every", "1000000", "--wandb", "disabled",
+             "--address", cluster.gcs_address],
+            cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh, text=True,
+        )  # fmt: skip
+        try:
+
+            def training() -> bool:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                trials = list(read_status(storage, "noticed").values())
+                return bool(trials) and _last_progress(log.read_text()) >= 2048
+
+            wait_until(training, 300, "the trial to train past step 2048")
+            (trial,) = read_status(storage, "noticed").values()
+            victim = _node(cluster, trial["attempts"][-1]["node"])
+            cluster.preempt_node(victim, GRACE_S)
+            out, _ = proc.communicate(timeout=900)
+        finally:
+            kill(proc)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["completed"] == 1 and summary["errored"] == 0
+    (trial,) = read_status(storage, "noticed").values()
+    first, *later = trial["attempts"]
+    assert first["node"] == victim.ip and later, trial
+    noticed_step = first["last_step"]
+    assert 0 < noticed_step < 24000, trial
+    assert later[-1]["resumed_from_step"] == noticed_step, trial
+    assert later[-1]["node"] != victim.ip
+    assert trial["final"] and trial["step"] == 24000
+    run = tmp_path / "sweeps" / "noticed" / "_runs" / f"noticed-{trial['trial_id']}"
+    manifest = json.loads(
+        (run / "checkpoints" / f"step-{noticed_step:012d}" / MANIFEST).read_text()
+    )
+    assert manifest["trigger"] == "notice" and manifest["node"] == victim.ip
+    print(f"trial preempted at step {noticed_step}, resumed there on {later[-1]['node']}")
+
+
+def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached(
+    tmp_path: Path,
+) -> None:
+    """One trainer (STRICT_SPREAD bundle on a worker), no periodic checkpoint before its
+    end. Its node is preempted mid-run; Ray retries the task on the other worker, which
+    resumes from the notice checkpoint and ends at exactly --total-timesteps."""
+    storage = tmp_path / "dist"
+    log = tmp_path / "launcher.log"
+    train_args = (
+        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 40000 --checkpoint-every "
+        f"1000000 --storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
+    )
+    with (
+        local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster,
+        open(log, "w") as fh,
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
+             "--train-args", train_args, "--num-nodes", "1", "--max-retries", "2",
+             "--address", cluster.gcs_address],
+            cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh, text=True,
+        )  # fmt: skip
+        try:
+
+            def training() -> bool:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                return _last_progress(log.read_text()) >= 4096
+
+            wait_until(training, 300, "the trainer to train past step 4096")
+            ip = re.findall(r"trainer 0 on node ([0-9.]+)", log.read_text())[-1]
+            victim = _node(cluster, ip)
+            cluster.preempt_node(victim, GRACE_S)
+            out, _ = proc.communicate(timeout=900)
+        finally:
+            kill(proc)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    (trainer,) = summary["trainers"]
+    assert not summary["failures"] and trainer["num_timesteps"] == 40000
+    assert trainer["node_ip"] != victim.ip
+    noticed_step = trainer["resumed_from_step"]
+    assert 0 < noticed_step < 40000, trainer
+    manifest = json.loads(
+        (
+            storage / trainer["run_name"] / "checkpoints" / f"step-{noticed_step:012d}" / MANIFEST
+        ).read_text()
+    )
+    assert manifest["trigger"] == "notice" and manifest["node"] == victim.ip
+    assert latest_checkpoint_step(f"file://{storage}", trainer["run_name"]) == 40000
+    print(f"trainer preempted at step {noticed_step}, resumed there on {trainer['node_ip']}")
+
+
+def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(tmp_path: Path) -> None:
+    """The head's notice reaches the launcher (the job's driver): it forwards it to every
+    running trainer, each writes a checkpoint at its step, and the launcher exits 75.
+    Submitting the same command again resumes every trainer from exactly there."""
+    storage = tmp_path / "dist"
+    train_args = (
+        f"--algo ppo --env CartPole-v1 --total-timesteps 60000 --checkpoint-every 1000000 "
+        f"--storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
+    )
+    with local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
+        argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
+                "--train-args", train_args, "--num-nodes", "2", "--address", cluster.gcs_address]  # fmt: skip
+        log = tmp_path / "first.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
+                text=True,
+            )  # fmt: skip
+        try:
+
+            def both_training() -> bool:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                found = re.findall(
+                    r"\(trainer-(\d) pid=[^)]*\)(?:\x1b\[0m)?\s*\[engine\] progress step=(\d+)/",
+                    log.read_text(),
+                )
+                return len({t for t, step in found if int(step) >= 2048}) == 2
+
+            wait_until(both_training, 300, "both trainers past step 2048")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=120)
+        finally:
+            kill(proc)
+        text = log.read_text()
+        assert proc.returncode == 75, text[-4000:]
+        noticed = {}
+        for line in text.splitlines():
+            m = re.search(r"preemption notice: checkpoint step=(\d+) complete at (\S+)", line)
+            if m:
+                noticed[Path(m[2]).parent.parent.name] = int(m[1])
+        assert len(noticed) == 2 and all(0 < s < 60000 for s in noticed.values()), text[-4000:]
+
+        again = subprocess.run(
+            argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-4000:]
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    resumed = {t["run_name"]: t["resumed_from_step"] for t in summary["trainers"]}
+    assert resumed == noticed
+    assert all(t["num_timesteps"] == 60000 for t in summary["trainers"])
+
+
+def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(tmp_path: Path) -> None:
+    """The head's notice reaches the sweep driver: Ray Tune stops the way it does on SIGUSR1
+    (experiment state saved), the trials' trainers checkpoint at their steps, the driver exits
+    75, and resubmitting the same sweep resumes every trial from its notice checkpoint."""
+    storage = f"file://{tmp_path / 'sweeps'}"
+    with local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
+        argv = [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method",
+                "grid", "--run-cap", "2", "--num-nodes", "2", "--cpus-per-node", "1",
+                "--storage", storage, "--sweep-id", "headnotice", "--trial-timesteps", "40000",
+                "--checkpoint-every", "1000000", "--wandb", "disabled",
+                "--address", cluster.gcs_address]  # fmt: skip
+        log = tmp_path / "first.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(
+                argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
+                text=True,
+            )  # fmt: skip
+        try:
+
+            def both_training() -> bool:
+                assert proc.poll() is None, log.read_text()[-4000:]
+                trials = read_status(storage, "headnotice")
+                return len(trials) == 2 and _last_progress(log.read_text()) >= 2048
+
+            wait_until(both_training, 300, "both trials training")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=300)
+        finally:
+            kill(proc)
+        assert proc.returncode == 75, log.read_text()[-4000:]
+        assert "preemption notice: sweep headnotice state saved" in log.read_text()
+
+        again = subprocess.run(
+            argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "resuming sweep headnotice" in again.stderr
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    assert summary["completed"] == 2 and summary["errored"] == 0
+    for trial in read_status(storage, "headnotice").values():
+        first, *later = trial["attempts"]
+        assert later and 0 < first["last_step"] < 40000, trial
+        assert later[0]["resumed_from_step"] == first["last_step"], trial
+        assert trial["final"] and trial["step"] == 40000
