@@ -35,7 +35,7 @@ from console.services.cadence.sources import (
     RunObservation,
 )
 from console.services.cadence.wandb_files import HistoryPoint
-from console.services.model import Event, RunCadence
+from console.services.model import Event, RunCadence, RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ class CadenceTracker:
         self._prev_poll: dict[str, float] = {}
         self._transitions: list[StallTransition] = []
         self._latest: list[RunCadence] = []
+        self._metrics: list[RunMetrics] = []
         self.errors: dict[str, str] = {}
         self._lock = threading.Lock()  # state
         self._poll_lock = threading.Lock()  # one poll at a time
@@ -148,8 +149,15 @@ class CadenceTracker:
                 with self._lock:
                     self._apply(source.kind, observations, seen_at)
                 self._prev_poll[source.kind] = started  # ...and new ones were absent then
+            metrics = [
+                m
+                for source in self.sources
+                if source.kind not in failing and hasattr(source, "metrics")
+                for m in source.metrics()
+            ]
             now = self._clock()
             with self._lock:
+                self._metrics = metrics
                 self._latest = self._compute(now, failing)
                 return list(self._latest)
 
@@ -232,6 +240,11 @@ class CadenceTracker:
         with self._lock:
             out, self._transitions = self._transitions, []
         return out
+
+    def metrics(self) -> list[RunMetrics]:
+        """Metric values of the sources that keep them (TensorBoard), from the last poll."""
+        with self._lock:
+            return list(self._metrics)
 
     def latest(self) -> list[RunCadence]:
         """The values from the last poll (no I/O)."""

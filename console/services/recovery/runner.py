@@ -281,7 +281,7 @@ class RecoveryRunner:
                 if before.get(old) != new:
                     await self._event(
                         "job_resubmitted",
-                        f"job {old} lost with the head, resubmitted as {new}",
+                        dx.resubmitted_text(old, new),
                         actor=run.actor,
                         data={"old_job_id": old, "new_job_id": new},
                     )
