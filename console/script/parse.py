@@ -1,23 +1,29 @@
 """Parsing and static validation of a script: the whole script is checked before anything
 runs, and every problem is reported with its line (``ScriptError``), not just the first.
 
-A relative ``--runtime-env`` file is resolved against the script's directory; host
-references are checked against ``cluster.hosts`` (or the last ``pod up --hosts N``); ``last``
-must follow a line that submits; a submit line's spec is validated as a submit would be.
+A relative ``--runtime-env`` or ``--spec`` file is resolved against the script's directory;
+host references are checked against ``cluster.hosts`` (or the last ``pod up --hosts N``);
+``last`` must follow a line that submits; a submit line's spec is validated as a submit
+would be, and so is a ``workload create`` line's ``WorkloadSpec``, including (where this
+machine can tell, ``path_exists``) that its checkpoint exists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import json
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from console.config import Config, validate_runtime_env
 from console.script.language import (
@@ -29,6 +35,9 @@ from console.script.language import (
     Arg,
 )
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadSpec
+
+PathExists = Callable[[str], "bool | None"]
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
 MAX_LINE_CHARS = 16_384
@@ -78,13 +87,26 @@ class _Ctx:
     job_lines: list[int] = field(default_factory=list)
     continue_on_error: bool = False
     finally_line: int | None = None
+    path_exists: PathExists | None = None
 
 
 def parse_script(
-    text: str, config: Config, *, name: str = "<script>", base_dir: Path | None = None
+    text: str,
+    config: Config,
+    *,
+    name: str = "<script>",
+    base_dir: Path | None = None,
+    path_exists: PathExists | None = None,
 ) -> Script:
-    """Parse and validate the whole script; raise ScriptError with every problem found."""
-    ctx = _Ctx(config=config, base_dir=base_dir or Path.cwd(), n_hosts=config.cluster.hosts)
+    """Parse and validate the whole script; raise ScriptError with every problem found.
+
+    ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot tell here)."""
+    ctx = _Ctx(
+        config=config,
+        base_dir=base_dir or Path.cwd(),
+        n_hosts=config.cluster.hosts,
+        path_exists=path_exists,
+    )
     steps: list[ScriptLine] = []
     issues: list[ScriptIssue] = []
     if "\x00" in text:
@@ -110,7 +132,7 @@ def parse_script(
             step = _parse_line(lineno, tokens, ctx, shlex.join(tokens))
         except _ArgError as exc:
             issues.append(ScriptIssue(lineno, str(exc)))
-            if tokens[0] in ("submit", "relaunch-sweep"):
+            if tokens[0] in ("submit", "relaunch-sweep") or tokens[:2] == ["workload", "create"]:
                 ctx.job_lines.append(lineno)  # so `last` below is not a second, bogus error
             continue
         if step is not None:
@@ -155,11 +177,7 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
     adef = ACTIONS.get(name)
     if adef is None:
         raise _ArgError(_unknown_action(name))
-    if adef.local_only and not ctx.config.is_local:
-        raise _ArgError(
-            f"{name}: only for the local emulator; this config drives provider "
-            f"{ctx.config.cluster.provider!r} ({ctx.config.source})"
-        )
+    _check_provider(adef, ctx.config)
     args, cont = _bind(adef, rest, ctx)
     if name == "set":
         ctx.continue_on_error = args["enabled"]
@@ -174,6 +192,25 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
         ctx.job_lines.append(lineno)
     always = ctx.finally_line is not None
     return ScriptLine(lineno, name, args, cont or ctx.continue_on_error or always, text, always)
+
+
+def _check_provider(adef: ActionDef, config: Config) -> None:
+    """Actions of another kind of cluster, and emulator verbs on a real one, are refused."""
+    provider = config.cluster.provider
+    where = f"provider {provider!r}" + (" with a kubeconfig" if config.is_gke else "")
+    if adef.local_only and (
+        provider not in (adef.providers or ("local",)) or not config.is_emulated
+    ):
+        emulator = "the local GKE emulator" if "gke" in adef.providers else "the local emulator"
+        raise _ArgError(
+            f"{adef.name}: only for {emulator}; this config drives {where} ({config.source})"
+        )
+    if adef.providers and provider not in adef.providers:
+        wanted = " or ".join(repr(p) for p in adef.providers)
+        raise _ArgError(
+            f"{adef.name}: only with cluster.provider = {wanted}; this config drives "
+            f"provider {provider!r} ({config.source})"
+        )
 
 
 def _unknown_action(name: str) -> str:
@@ -202,8 +239,14 @@ def _bind(adef: ActionDef, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any]
             flag = adef.flag(flag_name)
             if flag is None:
                 raise _ArgError(_unknown_flag(adef, flag_name))
-            if flag.dest in args:
+            if flag.dest in args and not flag.repeat:
                 raise _ArgError(f"{adef.name}: {flag_name} given twice")
+            if flag.kind == "bool":
+                if eq:
+                    raise _ArgError(f"{adef.name}: {flag_name} takes no value")
+                args[flag.dest] = True
+                i += 1
+                continue
             if eq:
                 value = inline
             elif i + 1 < len(tokens):
@@ -213,7 +256,11 @@ def _bind(adef: ActionDef, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any]
                 raise _ArgError(
                     f"{adef.name}: {flag_name} needs a value {flag.meta()} (usage: {adef.usage()})"
                 )
-            args[flag.dest] = _convert(adef, flag, value, ctx)
+            converted = _convert(adef, flag, value, ctx)
+            if flag.repeat:
+                args.setdefault(flag.dest, []).append(converted)
+            else:
+                args[flag.dest] = converted
             i += 1
             continue
         positionals.append(tok)
@@ -329,6 +376,20 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
         return value
     if kind == "runtime_env":
         return _load_runtime_env(value, ctx.base_dir, adef.name)
+    if kind == "env":
+        key, eq, val = value.partition("=")
+        if not eq or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise _ArgError(f"{label} {_shown(value)}: use NAME=VALUE (a secret as NAME=$VAR)")
+        return (key, val)
+    if kind == "name":
+        if not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", value):
+            raise _ArgError(
+                f"{label} {value!r}: a workload name: lower-case letters, digits and '-', "
+                "starting with a letter"
+            )
+        return value
+    if kind == "path":
+        return _load_spec_file(value, ctx.base_dir, label)
     raise AssertionError(f"unhandled kind {kind}")  # a bug in ACTIONS, not in the script
 
 
@@ -360,6 +421,117 @@ def resolve_host(ref: str, config: Config, n_hosts: int, *, allow_all: bool = Fa
             forms += ", or all"
         raise _ArgError(f"unknown host {ref!r}: the pod has {n_hosts} host(s); use {forms}")
     return f"{node}-w{index}"
+
+
+def _shown(value: str) -> str:
+    """A value for a message: never the value itself when it may hold a secret."""
+    key = value.partition("=")[0]
+    return repr(key + "=...") if "=" in value else "the value"
+
+
+_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(WorkloadSpec) if f.name != "name"}
+
+
+def _load_spec_file(value: str, base_dir: Path, label: str) -> dict[str, Any]:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _ArgError(f"{label}: cannot read {str(path)!r} ({exc.strerror or exc})") from None
+    try:
+        if path.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise _ArgError(
+            f"{label}: {path} is not valid {path.suffix[1:] or 'JSON'} ({exc})"
+        ) from None
+    if not isinstance(data, dict):
+        raise _ArgError(f"{label}: {path} must hold a table of spec fields")
+    unknown = sorted(set(data) - set(_SPEC_FIELDS))
+    if unknown:
+        raise _ArgError(
+            f"{label}: {path}: unknown field(s) {unknown}; allowed: {', '.join(sorted(_SPEC_FIELDS))}"
+        )
+    defaults = WorkloadSpec(name="x")
+    for key, val in data.items():
+        want = getattr(defaults, key)
+        ok = (
+            isinstance(val, bool)
+            if isinstance(want, bool)
+            else isinstance(val, int) and not isinstance(val, bool)
+            if isinstance(want, int)
+            else isinstance(val, dict) and all(isinstance(v, str) for v in val.values())
+            if isinstance(want, Mapping)
+            else isinstance(val, str)
+        )
+        if not ok:
+            raise _ArgError(
+                f"{label}: {path}: {key} = {_shown(str(val)) if key == 'env' else repr(val)}: "
+                f"must be {type(want).__name__ if not isinstance(want, Mapping) else 'a table of strings'}"
+            )
+    return data
+
+
+# Script flag -> WorkloadSpec field (the rest keep their own names).
+_WORKLOAD_FIELD = {
+    "base_output_dir": "base_output_directory",
+    "checkpoint": "maxtext_ckpt_path",
+    "grace": "termination_grace_s",
+    "direction": "convert_direction",
+    "src": "convert_src",
+}
+_FIELD_FLAG = {v: k for k, v in _WORKLOAD_FIELD.items()}
+
+
+def build_workload_spec(args: Mapping[str, Any], config: Config) -> WorkloadSpec:
+    """A ``workload create`` line's spec: config defaults < --spec file < flags."""
+    fields: dict[str, Any] = dict(args.get("spec") or {})
+    for key, value in args.items():
+        if key in ("name", "spec", "dry_run", "env") or value is None:
+            continue
+        fields[_WORKLOAD_FIELD.get(key, key)] = value
+    if args.get("env"):
+        fields["env"] = {**dict(fields.get("env") or {}), **dict(args["env"])}
+    return WorkloadSpec.from_config(config, args["name"], **fields)
+
+
+def _workload_flag(field_name: str) -> str:
+    base = field_name.split(".", 1)[0]
+    flag = "--" + _FIELD_FLAG.get(base, base).replace("_", "-")
+    if base == "env" and "." in field_name:
+        return f"--env {field_name.split('.', 1)[1]}"
+    if base in ("name", "manifest"):
+        return base.upper() if base == "name" else field_name
+    if base == "termination_grace_s":
+        return "--grace"
+    return flag
+
+
+def _check_workload(args: Mapping[str, Any], ctx: _Ctx) -> None:
+    spec = build_workload_spec(args, ctx.config)
+    problems = spec.validate()
+    if not problems and ctx.path_exists is not None:
+        checks = {"maxtext_ckpt_path": spec.maxtext_ckpt_path}
+        if spec.template == "convert":
+            checks["convert_src"] = spec.convert_src
+        for key, uri in checks.items():
+            if uri and ctx.path_exists(uri) is False:
+                problems[key] = f"{uri} does not exist" + (
+                    "; convert a checkpoint first (--template convert) or fix the path"
+                    if key == "maxtext_ckpt_path"
+                    else ""
+                )
+    if problems:
+        raise _ArgError(
+            f"workload create {spec.name}: "
+            + "; ".join(f"{_workload_flag(k)} ({k}): {v}" for k, v in problems.items())
+        )
 
 
 def _load_runtime_env(value: str, base_dir: Path, action: str) -> dict[str, Any]:
@@ -403,6 +575,8 @@ def _check_semantics(adef: ActionDef, args: dict[str, Any], lineno: int, ctx: _C
                 f"{adef.name}: `last` refers to the job of an earlier submit or relaunch-sweep "
                 "line, and there is none before this line; give a job id or submit first"
             )
+    if adef.name == "workload create":
+        _check_workload(args, ctx)
     if adef.name == "submit":
         spec = build_spec(args, ctx.config)
         problems = spec.validate()

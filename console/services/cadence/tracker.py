@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.services.cadence.rules import (
+    RUNNING_STATES,
     WINDOW,
     Window,
     compute_cadence,
@@ -171,6 +172,10 @@ class CadenceTracker:
             if st is None:
                 st = self._runs[key] = _RunState(run_id=obs.run_id, name=obs.name, source=key[0])
             st.name = obs.name or st.name
+            if st.state not in RUNNING_STATES and obs.state in RUNNING_STATES and st.points:
+                # Running again (a restarted workload): its silence counts from now, not
+                # from its last row before the restart.
+                st.anchor = max(st.anchor if st.anchor is not None else seen_at, seen_at)
             st.state = obs.state
             st.stride = obs.stride
             st.lag_s = obs.lag_s
