@@ -448,10 +448,11 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
                 f"{key} = {value!r}: no such file (write one with `gcloud container clusters "
                 'get-credentials CLUSTER --location LOCATION`, or leave it "" for the emulator)'
             )
-    elif key == "gke.hf_token_env" and value and not _ENV_NAME_RE.match(value):
+    elif key == "gke.hf_token_env" and (
+        value and (not _ENV_NAME_RE.match(value) or re.match(r"^hf_[A-Za-z0-9]{30,}$", value))
+    ):
         problems.append(
-            f"{key} = {value!r}: the NAME of an environment variable (e.g. HF_TOKEN), "
-            "never the token itself"
+            f"{key}: the NAME of an environment variable (e.g. HF_TOKEN), never the token itself"
         )
     elif key == "wandb.api_key_env":
         if not _ENV_NAME_RE.match(value):

@@ -65,7 +65,8 @@ TPU_TYPES: dict[str, TpuType] = {
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The run name is a path component and a label value: at most 63, alphanumeric at both ends.
+_RUN_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _URI = re.compile(r"^(gs://[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9](/.*)?|file:///.*)$")
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
 # The image reference grammar of github.com/distribution/reference (what the kubelet parses).
@@ -187,13 +188,18 @@ class WorkloadSpec:
         if not 0 <= self.termination_grace_s <= 3600:
             p["termination_grace_s"] = f"must be 0..3600 seconds, got {self.termination_grace_s}"
         self._check_env(p)
-        if self.hf_token_env and not _ENV_NAME.match(self.hf_token_env):
+        if self.hf_token_env and (
+            not _ENV_NAME.match(self.hf_token_env) or _HF_TOKEN.search(self.hf_token_env)
+        ):
             p["hf_token_env"] = (
                 f"{self._shown(self.hf_token_env)}: the NAME of an environment variable "
                 "(e.g. HF_TOKEN), never the token itself"
             )
         if not _RUN_NAME.match(self.effective_run_name):
-            p["run_name"] = f"{self.effective_run_name!r}: letters, digits, '.', '_' and '-'"
+            p["run_name"] = (
+                f"{self.effective_run_name!r}: at most 63 letters, digits, '.', '_' and '-', "
+                "starting and ending with a letter or digit"
+            )
         if not self.base_output_directory:
             p["base_output_directory"] = "required: gs://bucket/path or file:///path"
         elif not _URI.match(self.base_output_directory):

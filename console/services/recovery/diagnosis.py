@@ -275,7 +275,7 @@ def slice_text(pool: str, cond: HostCondition, hosts: list[HostObservation], siz
         when = min((h.preempted_at for h in hosts if h.preempted_at), default=None)
         at = f" at {_clock(when)}" if when else ""
         what = (
-            "preempted (node is shutting down)"
+            "preempted (spot capacity reclaimed; GKE recreates the nodes)"
             if HostState.PREEMPTED in states
             else "nodes deleted, waiting for GKE to recreate them"
         )

@@ -295,7 +295,8 @@ class RecoveryRunner:
         while True:
             obs = await self._retry_observe(run, step=VERIFY)
             diag = dx.diagnose(obs)
-            if diag.hosts_in(dx.HostCondition.LOST):
+            failed = [w for w in diag.to_resubmit if w not in resubmitted]
+            if diag.hosts_in(dx.HostCondition.LOST) or failed:
                 # Something new broke while we were recovering: report it and go again.
                 self._set(
                     run,

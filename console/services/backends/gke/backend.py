@@ -251,16 +251,30 @@ class GkeBackend:
         return S.pod_status(pod).workload or ref
 
     def _finished(self, ref: str) -> bool:
+        """No more lines will come for ``ref``: its workload ended (or is gone), or, for a
+        pod of no workload, the pod itself ended."""
         caches = self.caches
         if caches is None:
             return True
         name = self._workload_of(ref)
-        if name == ref and caches.pods.get(ref) is not None:
-            return S.pod_terminal(caches.pods.get(ref) or {})  # a pod of no workload
-        for w in self._last.workloads if self._last else ():
-            if w.name == name:
-                return w.status in TERMINAL_JOBS
-        return caches.jobsets.get(name) is None and caches.jobs.get(name) is None
+        pod = caches.pods.get(ref)
+        if name == ref and pod is not None:
+            return S.pod_terminal(pod)
+        state = self._workload_state(name)
+        return state is None or state in TERMINAL_JOBS
+
+    def _workload_state(self, name: str) -> str | None:
+        """A workload's status from the caches now (None: no such workload)."""
+        caches = self.caches
+        assert caches is not None
+        pods = [p for p in map(S.pod_status, caches.pods.values()) if p.workload == name]
+        js = caches.jobsets.get(name)
+        if js is not None:
+            return S.jobset_status(js, pods)[0]
+        job = caches.jobs.get(name)
+        if job is not None:
+            return S.job_status(job, pods)[0]
+        return None
 
     def _log_target(self, ref: str) -> Callable[[], PodTarget | None]:
         """Which pod's log is ``ref``'s now: a workload's coordinator (worker 0 of slice 0,
@@ -405,9 +419,9 @@ class GkeBackend:
         try:
             old = (await api.get(R.SECRETS, M.secret_name(spec))).get("data") or {}
         except NotFound:
-            await api.create(R.SECRETS, M.secret(spec, values))
+            await api.create(R.SECRETS, M.secret(spec, values, api.namespace))
             return
-        body = M.secret(spec, values)
+        body = M.secret(spec, values, api.namespace)
         body["data"] = {**old, **body["data"]}
         await api.replace(R.SECRETS, M.secret_name(spec), body)
 

@@ -111,7 +111,7 @@ class Informer:
     # -- the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
         delay = self.backoff_s
-        need_list = True
+        need_list = not self.resource_version  # restarted with a cache: resume its watch
         while True:
             try:
                 if need_list:

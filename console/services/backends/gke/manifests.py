@@ -376,12 +376,16 @@ def manifest(spec: WorkloadSpec) -> Obj:
     return standard_jobset(spec)
 
 
-def secret(spec: WorkloadSpec, values: Mapping[str, str]) -> Obj:
+def secret(spec: WorkloadSpec, values: Mapping[str, str], namespace: str = "default") -> Obj:
     """The workload's Secret: container variable -> value (built only to be sent)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": secret_name(spec), "labels": {WORKLOAD_LABEL: spec.name}},
+        "metadata": {
+            "name": secret_name(spec),
+            "namespace": namespace,
+            "labels": {WORKLOAD_LABEL: spec.name},
+        },
         "type": "Opaque",
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()},
     }

@@ -67,6 +67,7 @@ class _GoneNode:
     pool: str
     ip: str
     since: float | None
+    preempted: bool = False  # it was shutting down (a spot reclaim) before it went
 
 
 @dataclass
@@ -91,6 +92,23 @@ class GkeObserver:
         self._recorded = recorded
         self.accelerator = accelerator
         self._mem = _Memory()
+        # Every node event, also between two polls: a slice whose pods exit at once on
+        # SIGTERM is deleted within a poll, and its shutdown notice must not be missed.
+        caches.nodes.add_listener(self._on_node)
+
+    def _on_node(self, kind: str, node: Obj) -> None:
+        if not S.is_tpu_node(node):
+            return
+        name = str(S.meta(node).get("name", ""))
+        state, _, since = S.node_state(node)
+        known = self._mem.seen_nodes.get(name)
+        if known is None:
+            known = self._mem.seen_nodes[name] = _GoneNode(S.node_pool(node), S.node_ip(node), None)
+        if state == HostState.PREEMPTED:
+            known.preempted = True
+            known.since = known.since or since
+        elif state == HostState.READY and kind != "DELETED":
+            known.preempted, known.since = False, None
 
     def observe(self, at: float) -> Observation:
         c = self.caches
@@ -145,7 +163,11 @@ class GkeObserver:
             prev = mem.seen_nodes.get(name)
             lost_since = since if state in LOST_STATES else None
             mem.seen_nodes[name] = _GoneNode(
-                pool, S.node_ip(n), lost_since or (prev.since if prev else None)
+                pool,
+                S.node_ip(n),
+                lost_since or (prev.since if prev and state != HostState.READY else None),
+                preempted=state == HostState.PREEMPTED
+                or (prev is not None and prev.preempted and state != HostState.READY),
             )
             rows.append(
                 (
@@ -178,8 +200,9 @@ class GkeObserver:
                     HostObservation(
                         name=name,
                         ip=gone.ip,
-                        tpu_state=HostState.DELETED,
-                        health="node deleted",
+                        # A spot reclaim stays one: the node went after its shutdown notice.
+                        tpu_state=HostState.PREEMPTED if gone.preempted else HostState.DELETED,
+                        health="deleted after its shutdown" if gone.preempted else "deleted",
                         preempted_at=gone.since,
                         pool=gone.pool,
                     ),
