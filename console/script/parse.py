@@ -88,6 +88,7 @@ class _Ctx:
     continue_on_error: bool = False
     finally_line: int | None = None
     path_exists: PathExists | None = None
+    produced: set[str] = field(default_factory=set)  # checkpoints an earlier convert line makes
 
 
 def parse_script(
@@ -521,12 +522,17 @@ def _check_workload(args: Mapping[str, Any], ctx: _Ctx) -> None:
         if spec.template == "convert":
             checks["convert_src"] = spec.convert_src
         for key, uri in checks.items():
+            if uri.rstrip("/") in ctx.produced:
+                continue  # an earlier line of this script converts it
             if uri and ctx.path_exists(uri) is False:
                 problems[key] = f"{uri} does not exist" + (
                     "; convert a checkpoint first (--template convert) or fix the path"
                     if key == "maxtext_ckpt_path"
                     else ""
                 )
+    if spec.template == "convert":
+        out = spec.output_uri.rstrip("/")
+        ctx.produced.add(f"{out}/0/items" if spec.convert_direction == "to_maxtext" else out)
     if problems:
         raise _ArgError(
             f"workload create {spec.name}: "
