@@ -130,12 +130,25 @@ class LocalGkeControl:
     async def is_up(self) -> bool:
         return await gke_client.async_status(gke_run_dir(self.config)) is not None
 
-    async def up(self, slices: int | None, quota_stall: bool = False) -> dict[str, Any]:
+    async def up(
+        self,
+        slices: int | None,
+        quota_stall: bool = False,
+        *,
+        recreate_delay: float | None = None,
+        extra_args: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Start the emulator; ``recreate_delay`` / ``extra_args`` (daemon flags) let a
+        benchmark run it faster than the life-like defaults."""
+        kwargs: dict[str, Any] = {"extra_args": extra_args}
+        if recreate_delay is not None:
+            kwargs["recreate_delay"] = recreate_delay
         try:
             info = await gke_client.async_start(
                 gke_run_dir(self.config),
                 slices=slices or self.config.gke.slices,
                 quota_stall=quota_stall,
+                **kwargs,
             )
         except GkeError as exc:
             raise ValueError(f"gke up: {exc}") from None
