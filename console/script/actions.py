@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from console.config import Config
 from console.script.feed import EventFeed
 from console.script.language import ACTOR, DEFAULT_TIMEOUTS
-from console.script.parse import build_spec, build_workload_spec
+from console.script.parse import build_spec
+from console.script.workload_args import build_workload_spec
 from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
 from console.status import collect_status
 

@@ -10,20 +10,16 @@ machine can tell, ``path_exists``) that its checkpoint exists.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import ipaddress
 import json
 import math
 import re
 import shlex
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from console.config import Config, validate_runtime_env
 from console.script.language import (
@@ -34,10 +30,8 @@ from console.script.language import (
     ActionDef,
     Arg,
 )
+from console.script.workload_args import PathExists, load_spec_file, shown, workload_problems
 from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadSpec
-
-PathExists = Callable[[str], "bool | None"]
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
 MAX_LINE_CHARS = 16_384
@@ -380,7 +374,7 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
     if kind == "env":
         key, eq, val = value.partition("=")
         if not eq or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise _ArgError(f"{label} {_shown(value)}: use NAME=VALUE (a secret as NAME=$VAR)")
+            raise _ArgError(f"{label} {shown(value)}: use NAME=VALUE (a secret as NAME=$VAR)")
         return (key, val)
     if kind == "name":
         if not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", value):
@@ -390,7 +384,10 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
             )
         return value
     if kind == "path":
-        return _load_spec_file(value, ctx.base_dir, label)
+        try:
+            return load_spec_file(value, ctx.base_dir, label)
+        except ValueError as exc:
+            raise _ArgError(str(exc)) from None
     raise AssertionError(f"unhandled kind {kind}")  # a bug in ACTIONS, not in the script
 
 
@@ -422,122 +419,6 @@ def resolve_host(ref: str, config: Config, n_hosts: int, *, allow_all: bool = Fa
             forms += ", or all"
         raise _ArgError(f"unknown host {ref!r}: the pod has {n_hosts} host(s); use {forms}")
     return f"{node}-w{index}"
-
-
-def _shown(value: str) -> str:
-    """A value for a message: never the value itself when it may hold a secret."""
-    key = value.partition("=")[0]
-    return repr(key + "=...") if "=" in value else "the value"
-
-
-_SPEC_FIELDS = {f.name: f for f in dataclasses.fields(WorkloadSpec) if f.name != "name"}
-
-
-def _load_spec_file(value: str, base_dir: Path, label: str) -> dict[str, Any]:
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _ArgError(f"{label}: cannot read {str(path)!r} ({exc.strerror or exc})") from None
-    try:
-        if path.suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        elif path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise _ArgError(
-            f"{label}: {path} is not valid {path.suffix[1:] or 'JSON'} ({exc})"
-        ) from None
-    if not isinstance(data, dict):
-        raise _ArgError(f"{label}: {path} must hold a table of spec fields")
-    unknown = sorted(set(data) - set(_SPEC_FIELDS))
-    if unknown:
-        raise _ArgError(
-            f"{label}: {path}: unknown field(s) {unknown}; allowed: {', '.join(sorted(_SPEC_FIELDS))}"
-        )
-    defaults = WorkloadSpec(name="x")
-    for key, val in data.items():
-        want = getattr(defaults, key)
-        ok = (
-            isinstance(val, bool)
-            if isinstance(want, bool)
-            else isinstance(val, int) and not isinstance(val, bool)
-            if isinstance(want, int)
-            else isinstance(val, dict) and all(isinstance(v, str) for v in val.values())
-            if isinstance(want, Mapping)
-            else isinstance(val, str)
-        )
-        if not ok:
-            raise _ArgError(
-                f"{label}: {path}: {key} = {_shown(str(val)) if key == 'env' else repr(val)}: "
-                f"must be {type(want).__name__ if not isinstance(want, Mapping) else 'a table of strings'}"
-            )
-    return data
-
-
-# Script flag -> WorkloadSpec field (the rest keep their own names).
-_WORKLOAD_FIELD = {
-    "base_output_dir": "base_output_directory",
-    "checkpoint": "maxtext_ckpt_path",
-    "grace": "termination_grace_s",
-    "direction": "convert_direction",
-    "src": "convert_src",
-}
-_FIELD_FLAG = {v: k for k, v in _WORKLOAD_FIELD.items()}
-
-
-def build_workload_spec(args: Mapping[str, Any], config: Config) -> WorkloadSpec:
-    """A ``workload create`` line's spec: config defaults < --spec file < flags."""
-    fields: dict[str, Any] = dict(args.get("spec") or {})
-    for key, value in args.items():
-        if key in ("name", "spec", "dry_run", "env") or value is None:
-            continue
-        fields[_WORKLOAD_FIELD.get(key, key)] = value
-    if args.get("env"):
-        fields["env"] = {**dict(fields.get("env") or {}), **dict(args["env"])}
-    return WorkloadSpec.from_config(config, args["name"], **fields)
-
-
-def _workload_flag(field_name: str) -> str:
-    base = field_name.split(".", 1)[0]
-    flag = "--" + _FIELD_FLAG.get(base, base).replace("_", "-")
-    if base == "env" and "." in field_name:
-        return f"--env {field_name.split('.', 1)[1]}"
-    if base in ("name", "manifest"):
-        return base.upper() if base == "name" else field_name
-    if base == "termination_grace_s":
-        return "--grace"
-    return flag
-
-
-def _check_workload(args: Mapping[str, Any], ctx: _Ctx) -> None:
-    spec = build_workload_spec(args, ctx.config)
-    problems = spec.validate()
-    if not problems and ctx.path_exists is not None:
-        checks = {"maxtext_ckpt_path": spec.maxtext_ckpt_path}
-        if spec.template == "convert":
-            checks["convert_src"] = spec.convert_src
-        for key, uri in checks.items():
-            if uri.rstrip("/") in ctx.produced:
-                continue  # an earlier line of this script converts it
-            if uri and ctx.path_exists(uri) is False:
-                problems[key] = f"{uri} does not exist" + (
-                    "; convert a checkpoint first (--template convert) or fix the path"
-                    if key == "maxtext_ckpt_path"
-                    else ""
-                )
-    if spec.template == "convert":
-        out = spec.output_uri.rstrip("/")
-        ctx.produced.add(f"{out}/0/items" if spec.convert_direction == "to_maxtext" else out)
-    if problems:
-        raise _ArgError(
-            f"workload create {spec.name}: "
-            + "; ".join(f"{_workload_flag(k)} ({k}): {v}" for k, v in problems.items())
-        )
 
 
 def _load_runtime_env(value: str, base_dir: Path, action: str) -> dict[str, Any]:
@@ -582,7 +463,9 @@ def _check_semantics(adef: ActionDef, args: dict[str, Any], lineno: int, ctx: _C
                 "line, and there is none before this line; give a job id or submit first"
             )
     if adef.name == "workload create":
-        _check_workload(args, ctx)
+        problem = workload_problems(args, ctx.config, ctx.path_exists, ctx.produced)
+        if problem:
+            raise _ArgError(problem)
     if adef.name == "submit":
         spec = build_spec(args, ctx.config)
         problems = spec.validate()

@@ -15,7 +15,8 @@ from console import exit_codes
 from console.config import Config, parse_config
 from console.script.language import ACTIONS, usage_text
 from console.script.main import script_main
-from console.script.parse import build_workload_spec, parse_script
+from console.script.parse import parse_script
+from console.script.workload_args import build_workload_spec
 from tests.support.gke_services import FAKE_TOKEN, gke_config
 from tests.support.script_fakes import Harness
 

@@ -27,7 +27,14 @@ from console.services.backends.gke import status as S
 from console.services.backends.gke.access import GkeAccess
 from console.services.backends.gke.client import AsyncioKubeApi
 from console.services.backends.gke.informer import Informer
-from console.services.backends.gke.kube import Conflict, Invalid, KubeApi, KubeError, NotFound
+from console.services.backends.gke.kube import (
+    Conflict,
+    Invalid,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Obj,
+)
 from console.services.backends.gke.kube import Resource as R
 from console.services.backends.gke.logs import PodTarget, follow, read_log
 from console.services.backends.gke.metrics import TbRun, TensorBoardSource
@@ -51,6 +58,7 @@ from console.services.model import (
     JobStatus,
     LogLine,
     LogStreamClosed,
+    PodStatus,
     WorkloadStatus,
 )
 from console.services.observation import Observation
@@ -536,22 +544,20 @@ class GkeBackend:
 _WATCHED = (R.PODS, R.NODES, R.EVENTS, R.JOBS, R.JOBSETS)
 
 
-def _target(raw: dict[str, object]) -> PodTarget:
-    name, restarts, started = S.main_container(raw)  # type: ignore[arg-type]
+def _target(raw: Obj) -> PodTarget:
+    name, restarts, started = S.main_container(raw)
     return PodTarget(
-        name=str(S.meta(raw).get("name", "")),  # type: ignore[arg-type]
-        uid=str(S.meta(raw).get("uid", "")),  # type: ignore[arg-type]
+        name=str(S.meta(raw).get("name", "")),
+        uid=str(S.meta(raw).get("uid", "")),
         container=name,
         restarts=restarts,
         started=started,
-        terminal=S.pod_terminal(raw),  # type: ignore[arg-type]
+        terminal=S.pod_terminal(raw),
     )
 
 
-def _is_coordinator(p: object) -> bool:
-    from console.services.model import PodStatus
-
-    assert isinstance(p, PodStatus)
+def _is_coordinator(p: PodStatus) -> bool:
+    """Whose log is a workload's: worker 0 of slice 0, the Pathways head, a Job's pod."""
     if p.replicated_job == "pathways-head":
         return True
     if p.replicated_job:

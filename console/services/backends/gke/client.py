@@ -182,6 +182,8 @@ class AsyncioKubeApi:
         if dry_run:
             kw["dry_run"] = "All"
         call: Awaitable[Any]
+        # The generated stubs ask for V1Job/V1Secret models; the client sends any JSON body,
+        # and plain dicts are what this backend holds (see ``kube``).
         if resource is Resource.JOBSETS:
             call = self._custom.create_namespaced_custom_object(
                 JOBSET_GROUP, JOBSET_VERSION, ns, "jobsets", body, **kw

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from console.services.backends.gke import status as S
 from console.services.backends.gke.informer import Informer
@@ -306,7 +307,7 @@ class GkeObserver:
         message: str,
         pods: list[PodStatus],
         recorded: Mapping[str, RecordedWorkload],
-        **fields: object,
+        **fields: Any,
     ) -> WorkloadStatus:
         restarts = fields.get("restarts", 0)
         current = [p for p in pods if p.restart_attempt == restarts] if kind == "JobSet" else pods
@@ -333,7 +334,7 @@ class GkeObserver:
             owned=rec is not None,
             console_url=workload_url(name, template, self.ref),
             logs_url=logs_url(name, template, self.ref),
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
 
     def _unsched_since(self, p: PodStatus) -> float | None:
