@@ -226,13 +226,14 @@ class GkeBackend:
         await self._observed()
         if not self._is_known(job_id):
             raise UnknownJob(f"no workload or pod {job_id!r}")
-        resolve = self._log_target(job_id)
+        resolve, backlog = self._log_target(job_id), self._log_backlog(job_id)
         async for entry in follow(
             api,
             resolve,
             lambda: self._finished(job_id),
             wait_change=caches.pods.changed,
             clock=self._clock,
+            backlog=backlog,
         ):
             yield LogLine(job_id=job_id, text=entry.text, at=self._clock())
         status = JobStatus.UNKNOWN
@@ -284,6 +285,28 @@ class GkeBackend:
             return S.job_status(job, pods)[0]
         return None
 
+    def _log_backlog(self, ref: str) -> list[PodTarget]:
+        """A workload's ended coordinator pods before the current one (a Job's failed pod
+        its replacement followed), oldest first: its log from its start, as far as the
+        cluster still keeps those pods."""
+        caches = self.caches
+        if caches is None or caches.pods.get(ref) is not None:
+            return []
+        current = self._log_target(ref)()
+        ended = [
+            (p.restart_attempt, p.phase != "Failed", p.created_at or 0.0, raw)
+            for raw in caches.pods.values()
+            if (p := S.pod_status(raw)).workload == ref
+            and _is_coordinator(p)
+            and S.pod_terminal(raw)
+        ]
+        ended.sort(key=lambda c: c[:3])
+        return [
+            _target(raw)
+            for *_, raw in ended
+            if current is None or S.meta(raw).get("uid") != current.uid
+        ]
+
     def _log_target(self, ref: str) -> Callable[[], PodTarget | None]:
         """Which pod's log is ``ref``'s now: a workload's coordinator (worker 0 of slice 0,
         the Pathways head, the conversion's pod), or a pod and then its replacement."""
@@ -308,17 +331,21 @@ class GkeBackend:
                 else:
                     ok = p.workload == ref and _is_coordinator(p)
                 if ok:
+                    # The newest attempt; then a pod not being deleted; then one that did
+                    # not fail (a Job replaces a failed pod, within the same second of
+                    # creationTimestamp's resolution); then the newest.
                     candidates.append(
                         (
                             p.restart_attempt,
                             not S.meta(raw).get("deletionTimestamp"),
+                            p.phase != "Failed",
                             p.created_at or 0.0,
                             raw,
                         )
                     )
             if not candidates:
                 return None
-            return _target(max(candidates, key=lambda c: c[:3])[3])
+            return _target(max(candidates, key=lambda c: c[:4])[4])
 
         return pick
 

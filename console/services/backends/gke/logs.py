@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -108,15 +108,26 @@ async def follow(
     wait_change: Callable[[float], object] | None = None,
     idle_s: float = 1.0,
     clock: Callable[[], float] = time.time,
+    backlog: Sequence[PodTarget] = (),
 ) -> AsyncIterator[LogEntry]:
     """Every line of the stream's pods, in order, each once. Ends when ``finished()`` and
     the current pod's log is read to its end.
 
     ``resolve`` names the pod to read now (None: none yet); ``wait_change`` (the caches'
-    change signal) is awaited instead of sleeping while there is nothing to read.
+    change signal) is awaited instead of sleeping while there is nothing to read;
+    ``backlog``: ended pods that came before (a Job's failed pods), read first.
     """
+    for old in backlog:
+        try:
+            async for entry in _read(api, old, LogCursor(), previous=False, clock=clock):
+                yield entry
+        except KubeError as exc:
+            if exc.status not in (400, 404):
+                raise
     current: PodTarget | None = None
     cursor = LogCursor()
+    previous_misses = 0
+    settled = False  # the end was seen once: looked again after the caches settled
 
     async def idle() -> None:
         if wait_change is not None:
@@ -135,9 +146,21 @@ async def follow(
             continue
         if current is None or target.uid != current.uid:
             cursor = LogCursor()  # a new pod (another node's clock): its log from its start
+            previous_misses = 0
         elif target.restarts > current.restarts:
-            async for entry in _read(api, target, cursor, previous=True, clock=clock):
-                yield entry
+            try:
+                async for entry in _read(api, target, cursor, previous=True, clock=clock):
+                    yield entry
+            except KubeError as exc:
+                # The restart is counted before the new instance runs: until it does there
+                # is no "previous" yet. Look again (a few times: a kubelet may have lost it).
+                if exc.status not in (400, 404):
+                    raise
+                previous_misses += 1
+                if previous_misses < 5:
+                    await idle()
+                    continue
+            previous_misses = 0
             cursor = LogCursor()  # the new instance, from its start
         current = target
         got_any = False
@@ -159,7 +182,14 @@ async def follow(
                 except KubeError:
                     pass
             if now_target is None or now_target.uid == target.uid:
-                return
+                # The workload's cache may be ahead of the pods' (two watches): one more
+                # look after the pods settle, in case a replacement pod ran meanwhile.
+                if settled:
+                    return
+                settled = True
+                await idle()
+                continue
+        settled = False
         if not got_any:
             await idle()
 
