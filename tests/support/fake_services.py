@@ -593,7 +593,7 @@ class FakeServices:
         return job
 
     async def delete_workload(self, name: str, actor: str = "user") -> ActionResult:
-        self._record("delete_workload", name=name, actor=actor)
+        self._record("delete_workload", workload=name, actor=actor)
         return self._ok("workload_delete")
 
     async def describe(self, ref: str) -> str:
