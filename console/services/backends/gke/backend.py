@@ -38,6 +38,7 @@ from console.services.backends.gke.kube import (
 from console.services.backends.gke.kube import Resource as R
 from console.services.backends.gke.logs import PodTarget, follow, read_log
 from console.services.backends.gke.metrics import TbRun, TensorBoardSource
+from console.services.backends.gke.news import News
 from console.services.backends.gke.observe import Caches, GkeObserver, job_info
 from console.services.backends.gke.recovery import gke_plan
 from console.services.backends.gke.registry import (
@@ -96,6 +97,7 @@ class GkeBackend:
         self._last: Observation | None = None
         self._tb_runs: tuple[TbRun, ...] = ()
         self.metrics = TensorBoardSource(lambda: self._tb_runs, lag_s=access.metrics_lag_s)
+        self.news = News(lambda: None)  # the facade's wake-up, once it sets one
 
     async def _connect(self) -> KubeApi:
         a = self.access
@@ -111,6 +113,7 @@ class GkeBackend:
                 if self.api is None:
                     api = await self._api_factory()
                     caches = Caches(*(Informer(api, r) for r in _WATCHED))
+                    self.news.watch_caches(caches)
                     for informer in caches.all():
                         informer.start()
                     self._observer = GkeObserver(
@@ -142,6 +145,9 @@ class GkeBackend:
         if api is not None:
             with contextlib.suppress(Exception):
                 await api.close()
+
+    def set_wakeup(self, wake: Callable[[], None]) -> None:
+        self.news.wake = wake  # a preemption is polled when the watch hears it (``news``)
 
     async def observe(self) -> Observation:
         await self._synced(self.access.poll_budget_s)
