@@ -33,10 +33,10 @@ from console.services.backends.gke.kube import (
     KubeApi,
     KubeError,
     NotFound,
-    Obj,
 )
 from console.services.backends.gke.kube import Resource as R
-from console.services.backends.gke.logs import PodTarget, follow, read_log
+from console.services.backends.gke.logs import follow, read_log
+from console.services.backends.gke.logtarget import log_backlog, log_target
 from console.services.backends.gke.metrics import TbRun, TensorBoardSource
 from console.services.backends.gke.news import News
 from console.services.backends.gke.observe import Caches, GkeObserver, job_info
@@ -59,7 +59,6 @@ from console.services.model import (
     JobStatus,
     LogLine,
     LogStreamClosed,
-    PodStatus,
     WorkloadStatus,
 )
 from console.services.observation import Observation
@@ -213,9 +212,9 @@ class GkeBackend:
         return await self.delete_workload(job_id)
 
     async def job_logs(self, job_id: str) -> str:
-        api, _, _ = await self._ensure()
+        api, caches, _ = await self._ensure()
         await self._observed()
-        target = self._log_target(job_id)()
+        target = log_target(caches, job_id)()
         if target is None:
             if self._is_known(job_id):
                 return ""
@@ -232,7 +231,7 @@ class GkeBackend:
         await self._observed()
         if not self._is_known(job_id):
             raise UnknownJob(f"no workload or pod {job_id!r}")
-        resolve, backlog = self._log_target(job_id), self._log_backlog(job_id)
+        resolve, backlog = log_target(caches, job_id), log_backlog(caches, job_id)
         async for entry in follow(
             api,
             resolve,
@@ -290,70 +289,6 @@ class GkeBackend:
         if job is not None:
             return S.job_status(job, pods)[0]
         return None
-
-    def _log_backlog(self, ref: str) -> list[PodTarget]:
-        """A workload's ended coordinator pods before the current one (a Job's failed pod
-        its replacement followed), oldest first: its log from its start, as far as the
-        cluster still keeps those pods."""
-        caches = self.caches
-        if caches is None or caches.pods.get(ref) is not None:
-            return []
-        current = self._log_target(ref)()
-        ended = [
-            (p.restart_attempt, p.phase != "Failed", p.created_at or 0.0, raw)
-            for raw in caches.pods.values()
-            if (p := S.pod_status(raw)).workload == ref
-            and _is_coordinator(p)
-            and S.pod_terminal(raw)
-        ]
-        ended.sort(key=lambda c: c[:3])
-        return [
-            _target(raw)
-            for *_, raw in ended
-            if current is None or S.meta(raw).get("uid") != current.uid
-        ]
-
-    def _log_target(self, ref: str) -> Callable[[], PodTarget | None]:
-        """Which pod's log is ``ref``'s now: a workload's coordinator (worker 0 of slice 0,
-        the Pathways head, the conversion's pod), or a pod and then its replacement."""
-        caches = self.caches
-        assert caches is not None
-        pod = caches.pods.get(ref)
-        slot = None
-        if pod is not None:
-            p = S.pod_status(pod)
-            if p.workload:
-                slot = (p.workload, p.replicated_job, p.job_index, p.completion_index)
-
-        def pick() -> PodTarget | None:
-            if slot is None and pod is not None:
-                current = caches.pods.get(ref)
-                return _target(current) if current is not None else None
-            candidates = []
-            for raw in caches.pods.values():
-                p = S.pod_status(raw)
-                if slot is not None:
-                    ok = (p.workload, p.replicated_job, p.job_index, p.completion_index) == slot
-                else:
-                    ok = p.workload == ref and _is_coordinator(p)
-                if ok:
-                    # The newest attempt; then a pod not being deleted; then one that did
-                    # not fail (a Job replaces a failed pod, within the same second of
-                    # creationTimestamp's resolution); then the newest.
-                    candidates.append(
-                        (
-                            p.restart_attempt,
-                            not S.meta(raw).get("deletionTimestamp"),
-                            p.phase != "Failed",
-                            p.created_at or 0.0,
-                            raw,
-                        )
-                    )
-            if not candidates:
-                return None
-            return _target(max(candidates, key=lambda c: c[:4])[4])
-
-        return pick
 
     # -- workloads (base.Workloads) ----------------------------------------------------------
     def preview(self, spec: WorkloadSpec) -> WorkloadPreview:
@@ -575,27 +510,6 @@ class GkeBackend:
 
 
 _WATCHED = (R.PODS, R.NODES, R.EVENTS, R.JOBS, R.JOBSETS)
-
-
-def _target(raw: Obj) -> PodTarget:
-    name, restarts, started = S.main_container(raw)
-    return PodTarget(
-        name=str(S.meta(raw).get("name", "")),
-        uid=str(S.meta(raw).get("uid", "")),
-        container=name,
-        restarts=restarts,
-        started=started,
-        terminal=S.pod_terminal(raw),
-    )
-
-
-def _is_coordinator(p: PodStatus) -> bool:
-    """Whose log is a workload's: worker 0 of slice 0, the Pathways head, a Job's pod."""
-    if p.replicated_job == "pathways-head":
-        return True
-    if p.replicated_job:
-        return p.replicated_job != "worker" and p.job_index == 0 and p.completion_index == 0
-    return True  # a standalone Job's pod
 
 
 def _invalid_fields(exc: Invalid) -> dict[str, str]:
