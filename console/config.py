@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from console.config_gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
 from console.secrets import is_secret_name
 
 PROVIDERS = ("local", "gcp", "gke")
@@ -29,8 +30,6 @@ MAX_CONFIG_BYTES = 1 << 20
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ConfigError(Exception):
@@ -463,27 +462,10 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: at least 75 (Ray's minimum), or 0 for Ray's default")
     elif key in _NON_NEGATIVE and value < 0:
         problems.append(f"{key} = {value!r}: must be 0 or more")
-    elif key == "gke.slices" and value > 64:
-        problems.append(f"{key} = {value!r}: at most 64 slices")
-    elif key == "gke.namespace" and not _DNS_LABEL_RE.match(value):
-        problems.append(f"{key} = {value!r}: a namespace name (lower-case letters, digits and '-')")
-    elif key in ("gke.base_output_directory", "gke.maxtext_ckpt_path") and value:
-        if not re.match(r"^(gs://[a-z0-9][-a-z0-9_.]*[a-z0-9](/.*)?|file:///.*)$", value):
-            problems.append(f"{key} = {value!r}: use gs://bucket/path or file:///abs/path")
-    elif key == "gke.kubeconfig" and value:
-        if not Path(value).expanduser().is_file():
-            problems.append(
-                f"{key} = {value!r}: no such file (write one with `gcloud container clusters "
-                'get-credentials CLUSTER --location LOCATION`, or leave it "" for the emulator)'
-            )
-    elif key == "gke.hf_token_env" and (
-        value and (not _ENV_NAME_RE.match(value) or re.match(r"^hf_[A-Za-z0-9]{30,}$", value))
-    ):
-        problems.append(
-            f"{key}: the NAME of an environment variable (e.g. HF_TOKEN), never the token itself"
-        )
+    elif key.startswith("gke."):
+        problems += gke_value_problems(key, value)
     elif key == "wandb.api_key_env":
-        if not _ENV_NAME_RE.match(value):
+        if not ENV_NAME_RE.match(value):
             problems.append(
                 f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
                 "never the key itself"
@@ -609,19 +591,8 @@ def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
             problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
         if cluster.zone in ("", "local-a"):
             problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
-    gke: GkeConfig = sections.get("gke", GkeConfig())
-    if cluster.provider == "gke" and gke.kubeconfig:
-        for key in ("project", "location", "cluster"):
-            if not getattr(gke, key):
-                problems.append(
-                    f"gke.{key}: required with a kubeconfig (the Cloud Console links name the "
-                    "cluster's project, location and name)"
-                )
-        if not gke.base_output_directory:
-            problems.append(
-                "gke.base_output_directory: required with a kubeconfig (gs://bucket/path for "
-                "checkpoints and TensorBoard events)"
-            )
+    if cluster.provider == "gke":
+        problems += gke_cross_problems(sections.get("gke", GkeConfig()))
     ray: RayConfig = sections.get("ray", RayConfig())
     ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
     if len(set(ports)) != len(ports):
