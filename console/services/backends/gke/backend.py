@@ -138,6 +138,7 @@ class GkeBackend:
     async def close(self) -> None:
         caches, api = self.caches, self.api
         self.caches, self.api, self._observer = None, None, None
+        self.news.cancel()
         if caches is not None:
             for informer in caches.all():
                 await informer.stop()

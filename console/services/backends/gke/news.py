@@ -1,4 +1,4 @@
-"""Which watch events are news for detection: they wake the facade's pod poll at once.
+"""Which watch events are news for detection: they wake the facade's pod poll soon.
 
 The informers hear every change as it happens; the facade polls on an interval. A change
 that detection acts on (a TPU node shutting down, gone or Ready again; a pod told its node
@@ -7,16 +7,23 @@ backend does on a preemption notice or a dropped connection, so the preemption i
 about the time the watch takes, not up to a whole interval later. Anything else (events,
 status churn of running pods) waits for the poll: the signature of each object is compared
 with the last one seen, so a flood of updates wakes it only on the transitions.
+
+GKE reclaims a TPU slice as one, but its nodes' changes arrive as a burst of watch events
+(one per node). The wake comes ``SETTLE_S`` after the first news of a burst, so the poll
+sees the slice whole and the journal words it once ("8/8 nodes lost"), not once per node.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Hashable
 
 from console.services.backends.gke import status as S
 from console.services.backends.gke.informer import Informer
 from console.services.backends.gke.kube import Obj
 from console.services.backends.gke.observe import Caches
+
+SETTLE_S = 0.25  # a burst of news (a slice's nodes, its pods) lands within this
 
 
 def node_signature(node: Obj) -> Hashable:
@@ -42,9 +49,11 @@ class News:
     """Calls ``wake`` when a watched object's signature changes (a deleted object's is
     None). The first list fills the cache: that is the state, not news."""
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    def __init__(self, wake: Callable[[], None], settle_s: float = SETTLE_S) -> None:
         self.wake = wake
+        self.settle_s = settle_s
         self.woken = 0  # how many changes were news
+        self._pending: asyncio.TimerHandle | None = None
 
     def watch_caches(self, caches: Caches) -> None:
         self.watch(caches.nodes, node_signature)
@@ -63,6 +72,19 @@ class News:
                 seen[name] = now
             if before != now and informer.synced.is_set():
                 self.woken += 1
-                self.wake()
+                self._soon()
 
         informer.add_listener(listener)
+
+    def _soon(self) -> None:
+        if self._pending is None:  # a burst's later news ride on its first's wake
+            self._pending = asyncio.get_running_loop().call_later(self.settle_s, self._fire)
+
+    def cancel(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
+    def _fire(self) -> None:
+        self._pending = None
+        self.wake()

@@ -1,6 +1,6 @@
 """Watch events that are news wake the facade's pod poll (``backends/gke/news``): with a
-10-minute poll interval, a preempted slice still shows within seconds, and the first list
-that fills the caches wakes nothing."""
+10-minute poll interval, a preempted slice still shows within seconds, worded once for the
+whole slice, and the first list that fills the caches wakes nothing."""
 
 from __future__ import annotations
 
@@ -52,3 +52,6 @@ async def test_a_preempted_slice_shows_without_waiting_for_the_poll(
         )
         assert backend.news.woken >= 1
         await until(lambda: events(seen, "preempted"), 30, "the preemption journaled")
+        # The slice's burst of node changes settles before the poll: it is worded once, whole.
+        preempted = events(seen, "preempted")
+        assert len(preempted) == 1 and "8/8 nodes lost" in preempted[0].message, preempted
