@@ -22,14 +22,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from console.config_capacity import capacity_cross_problems, capacity_value_problems
+from console.config_gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
 from console.secrets import is_secret_name
 
-PROVIDERS = ("local", "gcp")
+PROVIDERS = ("local", "gcp", "gke")
 MAX_CONFIG_BYTES = 1 << 20
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
-ACQUIRE_MODES = ("node", "queued-resource")
-FAILOVER_STRATEGIES = ("eager-failover", "same-zone")
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -51,8 +51,9 @@ class ConfigError(Exception):
 class ClusterConfig:
     """[cluster]: which pod the console drives."""
 
-    provider: Literal["local", "gcp"] = "local"
-    """"local" (an emulated spot pod on loopback) or "gcp" (a real TPU VM pod)."""
+    provider: Literal["local", "gcp", "gke"] = "local"
+    """"local" (an emulated spot pod on loopback), "gcp" (a real TPU VM pod) or "gke" (XPK /
+    Pathways JobSets on a GKE cluster, see [gke])."""
     project: str = "phantom-local"
     """gcp: your project id."""
     zone: str = "local-a"
@@ -146,6 +147,56 @@ class WandbConfig:
 
 
 @dataclass(frozen=True)
+class GkeConfig:
+    """[gke]: the GKE cluster (cluster.provider = "gke") and the workloads submitted to it."""
+
+    kubeconfig: str = ""
+    """A kubeconfig, as `gcloud container clusters get-credentials` writes it. Empty: the
+    local GKE emulator (started when none runs, like the pod emulator)."""
+    context: str = ""
+    """The kubeconfig context (empty: its current context)."""
+    namespace: str = "default"
+    """The namespace of the workloads (xpk uses "default")."""
+    project: str = ""
+    """Cloud Console links: the cluster's project (empty on the emulator: its own)."""
+    location: str = ""
+    """Cloud Console links: the cluster's region or zone, e.g. "us-central1"."""
+    cluster: str = ""
+    """Cloud Console links: the cluster's name."""
+    run_dir: str = ""
+    """Emulator only: its state dir (empty: $XDG_STATE_HOME/phantom/gke)."""
+    image: str = "gcr.io/phantom-local/maxtext-rl:latest"
+    """Workload default: the container image (the seed's gcr.io/$PROJECT_ID/$CLOUD_IMAGE_NAME)."""
+    command: str = "bash run_gptoss_20b_rl.sh"
+    """Workload default: the command every worker runs (the seed's RL script)."""
+    tpu_type: str = "v5p-64"
+    """Workload default: the TPU type of one slice (v5p-64: topology 2x4x4, 8 nodes)."""
+    slices: int = 1
+    """Workload default: the number of slices (and the emulator's slice count)."""
+    max_restarts: int = 3
+    """Workload default: restarts the JobSet makes on its own before it is Failed."""
+    spot: bool = True
+    """Workload default: run on spot capacity (nodes labelled cloud.google.com/gke-spot)."""
+    base_output_directory: str = ""
+    """Workload default: logs, checkpoints and TensorBoard events, gs://bucket/path or
+    file:///path (empty: gs://phantom-bucket/maxtext-runs on the emulator; required on GKE)."""
+    maxtext_ckpt_path: str = ""
+    """Workload default: MAXTEXT_CKPT_PATH, the MaxText checkpoint to start from (checked to
+    exist before submit; empty: none)."""
+    hf_token_env: str = "HF_TOKEN"
+    """The NAME of the environment variable holding your Hugging Face token, never the token:
+    its value is sent to the cluster as a Secret at submit time (empty: no token)."""
+    termination_grace_s: int = 30
+    """Workload default: terminationGracePeriodSeconds (time to checkpoint on a preemption)."""
+    pending_quota_s: float = 120.0
+    """Pods Pending as unschedulable longer than this (seconds) are reported as a capacity or
+    quota stall the console cannot fix."""
+    metrics_lag_s: float = 30.0
+    """How late TensorBoard events become visible (the writer's flush interval, seconds):
+    added to the stall threshold so a batched writer is never called stalled."""
+
+
+@dataclass(frozen=True)
 class RecoveryConfig:
     """[recovery]: the watchdog."""
 
@@ -200,6 +251,7 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    gke: GkeConfig = field(default_factory=GkeConfig)
     bootstrap_command: str = ""
     """[bootstrap] command: run on every worker before Ray starts (the seed's
     "pre-heating"). Empty: check that python and ray import."""
@@ -226,6 +278,15 @@ class Config:
     def is_local(self) -> bool:
         return self.cluster.provider == "local"
 
+    @property
+    def is_gke(self) -> bool:
+        return self.cluster.provider == "gke"
+
+    @property
+    def is_emulated(self) -> bool:
+        """An emulator on this machine: the pod one, or GKE with no kubeconfig."""
+        return self.is_local or (self.is_gke and not self.gke.kubeconfig)
+
 
 _SECTIONS: dict[str, type] = {
     "cluster": ClusterConfig,
@@ -234,6 +295,7 @@ _SECTIONS: dict[str, type] = {
     "wandb": WandbConfig,
     "recovery": RecoveryConfig,
     "capacity": CapacityConfig,
+    "gke": GkeConfig,
 }
 _TOP_LEVEL = {"bootstrap": "bootstrap_command", "storage": "storage", "runtime_env": "runtime_env"}
 
@@ -395,6 +457,16 @@ _POSITIVE = {
     "capacity.backoff_s",
     "capacity.backoff_max_s",
     "capacity.timeout_s",
+    "gke.slices",
+    "gke.pending_quota_s",
+}
+_NON_NEGATIVE = {
+    "ssh.retries",
+    "recovery.step_retries",
+    "recovery.notice_grace_s",
+    "gke.max_restarts",
+    "gke.termination_grace_s",
+    "gke.metrics_lag_s",
 }
 _PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
 _PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
@@ -407,19 +479,7 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}")
     elif key == "wandb.mode" and value not in WANDB_MODES:
         problems.append(f"{key} = {value!r}: allowed values are {', '.join(WANDB_MODES)}")
-    elif key == "capacity.acquire" and value not in ACQUIRE_MODES:
-        problems.append(f"{key} = {value!r}: allowed values are {', '.join(ACQUIRE_MODES)}")
-    elif key == "capacity.failover" and value not in FAILOVER_STRATEGIES:
-        problems.append(f"{key} = {value!r}: allowed values are {', '.join(FAILOVER_STRATEGIES)}")
-    elif key == "capacity.zones":
-        bad = [z for z in value if not _NAME_RE.match(z)]
-        if bad:
-            problems.append(f"{key}: {bad!r} are not zone names (e.g. us-central2-b)")
-        elif len(set(value)) != len(value):
-            problems.append(f"{key} = {list(value)!r}: each zone once")
-    elif (key == "capacity.queued_resource" and value and not _NAME_RE.match(value)) or (
-        key == "cluster.node_name" and not _NAME_RE.match(value)
-    ):
+    elif key == "cluster.node_name" and not _NAME_RE.match(value):
         problems.append(
             f"{key} = {value!r}: lower-case letters, digits and '-', starting with a letter"
         )
@@ -429,6 +489,8 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535, or 0 for auto")
     elif key in _POSITIVE and value <= 0:
         problems.append(f"{key} = {value!r}: must be greater than 0")
+    elif key.startswith("capacity."):
+        problems += capacity_value_problems(key, value)
     elif key == "cluster.hosts" and value > 1024:
         problems.append(f"{key} = {value!r}: at most 1024 hosts")
     elif key == "recovery.stall_factor" and value <= 1:
@@ -437,10 +499,12 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: must be 0 (the host's own) or more")
     elif key == "ray.object_store_mb" and value != 0 and value < 75:
         problems.append(f"{key} = {value!r}: at least 75 (Ray's minimum), or 0 for Ray's default")
-    elif key in ("ssh.retries", "recovery.step_retries", "recovery.notice_grace_s") and value < 0:
+    elif key in _NON_NEGATIVE and value < 0:
         problems.append(f"{key} = {value!r}: must be 0 or more")
+    elif key.startswith("gke."):
+        problems += gke_value_problems(key, value)
     elif key == "wandb.api_key_env":
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+        if not ENV_NAME_RE.match(value):
             problems.append(
                 f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
                 "never the key itself"
@@ -566,22 +630,9 @@ def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
             problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
         if cluster.zone in ("", "local-a"):
             problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
-    cap: CapacityConfig = sections.get("capacity", CapacityConfig())
-    if cap.zones and cluster.zone not in cap.zones:
-        problems.append(
-            f"capacity.zones = {list(cap.zones)!r}: must include cluster.zone "
-            f"({cluster.zone!r}), the zone the pod starts in"
-        )
-    if cluster.provider == "local" and (len(cap.zones) > 1 or cap.acquire != "node"):
-        problems.append(
-            "capacity: zones and queued resources need provider = 'gcp' (on this machine: "
-            "the GCP-faithful emulator, `phantom pod up --faithful`, with cluster.api_endpoint)"
-        )
-    if cap.backoff_max_s < cap.backoff_s:
-        problems.append(
-            f"capacity.backoff_max_s = {cap.backoff_max_s!r}: at least backoff_s "
-            f"({cap.backoff_s!r})"
-        )
+    problems += capacity_cross_problems(cluster, sections.get("capacity", CapacityConfig()))
+    if cluster.provider == "gke":
+        problems += gke_cross_problems(sections.get("gke", GkeConfig()))
     ray: RayConfig = sections.get("ray", RayConfig())
     ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
     if len(set(ports)) != len(ports):

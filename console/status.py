@@ -119,6 +119,20 @@ def render_table(status: Mapping[str, Any]) -> str:
     ]
     lines += _table(["HOST", "IP", "TPU", "RAY", "SSH"], hosts)
     lines.append("")
+    workloads = pod.get("workloads") or []
+    if workloads:  # GKE: the JobSets, as `kubectl get jobset` shows them
+        rows = [
+            [
+                _clip(w["name"], 28),
+                str(w["status"]),
+                w.get("terminal_state") or "-",
+                str(w.get("restarts", 0)),
+                f"{w.get('pods_running', 0)}/{w.get('pods_total', 0)}",
+            ]
+            for w in workloads
+        ]
+        lines += _table(["WORKLOAD", "STATUS", "TERMINALSTATE", "RESTARTS", "RUNNING"], rows)
+        lines.append("")
     jobs = [[j["job_id"], j["status"], _clip(j.get("entrypoint", ""), 50)] for j in status["jobs"]]
     lines += _table(["JOB", "STATUS", "ENTRYPOINT"], jobs) if jobs else ["no jobs"]
     for j in status["jobs"]:
@@ -215,6 +229,8 @@ def status_main(
 
 
 def _pod_hint(config: Config, reason: str) -> str:
+    if config.is_gke and config.is_emulated and "gke up" not in reason:
+        return " (is the GKE emulator up? `phantom gke up`)"
     if not config.is_local or "pod up" in reason:
         return ""
     return " (is the pod up? `phantom pod up`)"

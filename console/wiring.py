@@ -1,8 +1,9 @@
 """The composition root: the one place that decides what the console runs against.
 
 ``make_services(config)`` builds the services both front ends drive: the backend for
-``cluster.provider`` (the local pod emulator, or a real TPU VM pod on GCP), the journal, the
-job registry and, on the emulator only, chaos (preempt / recreate on command). Apart from
+``cluster.provider`` (the local pod emulator, a real TPU VM pod on GCP, or GKE: a real
+cluster from a kubeconfig or the local GKE emulator), the journal, the job registry and, on
+an emulator only, chaos (preempt / recreate a host, preempt a slice). Apart from
 ``console.local`` (the emulator adapter) and the tests, nothing else imports the emulator.
 
 Importing this module is cheap; what a command needs (grpc, asyncssh, Ray's job client) is
@@ -22,9 +23,11 @@ from console.config import Config, ConfigError, default_state_dir
 
 if TYPE_CHECKING:
     from console.local.control import LocalPodControl
+    from console.local.gke import LocalGkeControl
     from console.services.api import ConsoleServices
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.events import EventSink
     from console.services.facade import Facade
     from console.services.pending import PendingServices
 
@@ -50,11 +53,12 @@ def make_services(
     free ports when none runs and ``autostart_pod``; ``progress`` hears how that goes, and
     ``pod_until_ready=False`` returns while its hosts are still coming up). gcp: Google's
     TPU API (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER``
-    and ``~/.ssh/google_compute_engine``. Raises ValueError naming the setting to fix.
+    and ``~/.ssh/google_compute_engine``. gke: ``gke.kubeconfig``, or the GKE emulator for
+    ``gke.run_dir`` (started when none runs and ``autostart_pod``). Raises ValueError naming
+    the setting to fix.
     """
     from console.secrets import Scrubber
     from console.services.backends.tpu_vm.backend import TpuVmBackend
-    from console.services.events import EventSink
     from console.services.facade import Facade
     from console.services.journal import Journal
     from console.services.lease import PodLeases
@@ -71,22 +75,33 @@ def make_services(
                 "to a writable directory"
             ],
         ) from None
-    access, chaos = _pod_access(config, sdir, autostart_pod, progress, pod_until_ready)
+    backend: Callable[[EventSink], Backend]
+    if config.is_gke:
+        backend, chaos = _gke_backend(config, autostart_pod, clock, environ)
+    else:
+        access, chaos = _pod_access(config, sdir, autostart_pod, progress, pod_until_ready)
+        wd = working_dir if working_dir is not None else REPO_ROOT
+
+        def backend(sink: EventSink) -> Backend:
+            made = TpuVmBackend(
+                config,
+                access,
+                sink=sink,
+                state_dir=sdir,
+                working_dir=wd,
+                clock=clock,
+                environ=environ,
+            )
+            capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
+            if capacity is not None:
+                capacity.on_attempt = made.on_capacity
+            return made
+
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
-        scrubber=Scrubber([config.wandb.api_key_env]),
+        scrubber=Scrubber([config.wandb.api_key_env, config.gke.hf_token_env]),
         clock=clock,
     )
-    wd = working_dir if working_dir is not None else REPO_ROOT
-
-    def backend(sink: EventSink) -> TpuVmBackend:
-        made = TpuVmBackend(
-            config, access, sink=sink, state_dir=sdir, working_dir=wd, clock=clock, environ=environ
-        )
-        capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
-        if capacity is not None:
-            capacity.on_attempt = made.on_capacity
-        return made
 
     try:
         return Facade(
@@ -106,6 +121,10 @@ def make_services(
 def _pod_key(config: Config) -> str:
     """What identifies one pod: the front ends that share it share its leases."""
     cl = config.cluster
+    if config.is_gke:
+        g = config.gke
+        where = g.kubeconfig or f"emulator:{Path(g.run_dir).expanduser() if g.run_dir else ''}"
+        return "|".join((cl.provider, where, g.context, g.namespace))
     where = str(Path(cl.run_dir).expanduser()) if cl.run_dir else ""
     return "|".join((cl.provider, cl.project, cl.zone, cl.node_name, where))
 
@@ -146,6 +165,44 @@ def _pod_access(
     return access, None
 
 
+def _gke_backend(
+    config: Config,
+    autostart: bool,
+    clock: Callable[[], float],
+    environ: Mapping[str, str] | None,
+) -> tuple[Callable[[EventSink], Backend], Callable[[Backend], Chaos] | None]:
+    from console.services.backends.gke.access import GkeAccess
+    from console.services.backends.gke.backend import GkeBackend
+    from console.services.backends.gke.manifests import ClusterRef
+
+    g = config.gke
+    chaos: Callable[[Backend], Chaos] | None = None
+    if not g.kubeconfig:
+        from console.local.gke import GkeChaos, ensure_gke, gke_access
+
+        access = gke_access(config, ensure_gke(config, autostart))
+
+        def emulator_chaos(backend: Backend) -> Chaos:
+            return GkeChaos(config)
+
+        chaos = emulator_chaos
+    else:
+        access = GkeAccess(
+            kubeconfig=str(Path(g.kubeconfig).expanduser()),
+            ref=ClusterRef(g.project, g.location, g.cluster, g.namespace),
+            context=g.context,
+            accelerator=f"{g.tpu_type} x{g.slices}",
+            metrics_lag_s=g.metrics_lag_s,
+            capacity_wait_s=g.pending_quota_s,
+            poll_budget_s=max(2.0, 2 * config.recovery.poll_interval_s),
+        )
+
+    def backend(sink: EventSink) -> Backend:
+        return GkeBackend(config, access, sink=sink, clock=clock, environ=environ)
+
+    return backend, chaos
+
+
 def deferred_services(config: Config) -> PendingServices:
     """The TUI's services: built behind the first frame, which never waits for the cluster.
 
@@ -159,6 +216,12 @@ def deferred_services(config: Config) -> PendingServices:
     what = "starting the console's services"
     if config.is_local:
         what = f"connecting to the local pod emulator ({config.cluster.hosts} hosts)"
+    elif config.is_gke:
+        what = "connecting to the GKE cluster" + (
+            ""
+            if config.gke.kubeconfig
+            else f" (the local GKE emulator, {config.gke.slices} slices)"
+        )
     return PendingServices(config, build, what=what)
 
 
@@ -177,6 +240,32 @@ def pod_control(config: Config) -> LocalPodControl:
     from console.local.control import LocalPodControl
 
     return LocalPodControl(config)
+
+
+def gke_control(config: Config) -> LocalGkeControl:
+    """A script's `gke up` / `gke down` (the GKE emulator's own client)."""
+    from console.local.gke import LocalGkeControl
+
+    return LocalGkeControl(config)
+
+
+def storage_probe(config: Config) -> Callable[[str], bool | None]:
+    """Whether a checkpoint URI exists, as a script checks it before anything runs: True or
+    False where this machine can tell at once (file://; gs:// on the GKE emulator, whose
+    buckets are directories), None where only the services can (gs:// on GKE)."""
+    bucket: Path | None = None
+    if config.is_gke and not config.gke.kubeconfig:
+        from console.local.gke import emulator_bucket
+
+        bucket = emulator_bucket(config)
+
+    def probe(uri: str) -> bool | None:
+        from console.services.backends.gke.storage import local_path
+
+        path = local_path(uri, bucket)
+        return None if path is None else path.exists()
+
+    return probe
 
 
 def emulator_cli(which: str, argv: list[str]) -> int:

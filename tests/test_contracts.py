@@ -85,6 +85,11 @@ def test_the_tree_keeps_every_layer_contract() -> None:
             "import console.services.backends.tpu_vm.ssh",
             "use the backend seam",
         ),
+        (
+            "console/script/_probe.py",
+            "import console.services.backends.gke.backend",
+            "use the backend seam",
+        ),
         ("console/screens/_probe.py", "import asyncssh", "Screens and widgets never reach"),
     ],
 )

@@ -120,3 +120,49 @@ def test_the_emulator_sets_its_small_sizing_explicitly(pod: PodInfo, tmp_path: P
 def test_bad_sizing_is_named(ray: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config({"ray": ray})
+
+
+def test_gke_without_a_running_emulator_names_its_run_dir(tmp_path: Path) -> None:
+    cfg = parse_config({"cluster": {"provider": "gke"}, "gke": {"run_dir": str(tmp_path / "g")}})
+    with pytest.raises(ValueError, match=r"no GKE emulator is running for .*phantom gke up"):
+        make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
+
+
+async def test_gke_with_a_kubeconfig_has_no_chaos_and_no_pod_actions(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    cfg = parse_config(
+        {
+            "cluster": {"provider": "gke"},
+            "gke": {
+                "kubeconfig": str(kubeconfig),
+                "project": "p",
+                "location": "us-central1",
+                "cluster": "c",
+                "base_output_directory": "gs://bucket/runs",
+            },
+        }
+    )
+    svc = make_services(cfg, state_dir=tmp_path / "state")
+    try:
+        assert svc.chaos is None
+        with pytest.raises(
+            ValueError, match=r"only available on the local GKE emulator.*kubeconfig"
+        ):
+            await svc.preempt_slice("0")
+        with pytest.raises(ValueError, match=r"provider 'gke' has no TPU VMs or Ray"):
+            await svc.teardown()
+        assert [s.name for s in svc.watchdog.runner.plan.steps] == ["nodes", "resubmit"]
+    finally:
+        svc.close_journal()
+
+
+def test_gke_with_a_kubeconfig_requires_the_link_names(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+
+    with pytest.raises(ConfigError) as err:
+        parse_config({"cluster": {"provider": "gke"}, "gke": {"kubeconfig": str(kubeconfig)}})
+    text = "\n".join(err.value.problems)
+    for key in ("gke.project", "gke.location", "gke.cluster", "gke.base_output_directory"):
+        assert key in text

@@ -48,6 +48,7 @@ from console.services.model import (
     UpdateBus,
 )
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 from console.widgets.fast_table import FastTable
 
 JOB = "raysubmit_bench0000000001"
@@ -177,7 +178,16 @@ class BenchServices:
         return ActionResult("noop", True, 0.0)
 
     wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = _ok
-    preempt = recreate = trust_host = _ok
+    preempt = recreate = trust_host = preempt_slice = delete_workload = _ok
+
+    def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
+        raise ValueError("the TUI bench has no workloads")
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
+        return JobInfo(spec.name, "PENDING")
+
+    async def describe(self, ref: str) -> str:
+        return ""
 
     async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:
         return JobInfo(JOB, "PENDING")

@@ -2,8 +2,8 @@
 
 A handler gets the run (``Run``: its services, its feed, what it started) and the line's
 checked arguments, and returns the step's JSON-able result, or raises ``StepFailure`` with
-the reason and the partial result. Every action but ``pod up|down`` is one
-``ConsoleServices`` call.
+the reason and the partial result. Every action but ``pod up|down`` and ``gke up|down`` (the
+emulators' own clients) is one ``ConsoleServices`` call.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from console.config import Config
 from console.script.feed import EventFeed
 from console.script.language import ACTOR, DEFAULT_TIMEOUTS
 from console.script.parse import build_spec
+from console.script.workload_args import build_workload_spec
 from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
 from console.status import collect_status
 
@@ -40,15 +41,29 @@ class PodControl(Protocol):
         """Stop it, leaving no process behind; True if one was running."""
 
 
+class GkeControl(Protocol):
+    """A script's ``gke up`` / ``gke down`` (the local GKE emulator)."""
+
+    async def is_up(self) -> bool: ...
+
+    async def up(self, slices: int | None, quota_stall: bool = False) -> dict[str, Any]:
+        """Start the emulator (its API answering); a JSON-able summary."""
+
+    async def down(self) -> bool:
+        """Stop it and every container it runs; True if one was running."""
+
+
 class Run(Protocol):
     """What a handler may use of the run it belongs to (``runner.ScriptRunner``)."""
 
     config: Config
     pod: PodControl
+    gke: GkeControl
     feed: EventFeed
     poll_s: float
     last_job: str | None
     pod_started: bool
+    gke_started: bool
     ray_started: bool
 
     async def services(self) -> ConsoleServices: ...
@@ -101,6 +116,109 @@ async def pod_down(run: Run, args: Args) -> dict[str, Any]:
     was_running = await run.pod.down()
     run.pod_started = False
     return {"was_running": was_running}
+
+
+async def gke_up(run: Run, args: Args) -> dict[str, Any]:
+    if await run.gke.is_up():
+        raise StepFailure(
+            "a GKE emulator is already running for this config; `phantom gke down` it "
+            "first, or remove `gke up` from the script"
+        )
+    await run.drop_services()  # services built before the cluster existed are stale
+    result = await run.gke.up(args.get("slices"), bool(args.get("quota_stall")))
+    run.gke_started = True
+    return result
+
+
+async def gke_down(run: Run, args: Args) -> dict[str, Any]:
+    await run.drop_services()
+    was_running = await run.gke.down()
+    run.gke_started = False
+    return {"was_running": was_running}
+
+
+async def workload_create(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    spec = build_workload_spec(args, run.config)
+    preview = svc.preview_workload(spec)
+    shown: dict[str, Any] = {
+        "workload": spec.name,
+        "kind": preview.kind,
+        "spec": spec.display(),
+        "command_line": preview.command_line,
+        "console_url": preview.console_url,
+        "logs_url": preview.logs_url,
+        "output_uri": preview.output_uri,
+    }
+    if preview.secret_name:
+        # (not under a key named "secret": the scrubber would mask the whole value)
+        shown["env_delivery"] = {
+            "kind": "Secret",
+            "name": preview.secret_name,
+            "variables": list(preview.secret_keys),
+        }
+    if args.get("dry_run"):
+        return {**shown, "manifest": preview.manifest, "dry_run": True}
+    info = await svc.create_workload(spec, ACTOR)
+    run.set_last(info)
+    return {**to_jsonable(info), **shown}
+
+
+async def workload_delete(run: Run, args: Args) -> dict[str, Any]:
+    return action_result(await (await run.services()).delete_workload(args["name"], ACTOR))
+
+
+async def preempt_slice(run: Run, args: Args) -> dict[str, Any]:
+    svc = await run.services()
+    return action_result(await svc.preempt_slice(args["slice"], args.get("grace"), ACTOR))
+
+
+async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
+    """Until the workload reaches STATE. A Failed JobSet of this console is given the
+    watchdog's resubmission before the step fails (it fails at once with auto recovery
+    off); SUCCEEDED/STOPPED that is not STATE fails at once."""
+    svc = await run.services()
+    target = "SUCCEEDED" if args["status"] == "COMPLETED" else args["status"]
+    timeout = args.get("timeout")
+    timeout = DEFAULT_TIMEOUTS["wait-workload"] if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    name = run.job_ref(args)
+    grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
+    failed_since: float | None = None
+    status, last_error = "", ""
+    while True:
+        try:
+            async with asyncio.timeout(max(5.0, run.poll_s * 5)):
+                info = await svc.job_status(name)
+            run.feed.observe_job(info)
+            status, last_error = info.status, ""
+            if status == target:
+                return to_jsonable(info)
+            recovering = svc.recovery_status().active
+            if status in TERMINAL_JOBS and not recovering:
+                failed_since = failed_since or time.monotonic()
+                waited = time.monotonic() - failed_since
+                auto = svc.recovery_status().auto
+                if status != JobStatus.FAILED or not auto or waited > grace_s:
+                    raise StepFailure(
+                        f"workload {name} ended {status}, expected {target}"
+                        + (f": {info.message}" if info.message else ""),
+                        to_jsonable(info),
+                    )
+            else:
+                failed_since = None
+        except (StepFailure, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the API may be busy mid-preemption: keep polling
+            last_error = f"{type(exc).__name__}: {exc}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            why = f"; last error: {last_error}" if last_error else ""
+            raise StepFailure(
+                f"workload {name} not {target} within {timeout:g}s (status {status or '?'}){why}",
+                {"job_id": name, "status": status},
+            )
+        await run.wait(min(run.poll_s, remaining))
 
 
 async def wait_ready(run: Run, args: Args) -> dict[str, Any]:
@@ -283,6 +401,12 @@ async def sleep(run: Run, args: Args) -> dict[str, Any]:
 HANDLERS: dict[str, Handler] = {
     "pod up": pod_up,
     "pod down": pod_down,
+    "gke up": gke_up,
+    "gke down": gke_down,
+    "workload create": workload_create,
+    "workload delete": workload_delete,
+    "wait-workload": wait_workload,
+    "preempt-slice": preempt_slice,
     "wait-ready": wait_ready,
     "bootstrap": bootstrap,
     "ray-up": ray_up,

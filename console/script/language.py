@@ -10,7 +10,10 @@
 ``ACTIONS`` is the one table: the parser, the validator, the runner's dispatch and
 ``usage_text()`` (``phantom --script-help``) all read it. Host arguments take an index
 (``2``), a name (``<node_name>-w2``) or, on the local emulator, an IP (``127.0.0.12``).
-``last`` (and an omitted job id) is the job of the latest ``submit``/``relaunch-sweep``.
+``last`` (and an omitted job id) is the job of the latest ``submit``/``relaunch-sweep``/
+``workload create``. An action names the providers it is for (``providers``) and whether
+it needs an emulator (``local_only``: the pod one for ``pod``/``preempt``/``recreate``, the
+GKE one for ``gke up|down`` and ``preempt-slice``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from console.services.model import JobStatus
 from console.services.submit import SWEEP_BACKENDS, SWEEP_METHODS
+from console.services.workload import CONVERT_DIRECTIONS, TEMPLATES, TPU_TYPES
 
 ACTOR = "script"
 JOB_STATUSES = tuple(
@@ -33,6 +37,7 @@ JOB_STATUSES = tuple(
         JobStatus.STOPPED,
     )
 )
+WORKLOAD_STATES = (*JOB_STATUSES, "COMPLETED")  # COMPLETED: the JobSet's word for SUCCEEDED
 MAX_EMULATED_HOSTS = 1024  # the emulator's own limit (a v4-4096 slice has 1,024 hosts)
 # Emulated host i in its first zone: 127.0.<i // 200>.<10 + i % 200>.
 FIRST_LOCAL_OCTET = 10
@@ -57,6 +62,7 @@ class Arg:
     optional: bool = False
     variadic: bool = False
     default: Any = None
+    repeat: bool = False
 
     @property
     def dest(self) -> str:
@@ -70,7 +76,7 @@ class Arg:
     def usage(self) -> str:
         if self.is_flag:
             text = self.name if self.kind == "bool" else f"{self.name} {self.meta()}"
-            return f"[{text}]"
+            return f"[{text}]" + ("..." if self.repeat else "")
         text = self.meta() + (" ..." if self.variadic else "")
         return f"[{text}]" if self.optional or self.variadic else text
 
@@ -88,8 +94,9 @@ class ActionDef:
     summary: str
     positionals: tuple[Arg, ...] = ()
     flags: tuple[Arg, ...] = ()
-    local_only: bool = False
+    local_only: bool = False  # needs an emulator (the pod one, or the GKE one)
     sets_job: bool = False  # defines what `last` refers to
+    providers: tuple[str, ...] = ()  # () = every provider
 
     def usage_parts(self) -> list[str]:
         parts = [self.name, *(a.usage() for a in self.positionals)]
@@ -110,6 +117,38 @@ def _timeout(default: str) -> Arg:
 
 
 _JOB = Arg("job", "job", "ID|last", "a Ray submission id, or last (the default)", optional=True)
+_LOGS_REF = Arg(
+    "job",
+    "job",
+    "ID|POD|WORKLOAD|last",
+    "a Ray submission id; on GKE a workload or a pod; or last (the default)",
+    optional=True,
+)
+_WORKLOAD_FLAGS = (
+    Arg(
+        "--template",
+        "choice",
+        choices=TEMPLATES,
+        help="xpk's standard or Pathways JobSet, "
+        "or the HF <-> MaxText conversion Job (default standard)",
+    ),
+    Arg("--spec", "path", "FILE", "the spec as TOML/JSON/YAML (flags override it)"),
+    Arg("--image", "str", "IMAGE", "container image (default: gke.image)"),
+    Arg("--command", "str", '"..."', "what every worker runs (default: gke.command)"),
+    Arg("--tpu-type", "choice", choices=tuple(TPU_TYPES), help="default gke.tpu_type"),
+    Arg("--slices", "int", "N", min=1, max=64),
+    Arg("--max-restarts", "int", "N", min=0, max=1000),
+    Arg("--spot", "onoff", "on|off"),
+    Arg("--env", "env", "NAME=VALUE", "container env; secrets as NAME=$VAR only", repeat=True),
+    Arg("--hf-token-env", "str", "VAR", "the variable holding your HF token (default HF_TOKEN)"),
+    Arg("--run-name", "str", "RUN", "default: the workload name (same name: resumes)"),
+    Arg("--base-output-dir", "str", "URI", "gs://bucket/path or file:///path"),
+    Arg("--checkpoint", "str", "URI", "MAXTEXT_CKPT_PATH (must exist)"),
+    Arg("--grace", "int", "S", "terminationGracePeriodSeconds", min=0, max=3600),
+    Arg("--direction", "choice", choices=CONVERT_DIRECTIONS, help="convert: which way"),
+    Arg("--src", "str", "URI", "convert: the checkpoint to convert"),
+    Arg("--dry-run", "bool", help="only show the manifest and the xpk command line"),
+)
 
 ACTIONS: dict[str, ActionDef] = {
     a.name: a
@@ -130,11 +169,62 @@ ACTIONS: dict[str, ActionDef] = {
                 ),
             ),
             local_only=True,
+            providers=("local",),
         ),
         ActionDef(
             "pod down",
             "stop the emulator and every process of its hosts (local only)",
             local_only=True,
+            providers=("local",),
+        ),
+        ActionDef(
+            "gke up",
+            "start the local GKE emulator (provider gke, no kubeconfig)",
+            flags=(
+                Arg("--slices", "int", "N", "v5p-64 slices (default gke.slices)", min=1, max=16),
+                Arg("--quota-stall", "bool", help="preempted slices never come back"),
+            ),
+            local_only=True,
+            providers=("gke",),
+        ),
+        ActionDef(
+            "gke down",
+            "stop the GKE emulator and every container it runs",
+            local_only=True,
+            providers=("gke",),
+        ),
+        ActionDef(
+            "workload create",
+            "create a GKE workload (xpk's JobSet, or the conversion Job); sets `last`",
+            positionals=(Arg("name", "name", "NAME"),),
+            flags=_WORKLOAD_FLAGS,
+            sets_job=True,
+            providers=("gke",),
+        ),
+        ActionDef(
+            "workload delete",
+            "delete a workload and its Secret (`xpk workload delete`)",
+            positionals=(Arg("name", "name", "NAME"),),
+            providers=("gke",),
+        ),
+        ActionDef(
+            "wait-workload",
+            "wait until the workload reaches STATE (COMPLETED = SUCCEEDED; fails early if "
+            "it ends otherwise and nothing resubmits it)",
+            positionals=(
+                Arg("job", "job", "NAME|last"),
+                Arg("status", "choice", choices=WORKLOAD_STATES),
+            ),
+            flags=(_timeout("3600"),),
+            providers=("gke",),
+        ),
+        ActionDef(
+            "preempt-slice",
+            "preempt a TPU slice as GKE reclaims spot capacity (GKE emulator only)",
+            positionals=(Arg("slice", "str", "SLICE", "index or node pool name"),),
+            flags=(Arg("--grace", "seconds", "S", "pods' grace before SIGKILL (default 30)"),),
+            local_only=True,
+            providers=("gke",),
         ),
         ActionDef(
             "wait-ready",
@@ -179,8 +269,9 @@ ACTIONS: dict[str, ActionDef] = {
         ),
         ActionDef(
             "logs",
-            "the job's log (last N lines in the step result)",
-            positionals=(_JOB,),
+            "the job's log (last N lines in the step result); on GKE a workload's "
+            "(its coordinator pod) or a pod's",
+            positionals=(_LOGS_REF,),
             flags=(Arg("--tail", "int", "N", "lines to keep (default 100)", min=1),),
         ),
         ActionDef("stop-job", "stop a job", positionals=(_JOB,)),
@@ -189,12 +280,14 @@ ACTIONS: dict[str, ActionDef] = {
             "preempt a host or all of them (local only)",
             positionals=(Arg("host", "host_or_all", "HOST|all"),),
             local_only=True,
+            providers=("local",),
         ),
         ActionDef(
             "recreate",
             "recreate a host: bare sandbox, new host key (local only)",
             positionals=(Arg("host", "host", "HOST"),),
             local_only=True,
+            providers=("local",),
         ),
         ActionDef(
             "recover",
@@ -239,8 +332,13 @@ ACTIONS: dict[str, ActionDef] = {
 }
 # Every action accepts it: this line's failure does not stop the script.
 CONTINUE_FLAG = Arg("--continue", "bool", help="a failure of this step does not stop the script")
-TWO_WORD = {"pod"}
-DEFAULT_TIMEOUTS = {"wait-job": 3600.0, "recover": 1800.0, "wait-event": 600.0}
+TWO_WORD = {"pod", "gke", "workload"}
+DEFAULT_TIMEOUTS = {
+    "wait-job": 3600.0,
+    "wait-workload": 3600.0,
+    "recover": 1800.0,
+    "wait-event": 600.0,
+}
 
 
 def _wrap_units(units: list[str], width: int, first: str, rest: str) -> list[str]:
@@ -267,6 +365,7 @@ def usage_text() -> str:
         "",
         "  any action: --continue   a failure of this step does not stop the script",
         "  HOST: index, <node_name>-w<i>, or (local) 127.0.0.(10+i)",
+        "  SLICE: a TPU slice's index or node pool name (GKE emulator)",
         "  S (seconds): 90, 1.5, 90s, 5m, 1h",
         "  exit: 0 ok, 1 a step failed, 2 invalid script/config (nothing run),",
         "        130 interrupted (after stopping what the script started)",

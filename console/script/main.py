@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from console import exit_codes
 from console.config import Config
-from console.script.actions import PodControl
+from console.script.actions import GkeControl, PodControl
 from console.script.parse import ScriptError, parse_script
 from console.script.runner import ScriptRunner, ServicesFactory
 from console.secrets import Scrubber
@@ -57,6 +57,7 @@ def script_main(
     stderr: TextIO | None = None,
     stdin: TextIO | None = None,
     pod_control: PodControl | None = None,
+    gke_control: GkeControl | None = None,
 ) -> int:
     """Run a script; returns the exit code (0 ok, 1 step failed, 2 invalid, 130 interrupted)."""
     out = sys.stdout if stdout is None else stdout
@@ -67,8 +68,13 @@ def script_main(
     except ValueError as exc:
         print(scrub.text(f"phantom: cannot read script {path!r}: {exc}"), file=err)
         return exit_codes.USAGE
+    path_exists = None
+    if config.is_gke:
+        from console.wiring import storage_probe
+
+        path_exists = storage_probe(config)
     try:
-        script = parse_script(text, config, name=name, base_dir=base_dir)
+        script = parse_script(text, config, name=name, base_dir=base_dir, path_exists=path_exists)
     except ScriptError as exc:
         for issue in exc.issues:
             print(scrub.text(issue.render(exc.name)), file=err)
@@ -89,6 +95,10 @@ def script_main(
         from console.wiring import pod_control as make_pod_control
 
         pod_control = make_pod_control(config)
+    if gke_control is None and config.is_gke and config.is_emulated:
+        from console.wiring import gke_control as make_gke_control
+
+        gke_control = make_gke_control(config)
     runner = ScriptRunner(
         script,
         config,
@@ -96,5 +106,6 @@ def script_main(
         pod_control=pod_control,
         stdout=out,
         stderr=err,
+        gke_control=gke_control,
     )
     return asyncio.run(runner.run())

@@ -1,9 +1,11 @@
 """Parsing and static validation of a script: the whole script is checked before anything
 runs, and every problem is reported with its line (``ScriptError``), not just the first.
 
-A relative ``--runtime-env`` file is resolved against the script's directory; host
-references are checked against ``cluster.hosts`` (or the last ``pod up --hosts N``); ``last``
-must follow a line that submits; a submit line's spec is validated as a submit would be.
+A relative ``--runtime-env`` or ``--spec`` file is resolved against the script's directory;
+host references are checked against ``cluster.hosts`` (or the last ``pod up --hosts N``);
+``last`` must follow a line that submits; a submit line's spec is validated as a submit
+would be, and so is a ``workload create`` line's ``WorkloadSpec``, including (where this
+machine can tell, ``path_exists``) that its checkpoint exists.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from console.script.language import (
 from console.script.language import (
     LOCAL_HOSTS_PER_BLOCK as HOSTS_PER_BLOCK,
 )
+from console.script.workload_args import PathExists, load_spec_file, shown, workload_problems
 from console.services.submit import SubmitSpec
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
@@ -81,13 +84,27 @@ class _Ctx:
     job_lines: list[int] = field(default_factory=list)
     continue_on_error: bool = False
     finally_line: int | None = None
+    path_exists: PathExists | None = None
+    produced: set[str] = field(default_factory=set)  # checkpoints an earlier convert line makes
 
 
 def parse_script(
-    text: str, config: Config, *, name: str = "<script>", base_dir: Path | None = None
+    text: str,
+    config: Config,
+    *,
+    name: str = "<script>",
+    base_dir: Path | None = None,
+    path_exists: PathExists | None = None,
 ) -> Script:
-    """Parse and validate the whole script; raise ScriptError with every problem found."""
-    ctx = _Ctx(config=config, base_dir=base_dir or Path.cwd(), n_hosts=config.cluster.hosts)
+    """Parse and validate the whole script; raise ScriptError with every problem found.
+
+    ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot tell here)."""
+    ctx = _Ctx(
+        config=config,
+        base_dir=base_dir or Path.cwd(),
+        n_hosts=config.cluster.hosts,
+        path_exists=path_exists,
+    )
     steps: list[ScriptLine] = []
     issues: list[ScriptIssue] = []
     if "\x00" in text:
@@ -113,7 +130,7 @@ def parse_script(
             step = _parse_line(lineno, tokens, ctx, shlex.join(tokens))
         except _ArgError as exc:
             issues.append(ScriptIssue(lineno, str(exc)))
-            if tokens[0] in ("submit", "relaunch-sweep"):
+            if tokens[0] in ("submit", "relaunch-sweep") or tokens[:2] == ["workload", "create"]:
                 ctx.job_lines.append(lineno)  # so `last` below is not a second, bogus error
             continue
         if step is not None:
@@ -158,11 +175,7 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
     adef = ACTIONS.get(name)
     if adef is None:
         raise _ArgError(_unknown_action(name))
-    if adef.local_only and not ctx.config.is_local:
-        raise _ArgError(
-            f"{name}: only for the local emulator; this config drives provider "
-            f"{ctx.config.cluster.provider!r} ({ctx.config.source})"
-        )
+    _check_provider(adef, ctx.config)
     args, cont = _bind(adef, rest, ctx)
     if name == "set":
         ctx.continue_on_error = args["enabled"]
@@ -177,6 +190,25 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
         ctx.job_lines.append(lineno)
     always = ctx.finally_line is not None
     return ScriptLine(lineno, name, args, cont or ctx.continue_on_error or always, text, always)
+
+
+def _check_provider(adef: ActionDef, config: Config) -> None:
+    """Actions of another kind of cluster, and emulator verbs on a real one, are refused."""
+    provider = config.cluster.provider
+    where = f"provider {provider!r}" + (" with a kubeconfig" if config.is_gke else "")
+    if adef.local_only and (
+        provider not in (adef.providers or ("local",)) or not config.is_emulated
+    ):
+        emulator = "the local GKE emulator" if "gke" in adef.providers else "the local emulator"
+        raise _ArgError(
+            f"{adef.name}: only for {emulator}; this config drives {where} ({config.source})"
+        )
+    if adef.providers and provider not in adef.providers:
+        wanted = " or ".join(repr(p) for p in adef.providers)
+        raise _ArgError(
+            f"{adef.name}: only with cluster.provider = {wanted}; this config drives "
+            f"provider {provider!r} ({config.source})"
+        )
 
 
 def _unknown_action(name: str) -> str:
@@ -205,8 +237,14 @@ def _bind(adef: ActionDef, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any]
             flag = adef.flag(flag_name)
             if flag is None:
                 raise _ArgError(_unknown_flag(adef, flag_name))
-            if flag.dest in args:
+            if flag.dest in args and not flag.repeat:
                 raise _ArgError(f"{adef.name}: {flag_name} given twice")
+            if flag.kind == "bool":
+                if eq:
+                    raise _ArgError(f"{adef.name}: {flag_name} takes no value")
+                args[flag.dest] = True
+                i += 1
+                continue
             if eq:
                 value = inline
             elif i + 1 < len(tokens):
@@ -216,7 +254,11 @@ def _bind(adef: ActionDef, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any]
                 raise _ArgError(
                     f"{adef.name}: {flag_name} needs a value {flag.meta()} (usage: {adef.usage()})"
                 )
-            args[flag.dest] = _convert(adef, flag, value, ctx)
+            converted = _convert(adef, flag, value, ctx)
+            if flag.repeat:
+                args.setdefault(flag.dest, []).append(converted)
+            else:
+                args[flag.dest] = converted
             i += 1
             continue
         positionals.append(tok)
@@ -332,6 +374,23 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
         return value
     if kind == "runtime_env":
         return _load_runtime_env(value, ctx.base_dir, adef.name)
+    if kind == "env":
+        key, eq, val = value.partition("=")
+        if not eq or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise _ArgError(f"{label} {shown(value)}: use NAME=VALUE (a secret as NAME=$VAR)")
+        return (key, val)
+    if kind == "name":
+        if not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", value):
+            raise _ArgError(
+                f"{label} {value!r}: a workload name: lower-case letters, digits and '-', "
+                "starting with a letter"
+            )
+        return value
+    if kind == "path":
+        try:
+            return load_spec_file(value, ctx.base_dir, label)
+        except ValueError as exc:
+            raise _ArgError(str(exc)) from None
     raise AssertionError(f"unhandled kind {kind}")  # a bug in ACTIONS, not in the script
 
 
@@ -407,6 +466,10 @@ def _check_semantics(adef: ActionDef, args: dict[str, Any], lineno: int, ctx: _C
                 f"{adef.name}: `last` refers to the job of an earlier submit or relaunch-sweep "
                 "line, and there is none before this line; give a job id or submit first"
             )
+    if adef.name == "workload create":
+        problem = workload_problems(args, ctx.config, ctx.path_exists, ctx.produced)
+        if problem:
+            raise _ArgError(problem)
     if adef.name == "submit":
         spec = build_spec(args, ctx.config)
         problems = spec.validate()

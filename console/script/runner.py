@@ -2,9 +2,11 @@
 
 stdout carries one JSON object per line (``step``, ``event``, ``summary``), flushed per line
 and scrubbed of secrets; stderr carries diagnostics. Exit codes (``console.exit_codes``): 0
-all steps ok, 1 a step failed, 2 a config problem found only when the services were built,
-130 interrupted (SIGINT/SIGTERM), after stopping the jobs this run submitted and bringing
-down a pod this run brought up (or tearing down Ray it started on someone else's pod).
+all steps ok, 1 a step failed, 2 a config problem found only when the services were built
+or bad input only the cluster could judge (a workload spec refused: ``SpecError``, nothing
+created), 130 interrupted (SIGINT/SIGTERM), after stopping the jobs this run submitted and
+bringing down a pod (or GKE emulator) this run brought up (or tearing down Ray it started
+on someone else's pod).
 
 The services are built lazily, at the first step that needs the cluster: ``pod up`` must
 run before they can exist on a fresh machine, and a script of ``sleep`` lines pays nothing.
@@ -23,12 +25,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
 from console.config import Config, ConfigError
-from console.script.actions import HANDLERS, PodControl, StepFailure
+from console.script.actions import HANDLERS, GkeControl, PodControl, StepFailure
 from console.script.feed import EventFeed
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
 from console.secrets import Scrubber
 from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
+from console.services.submit import SpecError
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -63,10 +66,12 @@ class ScriptRunner:
         stderr: TextIO,
         clock: Callable[[], float] = time.time,
         poll_interval_s: float | None = None,
+        gke_control: GkeControl | None = None,
     ) -> None:
         self.script = script
         self.config = config
         self.pod = pod_control
+        self.gke: GkeControl = gke_control or _NoGke()
         self._factory = services_factory
         self._scrub = Scrubber([config.wandb.api_key_env])
         self._out = JsonLines(stdout, self._scrub)
@@ -78,6 +83,7 @@ class ScriptRunner:
         self._submitted: list[str] = []
         self.last_job: str | None = None
         self.pod_started = False
+        self.gke_started = False
         self.ray_started = False
         self._interrupted: str | None = None
         self._config_error = False
@@ -255,6 +261,9 @@ class ScriptRunner:
             except ConfigError as exc:  # found only when the services are built
                 ok, result = False, {"error": exc.render()}
                 self._config_error = True
+            except SpecError as exc:  # bad input only the cluster could judge: nothing made
+                ok, result = False, {"error": f"invalid input: {exc}", "problems": exc.problems}
+                self._config_error = True
             except Exception as exc:  # a service error fails this step, not the runner
                 ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
             self._emit_step(results, n, step, ok, time.monotonic() - t0, result)
@@ -325,6 +334,13 @@ class ScriptRunner:
                 self.pod_started = False
             except Exception as exc:
                 self.diag(f"phantom: pod down failed: {exc}")
+        if self.gke_started:
+            await self.drop_services()
+            try:
+                done["gke_down"] = await self.gke.down()
+                self.gke_started = False
+            except Exception as exc:
+                self.diag(f"phantom: gke down failed: {exc}")
         return done
 
     async def _dispatch(self, line: ScriptLine) -> dict[str, Any]:
@@ -332,6 +348,23 @@ class ScriptRunner:
         # because someone else's pod is running must not lead to taking theirs down.
         if line.always and line.action == "pod down" and not self.pod_started:
             return {"skipped": "this script did not bring a pod up"}
+        if line.always and line.action == "gke down" and not self.gke_started:
+            return {"skipped": "this script did not bring the GKE emulator up"}
         if line.always and line.action == "teardown" and not self.ray_started:
             return {"skipped": "this script did not start Ray"}
         return await HANDLERS[line.action](self, line.args)
+
+
+class _NoGke:
+    """``gke up|down`` where no GKE emulator can be driven (parse refuses those lines)."""
+
+    async def is_up(self) -> bool:
+        return False
+
+    async def up(self, slices: int | None, quota_stall: bool = False) -> dict[str, Any]:
+        raise StepFailure(
+            "no GKE emulator for this config (cluster.provider = 'gke', no kubeconfig)"
+        )
+
+    async def down(self) -> bool:
+        return False

@@ -26,6 +26,7 @@ from console.services.model import (
     Update,
 )
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 
 
 class JobsUnavailable(Exception):
@@ -111,3 +112,20 @@ class ConsoleServices(Protocol):
     async def preempt(self, host: str, actor: str = "user") -> ActionResult: ...
 
     async def recreate(self, host: str, actor: str = "user") -> ActionResult: ...
+
+    async def preempt_slice(
+        self, slice_ref: str, grace_s: float | None = None, actor: str = "user"
+    ) -> ActionResult:
+        """GKE emulator only: preempt a TPU slice (index or node pool) with notice."""
+
+    # GKE workloads: ValueError naming the provider elsewhere ------------------------------------
+    def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
+        """The manifest, the equivalent xpk command line and the Cloud Console links."""
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
+        """Create a workload; ``SpecError`` naming the field when nothing was created."""
+
+    async def delete_workload(self, name: str, actor: str = "user") -> ActionResult: ...
+
+    async def describe(self, ref: str) -> str:
+        """A pod, workload or node as YAML with its events (UnknownJob if none)."""

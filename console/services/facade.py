@@ -28,7 +28,7 @@ from typing import Any
 
 from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
-from console.services.backends.base import Backend, Chaos, PodActions
+from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.cadence.tracker import CadenceTracker
 from console.services.events import EventSink
 from console.services.job_watcher import JobWatcher, env_event
@@ -58,6 +58,7 @@ from console.services.sharing import Sharing
 from console.services.snapshot import pod_snapshot
 from console.services.submissions import JobRegistry, Submitter
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,8 @@ class Facade:
         self._cadence = await self.cadence_tracker.apoll()
         for cad in self._cadence:
             self.bus.publish(cad)
+        for metrics in self.cadence_tracker.metrics():
+            self.bus.publish(metrics)
         transitions = self.cadence_tracker.take_transitions()
         if self.sharing.owner:  # one journal row per stall, by the pod's watcher
             for tr in transitions:
@@ -264,10 +267,13 @@ class Facade:
         """The backend's observation plus what only the console knows: which jobs are its
         own, and which of its runs' metrics have stalled."""
         obs = await self.backend.observe()
-        mine = self.registry.ids() if obs.jobs else set()
+        jobs = obs.jobs
+        if jobs and not obs.jobs_owned:
+            mine = self.registry.ids()
+            jobs = tuple(j for j in obs.jobs if j.job_id in mine)
         return replace(
             obs,
-            jobs=tuple(j for j in obs.jobs if j.job_id in mine),
+            jobs=jobs,
             stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
             run_names={c.run_id: c.name or c.run_id for c in self._cadence},
         )
@@ -374,13 +380,97 @@ class Facade:
     async def recreate(self, host: str, actor: str = "user") -> ActionResult:
         return await self._record(await self._chaos("recreate").recreate(host), actor)
 
+    async def preempt_slice(
+        self, slice_ref: str, grace_s: float | None = None, actor: str = "user"
+    ) -> ActionResult:
+        chaos = self.chaos
+        if not isinstance(chaos, SliceChaos):
+            raise ValueError(
+                "preempt-slice is only available on the local GKE emulator (cluster.provider "
+                f"= 'gke' with no gke.kubeconfig); this console drives "
+                f"{self.config.cluster.provider!r}"
+                + (" with a kubeconfig" if self.config.is_gke else "")
+            )
+        return await self._record(await chaos.preempt_slice(slice_ref, grace_s), actor)
+
     def _chaos(self, what: str) -> Chaos:
-        if self.chaos is None:
+        if self.chaos is None or not isinstance(self.chaos, Chaos):
             raise ValueError(
                 f"{what} is only available with cluster.provider = 'local' (the emulator); "
                 f"this console drives provider {self.config.cluster.provider!r}"
             )
         return self.chaos
+
+    # -- workloads (GKE) ------------------------------------------------------------------------
+    def _workloads(self, what: str) -> Workloads:
+        if not isinstance(self.backend, Workloads):
+            raise ValueError(
+                f"{what}: provider {self.config.cluster.provider!r} has no workloads; they run "
+                "on GKE (cluster.provider = 'gke'); submit Ray jobs with `submit`"
+            )
+        return self.backend
+
+    def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
+        return self._workloads("workload preview").preview(spec.checked())
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
+        """Create a workload (JobSet or conversion Job); journaled with its xpk command
+        line and links. Raises ``SpecError`` naming the field: nothing is created then."""
+        backend = self._workloads("workload create")
+        t0 = time.monotonic()
+        try:
+            preview = backend.preview(spec.checked())
+            info = await backend.create_workload(spec, actor)
+        except Exception as exc:
+            await self._record(
+                ActionResult(
+                    action="workload_create",
+                    ok=False,
+                    elapsed_s=time.monotonic() - t0,
+                    message=f"workload {spec.name} not created: {exc}",
+                    data={"workload": spec.name, "template": spec.template},
+                ),
+                actor,
+            )
+            raise
+        await self._record(
+            ActionResult(
+                action="workload_create",
+                ok=True,
+                elapsed_s=time.monotonic() - t0,
+                message=f"created {preview.kind} {spec.name} ({spec.template}, run "
+                f"{spec.effective_run_name})",
+                data={
+                    "workload": spec.name,
+                    "template": spec.template,
+                    "run_name": spec.effective_run_name,
+                    "command_line": preview.command_line,
+                    "console_url": preview.console_url,
+                    "logs_url": preview.logs_url,
+                },
+            ),
+            actor,
+        )
+        self.bus.publish(info)
+        return info
+
+    async def delete_workload(self, name: str, actor: str = "user") -> ActionResult:
+        backend = self._workloads("workload delete")
+        t0 = time.monotonic()
+        existed = await backend.delete_workload(name)
+        return await self._record(
+            ActionResult(
+                action="workload_delete",
+                ok=existed,
+                elapsed_s=time.monotonic() - t0,
+                message=f"deleted workload {name}" if existed else f"no workload {name!r}",
+                data={"workload": name},
+            ),
+            actor,
+        )
+
+    async def describe(self, ref: str) -> str:
+        return self.journal.scrub.text(await self._workloads("describe").describe(ref))
 
     # -- jobs -----------------------------------------------------------------------------------
     async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:

@@ -37,7 +37,7 @@ from console.services.model import ActionResult, Event, HostResult
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 ACTION = "action"
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = "recovery_started"
@@ -70,6 +70,18 @@ _MIGRATIONS: dict[int, str] = {
             superseded_by    TEXT NOT NULL DEFAULT '',
             sweep_id         TEXT NOT NULL DEFAULT '',
             state            TEXT NOT NULL DEFAULT 'submitted'
+        );
+    """,
+    # The GKE workloads this console created (backends.gke.registry): their specs, so a
+    # Failed JobSet is resubmitted as it was (secrets stay $NAME references).
+    3: """
+        CREATE TABLE workloads (
+            name        TEXT PRIMARY KEY,
+            spec        TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            actor       TEXT NOT NULL DEFAULT '',
+            state       TEXT NOT NULL DEFAULT 'submitted',
+            submissions INTEGER NOT NULL DEFAULT 1
         );
     """,
 }

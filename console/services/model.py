@@ -90,6 +90,65 @@ class HostStatus:
     ssh: str = Reachability.UNKNOWN
     resources: Mapping[str, float] = field(default_factory=dict)
     last_seen: float | None = None  # last time SSH or Ray saw it alive
+    pool: str = ""  # GKE: the node pool (one TPU slice) the node belongs to
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    """One Kubernetes pod, as `kubectl get pods` shows it (GKE backend).
+
+    ``status`` is kubectl's STATUS column (Running, Pending, ContainerCreating, Terminating,
+    Completed, Error, CrashLoopBackOff, ...); ``ready`` its READY column ("8/8"). Times are
+    epoch seconds: a screen computes AGE from ``created_at`` with its own clock.
+    """
+
+    name: str
+    phase: str  # Pending / Running / Succeeded / Failed / Unknown
+    status: str
+    ready: str = "0/0"
+    restarts: int = 0
+    node: str = ""
+    created_at: float | None = None
+    workload: str = ""  # the JobSet (or Job) it belongs to
+    replicated_job: str = ""  # jobset.sigs.k8s.io/replicatedjob-name
+    job_index: int = 0  # the replicated job's index (the slice, for xpk workloads)
+    completion_index: int = 0  # the worker within its job
+    restart_attempt: int = 0  # jobset.sigs.k8s.io/restart-attempt
+    ip: str = ""
+    message: str = ""  # why it is not running: a waiting reason, the scheduler, a disruption
+    disrupted: bool = False  # DisruptionTarget=True: the node is being preempted
+    containers: tuple[str, ...] = ()  # container names, for `logs -c`
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """One workload (an xpk JobSet, or a conversion Job), as `kubectl get jobset` shows it
+    (TERMINALSTATE RESTARTS COMPLETED SUSPENDED AGE), plus what recovery needs to know."""
+
+    name: str
+    status: str  # a JobStatus name: PENDING / RUNNING / SUCCEEDED / FAILED / STOPPED
+    kind: str = "JobSet"  # or "Job" (the HF <-> MaxText conversion)
+    template: str = ""  # standard / pathways / convert; "" when this console did not create it
+    terminal_state: str = ""  # Completed / Failed (the JobSet's status.terminalState)
+    restarts: int = 0
+    completed: str = ""  # the Completed condition's status ("True", "False" or "")
+    suspended: bool = False
+    created_at: float | None = None
+    pods_total: int = 0
+    pods_running: int = 0
+    pods_pending: int = 0
+    unschedulable: int = 0  # Pending pods the scheduler cannot place
+    unschedulable_since: float | None = None
+    scheduler_message: str = ""  # the latest FailedScheduling message
+    disrupted: int = 0  # pods with DisruptionTarget (their node is going away)
+    worker_replacements: int = 0  # Pathways workers replaced while restarts stayed put
+    head_failed: str = ""  # Pathways head (or coordinator) failing: its reason, else ""
+    failed_reason: str = ""  # e.g. ReachedMaxRestarts
+    message: str = ""
+    owned: bool = False  # created by this console (it resubmits it when it fails)
+    run_name: str = ""
+    console_url: str = ""  # Cloud Console workload page (shown, never opened)
+    logs_url: str = ""  # Cloud Logging query of the coordinator's logs
 
 
 @dataclass(frozen=True)
@@ -104,6 +163,8 @@ class PodSnapshot:
     tunnel_up: bool = False
     dashboard_url: str = ""
     warnings: tuple[str, ...] = ()
+    pods: tuple[PodStatus, ...] = ()  # GKE: the namespace's pods
+    workloads: tuple[WorkloadStatus, ...] = ()  # GKE: JobSets and conversion Jobs
 
     @property
     def ray_alive(self) -> int:
@@ -192,6 +253,20 @@ class RunCadence:
 
 
 @dataclass(frozen=True)
+class RunMetrics:
+    """A run's metric values for sparklines (GKE: the six Tunix metrics by their doc names,
+    rewards/mean, score/mean, rollout_time, completions/mean_length, actor_dequeue_time,
+    step_time_sec). ``series`` holds the newest (step, value) pairs per metric, one value per
+    step (a step logged again after a restart keeps its newest value)."""
+
+    run_id: str
+    name: str
+    series: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    last_step: int | None = None
+    at: float | None = None  # the writer's time of the newest value
+
+
+@dataclass(frozen=True)
 class Event:
     """A journal row: something observed or done. ``actor`` is who started an action."""
 
@@ -244,7 +319,16 @@ class RecoveryStatus:
     owner: str = ""  # who runs recovery for this pod when it is another process ("pid 7 on h")
 
 
-Update = PodSnapshot | JobInfo | LogLine | LogStreamClosed | RunCadence | Event | RecoveryStatus
+Update = (
+    PodSnapshot
+    | JobInfo
+    | LogLine
+    | LogStreamClosed
+    | RunCadence
+    | RunMetrics
+    | Event
+    | RecoveryStatus
+)
 
 
 class UpdateBus:

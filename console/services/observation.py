@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from console.services.model import HostState, JobInfo
+from console.services.model import HostState, JobInfo, PodStatus, WorkloadStatus
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class HostObservation:
     index: int = 0
     last_seen: float | None = None  # last time SSH or Ray saw it alive
     resources: Mapping[str, float] = field(default_factory=dict)
+    pool: str = ""  # GKE: the node pool (TPU slice) of a node; "" for a TPU VM host
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,13 @@ class Observation:
     accelerator_type: str = ""
     dashboard_url: str = ""
     tunnel_error: str = ""  # why the tunnel is down, when it is
+    # The backend reports only the jobs this console submitted (its own registry), so the
+    # facade need not filter them through the Ray job registry.
+    jobs_owned: bool = False
+    workloads: tuple[WorkloadStatus, ...] = ()  # GKE: JobSets / Jobs
+    pods: tuple[PodStatus, ...] = ()  # GKE: the namespace's pods
+    # GKE: how long pods may stay unschedulable before it is a capacity stall, not a wait.
+    capacity_wait_s: float = 120.0
 
     def host(self, name: str) -> HostObservation | None:
         return next((h for h in self.hosts if h.name == name), None)

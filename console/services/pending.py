@@ -31,6 +31,7 @@ from console.services.model import (
     UpdateBus,
 )
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 
 Progress = Callable[[str], None]
 Build = Callable[[Progress], ConsoleServices]
@@ -217,3 +218,25 @@ class PendingServices:
 
     async def recreate(self, host: str, actor: str = "user") -> ActionResult:
         return await (await self._services()).recreate(host, actor)
+
+    async def preempt_slice(
+        self, slice_ref: str, grace_s: float | None = None, actor: str = "user"
+    ) -> ActionResult:
+        return await (await self._services()).preempt_slice(slice_ref, grace_s, actor)
+
+    # GKE workloads -------------------------------------------------------------------------
+    def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
+        # No I/O, so it cannot wait for the build: the cluster's names come with it.
+        if self._real is None:
+            why = f"cannot reach the cluster: {self._error}" if self._error else f"{self._what}…"
+            raise ValueError(f"workload preview: {why}; try again once the console is up")
+        return self._real.preview_workload(spec)
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
+        return await (await self._services()).create_workload(spec, actor)
+
+    async def delete_workload(self, name: str, actor: str = "user") -> ActionResult:
+        return await (await self._services()).delete_workload(name, actor)
+
+    async def describe(self, ref: str) -> str:
+        return await (await self._services()).describe(ref)

@@ -30,6 +30,8 @@ def pod_snapshot(
         tunnel_up=bool(obs.tunnel_up),
         dashboard_url=obs.dashboard_url,
         warnings=warnings(obs, diag, ray_expected=ray_expected),
+        pods=obs.pods,
+        workloads=obs.workloads,
     )
 
 
@@ -59,4 +61,5 @@ def _row(h: HostObservation, ray_reachable: bool) -> HostStatus:
         ssh=ssh,
         resources=dict(h.resources),
         last_seen=h.last_seen,
+        pool=h.pool,
     )

@@ -11,6 +11,7 @@ import pytest
 from console.config import Config
 from console.services.model import Event, PodSnapshot, Update
 from console.services.pending import PendingServices
+from console.services.workload import WorkloadSpec
 from tests.support.fake_services import FakeServices, healthy_pod
 
 
@@ -117,3 +118,30 @@ async def test_unsubscribing_leaves_both_buses() -> None:
     unsubscribe()
     gate.services.publish(healthy_pod(3))
     assert not any(isinstance(u, PodSnapshot) and len(u.hosts) == 3 for u in seen)
+
+
+async def test_gke_workload_actions_wait_for_the_build_and_a_preview_names_why_not_yet() -> None:
+    gate = Gate()
+    svc = PendingServices(Config(), gate, what="connecting to the GKE cluster")
+    spec = WorkloadSpec(name="grpo")
+    with pytest.raises(ValueError, match=r"workload preview: connecting to the GKE cluster"):
+        svc.preview_workload(spec)
+    start = asyncio.create_task(svc.start())
+    create = asyncio.create_task(svc.create_workload(spec, actor="script"))
+    await settle()
+    assert not create.done()
+    gate.go.set()
+    job = await asyncio.wait_for(create, 5)
+    await start
+    assert job.job_id == "grpo"
+    assert svc.preview_workload(spec).name == "grpo"
+    assert (await svc.preempt_slice("0", grace_s=5.0)).ok
+    assert (await svc.delete_workload("grpo")).ok
+    assert "name: grpo" in await svc.describe("grpo")
+    assert [c.name for c in gate.services.calls][-5:] == [
+        "create_workload",
+        "preview_workload",
+        "preempt_slice",
+        "delete_workload",
+        "describe",
+    ]

@@ -22,13 +22,17 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
     PodSnapshot,
+    PodStatus,
     RecoveryStatus,
     RecoveryStep,
     RunCadence,
+    RunMetrics,
     Update,
     UpdateBus,
+    WorkloadStatus,
 )
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 
 T0 = 1_760_000_000.0  # 2025-10-09 08:53:20 UTC
 NODE = "phantom-pod"
@@ -107,6 +111,108 @@ def preempted_pod() -> PodSnapshot:
             "tunnel to the dashboard is down",
         ),
     )
+
+
+GKE_POOL = "phantom-gke-np-0"
+
+
+def gke_pod(preempted: bool = False) -> PodSnapshot:
+    """A v5p-64 slice (8 nodes), an xpk JobSet on it (restarted once) and its pods: what the
+    GKE screens list. ``preempted``: the slice's nodes shutting down, the pods disrupted."""
+    state = "PREEMPTED" if preempted else "READY"
+    nodes = tuple(
+        replace(
+            host(
+                i,
+                state,
+                ray="-",
+                ray_nodes=0,
+                ssh="unknown",
+                health="" if not preempted else "NotReady: node is shutting down",
+            ),
+            name=f"gke-phantom-gke-{GKE_POOL}-3e01e57e-{i:04x}",
+            ip=f"127.0.2.{10 + i}",
+            pool=GKE_POOL,
+            resources={"TPU": 4.0},
+        )
+        for i in range(8)
+    )
+    pods = tuple(
+        PodStatus(
+            name=f"grpo-slice-job-0-{i}-x{i}k2p",
+            phase="Running" if not preempted else "Failed",
+            status="Running" if not preempted else "ExitCode:143",
+            ready="1/1" if not preempted else "0/1",
+            restarts=0,
+            node=nodes[i].name,
+            created_at=T0 - 600.0,
+            workload="grpo",
+            replicated_job="slice-job",
+            completion_index=i,
+            restart_attempt=1,
+            ip=nodes[i].ip,
+            disrupted=preempted,
+            message="TerminationByKubelet: Pod was terminated in response to imminent node "
+            "shutdown."
+            if preempted
+            else "",
+            containers=("jax-tpu",),
+        )
+        for i in range(8)
+    )
+    grpo = WorkloadStatus(
+        name="grpo",
+        status="PENDING" if preempted else "RUNNING",
+        template="standard",
+        restarts=1,
+        created_at=T0 - 3600.0,
+        pods_total=8,
+        pods_running=0 if preempted else 8,
+        disrupted=8 if preempted else 0,
+        owned=True,
+        run_name="grpo",
+        console_url="https://console.cloud.google.com/kubernetes/service/us-east5/phantom-gke/"
+        "default/grpo/details?project=phantom-local",
+    )
+    done = WorkloadStatus(
+        name="to-maxtext",
+        status="SUCCEEDED",
+        kind="Job",
+        template="convert",
+        terminal_state="Completed",
+        completed="True",
+        created_at=T0 - 7200.0,
+        owned=True,
+    )
+    return PodSnapshot(
+        at=T0 - 1.0,
+        provider="gke",
+        node_name=NODE,
+        accelerator_type="v5p-64 (2x4x4) x1",
+        tpu_state=state,
+        hosts=nodes,
+        pods=pods,
+        workloads=(done, grpo),
+        warnings=(
+            f"slice {GKE_POOL}: 8/8 nodes lost, preempted (spot capacity reclaimed; GKE "
+            "recreates the nodes) at 08:53:19",
+        )
+        if preempted
+        else (),
+    )
+
+
+def tunix_metrics(steps: int = 40) -> RunMetrics:
+    """The six Tunix metrics of a GRPO run, by the doc's names (for the metrics screen)."""
+    series = {
+        "rewards/mean": tuple((s, 0.15 + 0.7 * (1 - 0.97**s)) for s in range(1, steps + 1)),
+        "score/mean": tuple((s, 0.11 + 0.7 * (1 - 0.97**s)) for s in range(1, steps + 1)),
+        "rollout_time": tuple((s, 0.6 + 0.05 * (s % 3)) for s in range(1, steps + 1)),
+        "completions/mean_length": tuple((s, 180 + 5.0 * s) for s in range(1, steps + 1)),
+        "actor_dequeue_time": tuple((s, 0.05 + 0.01 * (s % 4)) for s in range(1, steps + 1)),
+        "step_time_sec": tuple((s, 1.0 + 0.02 * (s % 5)) for s in range(1, steps + 1)),
+    }
+    return RunMetrics("grpo", "grpo", series, last_step=steps, at=T0 - 2.0)
 
 
 def jobs() -> list[JobInfo]:
@@ -300,6 +406,9 @@ class FakeServices:
         if scenario == "healthy":
             self.pod = healthy_pod(n_hosts)
             self.recovery = recovered()
+        elif scenario in ("gke", "gke_preempted"):
+            self.pod = gke_pod(preempted=scenario == "gke_preempted")
+            self.recovery = recovered()
         elif scenario == "empty":
             self.pod = PodSnapshot(at=0.0, provider="local", node_name=NODE)
             self.recovery = RecoveryStatus(active=False, auto=True)
@@ -459,3 +568,34 @@ class FakeServices:
     async def recreate(self, host: str, actor: str = "user") -> ActionResult:
         self._record("recreate", host=host, actor=actor)
         return self._ok("recreate", [host])
+
+    async def preempt_slice(
+        self, slice_ref: str, grace_s: float | None = None, actor: str = "user"
+    ) -> ActionResult:
+        self._record("preempt_slice", slice_ref=slice_ref, grace_s=grace_s, actor=actor)
+        return self._ok("preempt_slice", [slice_ref])
+
+    def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
+        self._record("preview_workload", spec=spec)
+        return WorkloadPreview(
+            name=spec.name,
+            kind="JobSet",
+            manifest={"kind": "JobSet", "metadata": {"name": spec.name}},
+            manifest_yaml=f"kind: JobSet\nmetadata:\n  name: {spec.name}\n",
+            command_line=f"xpk workload create --workload {spec.name}",
+        )
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
+        self._record("create_workload", spec=spec, actor=actor)
+        job = JobInfo(spec.name, "PENDING", spec.command, start_time=T0)
+        self.jobs[job.job_id] = job
+        self.publish(job)
+        return job
+
+    async def delete_workload(self, name: str, actor: str = "user") -> ActionResult:
+        self._record("delete_workload", workload=name, actor=actor)
+        return self._ok("workload_delete")
+
+    async def describe(self, ref: str) -> str:
+        self._record("describe", ref=ref)
+        return f"kind: Pod\nmetadata:\n  name: {ref}\n\nEvents:\n<none>\n"

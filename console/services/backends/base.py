@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed
 from console.services.observation import Observation
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadPreview, WorkloadSpec
 
 if TYPE_CHECKING:
     from console.services.cadence.sources import CadenceSource
@@ -102,3 +103,33 @@ class Chaos(Protocol):
     async def preempt(self, host: str) -> ActionResult: ...
 
     async def recreate(self, host: str) -> ActionResult: ...
+
+
+@runtime_checkable
+class Workloads(Protocol):
+    """Workloads a cluster runs from a ``WorkloadSpec``: GKE JobSets (xpk's standard and
+    Pathways templates) and the conversion Job. Their status, logs and stop go through the
+    ``Backend`` job methods (a workload's job id is its name)."""
+
+    def preview(self, spec: WorkloadSpec) -> WorkloadPreview:
+        """The manifest, the equivalent xpk command line and the Cloud Console links (no I/O).
+        Raises ``SpecError`` for an invalid spec."""
+
+    async def create_workload(self, spec: WorkloadSpec, actor: str) -> JobInfo:
+        """Create it (its Secret first, if it has ``$NAME`` values). Raises ``SpecError``
+        naming the field (invalid spec, missing checkpoint, unset secret variable, a manifest
+        the API server refuses, a name in use): nothing is created then."""
+
+    async def delete_workload(self, name: str) -> bool:
+        """Delete it and its Secret (`xpk workload delete`); False if it did not exist."""
+
+    async def describe(self, ref: str) -> str:
+        """A pod, workload or node as YAML, with its recent events (`kubectl describe`).
+        Raises ``UnknownJob`` if there is no such object."""
+
+
+@runtime_checkable
+class SliceChaos(Protocol):
+    """Preempt a whole TPU slice, as GKE reclaims spot capacity: only the emulator."""
+
+    async def preempt_slice(self, slice_ref: str, grace_s: float | None) -> ActionResult: ...

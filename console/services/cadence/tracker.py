@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.services.cadence.rules import (
+    RUNNING_STATES,
     WINDOW,
     Window,
     compute_cadence,
@@ -35,7 +36,7 @@ from console.services.cadence.sources import (
     RunObservation,
 )
 from console.services.cadence.wandb_files import HistoryPoint
-from console.services.model import Event, RunCadence
+from console.services.model import Event, RunCadence, RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class CadenceTracker:
         self._prev_poll: dict[str, float] = {}
         self._transitions: list[StallTransition] = []
         self._latest: list[RunCadence] = []
+        self._metrics: list[RunMetrics] = []
         self.errors: dict[str, str] = {}
         self._lock = threading.Lock()  # state
         self._poll_lock = threading.Lock()  # one poll at a time
@@ -148,8 +150,15 @@ class CadenceTracker:
                 with self._lock:
                     self._apply(source.kind, observations, seen_at)
                 self._prev_poll[source.kind] = started  # ...and new ones were absent then
+            metrics = [
+                m
+                for source in self.sources
+                if source.kind not in failing and hasattr(source, "metrics")
+                for m in source.metrics()
+            ]
             now = self._clock()
             with self._lock:
+                self._metrics = metrics
                 self._latest = self._compute(now, failing)
                 return list(self._latest)
 
@@ -163,6 +172,10 @@ class CadenceTracker:
             if st is None:
                 st = self._runs[key] = _RunState(run_id=obs.run_id, name=obs.name, source=key[0])
             st.name = obs.name or st.name
+            if st.state not in RUNNING_STATES and obs.state in RUNNING_STATES and st.points:
+                # Running again (a restarted workload): its silence counts from now, not
+                # from its last row before the restart.
+                st.anchor = max(st.anchor if st.anchor is not None else seen_at, seen_at)
             st.state = obs.state
             st.stride = obs.stride
             st.lag_s = obs.lag_s
@@ -232,6 +245,11 @@ class CadenceTracker:
         with self._lock:
             out, self._transitions = self._transitions, []
         return out
+
+    def metrics(self) -> list[RunMetrics]:
+        """Metric values of the sources that keep them (TensorBoard), from the last poll."""
+        with self._lock:
+            return list(self._metrics)
 
     def latest(self) -> list[RunCadence]:
         """The values from the last poll (no I/O)."""

@@ -8,7 +8,15 @@ cluster was last healthy, when the current trouble started, how many polls it ha
 jobs were active on the last live head (what a head loss would take with it).
 
 Time to detect is measured from the provider's preemption time when it reports one (the TPU
-API does, per worker symptom), otherwise from the last healthy poll (an upper bound).
+API does, per worker symptom; GKE dates a node's NotReady), otherwise from the last healthy
+poll (an upper bound).
+
+A GKE slice's nodes (hosts with a ``pool``) change together: their transitions are one row
+per slice, not one per node. Workloads (JobSets) have edges of their own, each journaled
+once: ``jobset_restarted`` (status.restarts grew), ``jobset_failed`` (e.g.
+ReachedMaxRestarts), ``quota_pending`` (pods unschedulable beyond the capacity wait),
+``worker_replaced`` (a Pathways worker replaced while the JobSet reports no restart) and
+``head_failed``.
 """
 
 from __future__ import annotations
@@ -18,16 +26,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.services.events import EventSink
-from console.services.model import ACTIVE_JOBS, Event, JobInfo
-from console.services.observation import Observation
+from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus, WorkloadStatus
+from console.services.observation import HostObservation, Observation
 from console.services.recovery.diagnosis import (
     SOFT_CONDITIONS,
     Diagnosis,
     HostCondition,
+    WorkloadCondition,
     condition_text,
     diagnose,
     event_kind,
     fully_formed,
+    slice_state_text,
+    slice_text,
+    workload_event,
 )
 
 
@@ -67,6 +79,8 @@ class Detector:
         self.last_diagnosis: Diagnosis | None = None
         self._conditions: dict[str, HostCondition] = {}
         self._tpu_states: dict[str, str] = {}
+        self._workloads: dict[str, WorkloadStatus] = {}
+        self._blocked: set[str] = set()
         self._head_lost = False
         self._tunnel_down = False
         self._stalled: set[str] = set()
@@ -159,7 +173,11 @@ class Detector:
         self, obs: Observation, diag: Diagnosis, *, silent: bool = False
     ) -> None:
         emit: Callable[..., Awaitable[None]] = _nothing if silent else self._event
+        await self._emit_slices(obs, diag, emit)
+        await self._emit_workloads(obs, diag, emit)
         for h in obs.hosts:
+            if h.pool:
+                continue  # worded per slice (_emit_slices)
             before_state = self._tpu_states.get(h.name)
             if before_state is not None and before_state != h.tpu_state:
                 await emit(
@@ -204,6 +222,101 @@ class Detector:
             for run in sorted(self._stalled - set(diag.stalled_runs)):
                 await emit("cadence_resumed", f"run {run}: metrics resumed", data={"run_id": run})
         self._stalled = set(diag.stalled_runs)
+
+    async def _emit_slices(
+        self, obs: Observation, diag: Diagnosis, emit: Callable[..., Awaitable[None]]
+    ) -> None:
+        """A slice's nodes: one row per state change and one per condition entered."""
+        changes: dict[tuple[str, str, str], list[str]] = {}
+        entered: dict[tuple[str, HostCondition], list[HostObservation]] = {}
+        for h in obs.hosts:
+            if not h.pool:
+                continue
+            before_state = self._tpu_states.get(h.name)
+            if before_state is not None and before_state != h.tpu_state:
+                changes.setdefault((h.pool, before_state, str(h.tpu_state)), []).append(h.name)
+            self._tpu_states[h.name] = str(h.tpu_state)
+            cond = diag.conditions[h.name]
+            before = self._conditions.get(h.name, HostCondition.OK)
+            self._conditions[h.name] = cond
+            if cond == before or cond in (HostCondition.OK, HostCondition.NOT_READY):
+                continue
+            entered.setdefault((h.pool, cond), []).append(h)
+        for (pool, old, new), names in changes.items():
+            await emit(
+                "state_change",
+                slice_state_text(pool, old, new, len(names)),
+                host=pool,
+                data={"from": old, "to": new, "nodes": names},
+            )
+        for (pool, cond), hosts in entered.items():
+            size = sum(1 for h in obs.hosts if h.pool == pool)
+            data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool}
+            if cond is HostCondition.LOST:
+                delay = self.detect_delay(obs, diag)
+                if delay is not None:
+                    data["detect_s"] = round(delay, 3)
+                times = [h.preempted_at for h in hosts if h.preempted_at is not None]
+                if times:
+                    data["preempted_at"] = min(times)
+            await emit(
+                event_kind(cond, hosts[0]),
+                slice_text(pool, cond, hosts, size),
+                host=pool,
+                data=data,
+            )
+
+    async def _emit_workloads(
+        self, obs: Observation, diag: Diagnosis, emit: Callable[..., Awaitable[None]]
+    ) -> None:
+        """Workload edges against the previous observation (a first sighting is a baseline)."""
+        now = {w.name: w for w in obs.workloads}
+        for w in obs.workloads:
+            before = self._workloads.get(w.name)
+            blocked = diag.workloads.get(w.name) is WorkloadCondition.CAPACITY
+            if blocked and w.name not in self._blocked:
+                await emit(
+                    "quota_pending",
+                    workload_event("quota_pending", w, before or w, obs),
+                    host=w.name,
+                    data={"workload": w.name, "pods": w.unschedulable},
+                )
+            if not blocked:
+                self._blocked.discard(w.name)
+            else:
+                self._blocked.add(w.name)
+            if before is None:
+                continue
+            data: dict[str, Any] = {"workload": w.name, "restarts": w.restarts}
+            if w.restarts > before.restarts:
+                await emit(
+                    "jobset_restarted",
+                    workload_event("jobset_restarted", w, before, obs),
+                    host=w.name,
+                    data={**data, "previous": before.restarts},
+                )
+            if w.status == JobStatus.FAILED and before.status != JobStatus.FAILED:
+                await emit(
+                    "jobset_failed",
+                    workload_event("jobset_failed", w, before, obs),
+                    host=w.name,
+                    data={**data, "reason": w.failed_reason, "owned": w.owned},
+                )
+            if w.worker_replacements > before.worker_replacements:
+                await emit(
+                    "worker_replaced",
+                    workload_event("worker_replaced", w, before, obs),
+                    host=w.name,
+                    data={**data, "replaced": w.worker_replacements - before.worker_replacements},
+                )
+            if w.head_failed and not before.head_failed:
+                await emit(
+                    "head_failed",
+                    workload_event("head_failed", w, before, obs),
+                    host=w.name,
+                    data=data,
+                )
+        self._workloads = now
 
     async def _event(
         self,

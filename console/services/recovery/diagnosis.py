@@ -21,13 +21,23 @@ Host conditions, from the layers of one poll:
 LOST and NOTICE are hard (the provider says so); UNREACHABLE/RAY_DOWN/DUPLICATE are soft: they could be a
 slow SSH handshake or a state query racing a registration, so auto recovery waits for them
 to persist (``detector``).
+
+On GKE the hosts are a TPU slice's nodes (``HostObservation.pool`` names the slice) and are
+worded per slice; the workloads (JobSets) have conditions of their own:
+
+* FAILED: a JobSet this console created is Failed (e.g. ReachedMaxRestarts): recovery
+  resubmits it under the same run name, so it resumes from its checkpoints (hard);
+* CAPACITY: its pods stayed unschedulable longer than ``Observation.capacity_wait_s``: no
+  TPU capacity or quota; no step can fix that, so it is reported with the fix;
+* HEAD_FAILED: the Pathways head (or the coordinator pod) is failing;
+* RESTARTING: the JobSet is restarting itself (what a slice preemption leads to).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from console.services.model import (
@@ -35,6 +45,7 @@ from console.services.model import (
     TRANSITIONAL_STATES,
     HostState,
     JobStatus,
+    WorkloadStatus,
 )
 from console.services.observation import HostObservation, Observation
 
@@ -66,6 +77,14 @@ _CONDITION_EVENTS = {
 }
 
 
+class WorkloadCondition(StrEnum):
+    OK = "ok"
+    RESTARTING = "restarting"
+    FAILED = "failed"
+    CAPACITY = "capacity"
+    HEAD_FAILED = "head_failed"
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     conditions: Mapping[str, HostCondition]
@@ -75,6 +94,20 @@ class Diagnosis:
     tunnel_down: bool
     stalled_runs: tuple[str, ...] = ()
     symptoms: tuple[str, ...] = ()
+    workloads: Mapping[str, WorkloadCondition] = field(default_factory=dict)
+
+    def workloads_in(self, *conds: WorkloadCondition) -> tuple[str, ...]:
+        return tuple(w for w, c in self.workloads.items() if c in conds)
+
+    @property
+    def to_resubmit(self) -> tuple[str, ...]:
+        """Failed workloads of this console: resubmitted by recovery."""
+        return self.workloads_in(WorkloadCondition.FAILED)
+
+    @property
+    def blocked(self) -> tuple[str, ...]:
+        """Workloads waiting for capacity no recovery step can create."""
+        return self.workloads_in(WorkloadCondition.CAPACITY)
 
     def hosts_in(self, *conds: HostCondition) -> tuple[str, ...]:
         return tuple(h for h, c in self.conditions.items() if c in conds)
@@ -87,11 +120,17 @@ class Diagnosis:
     def needs_recovery(self) -> bool:
         """Something a recovery step can fix (a stall alone is reported, not "fixed")."""
         bad = {HostCondition.LOST, HostCondition.NOTICE, HostCondition.NOT_READY} | SOFT_CONDITIONS
-        return self.head_lost or self.tunnel_down or any(c in bad for c in self.conditions.values())
+        return (
+            self.head_lost
+            or self.tunnel_down
+            or any(c in bad for c in self.conditions.values())
+            or bool(self.to_resubmit)
+        )
 
     @property
     def hard(self) -> bool:
-        return any(c in HARD_CONDITIONS for c in self.conditions.values())
+        """The provider says so: a VM or node is gone, or a JobSet has Failed."""
+        return any(c in HARD_CONDITIONS for c in self.conditions.values()) or bool(self.to_resubmit)
 
     @property
     def healthy(self) -> bool:
@@ -126,11 +165,23 @@ def diagnose(obs: Observation) -> Diagnosis:
     """Every layer of one observation -> what is wrong and where."""
     conditions = {h.name: classify_host(h, obs.ray_reachable) for h in obs.hosts}
     symptoms: list[str] = []
+    pooled: dict[tuple[str, HostCondition], list[HostObservation]] = {}
     for h in obs.hosts:
         cond = conditions[h.name]
-        if cond is not HostCondition.OK:
-            extra = f" [{', '.join(h.symptoms)}]" if h.symptoms else ""
-            symptoms.append(f"{h.name}: {condition_text(cond, h)}{extra}")
+        if cond is HostCondition.OK:
+            continue
+        if h.pool:  # a slice's nodes go together: one line per slice
+            pooled.setdefault((h.pool, cond), []).append(h)
+            continue
+        extra = f" [{', '.join(h.symptoms)}]" if h.symptoms else ""
+        symptoms.append(f"{h.name}: {condition_text(cond, h)}{extra}")
+    for (pool, cond), hosts in pooled.items():
+        size = sum(1 for h in obs.hosts if h.pool == pool)
+        symptoms.append(slice_text(pool, cond, hosts, size))
+    workloads = {w.name: classify_workload(w, obs) for w in obs.workloads}
+    for w in obs.workloads:
+        if workloads[w.name] is not WorkloadCondition.OK:
+            symptoms.append(workload_text(workloads[w.name], w, obs))
     head_cond = conditions.get(obs.head, HostCondition.UNKNOWN)
     head_lost, head_reason = False, ""
     if not obs.head:
@@ -161,11 +212,104 @@ def diagnose(obs: Observation) -> Diagnosis:
         tunnel_down=tunnel_down,
         stalled_runs=tuple(obs.stalled_runs),
         symptoms=tuple(symptoms),
+        workloads=workloads,
     )
+
+
+def classify_workload(w: WorkloadStatus, obs: Observation) -> WorkloadCondition:
+    if w.status == JobStatus.FAILED:
+        return WorkloadCondition.FAILED if w.owned else WorkloadCondition.OK
+    if w.status in (JobStatus.SUCCEEDED, JobStatus.STOPPED):
+        return WorkloadCondition.OK
+    if (
+        w.unschedulable
+        and w.unschedulable_since is not None
+        and obs.at - w.unschedulable_since > obs.capacity_wait_s
+    ):
+        return WorkloadCondition.CAPACITY
+    if w.head_failed:
+        return WorkloadCondition.HEAD_FAILED
+    if w.status == JobStatus.PENDING and w.restarts > 0 and w.message == "restarting":
+        return WorkloadCondition.RESTARTING
+    return WorkloadCondition.OK
+
+
+def workload_text(cond: WorkloadCondition, w: WorkloadStatus, obs: Observation) -> str:
+    """What a workload's condition means, with what to do about it."""
+    name = f"workload {w.name}"
+    if cond is WorkloadCondition.FAILED:
+        why = f" ({w.failed_reason})" if w.failed_reason else ""
+        return (
+            f"{name}: JobSet Failed{why} after {w.restarts} restart(s); recovery resubmits it "
+            f"as run {w.run_name or w.name} (it resumes from its last checkpoint)"
+        )
+    if cond is WorkloadCondition.CAPACITY:
+        waited = obs.at - (w.unschedulable_since or obs.at)
+        return (
+            f"{name}: {w.unschedulable} pod(s) Pending for {waited:.0f}s, unschedulable "
+            f"({w.scheduler_message or 'no node fits'}): no TPU capacity for it (spot "
+            "capacity or TPU quota exhausted); the console cannot fix this: wait for "
+            "capacity, raise the TPU quota (IAM & Admin > Quotas), use on-demand or a "
+            "reservation (spot = false), or resubmit with fewer slices"
+        )
+    if cond is WorkloadCondition.HEAD_FAILED:
+        return f"{name}: head failing: {w.head_failed}"
+    if cond is WorkloadCondition.RESTARTING:
+        return (
+            f"{name}: JobSet restarting itself (restart {w.restarts}, "
+            f"{w.pods_running}/{w.pods_total} pods Running)"
+        )
+    return f"{name}: ok"
+
+
+def workload_event(kind: str, w: WorkloadStatus, before: WorkloadStatus, obs: Observation) -> str:
+    """The journal's message for a workload event (``detector``)."""
+    name = f"workload {w.name}"
+    if kind == "jobset_restarted":
+        why = f" ({w.disrupted} pod(s) disrupted: slice preempted)" if w.disrupted else ""
+        return f"{name}: JobSet restarted ({before.restarts} -> {w.restarts}){why}"
+    if kind == "jobset_failed":
+        why = f" ({w.failed_reason})" if w.failed_reason else ""
+        return f"{name}: JobSet Failed{why}: {w.message}".rstrip(": ")
+    if kind == "quota_pending":
+        return workload_text(WorkloadCondition.CAPACITY, w, obs)
+    if kind == "worker_replaced":
+        n = w.worker_replacements - before.worker_replacements
+        return (
+            f"{name}: {n} Pathways worker pod(s) replaced by their Job while the JobSet "
+            f"reports no restart (restarts still {w.restarts})"
+        )
+    if kind == "head_failed":
+        return f"{name}: head failing: {w.head_failed}"
+    return f"{name}: {kind}"
+
+
+def slice_text(pool: str, cond: HostCondition, hosts: list[HostObservation], size: int) -> str:
+    """One slice's nodes in one condition, in one line."""
+    n = f"{len(hosts)}/{size} nodes"
+    if cond is HostCondition.LOST:
+        states = sorted({str(h.tpu_state) for h in hosts})
+        when = min((h.preempted_at for h in hosts if h.preempted_at), default=None)
+        at = f" at {_clock(when)}" if when else ""
+        what = (
+            "preempted (spot capacity reclaimed; GKE recreates the nodes)"
+            if HostState.PREEMPTED in states
+            else "nodes deleted, waiting for GKE to recreate them"
+        )
+        return f"slice {pool}: {n} lost, {what}{at}"
+    if cond is HostCondition.NOT_READY:
+        return f"slice {pool}: {n} not Ready yet ({hosts[0].health or hosts[0].tpu_state})"
+    return f"slice {pool}: {n} {cond} ({hosts[0].health or hosts[0].tpu_state})"
+
+
+def slice_state_text(pool: str, before: str, after: str, n: int) -> str:
+    return f"slice {pool}: {n} node(s) {before} -> {after}"
 
 
 def condition_text(cond: HostCondition, h: HostObservation) -> str:
     """What a host's condition means, in the words every screen and event uses."""
+    if h.pool:
+        return slice_text(h.pool, cond, [h], 1).split(": ", 1)[1]
     if cond is HostCondition.LOST:
         when = f" at {_clock(h.preempted_at)}" if h.preempted_at else ""
         return f"VM lost ({h.ip}, TPU state {h.tpu_state}{when})"
@@ -225,9 +369,13 @@ def unmet(
 ) -> list[str]:
     """What still keeps a recovery from being verified (empty: the cluster is back)."""
     out: list[str] = []
-    not_ready = [h.name for h in obs.hosts if str(h.tpu_state) != HostState.READY]
-    if not_ready:
-        out.append(f"not READY: {', '.join(not_ready)}")
+    not_ready = [h for h in obs.hosts if str(h.tpu_state) != HostState.READY]
+    pools = sorted({h.pool for h in not_ready if h.pool})
+    for pool in pools:
+        n = sum(1 for h in not_ready if h.pool == pool)
+        out.append(f"slice {pool}: {n} node(s) not Ready")
+    if any(not h.pool for h in not_ready):
+        out.append(f"not READY: {', '.join(h.name for h in not_ready if not h.pool)}")
     unreachable = [h.name for h in obs.hosts if h.ssh_ok is False]
     if unreachable:
         out.append(f"SSH down: {', '.join(unreachable)}")
@@ -250,6 +398,9 @@ def unmet(
             out.append(f"resubmitted job {new} (was {old}) is {st}")
         elif st not in (JobStatus.RUNNING, JobStatus.SUCCEEDED):
             out.append(f"resubmitted job {new} is {st}")
+    for w in obs.workloads:
+        if w.owned and w.status == JobStatus.PENDING and w.name not in resubmitted:
+            out.append(f"workload {w.name}: {w.pods_running}/{w.pods_total} pods Running")
     new_stalls = sorted(set(obs.stalled_runs) - stalled_before)
     if new_stalls:
         out.append(f"metrics stalled: {', '.join(_run_names(obs, new_stalls))}")
@@ -260,7 +411,14 @@ def verified_text(
     obs: Observation, n_hosts: int, resubmitted: Mapping[str, str], stalled_before: set[str]
 ) -> str:
     """What a verified recovery reports."""
-    msg = f"{ray_alive_hosts(obs)}/{n_hosts} Ray nodes alive" if obs.head else "cluster up"
+    if obs.head:
+        msg = f"{ray_alive_hosts(obs)}/{n_hosts} Ray nodes alive"
+    elif any(h.pool for h in obs.hosts):
+        ready = sum(1 for h in obs.hosts if h.tpu_state == HostState.READY)
+        running = sum(1 for w in obs.workloads if w.owned and w.status == JobStatus.RUNNING)
+        msg = f"{ready}/{len(obs.hosts)} nodes Ready, {running} workload(s) Running"
+    else:
+        msg = "cluster up"
     if obs.tunnel_up:
         msg += ", tunnel up"
     if resubmitted:
@@ -298,8 +456,18 @@ def ray_alive_hosts(obs: Observation) -> int:
 
 
 def fully_formed(obs: Observation) -> bool:
-    """Ray up with exactly one live node on every host."""
+    """Ray up with exactly one live node on every host; a backend without a Ray head (GKE):
+    every node Ready."""
+    if not obs.head:
+        return bool(obs.hosts) and all(h.tpu_state == HostState.READY for h in obs.hosts)
     return bool(obs.hosts) and obs.ray_reachable and all(h.ray_alive == 1 for h in obs.hosts)
+
+
+def resubmitted_text(old: str, new: str) -> str:
+    """The journal's line for a job the recovery submitted again."""
+    if old == new:
+        return f"workload {old} failed, resubmitted under the same run name (resumes from its checkpoints)"
+    return f"job {old} lost with the head, resubmitted as {new}"
 
 
 def _run_names(obs: Observation, run_ids: tuple[str, ...] | list[str]) -> list[str]:

@@ -314,7 +314,7 @@ class RecoveryRunner:
             if before.get(old) != new:
                 await self._event(
                     "job_resubmitted",
-                    f"job {old} lost with the head, resubmitted as {new}",
+                    dx.resubmitted_text(old, new),
                     actor=run.actor,
                     data={"old_job_id": old, "new_job_id": new},
                 )
@@ -327,7 +327,8 @@ class RecoveryRunner:
         while True:
             obs = await self._retry_observe(run, step=VERIFY)
             diag = dx.diagnose(obs)
-            if diag.hosts_in(dx.HostCondition.LOST):
+            failed = [w for w in diag.to_resubmit if w not in resubmitted]
+            if diag.hosts_in(dx.HostCondition.LOST) or failed:
                 # Something new broke while we were recovering: report it and go again.
                 self._set(
                     run,

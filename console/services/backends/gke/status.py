@@ -1,0 +1,267 @@
+"""Kubernetes objects -> the console's model: pods as `kubectl get pods` shows them, nodes as
+hosts, JobSets and Jobs as workloads (pure functions over the API's JSON).
+
+A pod's STATUS follows kubectl's printPod (pkg/printers/internalversion): the pod's reason
+or phase, overridden by the first init container that is not done (restartable sidecars
+count once started), then by the containers' waiting/terminated reasons (``ExitCode:N``
+without one), ``Terminating`` while deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from console.services.backends.gke.kube import Obj
+from console.services.model import HostState, JobStatus, PodStatus
+
+P = "jobset.sigs.k8s.io/"
+TPU_LABEL = "cloud.google.com/gke-tpu-accelerator"
+POOL_LABEL = "cloud.google.com/gke-nodepool"
+SHUTDOWN_TAINTS = ("cloud.google.com/impending-node-termination",)
+
+
+def ts(value: Any) -> float | None:
+    """Epoch seconds of an RFC 3339 time (None when absent or unreadable)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def meta(obj: Obj) -> Obj:
+    m: Obj = obj.get("metadata") or {}
+    return m
+
+
+def labels(obj: Obj) -> dict[str, str]:
+    return dict(meta(obj).get("labels") or {})
+
+
+def condition(obj: Obj, type_: str) -> Obj | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            cond: Obj = c
+            return cond
+    return None
+
+
+def condition_true(obj: Obj, type_: str) -> bool:
+    c = condition(obj, type_)
+    return c is not None and c.get("status") == "True"
+
+
+# -- pods ----------------------------------------------------------------------------------------
+def _restartable(spec: Obj, name: str) -> bool:
+    return any(
+        c.get("name") == name and c.get("restartPolicy") == "Always"
+        for c in spec.get("initContainers") or []
+    )
+
+
+def pod_status_text(pod: Obj) -> tuple[str, int, int, int]:
+    """(STATUS, ready, total, restarts) as kubectl prints them."""
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    total = len(spec.get("containers") or []) + sum(
+        1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    )
+    ready = restarts = side_restarts = 0
+    reason = st.get("reason") or st.get("phase") or "Pending"
+    initializing = False
+    inits = st.get("initContainerStatuses") or []
+    for i, cs in enumerate(inits):
+        restarts += int(cs.get("restartCount", 0))
+        side = _restartable(spec, cs.get("name", ""))
+        if side:
+            side_restarts += int(cs.get("restartCount", 0))
+        state = cs.get("state") or {}
+        term, wait = state.get("terminated"), state.get("waiting")
+        if term is not None and int(term.get("exitCode", 0)) == 0:
+            continue
+        if side and cs.get("started"):
+            ready += 1 if cs.get("ready") else 0
+            continue
+        if term is not None:
+            reason = "Init:" + (term.get("reason") or f"ExitCode:{term.get('exitCode', 0)}")
+        elif wait is not None and wait.get("reason") and wait["reason"] != "PodInitializing":
+            reason = "Init:" + wait["reason"]
+        else:
+            reason = f"Init:{i}/{len(spec.get('initContainers') or [])}"
+        initializing = True
+        break
+    if not initializing or condition_true(pod, "Initialized"):
+        restarts = side_restarts
+        has_running = False
+        for cs in reversed(st.get("containerStatuses") or []):
+            restarts += int(cs.get("restartCount", 0))
+            state = cs.get("state") or {}
+            wait, term = state.get("waiting"), state.get("terminated")
+            if wait is not None and wait.get("reason"):
+                reason = wait["reason"]
+            elif term is not None and term.get("reason"):
+                reason = term["reason"]
+            elif term is not None:
+                reason = f"ExitCode:{term.get('exitCode', 0)}"
+            elif cs.get("ready") and "running" in state:
+                has_running = True
+                ready += 1
+        if reason == "Completed" and has_running:
+            reason = "Running" if condition_true(pod, "Ready") else "NotReady"
+    if meta(pod).get("deletionTimestamp") and st.get("phase") not in ("Succeeded", "Failed"):
+        reason = "Terminating"
+    return str(reason), ready, total, restarts
+
+
+def _why(pod: Obj) -> str:
+    """The most telling reason a pod is not simply running."""
+    st = pod.get("status") or {}
+    dt = condition(pod, "DisruptionTarget")
+    if dt is not None and dt.get("status") == "True":
+        return f"{dt.get('reason', '')}: {dt.get('message', '')}".strip(": ")
+    sched = condition(pod, "PodScheduled")
+    if sched is not None and sched.get("status") == "False":
+        return str(sched.get("message") or sched.get("reason") or "")
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        wait = (cs.get("state") or {}).get("waiting") or {}
+        if wait.get("message"):
+            return str(wait["message"])
+    return str(st.get("message") or "")
+
+
+def pod_status(pod: Obj) -> PodStatus:
+    m, spec, st = meta(pod), pod.get("spec") or {}, pod.get("status") or {}
+    lab = labels(pod)
+    text, ready, total, restarts = pod_status_text(pod)
+    return PodStatus(
+        name=str(m.get("name", "")),
+        phase=str(st.get("phase") or "Pending"),
+        status=text,
+        ready=f"{ready}/{total}",
+        restarts=restarts,
+        node=str(spec.get("nodeName") or ""),
+        created_at=ts(m.get("creationTimestamp")),
+        workload=lab.get(P + "jobset-name") or lab.get("job-name") or "",
+        replicated_job=lab.get(P + "replicatedjob-name", ""),
+        job_index=_int(lab.get(P + "job-index")),
+        completion_index=_int(
+            lab.get("batch.kubernetes.io/job-completion-index")
+            or (m.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        ),
+        restart_attempt=_int(lab.get(P + "restart-attempt")),
+        ip=str(st.get("podIP") or ""),
+        message=_why(pod),
+        disrupted=condition_true(pod, "DisruptionTarget"),
+        containers=tuple(str(c.get("name", "")) for c in spec.get("containers") or []),
+    )
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def main_container(pod: Obj) -> tuple[str, int, bool]:
+    """(name, restartCount, started) of the pod's first container: whose log is the pod's."""
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    containers = spec.get("containers") or []
+    name = str(containers[0].get("name", "")) if containers else ""
+    for cs in st.get("containerStatuses") or []:
+        if cs.get("name") == name:
+            state = cs.get("state") or {}
+            started = (
+                "running" in state or "terminated" in state or int(cs.get("restartCount", 0)) > 0
+            )
+            return name, int(cs.get("restartCount", 0)), started
+    return name, 0, False
+
+
+def pod_terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+def is_tpu_node(node: Obj) -> bool:
+    return TPU_LABEL in labels(node)
+
+
+def node_pool(node: Obj) -> str:
+    return labels(node).get(POOL_LABEL, "")
+
+
+def node_ip(node: Obj) -> str:
+    for a in (node.get("status") or {}).get("addresses") or []:
+        if a.get("type") == "InternalIP":
+            return str(a.get("address", ""))
+    return ""
+
+
+def node_state(node: Obj) -> tuple[str, str, float | None]:
+    """(HostState, health text, since) of a node: Ready -> READY; NotReady because it is
+    shutting down (the preemption notice: the kubelet's message, GKE's impending-termination
+    taint) -> PREEMPTED; NotReady otherwise -> REPAIRING (GKE auto-repairs it); no Ready
+    condition yet -> CREATING."""
+    ready = condition(node, "Ready")
+    if ready is None:
+        return HostState.CREATING, "", None
+    since = ts(ready.get("lastTransitionTime"))
+    if ready.get("status") == "True":
+        return HostState.READY, "", since
+    message = str(ready.get("message") or ready.get("reason") or "NotReady")
+    taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+    if "shutting down" in message or taints & set(SHUTDOWN_TAINTS):
+        return HostState.PREEMPTED, f"NotReady: {message}", since
+    if ready.get("status") == "Unknown":
+        return HostState.UNKNOWN, f"NotReady: {message}", since
+    return HostState.REPAIRING, f"NotReady: {message}", since
+
+
+# -- workloads -----------------------------------------------------------------------------------
+def expected_pods(jobset: Obj) -> int:
+    total = 0
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        jspec = (rj.get("template") or {}).get("spec") or {}
+        total += int(rj.get("replicas", 1)) * int(jspec.get("parallelism", 1))
+    return total
+
+
+def jobset_status(jobset: Obj, pods: Iterable[PodStatus]) -> tuple[str, str, str]:
+    """(JobStatus, failed reason, message) of a JobSet from its status and its current
+    attempt's pods: RUNNING once every expected pod of the attempt runs."""
+    st = jobset.get("status") or {}
+    terminal = st.get("terminalState") or ""
+    if terminal == "Completed" or condition_true(jobset, "Completed"):
+        c = condition(jobset, "Completed") or {}
+        return JobStatus.SUCCEEDED, "", str(c.get("message") or "")
+    if terminal == "Failed" or condition_true(jobset, "Failed"):
+        c = condition(jobset, "Failed") or {}
+        return JobStatus.FAILED, str(c.get("reason") or ""), str(c.get("message") or "")
+    if (jobset.get("spec") or {}).get("suspend") or condition_true(jobset, "Suspended"):
+        return JobStatus.PENDING, "", "suspended"
+    attempt = int(st.get("restarts", 0) or 0)
+    current = [p for p in pods if p.restart_attempt == attempt]
+    active = [p for p in current if p.phase != "Succeeded"]
+    running = [p for p in active if p.phase == "Running" and not p.disrupted]
+    done = len(current) - len(active)
+    if active and len(running) == len(active) and len(running) + done >= expected_pods(jobset):
+        return JobStatus.RUNNING, "", ""
+    restarting = condition_true(jobset, "RestartingJobSet") or (attempt > 0 and not running)
+    return JobStatus.PENDING, "", "restarting" if restarting else ""
+
+
+def job_status(job: Obj, pods: Iterable[PodStatus]) -> tuple[str, str, str]:
+    """(JobStatus, failed reason, message) of a batch Job."""
+    for type_, status in (("Complete", JobStatus.SUCCEEDED), ("Failed", JobStatus.FAILED)):
+        c = condition(job, type_)
+        if c is not None and c.get("status") == "True":
+            reason = str(c.get("reason") or "") if status == JobStatus.FAILED else ""
+            return status, reason, str(c.get("message") or "")
+    if (job.get("spec") or {}).get("suspend"):
+        return JobStatus.PENDING, "", "suspended"
+    if any(p.phase == "Running" for p in pods):
+        return JobStatus.RUNNING, "", ""
+    return JobStatus.PENDING, "", ""

@@ -1,0 +1,121 @@
+"""Tunix metrics from TensorBoard event files: the doc's names map to the tags Tunix writes,
+reading is incremental (a poll reads what was appended), a restart's repeated steps keep
+their newest value, and the cadence rule calls a running workload that stops writing
+stalled."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.util import tensor_util
+
+from console.emulator.gke.workload.grpo import TUNIX_TAGS
+from console.services.backends.gke.metrics import DOC_TAGS, RunReader, TbRun, TensorBoardSource
+from console.services.cadence.tracker import CadenceTracker
+
+
+class Writer:
+    """tensorboard's own writer, one file per 'process start' (as Tunix writes them)."""
+
+    def __init__(self, logdir: Path, tensors: bool = False) -> None:
+        self._w = EventFileWriter(str(logdir), flush_secs=60)
+        self.tensors = tensors
+
+    def step(self, step: int, wall: float, value: float) -> None:
+        values = []
+        for tag in DOC_TAGS.values():
+            if self.tensors:  # TF2-style summaries carry a scalar tensor
+                proto = tensor_util.make_tensor_proto(value)
+                values.append(summary_pb2.Summary.Value(tag=tag, tensor=proto))
+            else:
+                values.append(summary_pb2.Summary.Value(tag=tag, simple_value=value))
+        self._w.add_event(
+            event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=values))
+        )
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def test_doc_names_map_to_the_tags_tunix_writes() -> None:
+    assert set(DOC_TAGS) == {
+        "rewards/mean",
+        "score/mean",
+        "rollout_time",
+        "completions/mean_length",
+        "actor_dequeue_time",
+        "step_time_sec",
+    }
+    assert set(DOC_TAGS.values()) <= set(TUNIX_TAGS)
+    assert DOC_TAGS["step_time_sec"] == "perf/train/global_step_time"
+
+
+def test_reading_is_incremental(tmp_path: Path) -> None:
+    w = Writer(tmp_path)
+    reader = RunReader(str(tmp_path))
+    for s in range(1, 11):
+        w.step(s, 1000.0 + s, s / 10)
+    first = reader.poll()
+    assert [p.step for p in first] == list(range(1, 11))
+    read_after_first = reader.events_read
+    assert reader.poll() == []  # nothing new: nothing read again
+    assert reader.events_read == read_after_first
+    for s in range(11, 14):
+        w.step(s, 1000.0 + s, s / 10)
+    assert [p.step for p in reader.poll()] == [11, 12, 13]
+    assert reader.events_read == read_after_first + 3  # only the appended events
+    w.close()
+
+
+def test_a_restart_repeats_steps_and_keeps_the_newest_value(tmp_path: Path) -> None:
+    old = Writer(tmp_path)
+    for s in range(1, 8):
+        old.step(s, 1000.0 + s, 1.0)
+    old.close()
+    reader = RunReader(str(tmp_path))
+    reader.poll()
+    time.sleep(1.1)  # a new file name (its timestamp): the resumed process
+    new = Writer(tmp_path, tensors=True)
+    for s in range(5, 10):  # resumed from the checkpoint at step 4: 5..7 again
+        new.step(s, 2000.0 + s, 2.0)
+    again = reader.poll()
+    assert [p.step for p in again] == [5, 6, 7, 8, 9]  # a repeated step is an arrival too
+    series = reader.series()["rewards/mean"]
+    assert [s for s, _ in series] == list(range(1, 10)), "one value per step"
+    assert dict(series)[4] == 1.0 and dict(series)[5] == 2.0 and dict(series)[7] == 2.0
+    assert len(reader.files()) == 2
+    new.close()
+
+
+def test_a_running_workload_that_stops_writing_is_stalled(tmp_path: Path) -> None:
+    now = [3000.0]
+    state = ["RUNNING"]
+    logdir = tmp_path / "run" / "tensorboard"
+    w = Writer(logdir)
+    source = TensorBoardSource(
+        lambda: (TbRun("grpo", "grpo-run", str(logdir), state[0]),), lag_s=0.5
+    )
+    tracker = CadenceTracker([source], stall_factor=5.0, clock=lambda: now[0])
+    for s in range(1, 11):  # one step a second, seen as it is written
+        w.step(s, now[0], 0.5)
+        (cad,) = tracker.poll()
+        now[0] += 1.0
+    assert not cad.stalled and cad.median_interval_s == 1.0 and cad.state == "running"
+    (metrics,) = tracker.metrics()
+    assert metrics.last_step == 10 and len(metrics.series["step_time_sec"]) == 10
+    now[0] += 6.0  # silence beyond 5 x 1 s + 0.5 s lag, pods still Running
+    (cad,) = tracker.poll()
+    assert cad.stalled
+    transitions = tracker.take_transitions()
+    assert [t.stalled for t in transitions] == [True]
+    state[0] = "PENDING"  # restarting: a silence is expected, not a stall
+    (cad,) = tracker.poll()
+    assert not cad.stalled and cad.state == "restarting"
+    state[0] = "RUNNING"  # running again: the silence counts from now
+    (cad,) = tracker.poll()
+    assert not cad.stalled
+    w.close()

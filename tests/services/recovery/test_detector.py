@@ -1,0 +1,82 @@
+"""The detector on GKE observations: one journal row per slice change, and each workload
+edge once (JobSet restart, failure, quota, Pathways worker replaced, head failing)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from console.services.events import EventSink
+from console.services.journal import Journal
+from console.services.model import Event, HostState, JobStatus, Update
+from console.services.recovery.detector import Detector
+from tests.services.recovery.test_diagnosis import T, nodes, obs, wl
+
+
+async def feed(*observations) -> list[Event]:  # type: ignore[no-untyped-def]
+    seen: list[Update] = []
+    journal = Journal(":memory:")
+    sink = EventSink(journal, seen.append)
+    det = Detector(sink, clock=lambda: T)
+    for o in observations:
+        await det.update(o)
+    await sink.flush()
+    sink.close()
+    journal.close()
+    return [u for u in seen if isinstance(u, Event)]
+
+
+async def test_a_slice_preemption_is_one_row_with_its_time_to_detect() -> None:
+    evs = await feed(obs(nodes()), obs(nodes(HostState.PREEMPTED)), obs(nodes(HostState.PREEMPTED)))
+    kinds = [e.kind for e in evs]
+    assert kinds == ["state_change", "preempted"], kinds
+    pre = evs[1]
+    assert pre.host == "np-0" and pre.data["detect_s"] == 3.0 and len(pre.data["nodes"]) == 8
+    assert evs[0].message == "slice np-0: 8 node(s) READY -> PREEMPTED"
+
+
+async def test_workload_edges_are_journaled_once() -> None:
+    running = wl()
+    restarted = wl(status=JobStatus.PENDING, restarts=1, message="restarting", disrupted=8)
+    failed = wl(
+        status=JobStatus.FAILED,
+        restarts=1,
+        failed_reason="ReachedMaxRestarts",
+        message="jobset failed due to reaching max number of restarts",
+    )
+    evs = await feed(
+        obs(nodes(), running),
+        obs(nodes(), restarted),
+        obs(nodes(), restarted),
+        obs(nodes(), failed),
+        obs(nodes(), failed),
+    )
+    assert [e.kind for e in evs] == ["jobset_restarted", "jobset_failed"]
+    assert evs[0].message == (
+        "workload grpo: JobSet restarted (0 -> 1) (8 pod(s) disrupted: slice preempted)"
+    )
+    assert evs[1].data["reason"] == "ReachedMaxRestarts"
+
+
+async def test_quota_worker_and_head_edges() -> None:
+    pw = wl(template="pathways")
+    replaced = replace(pw, worker_replacements=8)
+    head = replace(replaced, head_failed="pw-pathways-head-0-0-x: Error")
+    stuck = replace(
+        head,
+        status=JobStatus.PENDING,
+        unschedulable=8,
+        unschedulable_since=T - 120,
+        scheduler_message="0/1 nodes are available",
+    )
+    evs = await feed(
+        obs(nodes(), pw),
+        obs(nodes(), replaced),
+        obs(nodes(), head),
+        obs(nodes(), stuck),
+        obs(nodes(), stuck),
+    )
+    assert [e.kind for e in evs] == ["worker_replaced", "head_failed", "quota_pending"]
+    assert (
+        "8 Pathways worker pod(s) replaced by their Job while the JobSet reports no restart"
+        in evs[0].message
+    )
