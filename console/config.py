@@ -12,7 +12,6 @@ holds the key, and the key itself is read from the environment only when a job n
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import shlex
@@ -24,7 +23,7 @@ from typing import Any, Literal
 
 from console.config_capacity import capacity_cross_problems, capacity_value_problems
 from console.config_gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
-from console.secrets import is_secret_name
+from console.config_runtime_env import parse_runtime_env
 
 PROVIDERS = ("local", "gcp", "gke")
 MAX_CONFIG_BYTES = 1 << 20
@@ -374,7 +373,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config
             else:
                 sections["storage"] = uri
         elif key == "runtime_env":
-            env = _parse_runtime_env(value, problems)
+            env = parse_runtime_env(value, problems)
             if env is not None:
                 sections["runtime_env"] = env
         else:
@@ -563,62 +562,6 @@ def _check_proxy_command(key: str, value: str, problems: list[str]) -> None:
             f"{key} = {value!r}: unknown token(s) {', '.join('%' + t for t in bad)}; "
             "use %h (host), %p (port), %r (user), %n (worker name) or %%"
         )
-
-
-def _parse_runtime_env(value: Any, problems: list[str]) -> dict[str, Any] | None:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            problems.append(f"runtime_env: not valid JSON ({exc.msg} at char {exc.pos})")
-            return None
-    try:
-        return validate_runtime_env(value, key="runtime_env")
-    except ValueError as exc:
-        problems.append(str(exc))
-        return None
-
-
-def validate_runtime_env(value: Any, *, key: str = "runtime_env") -> dict[str, Any]:
-    """Check a Ray runtime env (as used by `ray job submit --runtime-env-json`).
-
-    Raises ValueError naming the field. Secret values must not be inlined: an env var whose
-    name looks secret (KEY/TOKEN/SECRET/PASSWORD) must be given as ``"$NAME"``, resolved from
-    the submitting machine's environment at submit time and never shown.
-    """
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{key}: must be a JSON object, got {type(value).__name__}")
-    allowed = {"pip", "env_vars", "working_dir", "excludes", "py_modules", "conda", "uv", "config"}
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ValueError(
-            f"{key}: unknown field(s) {unknown}; allowed: {', '.join(sorted(allowed))}"
-        )
-    pip = value.get("pip")
-    if pip is not None and (
-        not isinstance(pip, list) or not all(isinstance(x, str) and x.strip() for x in pip)
-    ):
-        raise ValueError(f'{key}.pip: must be a list of requirement strings, e.g. ["gymnasium"]')
-    env_vars = value.get("env_vars")
-    if env_vars is not None:
-        if not isinstance(env_vars, Mapping):
-            raise ValueError(f"{key}.env_vars: must be an object of NAME: string")
-        for name, val in env_vars.items():
-            if not isinstance(val, str):
-                raise ValueError(
-                    f"{key}.env_vars.{name}: must be a string, got {type(val).__name__}"
-                )
-            if is_secret_name(name) and val and not val.startswith("$"):
-                raise ValueError(
-                    f'{key}.env_vars.{name}: do not inline secrets; write "${name}" so the '
-                    "value is taken from your environment at submit time"
-                )
-    excludes = value.get("excludes")
-    if excludes is not None and (
-        not isinstance(excludes, list) or not all(isinstance(x, str) for x in excludes)
-    ):
-        raise ValueError(f"{key}.excludes: must be a list of path patterns")
-    return dict(value)
 
 
 def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:

@@ -21,6 +21,7 @@ from console.emulator import client as pod_client
 from console.local.harness import gcp_config, gcp_user_key
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.tpu import local_client
+from console.services.model import RecoveryStatus
 from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from tests.support.emulator_helpers import running_pod
@@ -100,6 +101,14 @@ async def test_stockout_drill_eager_failover_resumes_in_the_next_zone(tmp_path: 
             tried = [e.data for e in rec.events("capacity")]
             assert [(t["zone"], t["ok"]) for t in tried] == [("local-b", False), ("local-c", True)]
             assert "no more capacity in the zone" in tried[0]["reason"]
+            shown = {  # what the recovery screen showed on the recreate step meanwhile
+                step.message
+                for u in rec.updates
+                if isinstance(u, RecoveryStatus)
+                for step in u.steps
+                if step.name == "recreate"
+            }
+            assert any(m.startswith("no capacity in local-b (attempt 1") for m in shown), shown
             rows = [e for e in await svc.events(limit=2000) if e.kind == "capacity"]
             assert [r.data["zone"] for r in rows] == ["local-b", "local-c"]  # journaled
 

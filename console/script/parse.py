@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.config import Config, validate_runtime_env
+from console.config import Config
+from console.config_runtime_env import validate_runtime_env
 from console.script.language import (
     ACTIONS,
     CONTINUE_FLAG,

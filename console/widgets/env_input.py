@@ -7,7 +7,7 @@ import re
 from rich.text import Text
 from textual.widgets import Input
 
-from console.config import is_secret_name
+from console.secrets import is_secret_name
 
 _PAIR = re.compile(r"(\S+?)=(\S*)")
 

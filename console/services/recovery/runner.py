@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +42,7 @@ from console.services.model import (
 from console.services.observation import Observation
 from console.services.recovery import diagnosis as dx
 from console.services.recovery.detector import Detector
+from console.services.recovery.notes import STEP_NOTE
 
 log = logging.getLogger(__name__)
 
@@ -409,13 +409,13 @@ class RecoveryRunner:
         last_msg = ""
         for attempt in range(1, attempts + 1):
             self._set(run, name, attempts=attempt)
-            token = _STEP_NOTE.set(lambda text: self._set(run, name, message=text))
+            token = STEP_NOTE.set(lambda text: self._set(run, name, message=text))
             try:
                 res = await step.run(pending)
             except Exception as exc:  # an op that raises is a failed attempt, with its reason
                 res = ActionResult(action=name, ok=False, elapsed_s=0.0, message=repr(exc))
             finally:
-                _STEP_NOTE.reset(token)
+                STEP_NOTE.reset(token)
             last_msg = res.message
             _merge(merged, res.data)
             for h, hr in res.per_host.items():
@@ -558,18 +558,6 @@ class RecoveryRunner:
                 data=dict(data or {}),
             )
         )
-
-
-# The running step's message, settable from inside its op (same task): see ``step_note``.
-_STEP_NOTE: ContextVar[Callable[[str], None] | None] = ContextVar("step_note", default=None)
-
-
-def step_note(text: str) -> None:
-    """From inside a recovery step's op: show ``text`` as the running step's message (long
-    waits say what they wait for, e.g. capacity). Outside a recovery: nothing."""
-    note = _STEP_NOTE.get()
-    if note is not None:
-        note(text)
 
 
 def union(a: Sequence[str], b: Sequence[str] | Any) -> list[str]:

@@ -45,7 +45,8 @@ from console.services.model import (
     LogStreamClosed,
 )
 from console.services.observation import Observation
-from console.services.recovery.runner import Plan, step_note
+from console.services.recovery.notes import step_note
+from console.services.recovery.runner import Plan
 from console.services.submit import SubmitSpec
 
 LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
