@@ -73,7 +73,7 @@ def test_overview(snap_compare, size):
     """Pod overview with host w2 PREEMPTED (red, Ray DEAD, SSH down) and w3 showing ALIVE×2
     (a duplicate Ray node, yellow). Summary says 3/4 ready, ray 3/4 alive, tunnel down; three
     warnings; the status line on top shows the tabs, `3/4 ready ray 3/4 ⚠3 ⟳`. Footer lists
-    enter, /, r, the 1-5 screen keys, ?, q and s."""
+    enter, /, r, the 1-6 screen keys, ?, q and s."""
     assert snap_compare(make_app(), terminal_size=size, run_before=keys())
 
 
