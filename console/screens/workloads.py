@@ -269,8 +269,7 @@ class WorkloadsScreen(FilteredScreen):
         if not self.gke:
             provider = self.phantom.services.config.cluster.provider
             out.append(
-                f"No workloads: they are GKE JobSets, and this console drives a TPU VM pod "
-                f"(provider {provider!r}); its Ray jobs are on screen 2.",
+                f"Workloads are GKE JobSets; this console drives a TPU VM pod ({provider!r}).",
                 "dim",
             )
             return out
