@@ -29,8 +29,8 @@ from console.state import ago
 from console.widgets.table import Cell, PhantomTable
 
 WIDE = 110  # from this many columns on, every `kubectl get jobset` column has room
-_NAME_W = 16
-_POD_W = 26
+_NAME_W = (16, 28)  # narrow, wide: xpk's pod names are the workload's plus ~15 characters
+_POD_W = (26, 42)
 # DataTable pads every cell by one on each side; plus the vertical scrollbar.
 _PAD = 2
 _SCROLLBAR = 2
@@ -78,7 +78,7 @@ def workload_cells(
     w: WorkloadStatus, now: float, *, wide: bool, reason_width: int
 ) -> tuple[Cell, ...]:
     style = STATUS_STYLE.get(w.status, "")
-    name: Cell = (fit(w.name, _NAME_W), f"bold {style}".strip())
+    name: Cell = (fit(w.name, _NAME_W[wide]), f"bold {style}".strip())
     why = reason(w)
     pods_ok = w.pods_total > 0 and w.pods_running == w.pods_total
     pods: Cell = (f"{w.pods_running}/{w.pods_total}", "green" if pods_ok else "yellow")
@@ -102,12 +102,12 @@ def workload_cells(
     )
 
 
-def pod_cells(p: PodStatus, now: float, node_width: int) -> tuple[Cell, ...]:
+def pod_cells(p: PodStatus, now: float, node_width: int, *, wide: bool) -> tuple[Cell, ...]:
     failed = p.phase == "Failed" or p.status.startswith(("Error", "ExitCode", "CrashLoop"))
     status_style = "bold red" if failed else POD_STYLE.get(p.status, "yellow")
     row = "bold red" if p.disrupted else ""  # the node under it is going away
     return (
-        (fit(p.name, _POD_W), row or "bold"),
+        (fit(p.name, _POD_W[wide]), row or "bold"),
         (p.ready, row),
         (p.status, row or status_style),
         (str(p.restarts), row or ("yellow" if p.restarts else "")),
@@ -225,20 +225,24 @@ class WorkloadsScreen(FilteredScreen):
         self._wide = width >= WIDE
         if self._wide:
             fixed = [
-                ("name", "NAME", _NAME_W),
+                ("name", "NAME", _NAME_W[True]),
                 ("terminal", "TERMINALSTATE", 13),
                 ("restarts", "RESTARTS", 8),
                 ("completed", "COMPLETED", 9),
                 ("suspended", "SUSPENDED", 9),
             ]
         else:
-            fixed = [("name", "NAME", _NAME_W), ("state", "STATE", 9), ("restarts", "RESTARTS", 8)]
+            fixed = [
+                ("name", "NAME", _NAME_W[False]),
+                ("state", "STATE", 9),
+                ("restarts", "RESTARTS", 8),
+            ]
         fixed += [("pods", "PODS", 5), ("age", "AGE", 5)]
         used = sum(w + _PAD for _, _, w in fixed) + _PAD + _SCROLLBAR
         self._reason_width = max(12, width - used)
         self.table.set_columns([*fixed, ("reason", "REASON", self._reason_width)])
         pod_fixed = [
-            ("name", "NAME", _POD_W),
+            ("name", "NAME", _POD_W[self._wide]),
             ("ready", "READY", 5),
             ("status", "STATUS", 12),
             ("restarts", "RESTARTS", 8),
@@ -298,7 +302,9 @@ class WorkloadsScreen(FilteredScreen):
         name = self._highlighted_workload()
         pods = pods_of(pod, name)
         now = self.phantom.clock()
-        self.pods_table.sync_rows([(p.name, pod_cells(p, now, self._node_width)) for p in pods])
+        self.pods_table.sync_rows(
+            [(p.name, pod_cells(p, now, self._node_width, wide=self._wide)) for p in pods]
+        )
         title = Text()
         if name:
             running = sum(1 for p in pods if p.phase == "Running")
