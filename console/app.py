@@ -36,6 +36,7 @@ from console.messages import (
     LogClosed,
     LogInbox,
     LogsArrived,
+    MetricsUpdated,
     PodUpdated,
     RecoveryUpdated,
     UpdateBridge,
@@ -52,10 +53,11 @@ from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
+from console.screens.workloads import WorkloadsScreen
 from console.services.api import ConsoleServices, JobsUnavailable
 from console.services.model import ActionResult, LogLine, LogStreamClosed, PodSnapshot
 from console.services.submit import SubmitSpec
-from console.state import DEFAULT_LOG_RING, ConsoleState, duration
+from console.state import DEFAULT_LOG_RING, ConsoleState, duration, result_text
 
 T = TypeVar("T")
 SCREENS_GROUP = Binding.Group("screens", compact=True)
@@ -97,6 +99,7 @@ class PhantomApp(App[int]):
         "cadence": CadenceScreen,
         "events": EventsScreen,
         "recovery": RecoveryScreen,
+        "workloads": WorkloadsScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         _mode_binding("1", "overview", "Overview"),
@@ -104,6 +107,7 @@ class PhantomApp(App[int]):
         _mode_binding("3", "cadence", "Cadence"),
         _mode_binding("4", "events", "Events"),
         _mode_binding("5", "recovery", "Recovery"),
+        _mode_binding("6", "workloads", "Workloads"),
         Binding(
             "question_mark",
             "help",
@@ -233,6 +237,10 @@ class PhantomApp(App[int]):
         self.state.set_run(message.run)
         self._sync_screen()
 
+    def on_metrics_updated(self, message: MetricsUpdated) -> None:
+        self.state.set_metrics(message.metrics)
+        self._sync_screen()
+
     def on_event_logged(self, message: EventLogged) -> None:
         if self.state.add_events([message.event]):
             self._sync_screen()
@@ -264,15 +272,15 @@ class PhantomApp(App[int]):
             return None
 
     def _report(self, result: ActionResult | None) -> None:
-        if result is None:
-            return
-        failed = [name for name, r in result.per_host.items() if not r.ok]
-        text = f"{result.action}: {'ok' if result.ok else 'FAILED'} in {duration(result.elapsed_s)}"
-        if result.message:
-            text += f" — {result.message}"
-        if failed:
-            text += f" (failed on {', '.join(failed[:6])}{'…' if len(failed) > 6 else ''})"
-        self.notify(text, severity="information" if result.ok else "error")
+        if result is not None:
+            self.notify(result_text(result), severity="information" if result.ok else "error")
+
+    @work(group="action", exit_on_error=False)
+    async def run_service_action(
+        self, label: str, action: Callable[[], Awaitable[ActionResult]]
+    ) -> None:
+        """A screen's service action, off the key handler; its result becomes a notification."""
+        self._report(await self._call(label, action()))
 
     @work(exclusive=True, group="start", exit_on_error=False)
     async def start_services(self) -> None:
@@ -345,7 +353,7 @@ class PhantomApp(App[int]):
         )
         if lost:
             body = f"Not READY: {', '.join(lost[:8])}{' …' if len(lost) > 8 else ''}.\n" + body
-        self._confirm("Run the recovery loop now?", body, "Recover", self.run_recover)
+        self.confirm("Run the recovery loop now?", body, "Recover", self.run_recover)
 
     @work(exclusive=True, group="recover", exit_on_error=False)
     async def run_recover(self) -> None:
@@ -386,7 +394,7 @@ class PhantomApp(App[int]):
     def action_bring_up(self) -> None:
         pod = self.state.pod
         if pod is not None and pod.ray_alive:
-            self._confirm(
+            self.confirm(
                 "Bring the cluster up again?",
                 f"Ray already has {pod.ray_alive} live node(s): bootstrapping and starting Ray "
                 "restarts it, and running jobs stop.",
@@ -411,7 +419,7 @@ class PhantomApp(App[int]):
                 return
 
     def request_ray_up(self) -> None:
-        self._confirm(
+        self.confirm(
             "Restart Ray on the pod?",
             "Starts the head and joins every worker; a running Ray is restarted and its jobs stop.",
             "Restart Ray",
@@ -423,7 +431,7 @@ class PhantomApp(App[int]):
         self._report(await self._call("Ray up", self.services.ray_up(actor="user")))
 
     def request_teardown(self) -> None:
-        self._confirm(
+        self.confirm(
             "Tear down Ray?",
             "Runs `ray stop -f` on every host and closes the tunnel. Running jobs stop. "
             "The VMs are left alone.",
@@ -436,7 +444,7 @@ class PhantomApp(App[int]):
         self._report(await self._call("Teardown", self.services.teardown(actor="user")))
 
     def request_preempt(self, host: str) -> None:
-        self._confirm(
+        self.confirm(
             f"Preempt {host}?",
             "Emulator: kills every process of this host like a spot reclaim.",
             "Preempt",
@@ -448,7 +456,7 @@ class PhantomApp(App[int]):
         self._report(await self._call("Preempt", self.services.preempt(host, actor="user")))
 
     def request_recreate(self, host: str) -> None:
-        self._confirm(
+        self.confirm(
             f"Recreate {host}?",
             "Emulator: deletes the host and brings it back bare (new host key).",
             "Recreate",
@@ -485,7 +493,7 @@ class PhantomApp(App[int]):
             self.open_url(url)
         self.notify(url, title="Ray dashboard", timeout=15)
 
-    def _confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
+    def confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
         def done(ok: bool | None) -> None:
             if ok:
                 then()
@@ -515,7 +523,7 @@ class PhantomApp(App[int]):
             self._sync_screen()
 
     def request_stop_job(self, job_id: str) -> None:
-        self._confirm(
+        self.confirm(
             f"Stop job {job_id}?",
             "Ray stops the job; its checkpoints stay in storage.",
             "Stop job",

@@ -24,6 +24,7 @@ from console.services.model import (
     PodSnapshot,
     RecoveryStatus,
     RunCadence,
+    RunMetrics,
     Update,
 )
 
@@ -60,6 +61,16 @@ class CadenceUpdated(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, CadenceUpdated) and message.run.run_id == self.run.run_id
+
+
+@dataclass
+class MetricsUpdated(Message):
+    """A run's metric series (the newest supersedes a waiting one of the same run)."""
+
+    metrics: RunMetrics
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, MetricsUpdated) and message.metrics.run_id == self.metrics.run_id
 
 
 @dataclass
@@ -152,6 +163,8 @@ def to_message(update: Update) -> Message | None:
         return JobUpdated(update)
     if isinstance(update, RunCadence):
         return CadenceUpdated(update)
+    if isinstance(update, RunMetrics):
+        return MetricsUpdated(update)
     if isinstance(update, Event):
         return EventLogged(update)
     if isinstance(update, LogStreamClosed):

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from console.services.model import (
+    ActionResult,
     Event,
     JobInfo,
     LogLine,
@@ -22,6 +23,7 @@ from console.services.model import (
     PodSnapshot,
     RecoveryStatus,
     RunCadence,
+    RunMetrics,
 )
 
 DEFAULT_LOG_RING = 10_000
@@ -83,6 +85,7 @@ class ConsoleState:
     logs: dict[str, LogRing] = field(default_factory=dict)
     closed: dict[str, LogStreamClosed] = field(default_factory=dict)
     runs: dict[str, RunCadence] = field(default_factory=dict)
+    metrics: dict[str, RunMetrics] = field(default_factory=dict)  # by run id, as published
     events: deque[Event] = field(default_factory=deque)
     versions: Counter[str] = field(default_factory=Counter)
     _event_keys: set[object] = field(default_factory=set)
@@ -120,6 +123,10 @@ class ConsoleState:
         for run in runs:
             self.runs[run.run_id] = run
         self.bump("cadence")
+
+    def set_metrics(self, metrics: RunMetrics) -> None:
+        self.metrics[metrics.run_id] = metrics
+        self.bump("metrics")
 
     def add_events(self, events: Iterable[Event]) -> int:
         added = 0
@@ -182,6 +189,17 @@ def duration(seconds: float | None, *, compact: bool = False) -> str:
         return f"{h}h{m:02d}m"
     d, h = divmod(h, 24)
     return f"{d}d{h}h"
+
+
+def result_text(result: ActionResult) -> str:
+    """One line for a finished action: what, ok or FAILED, how long, why, which hosts failed."""
+    failed = [name for name, r in result.per_host.items() if not r.ok]
+    text = f"{result.action}: {'ok' if result.ok else 'FAILED'} in {duration(result.elapsed_s)}"
+    if result.message:
+        text += f" — {result.message}"
+    if failed:
+        text += f" (failed on {', '.join(failed[:6])}{'…' if len(failed) > 6 else ''})"
+    return text
 
 
 def clock_time(at: float | None) -> str:

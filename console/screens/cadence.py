@@ -1,8 +1,9 @@
-"""Metric cadence: is every W&B run still logging at its usual pace?
+"""Metric cadence: is every run still logging at its usual pace, and what does it log?
 
 One row per run (time since its last metric, median interval, steps/min, a text sparkline of
 recent intervals); stalled runs are red and sort first. The highlighted run gets a full-width
-``Sparkline`` below the table.
+``Sparkline`` of its intervals below the table and, when its backend publishes the values
+(``RunMetrics``: a GKE run's six Tunix metrics), one sparkline line per metric.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from console.screens.base import FilteredScreen
-from console.services.model import RunCadence
+from console.services.model import RunCadence, RunMetrics
 from console.state import duration, spark
 from console.widgets.table import Cell
 
@@ -52,6 +53,47 @@ def run_cells(run: RunCadence) -> tuple[Cell, ...]:
     )
 
 
+# The seed's Tunix metrics, in the order its tutorial lists them; others follow by name.
+METRIC_ORDER = (
+    "rewards/mean",
+    "score/mean",
+    "rollout_time",
+    "completions/mean_length",
+    "actor_dequeue_time",
+    "step_time_sec",
+)
+_METRIC_NAME_W = 24
+_METRIC_VALUE_W = 10
+
+
+def metric_value(name: str, value: float) -> str:
+    if name.endswith(("_time", "_sec")):
+        return f"{value:.2f}s"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3f}"
+
+
+def metrics_text(metrics: RunMetrics | None, width: int) -> Text:
+    """One line per metric: name, newest value, a sparkline of its recent steps."""
+    out = Text()
+    if metrics is None or not metrics.series:
+        return out
+    steps = [s for series in metrics.series.values() for s, _ in series]
+    out.append("metrics", "bold")
+    if steps:
+        out.append(f"  steps {min(steps)}–{max(steps)}", "dim")
+    names = [n for n in METRIC_ORDER if n in metrics.series]
+    names += sorted(n for n in metrics.series if n not in METRIC_ORDER)
+    spark_w = max(8, width - _METRIC_NAME_W - _METRIC_VALUE_W - 2)
+    for name in names:
+        values = [v for _, v in metrics.series[name]]
+        out.append("\n")
+        out.append(f"{name[: _METRIC_NAME_W - 1]:<{_METRIC_NAME_W}}")
+        last = metric_value(name, values[-1]) if values else "-"
+        out.append(f"{last:>{_METRIC_VALUE_W}}  ", "bold")
+        out.append(spark(values, spark_w), "cyan")
+    return out
+
+
 def sorted_runs(runs: Iterable[RunCadence]) -> list[RunCadence]:
     return sorted(runs, key=lambda r: (not r.stalled, r.name, r.run_id))
 
@@ -72,7 +114,7 @@ def run_detail(run: RunCadence | None) -> Text:
 
 class CadenceScreen(FilteredScreen):
     MODE = "cadence"
-    WATCHES = frozenset({"cadence"})
+    WATCHES = frozenset({"cadence", "metrics"})
     CSS_PATH = "cadence.tcss"
     BINDING_GROUP_TITLE = "Metric cadence"
     FILTER_PLACEHOLDER = "filter runs: name or state (e.g. STALLED)"
@@ -110,6 +152,7 @@ class CadenceScreen(FilteredScreen):
         with Vertical(id="detail"):
             yield Static(id="run-detail")
             yield Sparkline([], id="run-spark")
+            yield Static(id="run-metrics")
 
     def render_state(self, changed: Iterable[str]) -> None:
         runs = sorted_runs(self.state.runs.values())
@@ -136,6 +179,10 @@ class CadenceScreen(FilteredScreen):
         sparkline = self.query_one("#run-spark", Sparkline)
         sparkline.data = list(run.recent_intervals) if run else []
         sparkline.set_class(bool(run and run.stalled), "-stalled")
+        metrics = self.state.metrics.get(str(key)) if key is not None else None
+        panel = self.query_one("#run-metrics", Static)
+        panel.display = bool(metrics and metrics.series)
+        panel.update(metrics_text(metrics, (self.size.width or 80) - 2))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._render_detail()

@@ -23,6 +23,7 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
+from console.screens.workloads import WorkloadsScreen
 from console.widgets.table import PhantomTable
 
 INTRO = (
@@ -37,6 +38,7 @@ SCREENS: Sequence[type[Screen[Any]]] = (
     CadenceScreen,
     EventsScreen,
     RecoveryScreen,
+    WorkloadsScreen,
     SubmitScreen,
     HostScreen,
     ConfirmScreen,

@@ -93,15 +93,23 @@ def summary_text(pod: PodSnapshot | None, now: float) -> Text:
     total = len(pod.hosts)
     out.append("  hosts ")
     out.append(f"{pod.ready_hosts}/{total} ready", "green" if pod.ready_hosts == total else "red")
-    out.append("  ray ")
-    out.append(f"{pod.ray_alive}/{total} alive", "green" if pod.ray_alive == total else "yellow")
-    out.append("\ntunnel ")
-    if pod.tunnel_up:
-        out.append("up", "green")
-        if pod.dashboard_url:
-            out.append(f" {pod.dashboard_url}", "dim")
+    if pod.provider == "gke":  # no Ray or tunnel of the console's own: JobSets run there
+        running = sum(1 for p in pod.pods if p.phase == "Running")
+        out.append("\npods ")
+        out.append(f"{running}/{len(pod.pods)} running", "green" if running else "yellow")
+        out.append(f"  {len(pod.workloads)} workloads (screen 6)")
     else:
-        out.append("down", "bold red")
+        out.append("  ray ")
+        out.append(
+            f"{pod.ray_alive}/{total} alive", "green" if pod.ray_alive == total else "yellow"
+        )
+        out.append("\ntunnel ")
+        if pod.tunnel_up:
+            out.append("up", "green")
+            if pod.dashboard_url:
+                out.append(f" {pod.dashboard_url}", "dim")
+        else:
+            out.append("down", "bold red")
     out.append(f"  polled {ago(now, pod.at)} ago", "dim")
     return out
 
@@ -192,7 +200,13 @@ class OverviewScreen(FilteredScreen):
             self._summary = summary
             self.query_one("#summary", Static).update(summary, layout=not same_height)
         shown_warnings = pod.warnings if pod else ()
-        if pod and pod.hosts and pod.ready_hosts == len(pod.hosts) and pod.ray_alive == 0:
+        if (
+            pod is not None
+            and pod.provider != "gke"
+            and pod.hosts
+            and pod.ready_hosts == len(pod.hosts)
+            and pod.ray_alive == 0
+        ):
             # A fresh pod (or one torn down): say what to press instead of a silent table.
             shown_warnings = (*shown_warnings, "Ray is not running: press u to bring it up")
         warnings = self.query_one("#warnings", Static)

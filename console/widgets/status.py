@@ -16,6 +16,7 @@ TABS: Sequence[tuple[str, str, str]] = (
     ("4", "Events", "events"),
     ("5", "Recovery", "recovery"),
 )
+GKE_TAB = ("6", "Workloads", "workloads")  # shown on GKE (and on the screen itself)
 
 
 def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus) -> Text:
@@ -27,8 +28,13 @@ def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus) -> Text:
     total = len(pod.hosts)
     ready = pod.ready_hosts
     out.append(f"{ready}/{total} ready", "bold green" if ready == total else "bold red")
-    alive = pod.ray_alive
-    out.append(f"  ray {alive}/{total}", "green" if alive == total else "yellow")
+    if pod.provider == "gke":  # no Ray of the console's own there: the pods are what runs
+        running = sum(1 for p in pod.pods if p.phase == "Running")
+        pods = len(pod.pods)
+        out.append(f"  pods {running}/{pods}", "green" if running == pods else "yellow")
+    else:
+        alive = pod.ray_alive
+        out.append(f"  ray {alive}/{total}", "green" if alive == total else "yellow")
     if pod.warnings:
         out.append(f"  ⚠{len(pod.warnings)}", "bold yellow")
     if recovery.active:
@@ -49,9 +55,16 @@ class StatusBar(Static):
     }
     """
 
-    def __init__(self, current: str, *, id: str | None = None) -> None:  # noqa: A002 (Textual API)
+    def __init__(
+        self,
+        current: str,
+        *,
+        gke: bool = False,
+        id: str | None = None,  # noqa: A002 (Textual API)
+    ) -> None:
         super().__init__(id=id)
         self.current = current
+        self.tabs = (*TABS, GKE_TAB) if gke or current == GKE_TAB[2] else tuple(TABS)
         self._health = Text()
 
     def set_health(self, health: Text) -> None:
@@ -65,13 +78,23 @@ class StatusBar(Static):
     def on_resize(self) -> None:
         self.update(self._compose_line(), layout=False)
 
-    def _compose_line(self) -> Text:
+    def _tabs(self, *, compact: bool) -> Text:
         tabs = Text()
-        for key, label, mode in TABS:
-            style = "reverse bold" if mode == self.current else ""
+        for key, label, mode in self.tabs:
+            current = mode == self.current
             tabs.append(" ")
-            tabs.append(f"{key} {label}", style)
+            # Compact (too narrow for every label): keys only, the current tab named.
+            tabs.append(
+                f"{key} {label}" if current or not compact else key,
+                "reverse bold" if current else "",
+            )
+        return tabs
+
+    def _compose_line(self) -> Text:
         width = self.size.width or 80
+        tabs = self._tabs(compact=False)
+        if tabs.cell_len + 2 + self._health.cell_len + 1 > width:
+            tabs = self._tabs(compact=True)
         gap = max(2, width - tabs.cell_len - self._health.cell_len - 1)
         line = tabs + Text(" " * gap) + self._health
         line.truncate(width)

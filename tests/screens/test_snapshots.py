@@ -73,7 +73,7 @@ def test_overview(snap_compare, size):
     """Pod overview with host w2 PREEMPTED (red, Ray DEAD, SSH down) and w3 showing ALIVE×2
     (a duplicate Ray node, yellow). Summary says 3/4 ready, ray 3/4 alive, tunnel down; three
     warnings; the status line on top shows the tabs, `3/4 ready ray 3/4 ⚠3 ⟳`. Footer lists
-    enter, /, r, the 1-5 screen keys, ?, q and s."""
+    enter, /, r, the 1-6 screen keys, ?, q and s."""
     assert snap_compare(make_app(), terminal_size=size, run_before=keys())
 
 
@@ -215,3 +215,45 @@ def test_overview_empty(snap_compare, size):
     """Before the first poll: the overview says no snapshot yet and the status line says
     `waiting for first poll`; no crash on an empty pod."""
     assert snap_compare(make_app("empty"), terminal_size=size, run_before=keys())
+
+
+# GKE ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_workloads(snap_compare, size):
+    """Workloads (key 6) on GKE: the tab bar adds `6 Workloads` (keys only at 80 columns,
+    where the labels do not fit) and the health says `pods 8/8`. JobSets as `kubectl get
+    jobset` lists them: grpo (RESTARTS 1 in yellow, PODS 8/8 green, AGE 1h00m) and the
+    conversion Job to-maxtext (Completed). At 160 columns TERMINALSTATE COMPLETED SUSPENDED
+    are separate columns; at 80 they fold into STATE. Below, `pods of grpo 8/8 running` and
+    its 8 pods (READY 1/1, Running green, AGE 10m, the node's name cut from the left at 80).
+    Footer: l Logs, x Delete, p Preempt (the emulator)."""
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("6"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_workloads_slice_preempted(snap_compare, size):
+    """The slice under grpo is being reclaimed, after tab (focus on the pods): the summary
+    says `8 disrupted pods` in red; grpo's REASON is `8 disrupted`, PODS 0/8; every pod row
+    is red (0/1, ExitCode:143); the line under the pods is the highlighted pod's message
+    `TerminationByKubelet: Pod was terminated in response to imminent node shutdown.`; the
+    status line says `0/8 ready pods 0/8 ⚠1`."""
+    assert snap_compare(make_app("gke_preempted"), terminal_size=size, run_before=keys("6", "tab"))
+
+
+def test_workloads_on_a_tpu_vm_pod(snap_compare):
+    """Key 6 on a TPU VM pod (provider local): one dim line says workloads are GKE JobSets
+    and this is a TPU VM pod ('local'); empty tables; the footer has no l/x/p; the tab bar
+    shows `6 Workloads` only while it is the current screen."""
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=keys("6"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cadence_tunix_metrics(snap_compare, size):
+    """Cadence (key 3) on GKE: the grpo run (tensorboard, a step every 1.0s, running) and,
+    under its interval sparkline, `metrics steps 1–40` and one line per Tunix metric in the
+    tutorial's order — rewards/mean 0.643 and score/mean 0.603 rising, rollout_time 0.65s,
+    completions/mean_length 380 rising, actor_dequeue_time 0.05s, step_time_sec 1.00s —
+    each with a cyan sparkline as wide as the screen allows."""
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("3"))

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.config import Config
+from console.config import Config, parse_config
 from console.services.model import (
     ActionResult,
     Event,
@@ -215,6 +215,23 @@ def tunix_metrics(steps: int = 40) -> RunMetrics:
     return RunMetrics("grpo", "grpo", series, last_step=steps, at=T0 - 2.0)
 
 
+def grpo_cadence() -> RunCadence:
+    """The GRPO workload's run as the TensorBoard source reports it: a step every ~1 s."""
+    return RunCadence(
+        "grpo",
+        "grpo",
+        "tensorboard",
+        40,
+        T0 - 2.0,
+        2.0,
+        1.0,
+        60.0,
+        (1.0, 1.1, 0.9, 1.0, 1.2, 1.0, 1.0, 1.1, 1.0, 0.9),
+        False,
+        "running",
+    )
+
+
 def jobs() -> list[JobInfo]:
     return [
         JobInfo(
@@ -398,7 +415,12 @@ class FakeServices:
         close_early: bool = True,
         n_hosts: int = 4,
     ) -> None:
-        self.config = config or Config(runtime_env=RUNTIME_ENV)
+        gke = scenario in ("gke", "gke_preempted")
+        self.config = config or (
+            parse_config({"cluster": {"provider": "gke"}})
+            if gke
+            else Config(runtime_env=RUNTIME_ENV)
+        )
         self.bus = UpdateBus()
         self.calls: list[Call] = []
         self.fail: dict[str, Exception] = {}
@@ -406,7 +428,7 @@ class FakeServices:
         if scenario == "healthy":
             self.pod = healthy_pod(n_hosts)
             self.recovery = recovered()
-        elif scenario in ("gke", "gke_preempted"):
+        elif gke:
             self.pod = gke_pod(preempted=scenario == "gke_preempted")
             self.recovery = recovered()
         elif scenario == "empty":
@@ -417,6 +439,11 @@ class FakeServices:
             self.recovery = recovering()
         self.jobs = {j.job_id: j for j in jobs()} if scenario != "empty" else {}
         self.runs = runs() if scenario != "empty" else []
+        # Published by start(), as the cadence poller publishes them (there is no getter).
+        self.metrics: list[RunMetrics] = []
+        if gke:
+            self.runs = [grpo_cadence()]
+            self.metrics = [tunix_metrics()]
         self.events_list = events() if scenario != "empty" else []
         self.started = False
         self.stopped = False
@@ -445,6 +472,8 @@ class FakeServices:
     async def start(self) -> None:
         self._record("start")
         self.started = True
+        for metrics in self.metrics:
+            self.publish(metrics)
 
     async def stop(self) -> None:
         self._record("stop")
