@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from console.status import status_main
 
             return status_main(config, as_json=args.json)
-        from console.app import run_tui
+        from console.tui_main import run_tui
 
         return run_tui(config)
     except KeyboardInterrupt:

@@ -519,8 +519,8 @@ def test_first_frame_without_ray_jax_or_torch() -> None:
 
 def test_leaving_says_what_keeps_running_and_how_to_stop_it() -> None:
     """`q` leaves the pod and Ray up on purpose; the terminal is told what and how to stop."""
-    from console.app import farewell
     from console.config import Config, parse_config
+    from console.tui_main import farewell
 
     note = farewell(Config(), healthy_pod())
     assert "still running: the emulated pod phantom-pod (4 hosts) with Ray on 4 host(s)" in note
