@@ -234,7 +234,9 @@ async def run_loop(pod: PodInfo, tmp_path: Path) -> None:
         done = rec.recoveries()[0]
         steps = {s.name: (s.state, s.message) for s in done.steps}
         assert done.result == "ok", steps
-        assert {name: state for name, (state, _) in steps.items()} == dict.fromkeys(steps, "ok")
+        # No worker survived the slice to hold a dead head's raylets: nothing orphaned.
+        expected = dict.fromkeys(steps, "ok") | {"orphans": "skipped"}
+        assert {name: state for name, (state, _) in steps.items()} == expected
         recreate = next(s for s in done.steps if s.name == "recreate")
         assert sorted(recreate.hosts) == sorted(old_keys)  # Delete + Create: the whole node
         assert {e.host for e in rec.events("preempted")} == set(old_keys)

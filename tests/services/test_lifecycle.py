@@ -62,7 +62,18 @@ def fake_project(tmp_path: Path) -> Path:
 
 
 def pod_pids(pod: PodInfo) -> list[int]:
-    return find_marked(marker_value(pod_client.read_run_id(pod.run_dir)))
+    """Every process on the pod's hosts but the console's own preemption-notice watchers
+    (they watch each VM's metadata server for as long as the console runs)."""
+    pids = find_marked(marker_value(pod_client.read_run_id(pod.run_dir)))
+    return [pid for pid in pids if "computeMetadata" not in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def describe(pids: list[int]) -> str:
