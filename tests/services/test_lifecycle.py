@@ -113,16 +113,6 @@ class Recorder:
                 out.append(u)
         return out
 
-    def polls_between(self, since: float, event: Event) -> int:
-        """Pod snapshots whose poll began after ``since`` and were published before ``event``."""
-        n = 0
-        for _, u in self.updates:
-            if u is event:
-                return n
-            if isinstance(u, PodSnapshot) and u.at >= since:
-                n += 1
-        raise AssertionError("event not published")
-
 
 def steps(status: RecoveryStatus) -> dict[str, str]:
     return {s.name: s.state for s in status.steps}
@@ -175,7 +165,9 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         assert pre.ok
         await until(lambda: bool(rec.events("preempted", w1)), 30, f"{w1} detected")
         detected = rec.events("preempted", w1)[0]
-        assert rec.polls_between(t_preempt, detected) <= 2
+        # Within two poll intervals (a dropped SSH connection wakes extra polls at once, so
+        # the count of polls says less than the time).
+        assert detected.at - t_preempt <= 2 * POLL_S, detected.at - t_preempt
         assert any(
             isinstance(u, PodSnapshot) and any(w1 in w and "preempted" in w for w in u.warnings)
             for _, u in rec.updates
