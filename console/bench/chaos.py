@@ -53,12 +53,14 @@ from console.bench.chaos_report import (
     Shot,
     ShotRecord,
     attribute,
+    brief,
     figures,
     plan,
     problems_of_losses,
     restarts_from_zero,
     table,
     target_step,
+    trial_restarts,
 )
 from console.local.harness import (
     PodInfo,
@@ -167,6 +169,8 @@ class Drill:
                 await self._sweep_phase()
             except DrillAborted as exc:
                 self.problems.append(f"aborted: {exc}")
+            except Exception as exc:  # the drill's own failure: reported, still cleaned up
+                self.problems.append(f"aborted: {type(exc).__name__}: {exc}")
             finally:
                 if tail is not None:
                     tail.cancel()
@@ -212,7 +216,10 @@ class Drill:
 
     async def _tail(self) -> None:
         while True:
-            await self.poll_logs()
+            try:
+                await self.poll_logs()
+            except Exception as exc:  # keep reading: a missed poll only delays a line
+                self._say(f"reading the trainers' logs: {type(exc).__name__}: {exc}")
             await asyncio.sleep(TAIL_S)
 
     async def poll_logs(self) -> None:
@@ -300,9 +307,9 @@ class Drill:
         if len(trials) != s.run_cap or len(done) != s.run_cap:
             self.problems.append(
                 f"{len(done)} of {len(trials)} trials final at step {s.trial_total()}; run cap "
-                f"{s.run_cap}: {_brief(trials)}"
+                f"{s.run_cap}: {brief(trials)}"
             )
-        self.problems.extend(_trial_restarts(trials))
+        self.problems.extend(trial_restarts(trials))
         self._say(f"sweep {info.status}: {len(done)}/{s.run_cap} trials final")
 
     # -- one preemption -------------------------------------------------------------------
@@ -339,7 +346,8 @@ class Drill:
             if ref is None:
                 await asyncio.sleep(0.5)
                 continue
-            target = target_step(ref.reached, interval, shot.cycle)
+            # past the run's first checkpoint: a resume from step 0 would then be a failure
+            target = target_step(max(ref.reached, interval), interval, shot.cycle)
             while ref.open and ref.reached < target and time.monotonic() < deadline:
                 await self._next_poll()
             if ref.reached >= target:
@@ -369,6 +377,8 @@ class Drill:
         deadline = time.monotonic() + 900
         while rec.recovery is None:
             for st in self.recoveries[n_before:]:
+                if st.started_at is not None and st.started_at < rec.at:
+                    continue  # began before this preemption: not its recovery
                 if st.result == "ok":
                     rec.recovery = st
                     break
@@ -399,7 +409,12 @@ class Drill:
                 self._say(f"  job status of {latest}: {exc}")
             if info is not None and info.status == JobStatus.SUCCEEDED:
                 return info
-            ended = info is not None and info.status in (JobStatus.FAILED, JobStatus.STOPPED)
+            # ended, and no recovery on the way to resubmit it
+            ended = info is not None and info.status in (
+                JobStatus.FAILED,
+                JobStatus.STOPPED,
+                JobStatus.LOST,
+            )
             if ended and not self.svc.watchdog.running:
                 ended_since = ended_since or time.monotonic()
                 if time.monotonic() - ended_since > 60:
@@ -489,24 +504,6 @@ def _round(value: float | None) -> float | None:
 
 def _describe(shot: Shot) -> str:
     return f"#{shot.index} {shot.phase} {shot.kind} {shot.mode} @{shot.cycle:.2f}"
-
-
-def _brief(trials: dict[str, dict[str, Any]]) -> str:
-    return ", ".join(f"{k}: step {t.get('step')} final {t.get('final')}" for k, t in trials.items())
-
-
-def _trial_restarts(trials: dict[str, dict[str, Any]]) -> list[str]:
-    """A trial whose attempt started from step 0 after an earlier attempt had checkpointed
-    (its durable status file, independent of the logs)."""
-    out = []
-    for trial_id, trial in sorted(trials.items()):
-        attempts = sorted(trial.get("attempts", []), key=lambda a: a.get("started_unix", 0))
-        saved = False
-        for a in attempts:
-            if saved and a.get("resumed_from_step") == 0:
-                out.append(f"trial {trial_id} restarted from step 0 after a checkpoint: {a}")
-            saved = saved or a.get("reports", 0) > 0 or (a.get("resumed_from_step") or 0) > 0
-    return out
 
 
 def _cmdlines(pids: Sequence[int]) -> str:

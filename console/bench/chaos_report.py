@@ -198,6 +198,25 @@ def restarts_from_zero(runs: Mapping[str, Sequence[Attempt]]) -> list[str]:
     return out
 
 
+def brief(trials: dict[str, dict[str, Any]]) -> str:
+    """Each trial's step and whether it is final, on one line."""
+    return ", ".join(f"{k}: step {t.get('step')} final {t.get('final')}" for k, t in trials.items())
+
+
+def trial_restarts(trials: dict[str, dict[str, Any]]) -> list[str]:
+    """A trial whose attempt started from step 0 after an earlier attempt had checkpointed
+    (its durable status file, independent of the logs)."""
+    out = []
+    for trial_id, trial in sorted(trials.items()):
+        attempts = sorted(trial.get("attempts", []), key=lambda a: a.get("started_unix", 0))
+        saved = False
+        for a in attempts:
+            if saved and a.get("resumed_from_step") == 0:
+                out.append(f"trial {trial_id} restarted from step 0 after a checkpoint: {a}")
+            saved = saved or a.get("reports", 0) > 0 or (a.get("resumed_from_step") or 0) > 0
+    return out
+
+
 # ---------------------------------------------------------------------------- figures
 
 

@@ -177,3 +177,17 @@ def test_figures_charge_each_preemption_the_steps_of_the_trainers_it_hit() -> No
     text = table(figs, records, losses, {"sw-": "trial "})
     assert "trial a 4864->4096 (768)" in text and "trial b 8091->8091 (0, notice)" in text
     assert "preemptions survived        3/3" in text
+
+
+def test_a_trial_status_file_restarting_from_zero_after_a_report_is_named() -> None:
+    from console.bench.chaos_report import trial_restarts
+
+    def attempt(started: float, resumed: int, reports: int) -> dict[str, float | int]:
+        return {"started_unix": started, "resumed_from_step": resumed, "reports": reports}
+
+    trials = {
+        "t_ok": {"attempts": [attempt(1, 0, 0), attempt(2, 0, 2), attempt(3, 4096, 1)]},
+        "t_bad": {"attempts": [attempt(2, 0, 0), attempt(1, 0, 1)]},  # out of order on disk
+    }
+    (found,) = trial_restarts(trials)
+    assert found.startswith("trial t_bad restarted from step 0 after a checkpoint")
