@@ -154,35 +154,44 @@ class Drill:
     async def run(self) -> DrillResult:
         run_dir = self.work / "pod"
         self._say(f"plan (seed {self.s.seed}): " + "; ".join(_describe(s) for s in self.shots))
-        self.pod = await start_pod(run_dir, hosts=self.s.hosts, ready_delay=0.2, timeout=180.0)
-        daemon = daemon_pid(run_dir)
-        tail: asyncio.Task[None] | None = None
+        daemon: int | None = None
         try:
+            self.pod = await start_pod(run_dir, hosts=self.s.hosts, ready_delay=0.2, timeout=180.0)
+            daemon = daemon_pid(run_dir)
             self.logs.sandboxes = {h.name: Path(h.sandbox) for h in self.pod.hosts}
             self.svc = make_services(self._config(), state_dir=self.work / "state")
             self.svc.subscribe(self._on_update)
             try:
-                await self.svc.start()
-                await self._bring_up()
-                tail = asyncio.create_task(self._tail(), name="chaos-tail")
-                await self._job_phase()
-                await self._sweep_phase()
-            except DrillAborted as exc:
-                self.problems.append(f"aborted: {exc}")
-            except Exception as exc:  # the drill's own failure: reported, still cleaned up
-                self.problems.append(f"aborted: {type(exc).__name__}: {exc}")
+                await self._phases()
             finally:
-                if tail is not None:
-                    tail.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await tail
-                await self._journal_checks()
-                await self.svc.stop()
-                self.svc.close_journal()
+                try:
+                    await self._journal_checks()
+                finally:
+                    await self.svc.stop()
+                    self.svc.close_journal()
         finally:
-            await stop_pod(run_dir)
+            await stop_pod(run_dir)  # every process of every host, and the emulator
         await self._nothing_left(run_dir, daemon)
         return self._result()
+
+    async def _phases(self) -> None:
+        assert self.svc is not None
+        tail: asyncio.Task[None] | None = None
+        try:
+            await self.svc.start()
+            await self._bring_up()
+            tail = asyncio.create_task(self._tail(), name="chaos-tail")
+            await self._job_phase()
+            await self._sweep_phase()
+        except DrillAborted as exc:
+            self.problems.append(f"aborted: {exc}")
+        except Exception as exc:  # the drill's own failure: reported, still cleaned up
+            self.problems.append(f"aborted: {type(exc).__name__}: {exc}")
+        finally:
+            if tail is not None:
+                tail.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await tail
 
     def _config(self) -> Any:
         assert self.pod is not None
