@@ -30,7 +30,7 @@ _START = re.compile(r"\[engine\] starting (?P<run>\S+) from scratch")
 _RESUME = re.compile(
     r"\[engine\] resuming (?P<run>\S+) from checkpoint (?P<uri>\S+) at step (?P<step>\d+)"
 )
-_PROGRESS = re.compile(r"\[engine\] progress step=(?P<step>\d+)/(?P<total>\d+)")
+_PROGRESS = re.compile(r"\[engine\] progress step=(?P<step>\d+)/")
 _CHECKPOINT = re.compile(r"\[engine\] checkpoint step=(?P<step>\d+) at (?P<uri>\S+)")
 _FINAL = re.compile(r"\[engine\] final weights step=(?P<step>\d+) at (?P<uri>\S+)")
 # Ray's log files of a node (under its --temp-dir, $TMPDIR/ray on the emulator) where a
@@ -51,7 +51,6 @@ class Attempt:
     start_step: int
     reached: int
     last_seen_at: float
-    total: int | None = None
     saved: int | None = None  # its newest checkpoint (periodic or notice)
     notice_step: int | None = None  # its preemption-notice checkpoint
     notice_uri: str = ""
@@ -166,8 +165,6 @@ class TrainerLogs:
             if (m := pattern.match(line)) is not None:
                 current.reached = max(current.reached, int(m.group("step")))
                 current.last_seen_at = now
-                if pattern is _PROGRESS:
-                    current.total = int(m.group("total"))
                 if pattern is _CHECKPOINT:
                     current.saved = int(m.group("step"))
                 if pattern is _FINAL:
