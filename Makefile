@@ -7,7 +7,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ENV := RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1 NO_GCE_CHECK=True
 
-.PHONY: run setup test test-slow test-all lint typecheck bench clean
+CHAOS_SEED ?= 1
+CHAOS_COUNT ?= 6
+CHAOS_ARGS ?=
+
+.PHONY: run setup test test-slow test-all lint typecheck bench chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +33,11 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+
+# Seeded preemptions (head and workers, with and without notice) during a training job and a
+# Ray Tune sweep on the local emulator, the watchdog alone recovering; exit 1 if a check fails.
+chaos: $(STAMP)
+	$(PYTEST_ENV) $(BIN)/python -m console.bench.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check console engine tests scripts

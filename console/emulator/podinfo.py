@@ -51,6 +51,7 @@ class HostInfo:
     generation: int = 0  # bumped on every (re)create of the VM
     notice_at: float | None = None  # epoch seconds a preemption notice was given
     faults: tuple[str, ...] = ()  # active fault kinds, e.g. ("hang",)
+    sandbox: str = ""  # the VM's disk on this machine (HOME; wiped when it is recreated)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostInfo:
@@ -67,6 +68,7 @@ class HostInfo:
             generation=int(data.get("generation", 0)),
             notice_at=data.get("notice_at"),
             faults=tuple(str(f["kind"]) for f in data.get("faults", ())),
+            sandbox=str(data.get("sandbox", "")),
         )
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from console.config import Config, parse_config
 from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.emulator.layout import MAX_HOSTS
+from console.emulator.client import PodInfo, leftover_pids
+from console.emulator.layout import MAX_HOSTS, RunLayout
 from console.emulator.zones import seeded_windows
 
 
@@ -147,15 +147,60 @@ async def stop_pod(run_dir: Path) -> bool:
     return await pod_client.async_stop_pod(run_dir)
 
 
+async def pod_status(run_dir: Path) -> PodInfo | None:
+    """The pod's current status (hosts, states, notice times), None when it is not running."""
+    return await pod_client.async_pod_status(run_dir)
+
+
+async def preempt_host(run_dir: Path, host: int | str, notice_s: float = 0.0) -> PodInfo:
+    """Take ``host`` away as a spot reclaim does; returns once its last process is gone.
+
+    ``notice_s`` > 0 is a preemption with notice, as on GCE: the host's metadata says
+    ``instance/preempted`` TRUE, every process gets SIGTERM, and whatever is left after
+    ``notice_s`` seconds gets SIGKILL. 0 is the abrupt kill (everything SIGKILLed at once).
+    The returned status has the host's ``notice_at``.
+    """
+    return await pod_client.async_preempt(run_dir, host, notice=notice_s or None, wait=True)
+
+
+def daemon_pid(run_dir: Path) -> int | None:
+    """The emulator daemon's pid (it serves the hosts' SSH, the TPU API, the metadata)."""
+    try:
+        return int(RunLayout(Path(run_dir)).pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def leftovers(run_dir: Path, daemon: int | None) -> list[int]:
+    """Pids of the pod still alive after ``stop_pod``: processes of its hosts (Ray, jobs,
+    trainers, shells, found by the emulator's marker) and its daemon. [] when all is gone."""
+    left = list(leftover_pids(run_dir))
+    if daemon is not None and _alive(daemon):
+        left.append(daemon)
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
 __all__ = [
     "MAX_HOSTS",
     "PodInfo",
+    "daemon_pid",
     "free_port",
     "free_ray_ports",
     "gcp_config",
     "gcp_user_key",
+    "leftovers",
     "pod_config",
+    "pod_status",
     "preempt",
+    "preempt_host",
     "seeded_windows",
     "start_pod",
     "stop_pod",

@@ -49,6 +49,9 @@ class SubmitSpec:
     run_cap: int = 6
     sweep_backend: str = "tune"
     sweep_id: str = ""  # set to resume / relaunch an existing sweep
+    # Extra engine.sweep flags (submit_ray_job.sh's SWEEP_ARGS), e.g. "--trial-timesteps 3000
+    # --checkpoint-every 500 --max-failures 10".
+    sweep_args: str = ""
     submission_id: str = ""
     # Shared checkpoint storage (fsspec URI) every node can reach; sent as PHANTOM_STORAGE,
     # the default of engine.train/engine.sweep --storage. Filled in by the services.
@@ -88,6 +91,10 @@ class SubmitSpec:
                 p["sweep_backend"] = f"{self.sweep_backend!r}: use tune or wandb"
             if not self.sweep_kind.replace("_", "").isalnum():
                 p["sweep_kind"] = f"{self.sweep_kind!r}: a search-space name like ppo_rl_study"
+            try:
+                shlex.split(self.sweep_args)
+            except ValueError as exc:
+                p["sweep_args"] = f"bad quoting: {exc}"
         try:
             validate_runtime_env(self.runtime_env)
         except ValueError as exc:
@@ -125,6 +132,7 @@ class SubmitSpec:
         ]
         if self.sweep_id:
             parts.append(f"--sweep-id {q(self.sweep_id)}")
+        parts.extend(q(word) for word in shlex.split(self.sweep_args))
         return " ".join(parts)
 
     def entrypoint_resources(self) -> dict[str, float]:

@@ -58,6 +58,20 @@ def test_sweep_entrypoint_is_engine_sweep(method: str) -> None:
     assert (args.num_nodes, args.agents_per_node, args.sweep_id) == (4, 2, "sw-1")
 
 
+def test_sweep_args_reach_engine_sweep_and_survive_a_resubmission() -> None:
+    spec = SubmitSpec(
+        mode="sweep",
+        sweep_args="--trial-timesteps 3000 --checkpoint-every 500 --max-failures 10",
+    )
+    args = sweep.build_parser().parse_args(_argv(spec, ["python", "-m", "engine.sweep"]))
+    assert (args.trial_timesteps, args.checkpoint_every, args.max_failures) == (3000, 500, 10)
+    again = spec_from_metadata(spec_metadata(spec))
+    assert again is not None and again.entrypoint() == spec.entrypoint()
+    assert SubmitSpec(mode="sweep", sweep_args="--x 'y").validate() == {
+        "sweep_args": "bad quoting: No closing quotation"
+    }
+
+
 def test_storage_and_secrets_in_the_runtime_env() -> None:
     spec = SubmitSpec(
         runtime_env={"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY", "X": "1"}},
