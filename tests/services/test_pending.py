@@ -88,7 +88,7 @@ async def test_a_failed_build_is_shown_and_every_action_names_it() -> None:
     await svc.start()  # never raises: the screen shows it
     assert "cannot reach the cluster: ssh.key = '/nope'" in svc.snapshot().warnings[0]
     assert any(isinstance(u, PodSnapshot) and "ssh.key" in u.warnings[0] for u in seen)
-    with pytest.raises(RuntimeError, match="cannot reach the cluster: ssh.key"):
+    with pytest.raises(RuntimeError, match=r"cannot reach the cluster: ssh\.key"):
         await svc.submit(object())  # type: ignore[arg-type]
     await svc.stop()  # nothing to stop
 
