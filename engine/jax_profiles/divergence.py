@@ -129,18 +129,34 @@ def _kl_per_level(bank: ProfileBank, wt: _Weights) -> jax.Array:
     return self_term[:, None, :] - cross
 
 
-def _kl_total(bank: ProfileBank, wt: _Weights) -> jax.Array:
-    j = wt.q.shape[0]
-    p = bank.log_kernels.shape[0]
-    wq = wt.total[..., None] * wt.q  # [J, L, S, A]
-    # q log q with 0 log 0 = 0; cheaper than xlogy, which matters at 1/P of the bank's size
-    log_q = jnp.log(jnp.where(wt.q > 0, wt.q, 1.0))
-    self_term = (wq * log_q).reshape(j, -1).sum(1)  # [J]
-    wq = wq.reshape(j, -1)
+def _kl_total(
+    state_mask: jax.Array, log_kernels: jax.Array, agents: jax.Array, visitation: jax.Array | None
+) -> jax.Array:
+    """``[P, J]`` total KL as ``self_term[j] - cross[p, j]`` with one matrix product.
+
+    Shaped for XLA's CPU backend (profiled at 256 x 16 x 1536 x 4, see ``bench.py``); the
+    GEMM is compute-bound there, so everything else is kept to flat ``[J, X]`` passes.
+    """
+    j = agents.shape[0]
+    p = log_kernels.shape[0]
+    mask = state_mask[None]
+    v = jnp.ones(agents.shape[:-1], agents.dtype) if visitation is None else visitation
+    w = jnp.where(mask, jnp.maximum(v.astype(agents.dtype), 0.0), 0.0)
+    mass = w.sum((1, 2))
+    w = w / jnp.where(mass > 0, mass, 1.0)[:, None, None]
+    # the select keeps garbage (NaN, inf) on masked states out of the product
+    wq = (jnp.where(mask[..., None], agents, 0.0) * w[..., None]).reshape(j, -1)
+    # sum_x wq log q with 0 log 0 = 0. The guard reads the agent values only (no mask or
+    # weight broadcast over actions): a flat loop XLA vectorises; masked garbage meets wq = 0.
+    q = agents.reshape(j, -1)
+    log_q = jnp.log(jnp.where((q > 0) & (q < jnp.inf), q, 1.0))
+    # mass == 0 already gives 0; the select stops XLA from pulling this reduction into the
+    # GEMM's library fusion, where it ran serially with the product (~1 ms at bench size)
+    self_term = jnp.where(mass > 0, (wq * log_q).sum(1), 0.0)
     # [P, X] x [J, X] -> [P, J]: the bank-major output keeps XLA's CPU GEMM on the fast
     # layout (asking for [J, P] directly makes it transpose the operands).
     cross = jax.lax.dot_general(
-        bank.log_kernels.reshape(p, -1), wq, (((1,), (1,)), ((), ())), precision=_HI
+        log_kernels.reshape(p, -1), wq, (((1,), (1,)), ((), ())), precision=_HI
     )
     return self_term[None, :] - cross
 
@@ -165,9 +181,9 @@ def total_divergences(
     The hot path of scoring and selection: for KL a single matrix product.
     """
     _check_metric(metric)
-    wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
     if metric == "kl":
-        return _kl_total(bank, wt)
+        return _kl_total(bank.state_mask, bank.log_kernels, agents.astype(jnp.float32), visitation)
+    wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
     per_level = _pairwise_per_level(bank, wt, metric)
     return jnp.einsum("jpl,jl->pj", per_level, wt.level_frac, precision=_HI)
 

@@ -301,6 +301,48 @@ def test_divergences_match_numpy(
     assert np.isfinite(np.asarray(got.per_level)).all()
 
 
+def test_kl_total_fast_path_edge_cases_match_numpy() -> None:
+    """The flat KL pass (value-guarded log, its own self-term reduction) against NumPy.
+
+    Any garbage on masked states (NaN, +-inf, negative, > 1), exact zeros and tiny
+    probabilities on valid states, an agent with no visitation mass at all.
+    """
+    rng = np.random.default_rng(7)
+    shape, p, j = (3, 7, 4), 5, 4
+    bank = make_test_bank(rng, p, shape)
+    mask = np.asarray(bank.state_mask)
+    agents = random_kernels(rng, (j, *shape), zero_frac=0.4)
+    agents[2, mask, 0] = 1e-30  # tiny but positive: a finite log, not a guarded zero
+    agents[2] /= agents[2].sum(-1, keepdims=True)
+    vis = rng.random((j, *shape[:2])).astype(np.float32)
+    vis[3] = 0.0  # agent 3 was never seen anywhere: divergence 0 from every profile
+    dirty = agents.copy()
+    garbage = np.array([np.nan, np.inf, -np.inf, -1.0, 7.0], np.float32)
+    dirty[:, ~mask] = garbage[rng.integers(len(garbage), size=dirty[:, ~mask].shape)]
+    _, ref_total = ref_divergences("kl", np.asarray(bank.kernels), agents, mask, vis)
+    got = np.asarray(D.divergence_total(bank, dirty, vis, "kl"))
+    np.testing.assert_allclose(got, ref_total, rtol=RTOL, atol=ATOL)
+    assert np.all(got[3] == 0.0)
+    sel = AL.select_alpha(bank, np.linspace(0, 1, j), dirty, np.arange(j, dtype=np.float32), vis)
+    np.testing.assert_allclose(np.asarray(sel.divergence), ref_total, rtol=RTOL, atol=ATOL)
+
+
+def test_kl_total_never_materialises_pairwise_arrays() -> None:
+    """Scratch memory of the compiled KL pass stays agent-sized, far below [J, P, L, S]."""
+    rng = np.random.default_rng(3)
+    shape, p, j = (4, 64, 4), 32, 8
+    bank = make_test_bank(rng, p, shape)
+    agents = jnp.asarray(random_kernels(rng, (j, *shape)))
+    vis = jnp.ones((j, *shape[:2]), jnp.float32)
+    compiled = D._total_jit.lower(bank, agents, vis, metric="kl").compile()
+    stats = compiled.memory_analysis()
+    if stats is None:
+        pytest.skip("this backend reports no memory analysis")
+    pairwise_bytes = j * p * shape[0] * shape[1] * 4
+    assert stats.temp_size_in_bytes < pairwise_bytes
+    assert stats.temp_size_in_bytes <= 4 * agents.nbytes
+
+
 def test_kl_floor_bounds_zero_probability_actions() -> None:
     """A profile with a zero where the agent has mass costs -log(floor), not inf."""
     profile = np.array([[[[1.0, 0.0]]]], np.float32)  # P=1, L=1, S=1, A=2
