@@ -35,6 +35,7 @@ from console.status import collect_status
 from console.wiring import REPO_ROOT, make_services
 from engine.sweep import read_status
 from tests.support.emulator_helpers import running_pod
+from tests.support.sweep_waits import sweep_ready_to_preempt
 from tests.support.waiting import until
 
 SWEEP_KIND = "gcp_e2e"
@@ -106,20 +107,6 @@ class Recorder:
 
 async def job_in(svc: Facade, job_id: str, statuses: set[str]) -> bool:
     return (await svc.job_status(job_id)).status in statuses
-
-
-def sweep_checkpointed(storage: str, exp_dir: Path) -> bool:
-    """Every trial started, each running one has a checkpoint, and Tune's experiment state
-    on the bucket is newer than the last trial report (what a restore needs)."""
-    trials = read_status(storage, SWEEP_ID)
-    running = [t for t in trials.values() if not t["final"]]
-    if len(trials) < 4 or not running:
-        return False
-    if any(t["attempts"][-1]["reports"] < 1 for t in running):
-        return False
-    states = list(exp_dir.glob("experiment_state-*.json"))
-    newest = max(t["attempts"][-1].get("updated_unix", 0) for t in trials.values())
-    return bool(states) and max(s.stat().st_mtime for s in states) >= newest
 
 
 async def ray_client_task(address: str) -> str:
@@ -226,7 +213,11 @@ async def run_loop(pod: PodInfo, tmp_path: Path) -> None:
 
         await until(learned, 300, "the console to learn the sweep id")
         exp_dir = pod.bucket / "sweeps" / SWEEP_ID
-        await until(lambda: sweep_checkpointed(storage, exp_dir), 600, "trial checkpoints")
+        await until(
+            lambda: sweep_ready_to_preempt(storage, SWEEP_ID, exp_dir, trials=4),
+            600,
+            "trial checkpoints",
+        )
         old_keys = {h.name: h.host_key_fingerprint for h in pod.hosts}
         await asyncio.to_thread(pod_client.preempt, pod.run_dir, "all")
 

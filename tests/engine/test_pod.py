@@ -20,6 +20,7 @@ from console.emulator import client
 from engine.sweep import read_status
 from tests.support import REPO
 from tests.support.fixtures_pod import RayPod, start_worker
+from tests.support.sweep_waits import sweep_ready_to_preempt
 
 pytestmark = pytest.mark.slow
 
@@ -274,23 +275,8 @@ def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     exp_dir = pod.bucket / "sweeps" / "headloss"
 
-    def checkpointed_and_recorded() -> bool:
-        # Preempt once every trial has started and the experiment state saved after that
-        # knows them all, while some trial is still mid-run with a checkpoint. (Waiting for a
-        # state newer than the latest report instead races the trials' reports, every
-        # ~0.5 s from four trials, against Tune's 5 s state cadence, and can miss every gap.)
-        trials = read_status(storage, "headloss")
-        running = [t for t in trials.values() if not t["final"]]
-        if len(trials) < 4 or not running:
-            return False
-        if any(t["attempts"][-1]["reports"] < 1 for t in running):
-            return False
-        states = list(exp_dir.glob("experiment_state-*.json"))
-        started = max(t["attempts"][0]["started_unix"] for t in trials.values())
-        return bool(states) and max(s.stat().st_mtime for s in states) >= started
-
     deadline = time.monotonic() + 300  # inside pytest's timeout, so the message is shown
-    while not checkpointed_and_recorded():
+    while not sweep_ready_to_preempt(storage, "headloss", exp_dir, trials=4):
         assert time.monotonic() < deadline, (
             f"sweep never got going: {read_status(storage, 'headloss')}"
         )
