@@ -308,12 +308,14 @@ class GcPauses:
         self.started = 0.0
         self.max_ms = 0.0
         self.count = 0
+        self.full = 0  # full (generation 2) collections
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self.started = time.perf_counter()
         else:
             self.count += 1
+            self.full += info.get("generation") == 2
             self.max_ms = max(self.max_ms, (time.perf_counter() - self.started) * 1000)
 
 
@@ -449,14 +451,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "dropped_hosts": mismatched,
                 "log_tail_match": log_tail_match,
                 "inbox_dropped": app._inbox.dropped,
+                "pods_superseded": app._pods.superseded,
                 "gc_max_pause_ms": round(gc_pauses.max_ms, 1),
                 "gc_collections": gc_pauses.count,
+                "gc_full_collections": gc_pauses.full,
             }
         )
         await app._stop_services()
-    all_ms = recorder.pod_ms + recorder.log_ms
-    result["p50_ms"] = pct(all_ms, 0.5)
-    result["p99_ms"] = pct(all_ms, 0.99)
+    # The headline is the worse of the two kinds: 100k log samples must not hide a slow tail
+    # of the few hundred host-table updates.
+    result["p50_ms"] = pct(recorder.pod_ms + recorder.log_ms, 0.5)
+    tails = [v for v in (result["pod_p99_ms"], result["log_p99_ms"]) if v is not None]
+    result["p99_ms"] = max(tails) if tails else None
     base = result["baseline_p99_ms"]
     result["p99_vs_idle"] = round(result["p99_ms"] / base, 2) if base and result["p99_ms"] else None
     result["no_dropped_state"] = mismatched == 0 and log_tail_match
@@ -479,7 +485,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))
-    for key in ("p50_ms", "p99_ms", "baseline_p99_ms", "fps", "rss_mb", "no_dropped_state"):
+    for key in (
+        "p50_ms",
+        "pod_p99_ms",
+        "log_p99_ms",
+        "p99_ms",
+        "baseline_p99_ms",
+        "fps",
+        "rss_mb",
+        "gc_full_collections",
+        "no_dropped_state",
+    ):
         print(f"{key:>18}: {result[key]}")
     print(json.dumps(result))
     return 0 if result["no_dropped_state"] else 1
