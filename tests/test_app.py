@@ -31,7 +31,7 @@ from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.submit import SubmitScreen
 from console.services.api import JobsUnavailable
-from console.services.model import LogLine
+from console.services.model import HostStatus, LogLine
 from console.state import LogRing
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
 from console.widgets.fast_table import FastTable
@@ -303,6 +303,49 @@ async def test_updates_published_from_another_thread_reach_the_table() -> None:
         await wait_for(pilot, lambda: app.state.pod is not None and app.state.pod.at == T0 + 199)
         await settle(pilot)
         assert "PREEMPTED" in host_table(app).cell_texts(f"{NODE}-w0")
+
+
+async def test_host_rows_redraw_what_a_snapshot_replaced_and_ages_tick_each_second() -> None:
+    fake = FakeServices("healthy")
+    now = [T0]
+    app = PhantomApp(
+        fake,  # type: ignore[arg-type]
+        clock=lambda: now[0],
+        settings=TuiSettings(tick_s=None, cursor_blink=False),
+    )
+    names = [f"{NODE}-w{i}" for i in range(4)]
+
+    async def show(hosts: tuple[HostStatus, ...], at: float) -> FastTable:
+        fake.publish(replace(healthy_pod(), at=at, hosts=hosts))
+        await wait_for(pilot, lambda: app.state.pod is not None and app.state.pod.at == at)
+        await settle(pilot)
+        return host_table(app)
+
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        hosts = tuple(host(i) for i in range(4))
+        table = await show(hosts, T0 + 0.1)
+        assert [table.cell_texts(n)[-1] for n in names] == ["2s"] * 4
+        # the same second: the replaced host's row changes, the rest is left as drawn
+        now[0] = T0 + 0.5
+        hosts = (host(0, "PREEMPTED", ray="DEAD", ssh="down"), *hosts[1:])
+        table = await show(hosts, T0 + 0.2)
+        assert table.cell_texts(names[0])[2] == "PREEMPTED"
+        assert [table.cell_texts(n)[2] for n in names[1:]] == ["READY"] * 3
+        # hosts in another order: a whole pass, the table follows the order
+        hosts = (hosts[1], hosts[0], *hosts[2:])
+        table = await show(hosts, T0 + 0.3)
+        assert table.row_keys == [names[1], names[0], *names[2:]]
+        # the next second: a whole pass, every age ticks (nothing was replaced)
+        now[0] = T0 + 2.0
+        table = await show(hosts, T0 + 0.4)
+        assert [table.cell_texts(n)[-1] for n in names] == ["4s"] * 4
+        # a filter: only matching rows, and a replaced host still updates
+        app.screen.filter_text = "w3"
+        app.screen.render_state(app.screen.WATCHES)
+        hosts = (*hosts[:3], host(3, "CREATING"))
+        table = await show(hosts, T0 + 0.5)
+        assert table.row_keys == [names[3]] and table.cell_texts(names[3])[2] == "CREATING"
 
 
 def test_pod_messages_collapse_and_log_lines_share_one_doorbell() -> None:

@@ -174,6 +174,8 @@ class OverviewScreen(FilteredScreen):
     def __init__(self) -> None:
         super().__init__()
         self._host_cells: dict[str, tuple[HostStatus, str, tuple[Cell, ...]]] = {}
+        # the last whole pass: (hosts, node name, whole second of `now`), unfiltered only
+        self._last_pass: tuple[tuple[HostStatus, ...], str, int] | None = None
         self._summary = Text()
         self._warnings: tuple[str, ...] = ()
 
@@ -217,8 +219,11 @@ class OverviewScreen(FilteredScreen):
 
     def _render_hosts(self, pod: PodSnapshot | None, now: float) -> int:
         if pod is None:
+            self._last_pass = None
             self.table.sync_rows([])
             return 0
+        if self._update_changed_hosts(pod, now):
+            return len(pod.hosts)
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
         cache = self._host_cells
         for host in pod.hosts:
@@ -233,7 +238,39 @@ class OverviewScreen(FilteredScreen):
             if self.matches(cells, extra=host.name):
                 rows.append((host.name, cells))
         self.table.sync_rows(rows)
+        self._last_pass = None if self.filter_text else (pod.hosts, pod.node_name, int(now))
         return len(rows)
+
+    def _update_changed_hosts(self, pod: PodSnapshot, now: float) -> bool:
+        """Redraw only the hosts this snapshot replaced, when that is all that changed.
+
+        Pollers publish the whole pod, and at 10,000 hosts a whole pass costs ~10 ms per
+        snapshot. The same hosts in the same order, no filter, and the same whole second as
+        the last whole pass (the "seen" ages tick once a second, with one whole pass): only
+        the replaced ``HostStatus`` objects need new cells.
+        """
+        last = self._last_pass
+        if (
+            last is None
+            or self.filter_text
+            or last[1] != pod.node_name
+            or last[2] != int(now)
+            or len(last[0]) != len(pod.hosts)
+        ):
+            return False
+        replaced = [
+            (old, new) for old, new in zip(last[0], pod.hosts, strict=True) if old is not new
+        ]
+        if any(old.name != new.name for old, new in replaced):
+            return False  # hosts moved: the order changes, a whole pass
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        for _, host in replaced:
+            cells = host_cells(host, pod.node_name, now)
+            self._host_cells[host.name] = (host, ago(now, host.last_seen), cells)
+            rows.append((host.name, cells))
+        self.table.update_rows(rows)
+        self._last_pass = (pod.hosts, pod.node_name, last[2])
+        return True
 
     # actions -------------------------------------------------------------------------------
 

@@ -120,6 +120,10 @@ class FastTable(ScrollView, can_focus=True):
             self._resize()
             self.refresh()
             return sum(len(cells) for _, cells in rows)
+        return self.update_rows(rows)
+
+    def update_rows(self, rows: Sequence[tuple[Hashable, tuple[Cell, ...]]]) -> int:
+        """New cells for rows already shown (keys and order stay); returns cells changed."""
         written = 0
         changed: list[int] = []
         for key, cells in rows:
