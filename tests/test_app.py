@@ -23,7 +23,7 @@ from textual.widgets import Input, Log, Select
 
 from console.app import PhantomApp, TuiSettings
 from console.config import parse_config
-from console.messages import LogInbox, PodUpdated
+from console.messages import LatestPod, LogInbox, PodUpdated
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import SCREENS
 from console.screens.logview import LogViewScreen
@@ -351,6 +351,11 @@ async def test_host_rows_redraw_what_a_snapshot_replaced_and_ages_tick_each_seco
 def test_pod_messages_collapse_and_log_lines_share_one_doorbell() -> None:
     a, b = PodUpdated(healthy_pod()), PodUpdated(healthy_pod())
     assert a.can_replace(b)
+    pods = LatestPod()  # snapshots between other messages: one doorbell, the newest applied
+    first, second = healthy_pod(), replace(healthy_pod(), at=T0 + 1)
+    assert pods.put(first) is True and pods.put(second) is False
+    assert pods.take() is second and pods.superseded == 1 and pods.take() is None
+    assert pods.put(first) is True
     inbox = LogInbox(cap=3)
     rang = [inbox.put(LogLine("j", str(i), 0.0)) for i in range(5)]
     assert rang == [True, False, False, False, False]  # one message for the whole burst
