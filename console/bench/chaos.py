@@ -421,6 +421,7 @@ class Drill:
             # ended, and no recovery on the way to resubmit it
             ended = info is not None and info.status in (
                 JobStatus.FAILED,
+                JobStatus.PREEMPTED,
                 JobStatus.STOPPED,
                 JobStatus.LOST,
             )

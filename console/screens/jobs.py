@@ -26,6 +26,8 @@ STATUS_STYLE = {
     "SUCCEEDED": "green",
     "STOPPED": "dim",
     "FAILED": "bold red",
+    "PREEMPTED": "yellow",  # checkpointed on the notice: recovery resumes it
+    "LOST": "yellow",
 }
 _FIXED = 28 + 11 + 5 + 9 + 4  # id, status, env, started, padding/scrollbar
 
@@ -142,6 +144,9 @@ class JobsScreen(FilteredScreen):
         failed = sum(1 for j in jobs if j.status == "FAILED")
         if failed:
             summary.append(f"  {failed} failed", "red")
+        preempted = sum(1 for j in jobs if j.status == "PREEMPTED")
+        if preempted:
+            summary.append(f"  {preempted} preempted (resumable)", "yellow")
         odd_env = sum(1 for j in jobs if j.env_problems)
         if odd_env:
             summary.append(f"  {odd_env} without the expected env (ENV !)", "yellow")

@@ -199,7 +199,8 @@ async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
                 failed_since = failed_since or time.monotonic()
                 waited = time.monotonic() - failed_since
                 auto = svc.recovery_status().auto
-                if status != JobStatus.FAILED or not auto or waited > grace_s:
+                resumable = status in (JobStatus.FAILED, JobStatus.PREEMPTED)
+                if not resumable or not auto or waited > grace_s:
                     raise StepFailure(
                         f"workload {name} ended {status}, expected {target}"
                         + (f": {info.message}" if info.message else ""),
@@ -310,18 +311,21 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
                     out["followed_from"] = first_id
                 return out
             recovering = svc.recovery_status().active
-            if status in TERMINAL_JOBS and not recovering:
+            # PREEMPTED (checkpointed on the notice) and LOST wait for the resubmission
+            comes_back = status in (JobStatus.LOST, JobStatus.PREEMPTED)
+            if status in TERMINAL_JOBS and not comes_back and not recovering:
                 raise StepFailure(
                     f"job {job_id} ended {status}, expected {target}"
                     + (f": {info.message}" if info.message else ""),
                     to_jsonable(info),
                 )
-            if status == JobStatus.LOST and not recovering:
+            if comes_back and not recovering:
                 lost_since = lost_since or time.monotonic()
                 if time.monotonic() - lost_since > lost_grace_s:
+                    why = "LOST" if status == JobStatus.LOST else "PREEMPTED (resumable)"
                     raise StepFailure(
-                        f"job {job_id} is LOST ({info.message}) and nothing resubmits it "
-                        "(is auto recovery off? `recover` brings the cluster and its jobs "
+                        f"job {job_id} is {why} ({info.message[:200]}) and nothing resubmits "
+                        "it (is auto recovery off? `recover` brings the cluster and its jobs "
                         "back)",
                         to_jsonable(info),
                     )

@@ -34,6 +34,7 @@ JOB_STATUSES = tuple(
         JobStatus.RUNNING,
         JobStatus.SUCCEEDED,
         JobStatus.FAILED,
+        JobStatus.PREEMPTED,
         JobStatus.STOPPED,
     )
 )

@@ -49,13 +49,17 @@ TRANSITIONAL_STATES = frozenset(
 
 class JobStatus(StrEnum):
     """A job's status: Ray's ``JobStatus`` names, plus LOST (the cluster no longer knows
-    the job: its head was replaced) and UNKNOWN (the jobs API could not be asked)."""
+    the job: its head was replaced), PREEMPTED (Ray says FAILED, but the entrypoint exited
+    with the engine's "preempted, resumable" code: it wrote a checkpoint on the preemption
+    notice, and its resubmission resumes at the step it reached) and UNKNOWN (the jobs API
+    could not be asked)."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     STOPPED = "STOPPED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
     LOST = "LOST"
     UNKNOWN = "UNKNOWN"
 
@@ -69,7 +73,9 @@ class JobStatus(StrEnum):
 
 
 ACTIVE_JOBS = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
-TERMINAL_JOBS = frozenset({JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED})
+TERMINAL_JOBS = frozenset(
+    {JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.PREEMPTED}
+)
 
 
 class Reachability(StrEnum):

@@ -394,7 +394,7 @@ def unmet(
     status = {j.job_id: j.status for j in obs.jobs}
     for old, new in resubmitted.items():
         st = status.get(new, JobStatus.UNKNOWN)
-        if st in (JobStatus.FAILED, JobStatus.STOPPED):
+        if st in (JobStatus.FAILED, JobStatus.PREEMPTED, JobStatus.STOPPED):
             out.append(f"resubmitted job {new} (was {old}) is {st}")
         elif st not in (JobStatus.RUNNING, JobStatus.SUCCEEDED):
             out.append(f"resubmitted job {new} is {st}")

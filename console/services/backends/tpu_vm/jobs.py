@@ -44,6 +44,10 @@ from console.services.submit import SubmitSpec, new_job_id, spec_metadata
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# The engine's "preempted, resumable" exit (engine.exit_codes.EX_PREEMPTED): a job that
+# checkpointed on a preemption notice. Ray reports it as FAILED with this exit code.
+EX_PREEMPTED = 75
+_EXIT_CODE = re.compile(r"^Job entrypoint command failed with exit code (\d+)\b")
 
 
 class JobError(Exception):
@@ -345,15 +349,24 @@ def _ms(value: Any) -> float | None:
     return None if value is None else float(value) / 1000.0
 
 
+def job_status_of(status: str, message: str) -> str:
+    """Ray's status, except a FAILED entrypoint that exited ``EX_PREEMPTED``: PREEMPTED."""
+    found = _EXIT_CODE.match(message) if status == JobStatus.FAILED else None
+    if found and int(found.group(1)) == EX_PREEMPTED:
+        return JobStatus.PREEMPTED
+    return status
+
+
 def _to_info(details: Any) -> JobInfo:
     status = getattr(details, "status", "")
+    message = str(details.message or "")
     return JobInfo(
         job_id=str(details.submission_id or details.job_id or ""),
-        status=str(getattr(status, "value", status)),
+        status=job_status_of(str(getattr(status, "value", status)), message),
         entrypoint=str(details.entrypoint or ""),
         start_time=_ms(details.start_time),
         end_time=_ms(details.end_time),
-        message=str(details.message or ""),
+        message=message,
         metadata={str(k): str(v) for k, v in (details.metadata or {}).items()},
         env=masked_env(getattr(details, "runtime_env", None)),
     )

@@ -27,13 +27,15 @@ from pathlib import Path
 import pytest
 
 from console.services.backends.tpu_vm.jobs import (
+    EX_PREEMPTED,
     DashboardUnreachableError,
     JobService,
     SubmitError,
     UnknownJobError,
+    job_status_of,
 )
 from console.services.job_watcher import JobTransition, JobWatcher
-from console.services.model import LogLine, LogStreamClosed
+from console.services.model import JobStatus, LogLine, LogStreamClosed
 from console.services.submit import META_MODE, META_SPEC, SpecError, SubmitSpec
 
 VENV_BIN = Path(sys.executable).parent
@@ -134,6 +136,7 @@ FAKE_TRAIN = textwrap.dedent(
     p = argparse.ArgumentParser()
     p.add_argument("--total-timesteps", type=int, default=3)
     p.add_argument("--hold", type=float, default=0.0)
+    p.add_argument("--exit-code", type=int, default=0)
     args, _ = p.parse_known_args()
     print("key ok" if os.environ.get("WANDB_API_KEY") == "sekret-value-123" else "no key",
           flush=True)
@@ -142,6 +145,7 @@ FAKE_TRAIN = textwrap.dedent(
         time.sleep(0.05)
     time.sleep(args.hold)
     print("done", flush=True)
+    sys.exit(args.exit_code)
     """
 )
 
@@ -155,8 +159,10 @@ def working_dir(tmp_path: Path) -> Path:
     return wd
 
 
-def spec(steps: int, hold: float = 0.0, **kw: object) -> SubmitSpec:
+def spec(steps: int, hold: float = 0.0, exit_code: int = 0, **kw: object) -> SubmitSpec:
     args = f"--algo ppo --total-timesteps {steps} --alpha 0.3 --device cpu --hold {hold}"
+    if exit_code:
+        args += f" --exit-code {exit_code}"
     return SubmitSpec(train_args=args, **kw)  # type: ignore[arg-type]
 
 
@@ -238,6 +244,42 @@ async def test_stop_a_running_job_and_watch_transitions(
     assert transitions[-1].new_status == "STOPPED"
     ev = transitions[-1].to_event(at=123.0)
     assert ev.kind == "job_state" and info.job_id in ev.message and ev.data["mode"] == "single"
+
+
+@pytest.mark.slow
+async def test_a_job_that_exits_preempted_resumable_is_preempted_not_failed(
+    ray_head: RayHead, working_dir: Path
+) -> None:
+    """The engine's exit 75 (checkpointed on a preemption notice) reads as PREEMPTED: a
+    terminal state recovery resumes from, where any other non-zero exit stays FAILED."""
+    jobs = JobService(ray_head.address)
+    watcher = JobWatcher(jobs.list)
+    await watcher.poll()
+    noticed = await jobs.submit(spec(1, exit_code=75), working_dir=working_dir, environ=ENVIRON)
+    crashed = await jobs.submit(spec(1, exit_code=1), working_dir=working_dir, environ=ENVIRON)
+    done = await jobs.wait_for(noticed.job_id, ["PREEMPTED", "FAILED", "SUCCEEDED"], timeout_s=120)
+    assert done.status == JobStatus.PREEMPTED and "exit code 75" in done.message
+    crash = await jobs.wait_for(crashed.job_id, ["FAILED", "PREEMPTED"], timeout_s=120)
+    assert crash.status == "FAILED"
+    listed = {j.job_id: j.status for j in await jobs.list()}
+    assert listed[noticed.job_id] == "PREEMPTED" and listed[crashed.job_id] == "FAILED"
+    ends = {t.job.job_id: t.new_status for t in await watcher.poll()}
+    assert ends[noticed.job_id] == "PREEMPTED"
+
+
+def test_only_the_engines_resumable_exit_is_preempted() -> None:
+    from engine.exit_codes import EX_PREEMPTED as ENGINE_EX_PREEMPTED
+
+    assert EX_PREEMPTED == ENGINE_EX_PREEMPTED  # one contract, two homes (layers)
+    ray_says = "Job entrypoint command failed with exit code {}, last available logs: ..."
+    assert job_status_of("FAILED", ray_says.format(75)) == JobStatus.PREEMPTED
+    assert job_status_of("FAILED", ray_says.format(1)) == JobStatus.FAILED
+    assert job_status_of("FAILED", ray_says.format(750)) == JobStatus.FAILED
+    no_logs = "Job entrypoint command failed with exit code 75. No logs available."
+    assert job_status_of("FAILED", no_logs) == JobStatus.PREEMPTED
+    assert job_status_of("STOPPED", ray_says.format(75)) == "STOPPED"
+    assert job_status_of("FAILED", "exit code 75 somewhere in a driver message") == "FAILED"
+    assert JobStatus.PREEMPTED.terminal and not JobStatus.PREEMPTED.active
 
 
 @pytest.mark.slow
