@@ -268,7 +268,7 @@ class OverviewScreen(FilteredScreen):
             cells = host_cells(host, pod.node_name, now)
             self._host_cells[host.name] = (host, ago(now, host.last_seen), cells)
             rows.append((host.name, cells))
-        self.table.update_rows(rows)
+        self.query_one("#hosts", FastTable).update_rows(rows)
         self._last_pass = (pod.hosts, pod.node_name, last[2])
         return True
 
