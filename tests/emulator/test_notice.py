@@ -27,8 +27,10 @@ def meta(path):
         headers={"Metadata-Flavor": "Google"})
     return urllib.request.urlopen(req, timeout=5).read().decode()
 def on_term(sig, frame):
-    with open(out + ".term", "w") as fh:
+    # written whole, then renamed: the test reads it as soon as it exists
+    with open(out + ".term.tmp", "w") as fh:
         json.dump({"preempted": meta("instance/preempted")}, fh)
+    os.replace(out + ".term.tmp", out + ".term")
 signal.signal(signal.SIGTERM, on_term)
 with open(out + ".pid", "w") as fh:
     fh.write(str(os.getpid()))
