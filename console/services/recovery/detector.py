@@ -190,6 +190,18 @@ class Detector:
             cond = diag.conditions[h.name]
             before = self._conditions.get(h.name, HostCondition.OK)
             self._conditions[h.name] = cond
+            if before is HostCondition.NOTICE and cond not in (
+                HostCondition.NOTICE,
+                HostCondition.LOST,
+            ):
+                # A notice always ends the VM; a recovery that replaced it between two polls
+                # left no poll to see it PREEMPTED. Its end is still one row of the journal.
+                await emit(
+                    "preempted",
+                    f"{h.name}: preempted after its notice (replaced before a poll saw it go)",
+                    host=h.name,
+                    data={"tpu_state": str(h.tpu_state), "ip": h.ip, "after_notice": True},
+                )
             if cond == before or cond in (HostCondition.OK, HostCondition.NOT_READY):
                 continue
             if cond in SOFT_CONDITIONS and not self.armed:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from console.services.events import EventSink
 from console.services.journal import Journal
 from console.services.model import Event, HostState, JobStatus, Update
+from console.services.observation import HostObservation, Observation
 from console.services.recovery.detector import Detector
 from tests.services.recovery.test_diagnosis import T, nodes, obs, wl
 
@@ -80,3 +81,27 @@ async def test_quota_worker_and_head_edges() -> None:
         "8 Pathways worker pod(s) replaced by their Job while the JobSet reports no restart"
         in evs[0].message
     )
+
+
+def _vm_obs(w1: HostObservation) -> Observation:
+    head = HostObservation(name="w0", ip="127.0.0.10", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    return Observation(at=T, hosts=(head, w1), head="w0", ray_reachable=True, tunnel_up=True)
+
+
+async def test_a_noticed_vm_always_gets_one_preempted_row() -> None:
+    """A VM with a notice ends: journaled once, whether a poll saw it PREEMPTED or the
+    recovery replaced it between two polls."""
+    up = HostObservation(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    noticed = replace(up, notice_at=T - 1)
+    gone = replace(up, tpu_state="PREEMPTED", ssh_ok=False, ray_alive=0, preempted_at=T)
+    fresh = replace(up, tpu_state="CREATING", ssh_ok=None, ray_alive=0)
+
+    replaced_unseen = await feed(*(_vm_obs(h) for h in (up, noticed, noticed, fresh, up)))
+    rows = [e for e in replaced_unseen if e.kind in ("preemption_notice", "preempted")]
+    assert [(e.kind, e.host) for e in rows] == [("preemption_notice", "w1"), ("preempted", "w1")]
+    assert rows[1].data["after_notice"] is True
+
+    seen_going = await feed(*(_vm_obs(h) for h in (up, noticed, gone, fresh, up)))
+    rows = [e for e in seen_going if e.kind in ("preemption_notice", "preempted")]
+    assert [(e.kind, e.host) for e in rows] == [("preemption_notice", "w1"), ("preempted", "w1")]
+    assert "after_notice" not in rows[1].data and rows[1].data["preempted_at"] == T
