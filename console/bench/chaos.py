@@ -72,7 +72,7 @@ from console.local.harness import (
     stop_pod,
 )
 from console.services.facade import Facade
-from console.services.model import JobStatus, RecoveryStatus, Update
+from console.services.model import TERMINAL_JOBS, JobStatus, RecoveryStatus, Update
 from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from engine.sweep_tune import read_status
@@ -419,12 +419,7 @@ class Drill:
             if info is not None and info.status == JobStatus.SUCCEEDED:
                 return info
             # ended, and no recovery on the way to resubmit it
-            ended = info is not None and info.status in (
-                JobStatus.FAILED,
-                JobStatus.PREEMPTED,
-                JobStatus.STOPPED,
-                JobStatus.LOST,
-            )
+            ended = info is not None and info.status in {*TERMINAL_JOBS, JobStatus.LOST}
             if ended and not self.svc.watchdog.running:
                 ended_since = ended_since or time.monotonic()
                 if time.monotonic() - ended_since > 60:
