@@ -51,10 +51,12 @@ def resolve_hosts(
     refs = [hosts] if isinstance(hosts, str) else list(hosts)
     if any(str(r).strip().lower() == "all" for r in refs):
         return list(endpoints)
+    lookup = _Lookup(endpoints)
     out: list[HostEndpoint] = []
+    seen: set[int] = set()
     for ref in refs:
-        ep = _find(endpoints, ref)
-        if ep is None:
+        pos = lookup.find(ref)
+        if pos is None:
             names = ", ".join(e.name for e in endpoints[:4]) + (
                 ", ..." if len(endpoints) > 4 else ""
             )
@@ -62,21 +64,36 @@ def resolve_hosts(
                 f"unknown host {ref!r}: use a name ({names}), an IP, an index "
                 f"0..{len(endpoints) - 1}, or 'all'"
             )
-        if ep not in out:
-            out.append(ep)
+        if pos not in seen:
+            seen.add(pos)
+            out.append(endpoints[pos])
     return out
 
 
-def _find(endpoints: Sequence[HostEndpoint], ref: str | int) -> HostEndpoint | None:
-    text = str(ref).strip()
-    for ep in endpoints:
-        if text in (ep.name, ep.ip, ep.connect_ip, ep.address) or (
-            text.isdigit() and int(text) == ep.index
-        ):
-            return ep
-    # a short worker suffix ("w2") is how people talk about hosts
-    matches = [ep for ep in endpoints if ep.name.endswith(f"-{text}")]
-    return matches[0] if len(matches) == 1 else None
+class _Lookup:
+    """References -> position of the first endpoint they name, built once per resolve
+    (a fan-out to 256 hosts by index resolves 256 references: no scan per reference)."""
+
+    def __init__(self, endpoints: Sequence[HostEndpoint]) -> None:
+        self.endpoints = endpoints
+        self.by_text: dict[str, int] = {}
+        self.by_index: dict[int, int] = {}
+        for pos, ep in enumerate(endpoints):
+            for key in (ep.name, ep.ip, ep.connect_ip, ep.address):
+                self.by_text.setdefault(key, pos)
+            self.by_index.setdefault(ep.index, pos)
+
+    def find(self, ref: str | int) -> int | None:
+        text = str(ref).strip()
+        hits = [self.by_text.get(text)]
+        if text.isdigit():
+            hits.append(self.by_index.get(int(text)))
+        found = [pos for pos in hits if pos is not None]
+        if found:
+            return min(found)  # the first endpoint that matches, as a scan would find
+        # a short worker suffix ("w2") is how people talk about hosts
+        matches = [p for p, ep in enumerate(self.endpoints) if ep.name.endswith(f"-{text}")]
+        return matches[0] if len(matches) == 1 else None
 
 
 _PROXY_TOKEN = re.compile(r"%([hprn%])")

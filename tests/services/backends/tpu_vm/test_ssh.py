@@ -52,6 +52,19 @@ def test_hosts_resolve_by_name_ip_index_and_suffix() -> None:
         resolve_hosts(EPS, ["w9"])
 
 
+def test_hosts_resolve_to_the_first_endpoint_a_reference_names() -> None:
+    # "3" is host 1's name and host 3's index: a scan in pod order finds host 1 first
+    eps = [
+        HostEndpoint("a", "127.0.0.20", 22, 0),
+        HostEndpoint("3", "127.0.0.21", 22, 1),
+        HostEndpoint("c", "127.0.0.22", 22, 2),
+        HostEndpoint("d", "127.0.0.23", 22, 3),
+    ]
+    assert [e.name for e in resolve_hosts(eps, ["3", 2, "127.0.0.23:22", "c"])] == ["3", "c", "d"]
+    big = [HostEndpoint(f"pod-w{i}", f"127.0.{i // 250}.{i % 250 + 1}", 22, i) for i in range(256)]
+    assert resolve_hosts(big, list(reversed(range(256)))) == list(reversed(big))
+
+
 def test_known_hosts_file_replace_keeps_other_lines(tmp_path: Path) -> None:
     k1 = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
     k2 = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
