@@ -12,7 +12,10 @@ product's default ``ssh.parallelism`` (``--parallelism`` to try another):
 
 Two commands: ``--command`` (default ``sleep 0.5``: a remote step that waits on I/O, like
 most bootstrap steps) and ``true`` (pure SSH overhead). The baseline is the 1-host time
-of the same run; ratios near 1 mean the fan-out is parallel. Last line: one JSON object.
+of the same run; ratios near 1 mean the fan-out is parallel. Each point also prints the
+CPU it cost the console (this process) and the emulator (its daemon and the shells it ran):
+on a real pod the hosts' side runs on the hosts, here both share this machine's cores.
+Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -25,30 +28,48 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from console.bench.proc import cpu_s
 from console.config import SshConfig
-from console.local.harness import MAX_HOSTS, start_pod, stop_pod
+from console.local.harness import MAX_HOSTS, daemon_pid, start_pod, stop_pod
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshFanout
 
 
-async def _time_fanout(fan: SshFanout, command: str, n: int, cold: bool) -> float:
+class Sample(NamedTuple):
+    wall_s: float
+    console_cpu_s: float
+    emulator_cpu_s: float
+
+
+async def _time_fanout(
+    fan: SshFanout, command: str, n: int, cold: bool, emulator_pid: int | None = None
+) -> Sample:
     if cold:
         await fan.close()  # drop cached connections
-    t0 = time.perf_counter()
+    e0 = cpu_s(emulator_pid, children=True) if emulator_pid else 0.0
+    c0, t0 = time.process_time(), time.perf_counter()
     res = await fan.run(command, hosts=list(range(n)))
-    elapsed = time.perf_counter() - t0
+    elapsed, console = time.perf_counter() - t0, time.process_time() - c0
+    # the last shells are reaped just after their channels close: let the daemon catch up
+    await asyncio.sleep(0.05)
+    emulator = cpu_s(emulator_pid, children=True) - e0 if emulator_pid else 0.0
     bad = [r.error for r in res.values() if not r.ok]
     if bad:
         raise RuntimeError(f"fan-out failed on {len(bad)} host(s): {bad[0]}")
-    return elapsed
+    return Sample(elapsed, console, emulator)
+
+
+def _median(samples: list[Sample], field: str) -> float:
+    return statistics.median(getattr(s, field) for s in samples)
 
 
 async def bench(
     sizes: list[int], command: str, repeat: int, parallelism: int | None = None
-) -> dict[str, Any]:
+) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, dict[str, float]]]:
+    """(wall seconds per command, mode and host count; CPU per host at the largest count)."""
     run_dir = Path(tempfile.mkdtemp(prefix="phantom-bench-fanout-")) / "pod"
     pod = await start_pod(
         run_dir, hosts=max(sizes), ssh_port=0, api_port=0, ready_delay=0.2, timeout=180.0
@@ -64,7 +85,9 @@ async def bench(
             parallelism=parallelism or SshConfig().parallelism,
             connect_timeout_s=30.0,
         )
+        emulator = daemon_pid(run_dir)
         results: dict[str, dict[str, dict[int, float]]] = {}
+        cpu: dict[str, dict[str, float]] = {}
         try:
             await _time_fanout(fan, "true", max(sizes), cold=True)  # warm-up (imports, caches)
             for cmd in (command, "true"):
@@ -75,11 +98,21 @@ async def bench(
                         for _ in range(repeat):
                             if mode == "warm":
                                 await _time_fanout(fan, "true", n, cold=False)  # ensure cached
-                            samples.append(await _time_fanout(fan, cmd, n, cold=mode == "cold"))
-                        per[mode][n] = statistics.median(samples)
+                            samples.append(
+                                await _time_fanout(fan, cmd, n, mode == "cold", emulator)
+                            )
+                        per[mode][n] = _median(samples, "wall_s")
+                        console_ms = _median(samples, "console_cpu_s") * 1000 / n
+                        emulator_ms = _median(samples, "emulator_cpu_s") * 1000 / n
+                        if cmd == command and n == max(sizes):
+                            cpu[mode] = {
+                                "console_ms_per_host": round(console_ms, 2),
+                                "emulator_ms_per_host": round(emulator_ms, 2),
+                            }
                         print(
                             f"{cmd!r:>14} {mode:>4} {n:>3} hosts: "
-                            f"median {per[mode][n] * 1000:8.1f} ms over {repeat}",
+                            f"median {per[mode][n] * 1000:8.1f} ms over {repeat}; CPU per "
+                            f"host: console {console_ms:5.2f} ms, emulator {emulator_ms:5.2f} ms",
                             file=sys.stderr,
                         )
                 results[cmd] = per
@@ -87,7 +120,7 @@ async def bench(
             await fan.close()
     finally:
         await stop_pod(run_dir)
-    return results
+    return results, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parallelism is not None and args.parallelism < 1:
         print("bench_fanout: --parallelism >= 1", file=sys.stderr)
         return 2
-    results = asyncio.run(bench(sizes, args.command, args.repeat, args.parallelism))
+    results, cpu = asyncio.run(bench(sizes, args.command, args.repeat, args.parallelism))
     lo, hi = sizes[0], sizes[-1]
     main_cmd = results[args.command]
     out: dict[str, Any] = {
@@ -124,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         f"overhead_{hi}_over_{lo}_true_cold": round(
             results["true"]["cold"][hi] / results["true"]["cold"][lo], 3
         ),
+        f"cpu_per_host_at_{hi}": cpu,
     }
     print(json.dumps(out))
     return 0

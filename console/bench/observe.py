@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from console.bench.proc import cpu_s
 from console.local.harness import MAX_HOSTS, pod_config, start_pod, stop_pod
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.probes import ProbePlanner
@@ -43,12 +44,6 @@ from console.wiring import make_services
 
 WARMUP = 3
 MODES = ("planned", "every_host")
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(hosts: int, polls: int) -> dict[str, dict[str, float]]:
@@ -74,11 +69,11 @@ async def measure(hosts: int, polls: int) -> dict[str, dict[str, float]]:
                 for _ in range(polls):
                     s0 = parts.ssh.sessions_opened + parts.probe.sessions_opened
                     c0 = parts.ssh.connections_opened + parts.probe.connections_opened
-                    e0, cpu0, t0 = _cpu_s(pod.pid), time.process_time(), time.perf_counter()
+                    e0, cpu0, t0 = cpu_s(pod.pid), time.process_time(), time.perf_counter()
                     obs = await backend.observe()
                     samples["wall_ms"].append((time.perf_counter() - t0) * 1000)
                     samples["cpu_ms"].append((time.process_time() - cpu0) * 1000)
-                    samples["emulator_cpu_ms"].append((_cpu_s(pod.pid) - e0) * 1000)
+                    samples["emulator_cpu_ms"].append((cpu_s(pod.pid) - e0) * 1000)
                     samples["sessions"].append(
                         parts.ssh.sessions_opened + parts.probe.sessions_opened - s0
                     )

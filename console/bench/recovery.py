@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     out = asyncio.run(bench_recovery(args.repeat, args.poll, args.keep))
     if not args.skip_fanout:
         # After the recovery runs, so the two never compete for the same cores.
-        fan = asyncio.run(bench_fanout.bench([1, 4, 32], "sleep 0.5", args.fanout_repeat))
+        fan, _ = asyncio.run(bench_fanout.bench([1, 4, 32], "sleep 0.5", args.fanout_repeat))
         cold = fan["sleep 0.5"]["cold"]
         out["fanout_s"] = {str(n): round(v, 4) for n, v in cold.items()}
         out["fanout_32_over_1"] = round(cold[32] / cold[1], 3)
