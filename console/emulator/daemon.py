@@ -34,6 +34,7 @@ from google.cloud.tpu_v2.types import cloud_tpu
 from console.emulator import chaos
 from console.emulator.api_state import PodState
 from console.emulator.chaos import FAULT_KINDS, Faults, chaos_schedule, host_fault_status
+from console.emulator.children import wait_children_with_pidfds
 from console.emulator.hosts import DELETED, Host, HostLifecycle, Runtime
 from console.emulator.layout import host_ip, resolve_host_ref
 from console.emulator.metadata import MetadataServer
@@ -397,6 +398,7 @@ class PodDaemon:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        wait_children_with_pidfds()
         try:
             control = await asyncio.start_unix_server(
                 self._control, path=self.layout.control_address
