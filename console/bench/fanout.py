@@ -53,8 +53,7 @@ async def _time_fanout(
     c0, t0 = time.process_time(), time.perf_counter()
     res = await fan.run(command, hosts=list(range(n)))
     elapsed, console = time.perf_counter() - t0, time.process_time() - c0
-    # the last shells are reaped just after their channels close: let the daemon catch up
-    await asyncio.sleep(0.05)
+    # each exit status is sent after the daemon reaped its shell: their CPU is counted now
     emulator = cpu_s(emulator_pid, children=True) - e0 if emulator_pid else 0.0
     bad = [r.error for r in res.values() if not r.ok]
     if bad:
