@@ -134,25 +134,31 @@ def _kl_total(
 ) -> jax.Array:
     """``[P, J]`` total KL as ``self_term[j] - cross[p, j]`` with one matrix product.
 
-    Shaped for XLA's CPU backend (profiled at 256 x 16 x 1536 x 4, see ``bench.py``); the
-    GEMM is compute-bound there, so everything else is kept to flat ``[J, X]`` passes.
+    Shaped for XLA's CPU backend (profiled at 256 x 16 x 1536 x 4, see ``bench.py``): the
+    GEMM is compute-bound there, so the rest is one ``[J, X]`` pass (``wq``) and ``[J, L, S]``
+    work that XLA hands to the GEMM's library fusion.
     """
     j = agents.shape[0]
     p = log_kernels.shape[0]
-    mask = state_mask[None]
     v = jnp.ones(agents.shape[:-1], agents.dtype) if visitation is None else visitation
-    w = jnp.where(mask, jnp.maximum(v.astype(agents.dtype), 0.0), 0.0)
+    w = jnp.where(state_mask[None], jnp.maximum(v.astype(agents.dtype), 0.0), 0.0)
     mass = w.sum((1, 2))
-    w = w / jnp.where(mass > 0, mass, 1.0)[:, None, None]
-    # the select keeps garbage (NaN, inf) on masked states out of the product
-    wq = (jnp.where(mask[..., None], agents, 0.0) * w[..., None]).reshape(j, -1)
-    # sum_x wq log q with 0 log 0 = 0. The guard reads the agent values only (no mask or
-    # weight broadcast over actions): a flat loop XLA vectorises; masked garbage meets wq = 0.
-    q = agents.reshape(j, -1)
-    log_q = jnp.log(jnp.where((q > 0) & (q < jnp.inf), q, 1.0))
-    # mass == 0 already gives 0; the select stops XLA from pulling this reduction into the
-    # GEMM's library fusion, where it ran serially with the product (~1 ms at bench size)
-    self_term = jnp.where(mass > 0, (wq * log_q).sum(1), 0.0)
+    w = w * (1.0 / jnp.where(mass > 0, mass, 1.0))[:, None, None]  # [J, L, S]; 0 if mass == 0
+    # Every select below tests w > 0 (w is 0 on masked states), so garbage there (NaN, inf)
+    # never reaches a sum.
+    w4 = w[..., None]
+    wq = jnp.where(w4 > 0, agents * w4, 0.0).reshape(j, -1)
+
+    # Self term per state, sum_a q log q with 0 log 0 = 0, one action slice at a time: a
+    # [J, L, S] loop XLA vectorises, where a reduce over the 4-wide minor axis or over the
+    # flat [J, X] product is a second pass over X (~0.5 ms of the pass at bench size).
+    def xlogx(q: jax.Array) -> jax.Array:
+        return q * jnp.log(jnp.where(q > 0, q, 1.0))
+
+    neg_ent = xlogx(agents[..., 0])
+    for a in range(1, agents.shape[-1]):
+        neg_ent = neg_ent + xlogx(agents[..., a])
+    self_term = jnp.where(w > 0, w * neg_ent, 0.0).sum((1, 2))
     # [P, X] x [J, X] -> [P, J]: the bank-major output keeps XLA's CPU GEMM on the fast
     # layout (asking for [J, P] directly makes it transpose the operands).
     cross = jax.lax.dot_general(
