@@ -150,6 +150,20 @@ async def test_signals_from_the_client_reach_the_command(pod: PodInfo) -> None:
         assert result.exit_signal is not None and result.exit_signal[0] == "TERM"
 
 
+async def test_commands_and_shells_start_inside_the_host_cgroup(pod: PodInfo) -> None:
+    """A host's shell joins its cgroup before the command runs."""
+    if client.read_cgroup(pod.run_dir) is None:
+        pytest.skip("no writable cgroup hierarchy here: host processes are tracked by marker")
+    probe = 'echo "$$ $LINENO"; cat "$_PHANTOM_POD_CGROUP/cgroup.procs"\n'
+    async with asyncssh.connect(**pod.asyncssh_options(3)) as conn:
+        ran = await conn.run(probe, check=True)  # an "exec" request: bash -c
+        shell = await conn.run(input=probe, check=True)  # a "shell" request: bash on stdin
+    for result in (ran, shell):
+        pid, line, *members = str(result.stdout).split()
+        assert line == "1"  # the command's own line numbers
+        assert pid in members, result.stdout
+
+
 def test_preempt_kills_host_processes_and_recreate_gives_fresh_vm(pod: PodInfo) -> None:
     # A detached daemon (own session, like `ray start`) and a foreground session.
     started = ssh_run(
