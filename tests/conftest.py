@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Before anything imports ray/wandb/jax: tests never phone home and never touch ~/.
 _SESSION_HOME = tempfile.mkdtemp(prefix="phantom-tests-")
+atexit.register(shutil.rmtree, _SESSION_HOME, True)  # every session used to leave one in /tmp
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Google's libraries must never probe the link-local metadata server from a test.
 os.environ["NO_GCE_CHECK"] = "True"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -69,7 +70,8 @@ async def bench(
     sizes: list[int], command: str, repeat: int, parallelism: int | None = None
 ) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, dict[str, float]]]:
     """(wall seconds per command, mode and host count; CPU per host at the largest count)."""
-    run_dir = Path(tempfile.mkdtemp(prefix="phantom-bench-fanout-")) / "pod"
+    work = Path(tempfile.mkdtemp(prefix="phantom-bench-fanout-"))
+    run_dir = work / "pod"
     pod = await start_pod(
         run_dir, hosts=max(sizes), ssh_port=0, api_port=0, ready_delay=0.2, timeout=180.0
     )
@@ -119,6 +121,7 @@ async def bench(
             await fan.close()
     finally:
         await stop_pod(run_dir)
+        shutil.rmtree(work, ignore_errors=True)
     return results, cpu
 
 
