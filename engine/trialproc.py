@@ -31,6 +31,7 @@ import importlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -231,6 +232,33 @@ class TrainerHandle:
             self.events_path.unlink()
 
 
+_DIR_PREFIX = "phantom-trainers-"
+
+
+def remove_stale_dirs(parent: Path) -> list[Path]:
+    """Remove the event dirs of processes that are gone; the removed dirs.
+
+    A process's dir goes with ``TrainerProcesses.close``, but a Ray worker killed by
+    ``ray stop`` or a preemption never gets there, and its dir (the events of trainers it
+    had) would stay in the host's TMPDIR for good.
+    """
+    removed = []
+    for path in parent.glob(f"{_DIR_PREFIX}*"):
+        pid = path.name.removeprefix(_DIR_PREFIX)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's): not ours to judge
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 class TrainerProcesses:
     """The zygote of this process (started on first use) and the trainers it forked."""
 
@@ -240,7 +268,7 @@ class TrainerProcesses:
         self._proc: subprocess.Popen[str] | None = None
         self._pids: dict[str, int] = {}
         self._exits: dict[str, int] = {}
-        self._dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"phantom-trainers-{os.getpid()}"
+        self._dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"{_DIR_PREFIX}{os.getpid()}"
 
     def _start(self) -> subprocess.Popen[str]:
         env = {**_SINGLE_THREADED, **os.environ, "PYTHONPATH": _engine_pythonpath()}
@@ -276,7 +304,9 @@ class TrainerProcesses:
 
     def start(self, target: str, args: dict[str, Any]) -> TrainerHandle:
         request_id = uuid.uuid4().hex[:12]
-        self._dir.mkdir(parents=True, exist_ok=True)
+        if not self._dir.is_dir():
+            remove_stale_dirs(self._dir.parent)
+            self._dir.mkdir(parents=True, exist_ok=True)
         events = self._dir / f"{request_id}.jsonl"
         request = {"id": request_id, "target": target, "args": args, "events": str(events)}
         with self._cond:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.storage import MANIFEST, latest_checkpoint_step
-from engine.trialproc import TrainerProcesses
+from engine.trialproc import TrainerProcesses, remove_stale_dirs
 from tests.support import REPO
 from tests.support.engine_helpers import engine_env, wandb_records
 from tests.support.waiting import wait_until
@@ -54,11 +54,29 @@ def trainers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Traine
     monkeypatch.setenv("JAX_PLATFORMS", "tpu")
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.chdir(tmp_path)
+    # its events dir, and the work dirs of trainers it kills, go with the test's tmp_path
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     procs = TrainerProcesses()
     try:
         yield procs
     finally:
         procs.close()
+
+
+def test_event_dirs_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
+    """A Ray worker killed before it closed its trainers leaves its events dir behind: the
+    next process to start trainers there removes it, and only it."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"phantom-trainers-{dead.pid}"
+    live = tmp_path / f"phantom-trainers-{os.getppid()}"
+    mine = tmp_path / f"phantom-trainers-{os.getpid()}"
+    other = tmp_path / "phantom-trainers-notes"
+    for path in (stale, live, mine, other):
+        path.mkdir()
+        (path / "0123456789ab.jsonl").write_text('{"event": "started"}\n')
+    assert remove_stale_dirs(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and mine.exists() and other.exists()
 
 
 def _wait_exit(handle: object, timeout: float = 120) -> int:
