@@ -13,8 +13,8 @@ on its own, then preempt the head once (full rebuild and job resubmission).
 * ``mttr_worker_s`` / ``mttr_head_s``: detection -> verified cluster (4 live Ray nodes, the
   tunnel up, resubmitted jobs RUNNING), median over the worker runs / the head run;
 * baselines measured in the same run: ``bringup_s`` (bootstrap + Ray up + tunnel from a bare
-  pod, by hand) with ``mttr_head_over_bringup``; ``join_by_hand_s`` (one worker's ``ray
-  start`` into the running cluster, until the head lists it alive) with
+  pod, by hand) with ``mttr_head_over_bringup``; ``join_by_hand_s`` (median of ``--repeat``
+  times one worker's ``ray start`` into the running cluster, until the head lists it alive) with
   ``mttr_worker_over_join``; and ``detect_over_poll`` (detect time in poll intervals);
 * ``step_s``: each recovery step's time in the last worker and the head recovery;
 * ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
@@ -133,8 +133,12 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         job = await svc.submit(SubmitSpec(train_args="--algo ppo --total-timesteps 1000"))
         await _running(svc, job.job_id)
 
-        join_by_hand = await _join_by_hand(svc, pod.hosts[-1].name)
-        _log(f"one worker joining the running cluster by hand: {join_by_hand:.1f}s")
+        # As many samples as worker recoveries: `ray start` waits for its node in 1 s steps
+        # (Ray's GlobalStateAccessor::GetNode), so both sides land on ~2 s or ~3 s here and
+        # a single baseline sample made the ratio swing between 0.8 and 1.7.
+        joins = [await _join_by_hand(svc, pod.hosts[-1].name) for _ in range(repeat)]
+        join_by_hand = statistics.median(joins)
+        _log(f"one worker joining the running cluster by hand: {join_by_hand:.1f}s {joins}")
 
         detects: list[float] = []
         worker_mttrs: list[float] = []
@@ -184,6 +188,7 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         "mttr_head_s": round(mttr_head, 2),
         "mttr_head_over_bringup": round(mttr_head / bringup, 3),
         "join_by_hand_s": round(join_by_hand, 2),
+        "join_by_hand_samples_s": [round(x, 2) for x in joins],
         "mttr_worker_over_join": round(statistics.median(worker_mttrs) / join_by_hand, 3),
         "step_s": {"bringup": bringup_steps, **step_times},
     }
