@@ -8,7 +8,7 @@ import json
 import os
 import re
 import subprocess
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -150,8 +150,19 @@ def test_get_pods_watch_shows_a_preemption(gke: gke_client.GkeInfo, tmp_path: Pa
     )
     env = {**os.environ, "KUBECONFIG": str(gke.kubeconfig)}
     watch = subprocess.Popen([k, "get", "pods", "-w"], stdout=subprocess.PIPE, text=True, env=env)
+    assert watch.stdout is not None
+    lines: list[str] = []  # what the watch printed so far (read as it prints)
+    reader = threading.Thread(target=lambda: lines.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+
+    def running(besides: frozenset[str] = frozenset()) -> set[str]:
+        rows = [columns(ln) for ln in list(lines)[1:] if ln.strip()]
+        return {r[0] for r in rows if r[2] == "Running" and r[0] not in besides}
+
     try:
-        time.sleep(1)  # let the watch start before the notice
+        # the watch lists the 8 pods first: from then on it sees every change
+        wait_until(lambda: len(running()) == 8, 30, "the watch to list the 8 pods")
+        first = frozenset(running())
         gke_client.preempt_slice(gke.run_dir, 0, grace_s=5)
 
         def restarted() -> bool:
@@ -159,15 +170,12 @@ def test_get_pods_watch_shows_a_preemption(gke: gke_client.GkeInfo, tmp_path: Pa
             return int(st.get("status", {}).get("restarts", 0)) == 1
 
         wait_until(restarted, 60, "JobSet restarts == 1")
-        wait_until(
-            lambda: run(k, gke, "get", "pods").stdout.count(" Running ") == 8,
-            60,
-            "8 new pods Running",
-        )
-        time.sleep(1)
+        wait_until(lambda: len(running(first)) == 8, 60, "the watch to show 8 new pods Running")
     finally:
         watch.terminate()
-        out, _ = watch.communicate(timeout=10)
+        watch.wait(timeout=10)
+        reader.join(timeout=10)
+    out = "".join(lines)
     rows = [columns(ln) for ln in out.splitlines()[1:] if ln.strip()]
     statuses = [(r[0], r[2]) for r in rows]
     old = {n for n, s in statuses if s == "Error"}
