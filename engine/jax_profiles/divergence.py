@@ -151,7 +151,7 @@ def _kl_total(
 
     # Self term per state, sum_a q log q with 0 log 0 = 0, one action slice at a time: a
     # [J, L, S] loop XLA vectorises, where a reduce over the 4-wide minor axis or over the
-    # flat [J, X] product is a second pass over X (~0.5 ms of the pass at bench size).
+    # flat [J, X] product is a second pass over X (up to 0.5 ms of the pass at bench size).
     def xlogx(q: jax.Array) -> jax.Array:
         return q * jnp.log(jnp.where(q > 0, q, 1.0))
 
