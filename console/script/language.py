@@ -257,6 +257,12 @@ ACTIONS: dict[str, ActionDef] = {
                 Arg("--sweep-backend", "choice", choices=SWEEP_BACKENDS),
                 Arg("--run-cap", "int", "N", min=1),
                 Arg("--sweep-id", "str", "ID", "resume this sweep"),
+                Arg(
+                    "--sweep-args",
+                    "str",
+                    '"..."',
+                    "more engine.sweep flags, e.g. '--trial-timesteps 3000 --max-failures 10'",
+                ),
                 Arg("--submission-id", "str", "ID"),
             ),
             sets_job=True,

@@ -498,6 +498,7 @@ def build_spec(args: Mapping[str, Any], config: Config) -> SubmitSpec:
             "sweep_backend",
             "run_cap",
             "sweep_id",
+            "sweep_args",
             "submission_id",
         )
         if args.get(k) is not None

@@ -17,7 +17,7 @@ from console import exit_codes
 from console.config import ClusterConfig, Config, parse_config
 from console.script.language import ACTIONS, CONTINUE_FLAG, usage_text
 from console.script.main import script_main
-from console.script.parse import ScriptError, parse_script, parse_seconds
+from console.script.parse import ScriptError, build_spec, parse_script, parse_seconds
 from tests.support import REPO
 from tests.support.script_fakes import Harness
 
@@ -163,6 +163,12 @@ INVALID = [
     pytest.param(
         "submit single --num-nodes 0\n", 1, "--num-nodes 0: must be at least 1", id="num-nodes"
     ),
+    pytest.param(
+        "submit sweep --sweep-args '--trial-timesteps \"3000'\n",
+        1,
+        "--sweep-args: bad quoting",
+        id="sweep-args-quoting",
+    ),
     pytest.param("wait-event Preempted!\n", 1, "an event kind like", id="bad-event-kind"),
 ]
 
@@ -275,6 +281,20 @@ def test_directives_comments_quoting_and_continuations(tmp_path: Path) -> None:
     assert not by["sleep"].continue_on_error and by["sleep"].args["seconds"] == 1.5
     assert by["teardown"].always and by["teardown"].continue_on_error
     assert not by["sleep"].always
+
+
+def test_sweep_args_reach_the_sweep_command_line() -> None:
+    """`--sweep-args` passes engine.sweep flags the other options do not name, word by word."""
+    s = parse_script(
+        "submit sweep --run-cap 4 --sweep-args '--trial-timesteps 3000 --max-failures 10'\n",
+        Config(),
+    )
+    spec = build_spec(s.lines[0].args, Config())
+    assert spec.sweep_args == "--trial-timesteps 3000 --max-failures 10"
+    assert spec.entrypoint().endswith(
+        "--run-cap 4 --num-nodes 1 --agents-per-node 1 "
+        "--tpu-per-task 0 --trial-timesteps 3000 --max-failures 10"
+    )
 
 
 def test_runtime_env_file_is_relative_to_the_script(tmp_path: Path) -> None:
