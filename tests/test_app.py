@@ -183,6 +183,34 @@ async def test_submit_through_the_form_sends_the_typed_values() -> None:
         await wait_for(pilot, lambda: "raysubmit_fake0001" in app.state.jobs)
 
 
+async def test_a_sweep_from_the_form_carries_its_sweep_args() -> None:
+    fake = FakeServices("healthy")
+    app = make_app(fake)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, SubmitScreen)
+        form.query_one("#mode", Select).value = "sweep"
+        await settle(pilot)
+        args = form.query_one("#sweep_args", Input)
+        assert not args.disabled  # a sweep field: live in sweep mode only
+        args.value = "--trial-timesteps 3000 --max-failures '10"
+        await settle(pilot)
+        assert "sweep_args" in form.problems and "bad quoting" in form.problems["sweep_args"]
+        args.value = "--trial-timesteps 3000 --max-failures 10"
+        await settle(pilot)
+        assert "sweep_args" not in form.problems
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        (call,) = fake.called("submit")
+        spec = call.args["spec"]
+        assert spec.mode == "sweep"
+        assert spec.sweep_args == "--trial-timesteps 3000 --max-failures 10"
+        assert spec.entrypoint().endswith("--trial-timesteps 3000 --max-failures 10")
+
+
 async def test_invalid_submit_stays_in_the_form_with_the_field_marked() -> None:
     fake = FakeServices("healthy")
     app = make_app(fake)

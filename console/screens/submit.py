@@ -43,6 +43,7 @@ LABELS = {
     "sweep_method": "method",
     "run_cap": "cap",
     "sweep_backend": "via",
+    "sweep_args": "Sweep args",
 }
 # Which fields matter in which mode (the rest are disabled, so tab skips them).
 MODE_FIELDS = {
@@ -59,6 +60,7 @@ MODE_FIELDS = {
         "sweep_method",
         "run_cap",
         "sweep_backend",
+        "sweep_args",
     },
 }
 
@@ -185,6 +187,14 @@ class SubmitScreen(ModalScreen[SubmitSpec | None]):
                     compact=True,
                     id="sweep_backend",
                 )
+            with Horizontal(classes="row"):
+                yield self._label("sweep_args")
+                yield Input(
+                    spec.sweep_args,
+                    placeholder="more engine.sweep flags, e.g. --trial-timesteps 3000",
+                    id="sweep_args",
+                    compact=True,
+                )
             yield Static(id="problems")
             yield Static("will run:", id="preview-title")
             yield Static(id="preview")
@@ -249,6 +259,7 @@ class SubmitScreen(ModalScreen[SubmitSpec | None]):
             tpu_per_task=ints["tpu_per_task"],
             base_seed=ints["base_seed"],
             run_cap=ints["run_cap"],
+            sweep_args=self.value("sweep_args").strip(),
         )
         for key, message in spec.validate().items():
             if key == "runtime_env":

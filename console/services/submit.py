@@ -132,7 +132,10 @@ class SubmitSpec:
         ]
         if self.sweep_id:
             parts.append(f"--sweep-id {q(self.sweep_id)}")
-        parts.extend(q(word) for word in shlex.split(self.sweep_args))
+        try:
+            parts.extend(q(word) for word in shlex.split(self.sweep_args))
+        except ValueError:  # bad quoting, which validate() reports: a preview shows it as typed
+            parts.append(self.sweep_args)
         return " ".join(parts)
 
     def entrypoint_resources(self) -> dict[str, float]:
