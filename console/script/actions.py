@@ -173,6 +173,52 @@ async def preempt_slice(run: Run, args: Args) -> dict[str, Any]:
     return action_result(await svc.preempt_slice(args["slice"], args.get("grace"), ACTOR))
 
 
+async def _poll_status(
+    run: Run,
+    svc: ConsoleServices,
+    what: str,
+    target: str,
+    timeout: float,
+    ref: Callable[[], str],
+    judge: Callable[[str, JobInfo], dict[str, Any] | None],
+) -> dict[str, Any]:
+    """Poll ``svc.job_status(ref())`` until ``judge`` returns the step's result (or raises
+    StepFailure), for at most ``timeout`` s. Errors (the API or the head busy or down
+    mid-recovery) are kept for the timeout message and polling goes on."""
+    deadline = time.monotonic() + timeout
+    name = status = last_error = ""
+    while True:
+        name = ref()
+        try:
+            async with asyncio.timeout(max(5.0, run.poll_s * 5)):
+                info = await svc.job_status(name)
+            run.feed.observe_job(info)
+            status, last_error = info.status, ""
+            done = judge(name, info)
+            if done is not None:
+                return done
+        except (StepFailure, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            why = f"; last error: {last_error}" if last_error else ""
+            raise StepFailure(
+                f"{what} {name} not {target} within {timeout:g}s (status {status or '?'}){why}",
+                {"job_id": name, "status": status},
+            )
+        await run.wait(min(run.poll_s, remaining))
+
+
+def _ended(what: str, name: str, target: str, info: JobInfo) -> StepFailure:
+    return StepFailure(
+        f"{what} {name} ended {info.status}, expected {target}"
+        + (f": {info.message}" if info.message else ""),
+        to_jsonable(info),
+    )
+
+
 async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
     """Until the workload reaches STATE. A Failed JobSet of this console is given the
     watchdog's resubmission before the step fails (it fails at once with auto recovery
@@ -181,45 +227,25 @@ async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
     target = "SUCCEEDED" if args["status"] == "COMPLETED" else args["status"]
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["wait-workload"] if timeout is None else timeout
-    deadline = time.monotonic() + timeout
     name = run.job_ref(args)
     grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
     failed_since: float | None = None
-    status, last_error = "", ""
-    while True:
-        try:
-            async with asyncio.timeout(max(5.0, run.poll_s * 5)):
-                info = await svc.job_status(name)
-            run.feed.observe_job(info)
-            status, last_error = info.status, ""
-            if status == target:
-                return to_jsonable(info)
-            recovering = svc.recovery_status().active
-            if status in TERMINAL_JOBS and not recovering:
-                failed_since = failed_since or time.monotonic()
-                waited = time.monotonic() - failed_since
-                auto = svc.recovery_status().auto
-                resumable = status in (JobStatus.FAILED, JobStatus.PREEMPTED)
-                if not resumable or not auto or waited > grace_s:
-                    raise StepFailure(
-                        f"workload {name} ended {status}, expected {target}"
-                        + (f": {info.message}" if info.message else ""),
-                        to_jsonable(info),
-                    )
-            else:
-                failed_since = None
-        except (StepFailure, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # the API may be busy mid-preemption: keep polling
-            last_error = f"{type(exc).__name__}: {exc}"
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            why = f"; last error: {last_error}" if last_error else ""
-            raise StepFailure(
-                f"workload {name} not {target} within {timeout:g}s (status {status or '?'}){why}",
-                {"job_id": name, "status": status},
-            )
-        await run.wait(min(run.poll_s, remaining))
+
+    def judge(name: str, info: JobInfo) -> dict[str, Any] | None:
+        nonlocal failed_since
+        if info.status == target:
+            return to_jsonable(info)
+        if info.status in TERMINAL_JOBS and not svc.recovery_status().active:
+            failed_since = failed_since or time.monotonic()
+            waited = time.monotonic() - failed_since
+            resumable = info.status in (JobStatus.FAILED, JobStatus.PREEMPTED)
+            if not resumable or not svc.recovery_status().auto or waited > grace_s:
+                raise _ended("workload", name, target, info)
+        else:
+            failed_since = None
+        return None
+
+    return await _poll_status(run, svc, "workload", target, timeout, lambda: name, judge)
 
 
 async def wait_ready(run: Run, args: Args) -> dict[str, Any]:
@@ -289,60 +315,46 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
     target = args["status"]
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["wait-job"] if timeout is None else timeout
-    deadline = time.monotonic() + timeout
-    job_id = run.job_ref(args)
+    current = run.job_ref(args)
     ref = args.get("job") or "last"
     first_id = run.last_job if ref == "last" else ref
     lost_grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
     lost_since: float | None = None
-    last_error = ""
-    status = ""
-    while True:
-        job_id = svc.successor(run.feed.follow(job_id))
-        try:
-            async with asyncio.timeout(max(5.0, run.poll_s * 5)):
-                info = await svc.job_status(job_id)
-            run.feed.observe_job(info)
-            status, last_error = info.status, ""
-            # "RUNNING" means "has started": a short job may be done before we look.
-            if status == target or (target == "RUNNING" and status == "SUCCEEDED"):
-                out = to_jsonable(info)
-                if job_id != first_id:
-                    out["followed_from"] = first_id
-                return out
-            recovering = svc.recovery_status().active
-            # PREEMPTED (checkpointed on the notice) and LOST wait for the resubmission
-            comes_back = status in (JobStatus.LOST, JobStatus.PREEMPTED)
-            if status in TERMINAL_JOBS and not comes_back and not recovering:
+
+    def follow() -> str:
+        nonlocal current
+        current = svc.successor(run.feed.follow(current))
+        return current
+
+    def judge(job_id: str, info: JobInfo) -> dict[str, Any] | None:
+        nonlocal lost_since
+        status = info.status
+        # "RUNNING" means "has started": a short job may be done before we look.
+        if status == target or (target == "RUNNING" and status == "SUCCEEDED"):
+            out = to_jsonable(info)
+            if job_id != first_id:
+                out["followed_from"] = first_id
+            return out
+        recovering = svc.recovery_status().active
+        # PREEMPTED (checkpointed on the notice) and LOST wait for the resubmission
+        comes_back = status in (JobStatus.LOST, JobStatus.PREEMPTED)
+        if status in TERMINAL_JOBS and not comes_back and not recovering:
+            raise _ended("job", job_id, target, info)
+        if comes_back and not recovering:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > lost_grace_s:
+                why = "LOST" if status == JobStatus.LOST else "PREEMPTED (resumable)"
                 raise StepFailure(
-                    f"job {job_id} ended {status}, expected {target}"
-                    + (f": {info.message}" if info.message else ""),
+                    f"job {job_id} is {why} ({info.message[:200]}) and nothing resubmits "
+                    "it (is auto recovery off? `recover` brings the cluster and its jobs "
+                    "back)",
                     to_jsonable(info),
                 )
-            if comes_back and not recovering:
-                lost_since = lost_since or time.monotonic()
-                if time.monotonic() - lost_since > lost_grace_s:
-                    why = "LOST" if status == JobStatus.LOST else "PREEMPTED (resumable)"
-                    raise StepFailure(
-                        f"job {job_id} is {why} ({info.message[:200]}) and nothing resubmits "
-                        "it (is auto recovery off? `recover` brings the cluster and its jobs "
-                        "back)",
-                        to_jsonable(info),
-                    )
-            else:
-                lost_since = None
-        except (StepFailure, asyncio.CancelledError):
-            raise
-        except Exception as exc:  # the head may be down mid-recovery: keep polling
-            last_error = f"{type(exc).__name__}: {exc}"
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            why = f"; last error: {last_error}" if last_error else ""
-            raise StepFailure(
-                f"job {job_id} not {target} within {timeout:g}s (status {status or '?'}){why}",
-                {"job_id": job_id, "status": status},
-            )
-        await run.wait(min(run.poll_s, remaining))
+        else:
+            lost_since = None
+        return None
+
+    return await _poll_status(run, svc, "job", target, timeout, follow, judge)
 
 
 async def logs(run: Run, args: Args) -> dict[str, Any]:
