@@ -17,7 +17,10 @@ Measured in the same run:
 * reference: NumPy vectorised (one float32 matmul), printed for context;
 * bandwidth: bytes the JAX pass must read (bank log kernels or kernels, agents,
   visitation) / median time, against a NumPy copy of a bank-sized array counted as
-  read + write bytes (STREAM convention).
+  read + write bytes (STREAM convention);
+* KL only, for context: the pass's matrix product alone on operands prepared outside the
+  timing, as the same fraction of copy: the ceiling of the pass at this shape (with 16
+  candidates on a 2-core CPU the product is compute-bound, not bandwidth-bound).
 
 The last line is one JSON object with the figures.
 """
@@ -70,6 +73,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.baseline_repeats < 1:
         ap.error("--baseline-repeats must be >= 1")
     return args
+
+
+def _product(log_kernels: jax.Array, wq: jax.Array) -> jax.Array:
+    """``[P, X] x [J, X] -> [P, J]``: the matrix product of ``divergence._kl_total``."""
+    flat = log_kernels.reshape(log_kernels.shape[0], -1)
+    hi = jax.lax.Precision.HIGHEST
+    return jax.lax.dot_general(flat, wq, (((1,), (1,)), ((), ())), precision=hi)
 
 
 def _median_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -225,6 +235,20 @@ def main(argv: list[str] | None = None) -> int:
     def copy_pass() -> None:
         np.copyto(copy_dst, profiles_host)
 
+    # KL only: the pass's matrix product alone, on operands prepared outside the timing (the
+    # weighted agents, as the pass makes them). It bounds what the whole pass can reach here.
+    product_pass: Callable[[], Any] | None = None
+    if args.metric == "kl":
+        w_host = np.where(np.asarray(bank.state_mask)[None], visitation, 0.0)
+        w_host = w_host / w_host.sum(axis=(1, 2), keepdims=True)
+        wq_dev = jnp.asarray((w_host[..., None] * agents).reshape(args.candidates, -1), jnp.float32)
+        product = jax.jit(_product).lower(bank.log_kernels, wq_dev).compile()
+
+        def product_pass() -> Any:
+            return jax.block_until_ready(product(bank.log_kernels, wq_dev))
+
+        product_pass()
+
     def loop_pass() -> tuple[int, np.ndarray]:
         return numpy_loop_pass(
             args.metric, profiles_host, mask_host, in_set_host, alphas, agents, returns, visitation
@@ -233,9 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     # Interleaved so that load from other processes hits both sides of each ratio alike.
     jax_times: list[float] = []
     copy_times: list[float] = []
+    product_times: list[float] = []
     for _ in range(args.repeats):
         jax_times.append(_median_time(jax_pass, 1))
         copy_times.append(_median_time(copy_pass, 1))
+        if product_pass is not None:
+            product_times.append(_median_time(product_pass, 1))
+            copy_times.append(_median_time(copy_pass, 1))
     choice_np, div_np = loop_pass()  # warm-up and agreement check
     loop_times: list[float] = []
     for _ in range(args.baseline_repeats):
@@ -285,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"jax pass bandwidth: {jax_bw / 1e9:.2f} GB/s ({bytes_read / 1e6:.0f} MB read per pass)")
     print(f"speedup vs numpy loop: {speedup:.1f}x; bandwidth fraction of copy: {fraction:.2f}")
+    product_s = statistics.median(product_times) if product_times else None
+    product_fraction = None
+    if product_s is not None:
+        product_fraction = bytes_read / product_s / copy_bw
+        print(
+            f"the product alone (prepared operands), for context: median {product_s * 1e3:.2f} ms"
+            f" = {product_fraction:.2f} of copy bandwidth, the ceiling of the pass at this shape"
+        )
     figures = {
         "speedup_vs_numpy_loop": round(speedup, 2),
         "bandwidth_fraction": round(fraction, 3),
@@ -292,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         "jax_pass_ms": round(jax_s * 1e3, 3),
         "numpy_loop_pass_ms": round(loop_s * 1e3, 1),
         "numpy_matmul_pass_ms": None if matmul_s is None else round(matmul_s * 1e3, 3),
+        "product_only_ms": None if product_s is None else round(product_s * 1e3, 3),
+        "product_only_fraction": None if product_fraction is None else round(product_fraction, 3),
         "speedup_vs_numpy_matmul": None if matmul_s is None else round(matmul_s / jax_s, 2),
         "jax_bandwidth_gbs": round(jax_bw / 1e9, 3),
         "copy_bandwidth_gbs": round(copy_bw / 1e9, 3),
