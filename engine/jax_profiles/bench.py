@@ -18,9 +18,10 @@ Measured in the same run:
 * bandwidth: bytes the JAX pass must read (bank log kernels or kernels, agents,
   visitation) / median time, against a NumPy copy of a bank-sized array counted as
   read + write bytes (STREAM convention);
-* KL only, for context: the pass's matrix product alone on operands prepared outside the
-  timing, as the same fraction of copy: the ceiling of the pass at this shape (with 16
-  candidates on a 2-core CPU the product is compute-bound, not bandwidth-bound).
+* KL only, for context: the pass's matrix product alone, on operands prepared before the
+  timing, as the same fraction of copy: how much of the pass is the product (with 16
+  candidates on a 2-core CPU it is compute-bound, not bandwidth-bound). Its weighted agents
+  come from memory while the pass's are fresh in cache, so it is not a strict bound.
 
 The last line is one JSON object with the figures.
 """
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         np.copyto(copy_dst, profiles_host)
 
     # KL only: the pass's matrix product alone, on operands prepared outside the timing (the
-    # weighted agents, as the pass makes them). It bounds what the whole pass can reach here.
+    # weighted agents, as the pass makes them): how much of the pass is the product.
     product_pass: Callable[[], Any] | None = None
     if args.metric == "kl":
         w_host = np.where(np.asarray(bank.state_mask)[None], visitation, 0.0)
@@ -318,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if product_s is not None:
         product_fraction = bytes_read / product_s / copy_bw
         print(
-            f"the product alone (prepared operands), for context: median {product_s * 1e3:.2f} ms"
-            f" = {product_fraction:.2f} of copy bandwidth, the ceiling of the pass at this shape"
+            f"the product alone (operands prepared beforehand), for context: median "
+            f"{product_s * 1e3:.2f} ms = {product_fraction:.2f} of copy bandwidth"
         )
     figures = {
         "speedup_vs_numpy_loop": round(speedup, 2),
