@@ -149,15 +149,21 @@ async def test_toggle_auto_recovery_on_recovery_screen() -> None:
 # submit ------------------------------------------------------------------------------------
 
 
+async def open_submit_form(app: PhantomApp, pilot: Pilot[int]) -> SubmitScreen:
+    """Open the submit form with its key, as a user does."""
+    await settle(pilot)
+    await pilot.press("s")
+    await settle(pilot)
+    form = app.screen
+    assert isinstance(form, SubmitScreen)
+    return form
+
+
 async def test_submit_through_the_form_sends_the_typed_values() -> None:
     fake = FakeServices("healthy")
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("s")
-        await settle(pilot)
-        form = app.screen
-        assert isinstance(form, SubmitScreen)
+        form = await open_submit_form(app, pilot)
         # Train args has focus with its text selected: typing replaces it.
         await pilot.press(*"--algo ppo --total-timesteps 2000 --alpha 0.5 --device cpu")
         # Back to the mode select (shift+tab skips the disabled node fields), pick distributed.
@@ -187,11 +193,7 @@ async def test_a_sweep_from_the_form_carries_its_sweep_args() -> None:
     fake = FakeServices("healthy")
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("s")
-        await settle(pilot)
-        form = app.screen
-        assert isinstance(form, SubmitScreen)
+        form = await open_submit_form(app, pilot)
         form.query_one("#mode", Select).value = "sweep"
         await settle(pilot)
         args = form.query_one("#sweep_args", Input)
@@ -215,9 +217,7 @@ async def test_invalid_submit_stays_in_the_form_with_the_field_marked() -> None:
     fake = FakeServices("healthy")
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("s")
-        await settle(pilot)
+        await open_submit_form(app, pilot)
         await pilot.press(*"--algo ppo --alpha 2")
         await pilot.press("ctrl+s")
         await settle(pilot)
