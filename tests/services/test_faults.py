@@ -65,7 +65,7 @@ async def fault(pod: PodInfo, host: int | str, kind: str, **kw: float) -> None:
 
 async def test_hang_is_bounded_and_marks_the_host(pod: PodInfo, services: Facade) -> None:
     w1 = pod.hosts[1].name
-    assert [h.ssh for h in (await bounded_poll(services)).hosts] == ["ok"] * 4
+    await every_host_answers(services)
     await fault(pod, 1, "hang")
     # First the probe's open connection stalls, then a fresh one gets no banner.
     for _ in range(2):
@@ -78,6 +78,18 @@ async def test_hang_is_bounded_and_marks_the_host(pod: PodInfo, services: Facade
         assert condition(services, w1) is HostCondition.UNREACHABLE
     await asyncio.to_thread(pod_client.clear_faults, pod.run_dir, 1)
     await until(lambda: _ssh_ok(services, 1), 30, f"{w1} to answer again")
+
+
+async def every_host_answers(svc: Facade) -> None:
+    """Polls until every host's probe succeeded. On a loaded machine the first connects
+    (key exchange and all) can outlast a 0.5 s interval's budget; a later poll probes again.
+    A host not probed in a poll keeps its last result, so the tests start from all "ok"."""
+
+    async def all_ok() -> bool:
+        snap = await bounded_poll(svc)
+        return bool(snap.hosts) and all(h.ssh == "ok" for h in snap.hosts)
+
+    await until(all_ok, 30, "every host to answer over SSH")
 
 
 async def _ssh_ok(svc: Facade, index: int) -> bool:
@@ -104,7 +116,7 @@ async def test_stale_api_says_ready_while_ssh_says_gone(pod: PodInfo, services: 
 
 
 async def test_slow_api_is_reported_not_waited_for(pod: PodInfo, services: Facade) -> None:
-    await bounded_poll(services)  # host keys on record, as on any running console
+    await every_host_answers(services)  # host keys on record, as on any running console
     await fault(pod, "all", "slow-api", seconds=30)
     try:
         snap = await bounded_poll(services)
