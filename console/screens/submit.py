@@ -1,8 +1,8 @@
 """Submit (modal): the seed's three modes as one form, validated before anything is sent.
 
-Every change rebuilds a ``SubmitSpec`` and runs ``SubmitSpec.validate``: fields with a
-problem are marked and listed, and the exact ``ray job submit`` command it would run is
-shown underneath (secret values masked). Invalid input never leaves the form.
+Every change rebuilds a ``SubmitSpec`` and runs ``SubmitSpec.validate`` (``FormScreen``):
+fields with a problem are marked and listed, and the exact ``ray job submit`` command it
+would run is shown underneath (secret values masked). Invalid input never leaves the form.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.validation import Integer
-from textual.widget import Widget
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Footer, Input, Label, Select, Static
 
+from console.screens.form import FormScreen
 from console.services.submit import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
 from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
@@ -75,8 +74,10 @@ def _env_text(env: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in env.items())
 
 
-class SubmitScreen(ModalScreen[SubmitSpec | None]):
-    CSS_PATH: ClassVar[CSSPathType | None] = ["modals.tcss", "submit.tcss"]
+class SubmitScreen(FormScreen[SubmitSpec | None]):
+    LABELS = LABELS
+    ALWAYS_ON = frozenset({"mode"})
+    CSS_PATH: ClassVar[CSSPathType | None] = ["modals.tcss", "form.tcss", "submit.tcss"]
     BINDING_GROUP_TITLE = "Submit job"
     AUTO_FOCUS = "#train_args"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -101,12 +102,10 @@ class SubmitScreen(ModalScreen[SubmitSpec | None]):
         working_dir: str = ".",
         cursor_blink: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(cursor_blink=cursor_blink)
         self.initial = initial
         self.address = address
         self.working_dir = working_dir
-        self.cursor_blink = cursor_blink
-        self.problems: dict[str, str] = {}
 
     # layout --------------------------------------------------------------------------------
 
@@ -195,34 +194,10 @@ class SubmitScreen(ModalScreen[SubmitSpec | None]):
                     id="sweep_args",
                     compact=True,
                 )
-            yield Static(id="problems")
-            yield Static("will run:", id="preview-title")
-            yield Static(id="preview")
-            with Horizontal(id="dialog-buttons"):
-                yield Button("Cancel (esc)", id="cancel", compact=True)
-                yield Button("Submit (ctrl+s)", id="send", variant="primary", compact=True)
+            yield from self.compose_outcome("Submit (ctrl+s)")
         yield Footer(compact=True)
 
-    def on_resize(self) -> None:
-        # Room for a blank line between fields on a tall terminal; dense at 80x24.
-        self.set_class(self.size.height >= 36, "-roomy")
-
-    def on_mount(self) -> None:
-        for box in self.query(Input):
-            box.cursor_blink = self.cursor_blink
-        self.revalidate()
-
-    # validation ----------------------------------------------------------------------------
-
-    def field(self, name: str) -> Widget:
-        return self.query_one(f"#{name}")
-
-    def value(self, name: str) -> str:
-        widget = self.field(name)
-        if isinstance(widget, Select):
-            return str(widget.value)
-        assert isinstance(widget, Input)
-        return widget.value
+    # what the form says --------------------------------------------------------------------
 
     def build(self) -> tuple[SubmitSpec, dict[str, str]]:
         """The spec the form describes now, and every problem keyed by form field."""
@@ -265,66 +240,16 @@ class SubmitScreen(ModalScreen[SubmitSpec | None]):
             if key == "runtime_env":
                 key = "pip" if ".pip" in message else "env_vars"
             problems.setdefault(key, message)
-        relevant = MODE_FIELDS.get(spec.mode, set(LABELS))
-        problems = {k: v for k, v in problems.items() if k in relevant or k == "mode"}
+        problems = {k: v for k, v in problems.items() if self.applies(k, spec) or k == "mode"}
         return spec, problems
 
-    def revalidate(self) -> None:
-        spec, self.problems = self.build()
-        relevant = MODE_FIELDS.get(spec.mode, set(LABELS))
-        for name in LABELS:
-            widget = self.field(name)
-            if name != "mode":
-                widget.disabled = name not in relevant
-            bad = name in self.problems
-            widget.set_class(bad, "-invalid", "-problem")
-            self.query_one(f"#label-{name}", Label).set_class(bad, "-problem")
-        problems = Text()
-        for name, message in self.problems.items():
-            if problems:
-                problems.append("\n")
-            problems.append(f"✗ {LABELS.get(name, name)}: ", "bold red")
-            problems.append(message, "red")
-        box = self.query_one("#problems", Static)
-        box.display = bool(self.problems)
-        box.update(problems)
-        preview = Text(spec.command_preview(self.address, self.working_dir), overflow="fold")
+    def applies(self, name: str, value: SubmitSpec | None) -> bool:
+        assert value is not None
+        return name in MODE_FIELDS.get(value.mode, set(LABELS))
+
+    def preview_text(self, value: SubmitSpec | None) -> Text:
+        assert value is not None
+        preview = Text(value.command_preview(self.address, self.working_dir), overflow="fold")
         if self.problems:
             preview.stylize("dim")
-        self.query_one("#preview", Static).update(preview)
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        event.stop()
-        self.revalidate()
-
-    def on_select_changed(self, event: Select.Changed) -> None:
-        event.stop()
-        self.revalidate()
-
-    # actions -------------------------------------------------------------------------------
-
-    def action_submit(self) -> None:
-        spec, problems = self.build()
-        self.revalidate()
-        if problems:
-            first = next(iter(problems))
-            self.field(first).focus()
-            self.notify(
-                f"Not submitted: fix {len(problems)} marked field(s), first {LABELS[first]}.",
-                severity="error",
-            )
-            return
-        self.dismiss(spec)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.focus_next()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "send":
-            self.action_submit()
-        else:
-            self.action_cancel()
+        return preview
