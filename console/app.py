@@ -14,6 +14,7 @@ lazily by ``make_app``), so the first frame shows fast.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import os
 import sys
@@ -52,10 +53,18 @@ from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
+from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
 from console.services.api import ConsoleServices, JobsUnavailable
-from console.services.model import ActionResult, LogLine, LogStreamClosed, PodSnapshot
+from console.services.model import (
+    ActionResult,
+    JobInfo,
+    LogLine,
+    LogStreamClosed,
+    PodSnapshot,
+)
 from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadSpec
 from console.state import DEFAULT_LOG_RING, ConsoleState, duration, result_text
 
 T = TypeVar("T")
@@ -123,7 +132,8 @@ class PhantomApp(App[int]):
             "submit_form",
             "Submit",
             id="app.submit",
-            tooltip="Open the job submission form (single, distributed or sweep)",
+            tooltip="Open the job submission form (single, distributed or sweep); on GKE, "
+            "the new-workload form (a JobSet)",
         ),
     ]
 
@@ -146,6 +156,7 @@ class PhantomApp(App[int]):
         self._unsubscribe: Callable[[], None] | None = None
         self._services_stopped = False
         self._last_spec = SubmitSpec(runtime_env=dict(services.config.runtime_env))
+        self._last_workload = WorkloadSpec.from_config(services.config, "")
 
     # lifecycle -----------------------------------------------------------------------------
 
@@ -511,23 +522,36 @@ class PhantomApp(App[int]):
     # jobs ----------------------------------------------------------------------------------
 
     def action_submit_form(self) -> None:
-        form = SubmitScreen(
-            self._last_spec, self.dashboard_url(), cursor_blink=self.settings.cursor_blink
-        )
+        blink = self.settings.cursor_blink
+        if self.services.config.is_gke:  # work runs as JobSets there, not as Ray jobs
+            preview = self.services.preview_workload
+            new = WorkloadFormScreen(self._last_workload, preview, cursor_blink=blink)
+            self.push_screen(new, self._workload_form_done)
+            return
+        form = SubmitScreen(self._last_spec, self.dashboard_url(), cursor_blink=blink)
         self.push_screen(form, self._submit_form_done)
 
     def _submit_form_done(self, spec: SubmitSpec | None) -> None:
         if spec is not None:
             self._last_spec = spec
-            self.run_submit(spec)
+            send = functools.partial(self.services.submit, spec, actor="user")
+            self.run_new_job("Submit", send, f"Submitted {{}} ({spec.mode}).")
+
+    def _workload_form_done(self, spec: WorkloadSpec | None) -> None:
+        if spec is not None:
+            self._last_workload = spec  # a refused create reopens with what was typed
+            send = functools.partial(self.services.create_workload, spec, actor="user")
+            self.run_new_job("New workload", send, f"Created workload {{}} ({spec.template}).")
 
     # Not exclusive: a second submission must never cancel one still in flight.
     @work(group="submit", exit_on_error=False)
-    async def run_submit(self, spec: SubmitSpec) -> None:
-        job = await self._call("Submit", self.services.submit(spec, actor="user"))
+    async def run_new_job(
+        self, label: str, send: Callable[[], Awaitable[JobInfo]], done: str
+    ) -> None:
+        job = await self._call(label, send())
         if job is not None:
             self.state.set_job(job)
-            self.notify(f"Submitted {job.job_id} ({spec.mode}).", title="Submit")
+            self.notify(done.format(job.job_id), title=label)
             self._sync_screen()
 
     def request_stop_job(self, job_id: str) -> None:

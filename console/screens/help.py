@@ -23,6 +23,7 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
+from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
 from console.widgets.table import PhantomTable
 
@@ -40,6 +41,7 @@ SCREENS: Sequence[type[Screen[Any]]] = (
     RecoveryScreen,
     WorkloadsScreen,
     SubmitScreen,
+    WorkloadFormScreen,
     HostScreen,
     ConfirmScreen,
 )

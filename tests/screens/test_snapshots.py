@@ -182,6 +182,21 @@ def test_submit_form_validation_error(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_workload_form(snap_compare, size):
+    """`s` on a GKE cluster opens the new-workload form, not the Ray job form: the config's
+    image, command and TPU type, spot on; the convert fields are disabled (dim) for the
+    standard template; with a name typed, the equivalent `xpk workload create` line, where
+    the run writes, and the secret that travels as a Kubernetes Secret (its key, no value)."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await keys("s")(pilot)
+        pilot.app.screen.query_one("#name", Input).value = "grpo-llama3"
+        await settle(pilot)
+
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_help(snap_compare, size):
     """Help (`?`): intro naming the palette's rare actions, then every key grouped by
     screen (Everywhere, Tables, Pod overview, Jobs, …) with description and tooltip."""

@@ -612,6 +612,9 @@ class FakeServices:
             manifest={"kind": "JobSet", "metadata": {"name": spec.name}},
             manifest_yaml=f"kind: JobSet\nmetadata:\n  name: {spec.name}\n",
             command_line=f"xpk workload create --workload {spec.name}",
+            secret_name=f"{spec.name}-phantom-env" if spec.secret_refs() else "",
+            secret_keys=tuple(sorted(spec.secret_refs())),
+            output_uri=spec.output_uri,
         )
 
     async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:

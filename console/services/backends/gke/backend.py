@@ -181,7 +181,7 @@ class GkeBackend:
     async def submit(self, spec: SubmitSpec) -> JobInfo:
         raise ValueError(
             f"provider {self.provider!r} runs workloads (JobSets), not Ray jobs: use "
-            "`workload create NAME` in a script (or the console's workload form)"
+            "`workload create NAME` in a script, or the console's new-workload form (key s)"
         )
 
     async def list_jobs(self) -> list[JobInfo]:
