@@ -290,7 +290,7 @@ class WorkloadsScreen(FilteredScreen):
         if self.filter_text:
             out.append(f"  filter {self.filter_text!r}: {shown} shown", "cyan")
         elif not workloads:
-            out.append("  — create one with `workload create NAME` (phantom --script)", "dim")
+            out.append("  — s creates one (or `workload create NAME` in a script)", "dim")
         return out
 
     def _highlighted_workload(self) -> str:
