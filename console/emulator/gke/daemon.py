@@ -222,12 +222,8 @@ class Cluster:
         for name in sorted(names):
             self.store.delete("nodes", "", name)
         # The pod GC removes pods bound to nodes that no longer exist.
-        for pod in self.store.list("pods"):
-            if pod["spec"].get("nodeName") in names:
-                self.store.delete(
-                    "pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"]
-                )
-                self.kubelet.forget(pod["metadata"]["uid"])
+        for pod in self.jobs.collect_pods_on(names):
+            self.kubelet.forget(pod["metadata"]["uid"])
         log.info("slice %s: nodes deleted", pool)
         if self.quota_stall:
             return

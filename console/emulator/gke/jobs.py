@@ -189,6 +189,22 @@ class JobController:
             if owner is not None and owner not in jobs:
                 delete_pod(self.store, pod)
 
+    def collect_pods_on(self, nodes: set[str]) -> list[Obj]:
+        """The pod GC for deleted nodes: removes the pods bound to them, returned.
+
+        Counts their failures first. In a cluster the Job controller's job-tracking
+        finalizer (``batch.kubernetes.io/job-tracking``) holds each of a Job's pods until it
+        has counted it, so a pod that failed just before its node went is never lost from
+        ``status.failed``; without this, one the controller had not seen yet was."""
+        self.sync()
+        gone = []
+        for pod in self.store.list("pods"):
+            if pod["spec"].get("nodeName") in nodes:
+                meta = pod["metadata"]
+                self.store.delete("pods", meta.get("namespace", ""), meta["name"])
+                gone.append(pod)
+        return gone
+
     def delete_job(self, job: Obj) -> None:
         """Foreground deletion: the Job stays (deletionTimestamp) until its pods are gone."""
 
