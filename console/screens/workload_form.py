@@ -105,9 +105,12 @@ class WorkloadFormScreen(FormScreen[WorkloadSpec | None]):
         )
 
     def _select(self, field: str, options: tuple[str, ...] | list[str], value: str) -> Select[str]:
+        # A value from the config that is not an option stays, shown as a problem: never
+        # silently swapped for the first option.
+        choices = [*options, *([value] if value and value not in options else [])]
         return Select(
-            [(o, o) for o in options],
-            value=value if value in options else options[0],
+            [(o, o) for o in choices],
+            value=value if value in choices else choices[0],
             allow_blank=False,
             compact=True,
             id=field,

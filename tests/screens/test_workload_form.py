@@ -5,6 +5,8 @@ tests/test_workload_form_e2e.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textual.pilot import Pilot
 from textual.widgets import Input, Select
 
@@ -148,3 +150,18 @@ async def test_on_a_tpu_vm_pod_s_still_opens_the_job_form() -> None:
         await pilot.press("s")
         await settle(pilot)
         assert isinstance(app.screen, SubmitScreen)
+
+
+async def test_an_unknown_tpu_type_from_the_config_is_shown_not_swapped() -> None:
+    fake = FakeServices("gke")
+    fake.config = replace(fake.config, gke=replace(fake.config.gke, tpu_type="v6e-256"))
+    app = make_app(fake)
+    async with app.run_test(size=(100, 40)) as pilot:
+        form = await open_form(app, pilot)
+        set_value(form, "name", "grpo-d")
+        await settle(pilot)
+        assert form.query_one("#tpu_type", Select).value == "v6e-256"
+        assert set(form.problems) == {"tpu_type"} and "v5p-64" in form.problems["tpu_type"]
+        set_value(form, "tpu_type", "v5p-64")
+        await settle(pilot)
+        assert form.problems == {}
