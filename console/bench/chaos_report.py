@@ -20,6 +20,9 @@ from console.bench.chaos_logs import Attempt, TrainerLogs
 from console.services.model import RecoveryStatus
 
 JOB, SWEEP = "job", "sweep"
+# A trainer first read more than this after its host's notice started after it (the drill
+# reads the logs every 0.25 s; a trainer that had the notice takes seconds to checkpoint).
+START_SLACK_S = 1.0
 HEAD, WORKER = "head", "worker"
 
 
@@ -102,6 +105,9 @@ class Loss:
     resumed: int | None  # None: never resumed
     interval: int
     notice_to_ckpt_s: float | None = None
+    # It started on the host after the notice (a trial restarted there within the grace):
+    # it never got the notice's SIGTERM, so it ends like an abrupt preemption.
+    under_notice: bool = False
 
     @property
     def lost(self) -> int | None:
@@ -146,6 +152,11 @@ def attribute(
                 resumed=None if nxt is None else nxt.start_step,
                 interval=_interval(a.run, intervals),
                 notice_to_ckpt_s=to_ckpt,
+                under_notice=(
+                    rec.notice_at is not None
+                    and a.host == rec.host
+                    and a.seen_at > rec.notice_at + START_SLACK_S
+                ),
             )
         )
         if nxt is None:
@@ -181,7 +192,7 @@ def problems_of_losses(records: Sequence[ShotRecord], losses: Sequence[Loss]) ->
                 f"{where} wrote a notice checkpoint at step {loss.reached} but resumed at "
                 f"{loss.resumed}"
             )
-        if rec.shot.notice and loss.host == rec.host and not loss.noticed:
+        if rec.shot.notice and loss.host == rec.host and not loss.noticed and not loss.under_notice:
             out.append(f"{where} got a notice on {loss.host} but wrote no notice checkpoint")
     return out
 
@@ -314,7 +325,8 @@ def table(
         hit = [x for x in losses if x.shot == rec.shot.index]
         desc = ", ".join(
             f"{label(x.run)} {x.reached}->{x.resumed} "
-            f"({'?' if x.lost is None else x.lost}{', notice' if x.noticed else ''})"
+            f"({'?' if x.lost is None else x.lost}{', notice' if x.noticed else ''}"
+            f"{', started under notice' if x.under_notice else ''})"
             for x in hit
         )
         mttr = rec.recovery.mttr_s if rec.recovery is not None else None

@@ -118,6 +118,14 @@ def test_losses_are_measured_from_the_trainers_own_lines(tmp_path) -> None:
     found = problems_of_losses([rec], losses)
     assert any("sw-t2 got a notice on w1 but wrote no notice checkpoint" in p for p in found)
     assert not any("more than one checkpoint interval" in p for p in found)
+    # A trainer that starts on w1 after its notice (a trial restarted there within the
+    # grace) never got the SIGTERM: it is an abrupt loss, not a missed notice.
+    late = ShotRecord(shot=shot, host="w1", at=t1.seen_at - 1, notice_at=t2.seen_at - 5)
+    losses, _ = attribute([late], logs, {"sw-": 2048})
+    t2_late = next(x for x in losses if (x.run, x.host) == ("sw-t2", "w1"))
+    assert t2_late.under_notice and not by_run[("sw-t2", "w1")].under_notice
+    found = problems_of_losses([late], losses)
+    assert not any("sw-t2 got a notice" in p for p in found), found
     # t1b ended superseded by t2b in its file, with no run after it: never resumed
     assert any("sw-t1: interrupted at step 3000 on w2, never resumed" in p for p in problems)
     assert restarts_from_zero(logs.runs()) == []
