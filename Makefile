@@ -37,11 +37,11 @@ test-all: $(STAMP)
 # Seeded preemptions (head and workers, with and without notice) during a training job and a
 # Ray Tune sweep on the local emulator, the watchdog alone recovering; exit 1 if a check fails.
 chaos: $(STAMP)
-	$(PYTEST_ENV) $(BIN)/python -m console.bench.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
+	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check console engine tests scripts
-	$(BIN)/ruff format --check console engine tests scripts
+	$(BIN)/ruff check console engine emulators benchmarks tests scripts
+	$(BIN)/ruff format --check console engine emulators benchmarks tests scripts
 	$(BIN)/lint-imports pyproject.toml
 
 typecheck: $(STAMP)

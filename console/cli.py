@@ -97,7 +97,7 @@ def cmd_init(path_arg: str | None, force: bool) -> int:
     if path.exists() and not force:
         print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)
         return exit_codes.USAGE
-    from console.config_example import example_config
+    from console.config.example import example_config
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from console.status import status_main
 
             return status_main(config, as_json=args.json)
-        from console.tui_main import run_tui
+        from console.tui.main import run_tui
 
         return run_tui(config)
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
 """Exit codes of every engine command (``engine.train``, ``engine.sweep``, the distributed
-launcher, ``engine.bench``): one home, so launchers and the console read them the same way.
+launcher, ``benchmarks.engine_suite``): one home, so launchers and the console read them the same way.
 
 ==== =========================== ==========================================================
 code name                        meaning

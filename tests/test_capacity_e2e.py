@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from console.emulator import client as pod_client
-from console.local.harness import gcp_config, gcp_user_key
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.tpu import local_client
 from console.services.model import RecoveryStatus
 from console.services.submit import SubmitSpec
 from console.wiring import make_services
+from console.wiring.harness import gcp_config, gcp_user_key
+from emulators.tpu_pod import client as pod_client
 from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until
 from tests.test_gcp_e2e import Recorder, job_in, project

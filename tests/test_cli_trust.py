@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from console.config import load_config
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
 from console.wiring import make_services
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 
 
 def _write_config(pod: PodInfo, tmp_path: Path) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from console.config import Config, ConfigError, load_config, parse_config
-from console.config_example import example_config, missing_docs
+from console.config.example import example_config, missing_docs
 
 
 def test_no_file_means_local_emulator_with_4_hosts(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from console.bench.first_frame import _pod, _screen_text, one_start
-from console.emulator.client import pod_status
+from benchmarks.first_frame import _pod, _screen_text, one_start
+from emulators.tpu_pod.client import pod_status
 
 
 def test_fresh_start_paints_first_then_shows_the_pod_come_up(tmp_path: Path) -> None:

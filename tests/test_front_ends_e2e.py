@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from console.app import PhantomApp, TuiSettings
 from console.config import Config
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.harness import pod_config
 from console.services.journal import Journal
-from console.widgets.fast_table import FastTable
+from console.tui.app import PhantomApp, TuiSettings
+from console.tui.widgets.fast_table import FastTable
 from console.wiring import make_services
+from console.wiring.harness import pod_config
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.script.test_e2e import child_env, phantom_argv
 from tests.support.waiting import until
 

@@ -3,7 +3,7 @@
 ``provider = "gcp"``: Google's TPU client on the emulator's loopback endpoint (anonymous
 credentials), a GCP user's SSH user and key, SSH to the workers' external IPs, host keys from
 guest attributes, Ray sized by the config (the host's own otherwise). Nothing of
-``console.local`` is on this path but the harness that starts the pod.
+``console.wiring`` is on this path but the harness that starts the pod.
 
 bootstrap -> Ray head + workers -> tunnel (and ray:// through it) -> a job that sees the
 console's W&B mode -> a sweep -> a whole-slice preemption -> the watchdog deletes and creates
@@ -24,15 +24,15 @@ from typing import Any
 
 import pytest
 
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.harness import gcp_config, gcp_user_key
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.facade import Facade
 from console.services.model import Event, RecoveryStatus, Update
 from console.services.submit import SubmitSpec
 from console.status import collect_status
 from console.wiring import REPO_ROOT, make_services
+from console.wiring.harness import gcp_config, gcp_user_key
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from engine.sweep import read_status
 from tests.support.emulator_helpers import running_pod
 from tests.support.sweep_waits import sweep_ready_to_preempt

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from console.emulator.client import pod_status, start_pod
+from emulators.tpu_pod.client import pod_status, start_pod
 from tests.script.test_e2e import ROOT, assert_pod_gone, child_env, phantom_argv, write_config
 
 

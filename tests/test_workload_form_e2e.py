@@ -11,13 +11,13 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from console.app import PhantomApp, TuiSettings
-from console.emulator.gke import client as gke_client
-from console.screens.workload_form import WorkloadFormScreen
+from console.tui.app import PhantomApp, TuiSettings
+from console.tui.screens.workload_form import WorkloadFormScreen
+from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke_module
 from tests.support.gke_services import FAKE_TOKEN, gke_config, gke_services
 from tests.support.waiting import until
-from tests.test_app import settle
+from tests.tui.test_app import settle
 
 __all__ = ["gke_module"]
 

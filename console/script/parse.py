@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
-from console.config_runtime_env import validate_runtime_env
+from console.config.runtime_env import validate_runtime_env
 from console.script.language import (
     ACTIONS,
     CONTINUE_FLAG,

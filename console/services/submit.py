@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.config_runtime_env import validate_runtime_env
+from console.config.runtime_env import validate_runtime_env
 from console.secrets import mask_env
 
 MODES = ("single", "distributed", "sweep")

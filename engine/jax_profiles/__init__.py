@@ -10,7 +10,7 @@ Modules (each documents its formulas):
 * ``sharding``   -- the bank sharded along profiles (``jax.shard_map``, ``NamedSharding``),
   multi-process with ``jax.distributed``; PRNG ``fold_in(fold_in(key, process), step)``.
 * ``online``     -- ``AutoAlphaCallback`` for SB3 (``python -m engine.train --alpha auto``).
-* ``bench``      -- ``python -m engine.jax_profiles.bench``: JAX pass vs a NumPy loop.
+* ``bench``      -- ``python -m benchmarks.jax_profiles``: JAX pass vs a NumPy loop.
 
 Importing this package does not import JAX; import the submodules you need.
 """

@@ -1,5 +1,5 @@
 """The engine's share of the bad-input corpus, table-driven: every flag of engine.train,
-engine.sweep, the distributed launcher and engine.bench, the engine's environment
+engine.sweep, the distributed launcher and benchmarks.engine_suite, the engine's environment
 variables, submit_ray_job.sh's variables and runtime-env JSON, and binary, huge, missing,
 directory and unwritable paths where a path is taken.
 
@@ -52,7 +52,7 @@ ENTRY = {
     "train": ("module", "engine.train"),
     "sweep": ("module", "engine.sweep"),
     "launcher": ("path", str(REPO / "scripts/ray_distributed_train.py")),
-    "bench": ("module", "engine.bench"),
+    "bench": ("module", "benchmarks.engine_suite"),
 }
 TIMES: list[tuple[float, str]] = []
 
@@ -402,7 +402,7 @@ def test_bad_input_is_named_and_starts_nothing(
 
 
 def test_every_engine_flag_has_a_bad_input_case() -> None:
-    from engine.bench import build_parser as bench_parser
+    from benchmarks.engine_suite import build_parser as bench_parser
     from engine.distributed import build_launcher_parser
     from engine.sweep import build_parser as sweep_parser
     from engine.trainconfig import build_parser as train_parser

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from console.emulator import client
+from emulators.tpu_pod import client
 from engine.sweep import read_status
 from tests.support import REPO
 from tests.support.fixtures_pod import RayPod, start_worker

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from console.emulator.gke import client as gke_client
+from emulators.gke import client as gke_client
 from tests.support import REPO
 from tests.support.gke_services import FAKE_TOKEN
 

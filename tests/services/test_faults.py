@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.harness import pod_config
 from console.services.facade import Facade
 from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
 from console.services.recovery.diagnosis import HostCondition
 from console.wiring import make_services
+from console.wiring.harness import pod_config
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until
 

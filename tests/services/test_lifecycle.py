@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from console.config import Config
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.emulator.procs import find_marked, marker_value
-from console.local.harness import pod_config
 from console.services.facade import Facade
 from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
 from console.services.submit import SubmitSpec
 from console.wiring import make_services
+from console.wiring.harness import pod_config
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
+from emulators.tpu_pod.procs import find_marked, marker_value
 from tests.support.waiting import until
 
 POLL_S = 0.5

@@ -26,7 +26,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcAsyncIOTransport
 
-from console.emulator.client import PodInfo
+from emulators.tpu_pod.client import PodInfo
 
 GCLOUD = shutil.which("gcloud")
 needs_gcloud = pytest.mark.skipif(

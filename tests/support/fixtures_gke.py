@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from console.emulator.gke import client
+from emulators.gke import client
 
 os.environ.setdefault("NO_GCE_CHECK", "True")
 

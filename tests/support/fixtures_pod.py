@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from console.emulator.client import PodInfo, leftover_pids, start_pod, stop_pod
-from console.local.pod import LOCAL_RAY_SIZING
 from console.services.backends.tpu_vm import raycmd
+from console.wiring.pod import LOCAL_RAY_SIZING
+from emulators.tpu_pod.client import PodInfo, leftover_pids, start_pod, stop_pod
 
 POD_HOSTS = 4
 POD_READY_DELAY = 0.2  # seconds; small so recreate-heavy tests stay fast

@@ -15,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config, parse_config
-from console.emulator.gke import client as gke_client
-from console.emulator.procs import find_marked
-from console.local.gke import gke_access
 from console.secrets import Scrubber
 from console.services.backends.gke.backend import GkeBackend
 from console.services.events import EventSink
@@ -25,6 +22,9 @@ from console.services.facade import Facade
 from console.services.journal import Journal
 from console.services.model import Event, Update
 from console.wiring import make_services
+from console.wiring.gke import gke_access
+from emulators.gke import client as gke_client
+from emulators.tpu_pod.procs import find_marked
 
 FAKE_TOKEN = "hf_" + "Q7" * 17  # the shape of an HF token: it must never show anywhere
 ENV = {"HF_TOKEN": FAKE_TOKEN}
@@ -91,7 +91,7 @@ def trainer_pids(info: gke_client.GkeInfo) -> list[int]:
     for pid in find_marked(f"{run_id}:", Path(cg) if cg else None):
         with contextlib.suppress(OSError):
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"console.emulator.gke.workload.grpo" in argv:
+            if b"emulators.gke.workload.grpo" in argv:
                 out.append(pid)
     return out
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from console.emulator.client import PodInfo
-from console.local.harness import pod_config
 from console.services.submit import SubmitSpec
 from console.status import collect_status
 from console.wiring import make_services
+from console.wiring.harness import pod_config
+from emulators.tpu_pod.client import PodInfo
 from tests.support.waiting import until
 
 

@@ -1,6 +1,6 @@
 """``GkeAccess``: how the console reaches one GKE cluster, real or emulated.
 
-Decided by the composition root (``console.wiring``, with ``console.local.gke`` for the
+Decided by the composition root (``console.wiring``, with ``console.wiring.gke`` for the
 emulator) and never by a check of the provider inside the backend.
 """
 

@@ -13,7 +13,7 @@ clash between nodes of one machine.
 Sizing (``--num-cpus``, ``--memory``, ``--object-store-memory``) is passed only when
 given: by default a node advertises its host's own CPUs and memory, as Ray detects them
 (a 240-vCPU TPU VM host is not a 2-CPU one). The emulator's hosts share one small machine,
-so its access sets small numbers explicitly (``console.local.pod``).
+so its access sets small numbers explicitly (``console.wiring.pod``).
 """
 
 from __future__ import annotations

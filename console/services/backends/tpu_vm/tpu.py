@@ -1,7 +1,7 @@
 """The TPU node as the Cloud TPU v2 API reports it, and the providers that drive it.
 
 ``TpuProvider`` is what the TPU VM backend uses; ``GcpTpuProvider`` implements it with the
-real ``google.cloud.tpu_v2.TpuAsyncClient``. The emulator adapter (``console.local``) points
+real ``google.cloud.tpu_v2.TpuAsyncClient``. The emulator adapter (``console.wiring``) points
 the same class at the pod emulator's loopback gRPC endpoint (``local_client``: insecure
 channel, no Google credentials) and adds what only an emulator can do: recreate or preempt
 a single host.

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from console.emulator.gke import client as gke_client
 from console.services.backends.gke.kube import Resource
 from console.services.model import LogLine, LogStreamClosed, RunMetrics, Update
 from console.services.submit import SpecError, SubmitSpec
 from console.services.workload import WorkloadSpec
+from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module
 from tests.support.gke_services import (
     FAKE_TOKEN,

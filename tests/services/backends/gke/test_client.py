@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from console.emulator.gke import client as gke_client
 from console.services.backends.gke.client import AsyncioKubeApi
 from console.services.backends.gke.informer import Informer
 from console.services.backends.gke.kube import (
@@ -24,6 +23,7 @@ from console.services.backends.gke.kube import (
     Resource,
 )
 from console.services.model import LogLine, LogStreamClosed
+from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module, start_cluster, stop_cluster, xpk_jobset
 from tests.support.gke_services import gke_backend
 from tests.support.waiting import until

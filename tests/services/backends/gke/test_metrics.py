@@ -12,9 +12,9 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from console.emulator.gke.workload.grpo import TUNIX_TAGS
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader, TbRun, TensorBoardSource
 from console.services.cadence.tracker import CadenceTracker
+from emulators.gke.workload.grpo import TUNIX_TAGS
 
 
 class Writer:

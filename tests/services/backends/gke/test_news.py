@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.emulator.gke import client as gke_client
 from console.services.backends.gke.backend import GkeBackend
 from console.services.backends.gke.news import node_signature, pod_signature
 from console.services.model import HostState
+from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke
 from tests.support.gke_services import events, gke_config, gke_services
 from tests.support.waiting import until

@@ -18,8 +18,6 @@ from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
 from console.config import CapacityConfig
-from console.emulator import client
-from console.emulator.client import PodInfo
 from console.services.backends.tpu_vm.capacity import (
     Attempt,
     Capacity,
@@ -27,6 +25,8 @@ from console.services.backends.tpu_vm.capacity import (
     schedule,
 )
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
+from emulators.tpu_pod import client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until
 

@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.harness import gcp_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.wiring import make_services
+from console.wiring.harness import gcp_config
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import gcloud_json, needs_gcloud, running_pod
 
 

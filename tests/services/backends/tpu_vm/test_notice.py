@@ -13,11 +13,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.harness import pod_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.wiring import make_services
+from console.wiring.harness import pod_config
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.waiting import until
 
 

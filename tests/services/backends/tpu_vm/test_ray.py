@@ -11,10 +11,6 @@ from typing import Any
 import pytest
 
 from console.config import Config, RayConfig, parse_config
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.emulator.procs import find_marked, marker_value
-from console.local.pod import EmulatedTpuProvider
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ray import (
@@ -30,6 +26,10 @@ from console.services.backends.tpu_vm.ray import (
 )
 from console.services.backends.tpu_vm.ssh import SshFanout
 from console.services.backends.tpu_vm.tunnel import Tunnel, free_port
+from console.wiring.pod import EmulatedTpuProvider
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
+from emulators.tpu_pod.procs import find_marked, marker_value
 from tests.support.waiting import until
 
 # --- pure -------------------------------------------------------------------------------

@@ -12,10 +12,6 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.emulator.procs import find_marked, marker_value
-from console.local.pod import EmulatedTpuProvider
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import (
     HostKeyEvent,
@@ -28,6 +24,10 @@ from console.services.backends.tpu_vm.ssh import (
     quote_command,
     resolve_hosts,
 )
+from console.wiring.pod import EmulatedTpuProvider
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
+from emulators.tpu_pod.procs import find_marked, marker_value
 
 # --- pure -------------------------------------------------------------------------------
 from tests.support.waiting import until
@@ -399,8 +399,8 @@ def test_identity_defaults_and_overrides(tmp_path: Path) -> None:
 
 async def test_the_pods_ssh_built_from_config_reaches_the_pod(pod: PodInfo, tmp_path: Path) -> None:
     from console.config import Config
-    from console.local.pod import pod_access
     from console.services.backends.tpu_vm.parts import PodParts
+    from console.wiring.pod import pod_access
 
     events: list[HostKeyEvent] = []
     parts = PodParts(

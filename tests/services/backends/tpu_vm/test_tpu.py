@@ -12,9 +12,6 @@ import pytest
 from google.cloud import tpu_v2
 
 from console.config import parse_config
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.pod import EmulatedTpuProvider
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import parse_public_keys
 from console.services.backends.tpu_vm.tpu import (
@@ -29,6 +26,9 @@ from console.services.backends.tpu_vm.tpu import (
     parse_guest_hostkeys,
 )
 from console.services.model import HostState
+from console.wiring.pod import EmulatedTpuProvider
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 
 EPS = [HostEndpoint(f"pod-w{i}", f"127.0.0.{10 + i}", 22, i) for i in range(4)]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from console.config import RayConfig
-from console.emulator import client as pod_client
-from console.emulator.client import PodInfo
-from console.local.pod import EmulatedTpuProvider
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshError, SshFanout
 from console.services.backends.tpu_vm.tunnel import Tunnel, default_forwards, free_port
+from console.wiring.pod import EmulatedTpuProvider
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.fixtures_pod import RayPod
 from tests.support.waiting import until
 

@@ -1,0 +1,582 @@
+"""Phantom configuration: one TOML file, validated in full before anything runs.
+
+Discovery: ``--config PATH`` wins; otherwise ``$XDG_CONFIG_HOME/phantom/config.toml``
+(``~/.config/phantom/config.toml``). No file at all means the built-in local pod emulator
+with 4 hosts. Every problem in a file is reported (key, bad value, what is allowed), not
+just the first one, so a user fixes the file in one pass; the CLI exits 2 on any of them.
+
+Secrets are never stored here: ``wandb.api_key_env`` names the environment variable that
+holds the key, and the key itself is read from the environment only when a job needs it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from console.config.capacity import capacity_cross_problems, capacity_value_problems
+from console.config.gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
+from console.config.runtime_env import parse_runtime_env
+
+PROVIDERS = ("local", "gcp", "gke")
+MAX_CONFIG_BYTES = 1 << 20
+KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
+WANDB_MODES = ("online", "offline", "disabled")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ConfigError(Exception):
+    """All problems found in one config source; ``problems`` has one line each."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+    def render(self) -> str:
+        lines = [f"phantom: invalid config {self.source}:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """[cluster]: which pod the console drives."""
+
+    provider: Literal["local", "gcp", "gke"] = "local"
+    """"local" (an emulated spot pod on loopback), "gcp" (a real TPU VM pod) or "gke" (XPK /
+    Pathways JobSets on a GKE cluster, see [gke])."""
+    project: str = "phantom-local"
+    """gcp: your project id."""
+    zone: str = "local-a"
+    """gcp: the pod's zone, e.g. "us-central2-b"."""
+    node_name: str = "phantom-pod"
+    """The TPU VM (pod slice) name."""
+    accelerator_type: str = "v4-32"
+    """The slice's accelerator type (used when the node is recreated)."""
+    hosts: int = 4
+    """local: the number of emulated hosts (127.0.0.10, .11, ...)."""
+    api_endpoint: str = ""
+    """gcp: TPU API endpoint override (empty: Google's). local: read from the emulator."""
+    run_dir: str = ""
+    """local: the emulator's state dir (empty: $XDG_STATE_HOME/phantom/pod)."""
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    """[ssh]: how the console reaches every worker."""
+
+    user: str = ""
+    """Login user (empty: the emulator's "phantom"; on gcp your $USER)."""
+    key: str = ""
+    """Private key (empty: the emulator's key; on gcp ~/.ssh/google_compute_engine)."""
+    known_hosts_policy: Literal["tpu-api", "file", "accept-new"] = "tpu-api"
+    """"tpu-api" (trust the host keys the TPU API publishes in guest attributes), "file"
+    (only known_hosts) or "accept-new" (trust on first use)."""
+    known_hosts: str = ""
+    """The console's own known_hosts (empty: <state dir>/known_hosts; never ~/.ssh's)."""
+    port: int = 22
+    """SSH port of every worker."""
+    connect_timeout_s: float = 10.0
+    """Seconds to wait for a connection."""
+    command_timeout_s: float = 600.0
+    """Seconds a fanned-out command may run."""
+    parallelism: int = 256
+    """Concurrent SSH sessions in a fan-out (a bootstrap of a 256-host pod in one wave)."""
+    retries: int = 3
+    """Transient errors are retried with backoff this many times."""
+    internal_ip: bool = False
+    """gcp: connect to each worker's internal IP (the console runs inside the VPC). Default:
+    its external IP (accessConfig.externalIp), as `gcloud compute tpus tpu-vm ssh` does."""
+    proxy_command: str = ""
+    """gcp: reach the workers through this command (IAP or a bastion), as OpenSSH's
+    ProxyCommand: %h is the worker's internal IP, %p the port, %r the user, %n the worker's
+    name, %% a percent sign; e.g. "ssh -W %h:%p bastion". Implies the internal IP."""
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """[ray]: the Ray cluster the console forms on the pod."""
+
+    gcs_port: int = 6379
+    """The head's GCS port."""
+    dashboard_port: int = 8265
+    """Bound to 127.0.0.1 on the head, reached through the SSH tunnel."""
+    client_port: int = 10001
+    """Ray client server port on the head (ray://)."""
+    local_dashboard_port: int = 0
+    """Local end of the tunnel to the dashboard; 0 = auto (gcp: 8265, local: 18265)."""
+    local_client_port: int = 0
+    """Local end of the tunnel to the client port; 0 = auto (gcp: 10001, local: 20001)."""
+    num_cpus: int = 0
+    """Logical CPUs each host advertises to Ray; 0: the host's own count."""
+    object_store_mb: int = 0
+    """Object store size per host, in MiB (at least 75); 0: Ray's default for the host."""
+    memory_mb: int = 0
+    """Memory for tasks per host, in MiB; 0: the host's available memory."""
+    resources: Mapping[str, float] = field(default_factory=lambda: {"TPU": 8.0})
+    """Custom resources per host."""
+    jax_platform: str = "cpu"
+    """PHANTOM_JAX_PLATFORM of the jobs the console submits (their JAX_PLATFORMS): "cpu"
+    keeps many SB3 agents per host off the TPU; "tpu" for JAX-heavy jobs; "" lets JAX pick."""
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """[wandb]: where runs log, and where the cadence screen reads them."""
+
+    project: str = "phantom"
+    """W&B project."""
+    entity: str = ""
+    """W&B entity (team or user; empty: your default)."""
+    mode: Literal["online", "offline", "disabled"] = "offline"
+    """"online", "offline" or "disabled"."""
+    api_key_env: str = "WANDB_API_KEY"
+    """The NAME of the environment variable holding your key, never the key itself."""
+    dir: str = ""
+    """Where offline runs live locally (cadence reads them); empty: the state dir on the
+    emulator, ./wandb otherwise."""
+
+
+@dataclass(frozen=True)
+class GkeConfig:
+    """[gke]: the GKE cluster (cluster.provider = "gke") and the workloads submitted to it."""
+
+    kubeconfig: str = ""
+    """A kubeconfig, as `gcloud container clusters get-credentials` writes it. Empty: the
+    local GKE emulator (started when none runs, like the pod emulator)."""
+    context: str = ""
+    """The kubeconfig context (empty: its current context)."""
+    namespace: str = "default"
+    """The namespace of the workloads (xpk uses "default")."""
+    project: str = ""
+    """Cloud Console links: the cluster's project (empty on the emulator: its own)."""
+    location: str = ""
+    """Cloud Console links: the cluster's region or zone, e.g. "us-central1"."""
+    cluster: str = ""
+    """Cloud Console links: the cluster's name."""
+    run_dir: str = ""
+    """Emulator only: its state dir (empty: $XDG_STATE_HOME/phantom/gke)."""
+    image: str = "gcr.io/phantom-local/maxtext-rl:latest"
+    """Workload default: the container image (the seed's gcr.io/$PROJECT_ID/$CLOUD_IMAGE_NAME)."""
+    command: str = "bash run_gptoss_20b_rl.sh"
+    """Workload default: the command every worker runs (the seed's RL script)."""
+    tpu_type: str = "v5p-64"
+    """Workload default: the TPU type of one slice (v5p-64: topology 2x4x4, 8 nodes)."""
+    slices: int = 1
+    """Workload default: the number of slices (and the emulator's slice count)."""
+    max_restarts: int = 3
+    """Workload default: restarts the JobSet makes on its own before it is Failed."""
+    spot: bool = True
+    """Workload default: run on spot capacity (nodes labelled cloud.google.com/gke-spot)."""
+    base_output_directory: str = ""
+    """Workload default: logs, checkpoints and TensorBoard events, gs://bucket/path or
+    file:///path (empty: gs://phantom-bucket/maxtext-runs on the emulator; required on GKE)."""
+    maxtext_ckpt_path: str = ""
+    """Workload default: MAXTEXT_CKPT_PATH, the MaxText checkpoint to start from (checked to
+    exist before submit; empty: none)."""
+    hf_token_env: str = "HF_TOKEN"
+    """The NAME of the environment variable holding your Hugging Face token, never the token:
+    its value is sent to the cluster as a Secret at submit time (empty: no token)."""
+    termination_grace_s: int = 30
+    """Workload default: terminationGracePeriodSeconds (time to checkpoint on a preemption)."""
+    pending_quota_s: float = 120.0
+    """Pods Pending as unschedulable longer than this (seconds) are reported as a capacity or
+    quota stall the console cannot fix."""
+    metrics_lag_s: float = 30.0
+    """How late TensorBoard events become visible (the writer's flush interval, seconds):
+    added to the stall threshold so a batched writer is never called stalled."""
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """[recovery]: the watchdog."""
+
+    auto: bool = True
+    """The watchdog recovers on its own."""
+    poll_interval_s: float = 5.0
+    """Seconds between polls of the pod, the jobs and metric cadence."""
+    stall_factor: float = 5.0
+    """A run is stalled after k x its median metric interval."""
+    step_retries: int = 3
+    """Each recovery step is retried this many times (with backoff) before it fails."""
+    ready_timeout_s: float = 600.0
+    """Seconds a recreated VM may take to be READY."""
+    watch_notices: bool = True
+    """Hear each VM's preemption notice (a watcher on its metadata server, over SSH), so
+    recovery starts while the VM still has its grace period."""
+    notice_grace_s: float = 30.0
+    """How long a noticed VM keeps running before it is stopped (GCE gives spot VMs about
+    30 s); a recovery waits this long for it to stop before replacing it."""
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """[capacity]: getting the slice back after a preemption (provider "gcp")."""
+
+    zones: tuple[str, ...] = ()
+    """Zones the pod may run in, in order of preference (empty: cluster.zone only); the
+    pod starts in cluster.zone, which must be one of them."""
+    acquire: Literal["node", "queued-resource"] = "node"
+    """"node": delete the preempted node, then CreateNode; "queued-resource": the node
+    belongs to a queued resource, which recovery resets (or re-creates in another zone)."""
+    queued_resource: str = ""
+    """acquire = "queued-resource": its id (empty: "<cluster.node_name>-qr")."""
+    failover: Literal["eager-failover", "same-zone"] = "eager-failover"
+    """"eager-failover": try the other zones first, the preempted one last; "same-zone":
+    zone_retries tries in the preempted zone before moving on."""
+    zone_retries: int = 3
+    """same-zone: tries in a zone before the next one."""
+    backoff_s: float = 10.0
+    """Wait before the next try after a stockout, doubling up to backoff_max_s."""
+    backoff_max_s: float = 120.0
+    """The longest wait between tries."""
+    timeout_s: float = 3600.0
+    """Give up (the recovery fails, naming every zone tried) after this long."""
+
+
+@dataclass(frozen=True)
+class Config:
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    ssh: SshConfig = field(default_factory=SshConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    gke: GkeConfig = field(default_factory=GkeConfig)
+    bootstrap_command: str = ""
+    """[bootstrap] command: run on every worker before Ray starts (the seed's
+    "pre-heating"). Empty: check that python and ray import."""
+    storage: str = ""
+    """[storage] uri: checkpoints, as file:///path or gs://bucket/prefix (needs gcsfs).
+    Empty: the emulator's bucket."""
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    """[runtime_env]: the Ray runtime env of submitted jobs. Secret values are never written
+    here: "$NAME" is read from your environment at submit time."""
+    source: str = "<defaults>"
+
+    def __post_init__(self) -> None:
+        ray = self.ray
+        offset = 10000 if self.cluster.provider == "local" else 0
+        if ray.local_dashboard_port == 0 or ray.local_client_port == 0:
+            resolved = replace(
+                ray,
+                local_dashboard_port=ray.local_dashboard_port or ray.dashboard_port + offset,
+                local_client_port=ray.local_client_port or ray.client_port + offset,
+            )
+            object.__setattr__(self, "ray", resolved)
+
+    @property
+    def is_local(self) -> bool:
+        return self.cluster.provider == "local"
+
+    @property
+    def is_gke(self) -> bool:
+        return self.cluster.provider == "gke"
+
+    @property
+    def is_emulated(self) -> bool:
+        """An emulator on this machine: the pod one, or GKE with no kubeconfig."""
+        return self.is_local or (self.is_gke and not self.gke.kubeconfig)
+
+
+_SECTIONS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "ssh": SshConfig,
+    "ray": RayConfig,
+    "wandb": WandbConfig,
+    "recovery": RecoveryConfig,
+    "capacity": CapacityConfig,
+    "gke": GkeConfig,
+}
+_TOP_LEVEL = {"bootstrap": "bootstrap_command", "storage": "storage", "runtime_env": "runtime_env"}
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "phantom" / "config.toml"
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "phantom"
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, discover: bool = True) -> Config:
+    """Load and validate. ``path=None`` with ``discover`` looks in the XDG location."""
+    if path is None:
+        if not discover:
+            return Config()
+        candidate = default_config_path()
+        if not candidate.exists():
+            return Config()
+        path = candidate
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(str(p), [f"file not found (create one with `phantom init {p}`)"])
+    if p.is_dir():
+        raise ConfigError(str(p), ["is a directory; --config takes the path of a TOML file"])
+    try:
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                str(p), [f"is {size:,} bytes; a config is a few KB of TOML (is this the file?)"]
+            )
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), ["is not text (binary content); a config is TOML"]) from None
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot be read ({exc.strerror or exc})"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
+    return parse_config(data, source=str(p))
+
+
+def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config:
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            if not isinstance(value, Mapping):
+                problems.append(f"[{key}] must be a table, got {value!r}")
+                continue
+            sections[key] = _parse_section(key, _SECTIONS[key], value, problems)
+        elif key == "bootstrap":
+            if isinstance(value, Mapping):
+                cmd = value.get("command", "")
+                extra = set(value) - {"command"}
+                if extra:
+                    problems.append(f"bootstrap: unknown key(s) {sorted(extra)}; allowed: command")
+            else:
+                cmd = value
+            if not isinstance(cmd, str):
+                problems.append(f"bootstrap.command = {cmd!r}: must be a string shell command")
+            else:
+                sections["bootstrap_command"] = cmd
+        elif key == "storage":
+            uri = value.get("uri", "") if isinstance(value, Mapping) else value
+            if not isinstance(uri, str):
+                problems.append(f"storage.uri = {uri!r}: must be a string URI")
+            elif uri and not re.match(r"^(file://|gs://|/|\./|~)", uri):
+                problems.append(
+                    f"storage.uri = {uri!r}: use file:///abs/path, gs://bucket/prefix or a path"
+                )
+            else:
+                sections["storage"] = uri
+        elif key == "runtime_env":
+            env = parse_runtime_env(value, problems)
+            if env is not None:
+                sections["runtime_env"] = env
+        else:
+            allowed = sorted([*_SECTIONS, *_TOP_LEVEL])
+            problems.append(f"unknown section or key {key!r}; allowed: {', '.join(allowed)}")
+    if not problems:
+        _cross_check(sections, problems)
+    if problems:
+        raise ConfigError(source, problems)
+    return Config(**sections, source=source)
+
+
+def _parse_section(name: str, cls: type, table: Mapping[str, Any], problems: list[str]) -> Any:
+    defaults = cls()
+    values: dict[str, Any] = {}
+    known = {f.name: f for f in fields(cls)}
+    for key, value in table.items():
+        if key not in known:
+            problems.append(f"{name}.{key}: unknown key; allowed: {', '.join(sorted(known))}")
+            continue
+        default = getattr(defaults, key)
+        checked = _check_value(f"{name}.{key}", default, value, problems)
+        if checked is not _BAD:
+            values[key] = checked
+    for key, value in values.items():
+        _check_domain(f"{name}.{key}", value, problems)
+    return replace(defaults, **values)
+
+
+_BAD = object()
+
+
+def _check_value(key: str, default: Any, value: Any, problems: list[str]) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            problems.append(f"{key} = {value!r}: must be true or false")
+            return _BAD
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{key} = {value!r}: must be an integer")
+            return _BAD
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"{key} = {value!r}: must be a number")
+            return _BAD
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            problems.append(f"{key} = {value!r}: must be a string")
+            return _BAD
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            problems.append(f'{key} = {value!r}: must be a list of names, e.g. ["a", "b"]')
+            return _BAD
+        return tuple(value)
+    if isinstance(default, Mapping):
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            for k, v in value.items()
+        ):
+            problems.append(
+                f"{key} = {value!r}: must be a table of name = number, e.g. {{TPU = 8}}"
+            )
+            return _BAD
+        return {k: float(v) for k, v in value.items()}
+    return value
+
+
+_POSITIVE = {
+    "cluster.hosts",
+    "ssh.connect_timeout_s",
+    "ssh.command_timeout_s",
+    "ssh.parallelism",
+    "recovery.poll_interval_s",
+    "recovery.ready_timeout_s",
+    "capacity.zone_retries",
+    "capacity.backoff_s",
+    "capacity.backoff_max_s",
+    "capacity.timeout_s",
+    "gke.slices",
+    "gke.pending_quota_s",
+}
+_NON_NEGATIVE = {
+    "ssh.retries",
+    "recovery.step_retries",
+    "recovery.notice_grace_s",
+    "gke.max_restarts",
+    "gke.termination_grace_s",
+    "gke.metrics_lag_s",
+}
+_PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
+_PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
+
+
+def _check_domain(key: str, value: Any, problems: list[str]) -> None:
+    if key == "cluster.provider" and value not in PROVIDERS:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(PROVIDERS)}")
+    elif key == "ssh.known_hosts_policy" and value not in KNOWN_HOSTS_POLICIES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}")
+    elif key == "wandb.mode" and value not in WANDB_MODES:
+        problems.append(f"{key} = {value!r}: allowed values are {', '.join(WANDB_MODES)}")
+    elif key == "cluster.node_name" and not _NAME_RE.match(value):
+        problems.append(
+            f"{key} = {value!r}: lower-case letters, digits and '-', starting with a letter"
+        )
+    elif key in _PORTS and not 1 <= value <= 65535:
+        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535")
+    elif key in _PORTS_OR_AUTO and not 0 <= value <= 65535:
+        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535, or 0 for auto")
+    elif key in _POSITIVE and value <= 0:
+        problems.append(f"{key} = {value!r}: must be greater than 0")
+    elif key.startswith("capacity."):
+        problems += capacity_value_problems(key, value)
+    elif key == "cluster.hosts" and value > 1024:
+        problems.append(f"{key} = {value!r}: at most 1024 hosts")
+    elif key == "recovery.stall_factor" and value <= 1:
+        problems.append(f"{key} = {value!r}: must be greater than 1 (k x the median interval)")
+    elif key in ("ray.num_cpus", "ray.memory_mb") and value < 0:
+        problems.append(f"{key} = {value!r}: must be 0 (the host's own) or more")
+    elif key == "ray.object_store_mb" and value != 0 and value < 75:
+        problems.append(f"{key} = {value!r}: at least 75 (Ray's minimum), or 0 for Ray's default")
+    elif key in _NON_NEGATIVE and value < 0:
+        problems.append(f"{key} = {value!r}: must be 0 or more")
+    elif key.startswith("gke."):
+        problems += gke_value_problems(key, value)
+    elif key == "wandb.api_key_env":
+        if not ENV_NAME_RE.match(value):
+            problems.append(
+                f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
+                "never the key itself"
+            )
+    elif key == "cluster.api_endpoint" and value.startswith(("http://", "grpc://")):
+        try:
+            loopback_endpoint(value)
+        except ValueError as exc:
+            problems.append(str(exc))
+    elif key == "ssh.proxy_command" and value:
+        _check_proxy_command(key, value, problems)
+    elif key == "ray.jax_platform" and not re.match(r"^([a-z]+(,[a-z]+)*)?$", value):
+        problems.append(
+            f'{key} = {value!r}: a JAX platform name or list, e.g. "cpu", "tpu" or "tpu,cpu"'
+        )
+    elif key == "ray.resources":
+        for name, amount in value.items():
+            if amount < 0:
+                problems.append(f"{key}.{name} = {amount!r}: must be 0 or more")
+
+
+def loopback_endpoint(endpoint: str) -> str:
+    """ "http://127.0.0.1:PORT[/]" (or grpc://, or bare) -> "127.0.0.1:PORT". A plain-text
+    endpoint carries no TLS and anonymous credentials, so only loopback is accepted: raises
+    ValueError naming the field and the fix otherwise."""
+    hostport = endpoint.removeprefix("http://").removeprefix("grpc://").rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or not port.isdigit():
+        raise ValueError(
+            f"cluster.api_endpoint = {endpoint!r}: a plain-text endpoint (no TLS, anonymous "
+            "credentials) must be http://127.0.0.1:PORT on loopback; for Google's API give "
+            "host:port (TLS) or leave it empty"
+        )
+    return hostport
+
+
+PROXY_TOKENS = re.compile(r"%(.)")
+
+
+def _check_proxy_command(key: str, value: str, problems: list[str]) -> None:
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:
+        problems.append(f"{key} = {value!r}: bad quoting ({exc})")
+        return
+    if not argv:
+        problems.append(f"{key}: empty; leave it out to connect directly")
+    bad = sorted({t for t in PROXY_TOKENS.findall(value) if t not in "hprn%"})
+    if bad:
+        problems.append(
+            f"{key} = {value!r}: unknown token(s) {', '.join('%' + t for t in bad)}; "
+            "use %h (host), %p (port), %r (user), %n (worker name) or %%"
+        )
+
+
+def _cross_check(sections: dict[str, Any], problems: list[str]) -> None:
+    cluster: ClusterConfig = sections.get("cluster", ClusterConfig())
+    # The GCP-faithful emulator on loopback answers for its own project and zones.
+    emulated = cluster.api_endpoint.startswith(("http://", "grpc://"))
+    if cluster.provider == "gcp" and not emulated:
+        if cluster.project in ("", "phantom-local"):
+            problems.append("cluster.project: required for provider 'gcp' (your GCP project id)")
+        if cluster.zone in ("", "local-a"):
+            problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
+    problems += capacity_cross_problems(cluster, sections.get("capacity", CapacityConfig()))
+    if cluster.provider == "gke":
+        problems += gke_cross_problems(sections.get("gke", GkeConfig()))
+    ray: RayConfig = sections.get("ray", RayConfig())
+    ports = [ray.gcs_port, ray.dashboard_port, ray.client_port]
+    if len(set(ports)) != len(ports):
+        problems.append(f"ray: gcs_port, dashboard_port and client_port must differ, got {ports}")

@@ -1,4 +1,0 @@
-from console.emulator.gke.cli import main
-
-if __name__ == "__main__":
-    main()

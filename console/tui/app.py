@@ -1,0 +1,617 @@
+"""The Phantom Console TUI: renders what the services publish, sends intents back to them.
+
+``PhantomApp`` takes its services, clock and settings in ``__init__`` (tests hand it a fake or
+the emulator-backed services); ``make_app(config)`` builds the real ones and ``run_tui`` is
+what bare ``phantom`` runs. The app never touches the network: every service call runs in a
+worker and a failure becomes a notification, never a crash. Updates arrive from any thread
+through ``UpdateBridge`` as Textual messages; the app folds them into ``ConsoleState`` and
+asks the visible screen to re-render what changed.
+
+Importing this module must stay cheap: no ray/jax/torch (the real services are imported
+lazily by ``make_app``), so the first frame shows fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from console.services.api import ConsoleServices, JobsUnavailable
+from console.services.model import (
+    ActionResult,
+    JobInfo,
+    LogLine,
+    LogStreamClosed,
+    PodSnapshot,
+)
+from console.services.submit import SubmitSpec
+from console.services.workload import WorkloadSpec
+from console.tui.messages import (
+    CadenceUpdated,
+    EventLogged,
+    JobUpdated,
+    LatestPod,
+    LogClosed,
+    LogInbox,
+    LogsArrived,
+    MetricsUpdated,
+    PodUpdated,
+    RecoveryUpdated,
+    UpdateBridge,
+)
+from console.tui.screens.base import PhantomScreen
+from console.tui.screens.cadence import CadenceScreen
+from console.tui.screens.confirm import ConfirmScreen
+from console.tui.screens.events import EventsScreen
+from console.tui.screens.help import HelpScreen
+from console.tui.screens.host import HostScreen
+from console.tui.screens.jobs import JobsScreen
+from console.tui.screens.logview import LogViewScreen
+from console.tui.screens.overview import OverviewScreen
+from console.tui.screens.palette import PhantomCommands
+from console.tui.screens.recovery import RecoveryScreen
+from console.tui.screens.submit import SubmitScreen
+from console.tui.screens.workload_form import WorkloadFormScreen
+from console.tui.screens.workloads import WorkloadsScreen
+from console.tui.state import DEFAULT_LOG_RING, ConsoleState, duration, result_text
+
+T = TypeVar("T")
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython default 700)
+SCREENS_GROUP = Binding.Group("screens", compact=True)
+
+
+@dataclass(frozen=True)
+class TuiSettings:
+    initial_mode: str = "overview"
+    tick_s: float | None = 1.0  # re-render "ago" columns; None: never (snapshot tests)
+    cursor_blink: bool = True
+    log_ring: int = DEFAULT_LOG_RING  # lines kept per job
+    manage_services: bool = True  # call services.start() on mount and stop() on quit
+    stop_timeout_s: float = 10.0
+    # Freeze what startup allocated out of the garbage collector's full scans: a gen-2
+    # pass over every widget and cache stalled frames by ~100 ms under a 10k lines/s log.
+    # Process-wide, so off by default (tests run many apps in one process); run_tui sets it.
+    gc_freeze: bool = False
+
+
+def _mode_binding(key: str, mode: str, label: str) -> Binding:
+    return Binding(
+        key,
+        f"switch_mode('{mode}')",
+        label,
+        id=f"app.screen.{mode}",
+        tooltip=f"Show the {label} screen",
+        group=SCREENS_GROUP,
+    )
+
+
+class PhantomApp(App[int]):
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))  # absolute: subclasses live elsewhere
+    TITLE = "Phantom Console"
+    BINDING_GROUP_TITLE = "Phantom"
+    COMMANDS = App.COMMANDS | {PhantomCommands}
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
+        "overview": OverviewScreen,
+        "jobs": JobsScreen,
+        "cadence": CadenceScreen,
+        "events": EventsScreen,
+        "recovery": RecoveryScreen,
+        "workloads": WorkloadsScreen,
+    }
+    BINDINGS: ClassVar[list[BindingType]] = [
+        _mode_binding("1", "overview", "Overview"),
+        _mode_binding("2", "jobs", "Jobs"),
+        _mode_binding("3", "cadence", "Cadence"),
+        _mode_binding("4", "events", "Events"),
+        _mode_binding("5", "recovery", "Recovery"),
+        _mode_binding("6", "workloads", "Workloads"),
+        Binding(
+            "question_mark",
+            "help",
+            "Help",
+            id="app.help",
+            tooltip="Every key of every screen",
+        ),
+        Binding(
+            "q", "quit", "Quit", id="app.quit", tooltip="Leave the console (the pod keeps running)"
+        ),
+        Binding(
+            "s",
+            "submit_form",
+            "Submit",
+            id="app.submit",
+            tooltip="Open the job submission form (single, distributed or sweep); on GKE, "
+            "the new-workload form (a JobSet)",
+        ),
+    ]
+
+    def __init__(
+        self,
+        services: ConsoleServices,
+        *,
+        clock: Callable[[], float],
+        settings: TuiSettings | None = None,
+    ) -> None:
+        super().__init__()
+        self.services = services
+        self.clock = clock
+        self.settings = settings or TuiSettings()
+        self.state = ConsoleState(log_ring=self.settings.log_ring)
+        self._inbox = LogInbox(cap=max(200_000, 4 * self.settings.log_ring))
+        self._following: str | None = None
+        self._pods = LatestPod()
+        self._bridge = UpdateBridge(self, self._inbox, skip_line=self._is_followed, pods=self._pods)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._services_stopped = False
+        self._last_spec = SubmitSpec(runtime_env=dict(services.config.runtime_env))
+        self._last_workload = WorkloadSpec.from_config(services.config, "")
+
+    # lifecycle -----------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        self._unsubscribe = self.services.subscribe(self._bridge)
+        self._pull_local_state()
+        await self.switch_mode(self.settings.initial_mode)
+        if self.settings.tick_s:
+            self.set_interval(self.settings.tick_s, self._tick)
+        # Paint first: the services (on a fresh machine, the pod emulator) come up behind
+        # the first frame, which shows them coming.
+        self.call_after_refresh(self.start_services)
+        if self.settings.gc_freeze:
+            self.call_after_refresh(self._freeze_startup_objects)
+
+    def _freeze_startup_objects(self) -> None:
+        gc.collect()
+        gc.freeze()
+        # A larger young generation: at 10k log lines/s objects are always in flight
+        # (queues, batches); with the default 700 each young pass promotes them, and those
+        # promotions started a full pass about every second (30-70 ms under load: the
+        # host-update p99 at 10,000 hosts was 110-260 ms). Now they die young, full passes
+        # come every ~10 s (`python -m benchmarks.tui` prints both figures).
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    async def action_quit(self) -> None:
+        await self._stop_services()
+        self.exit(0)
+
+    async def _stop_services(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._services_stopped or not self.settings.manage_services:
+            return
+        self._services_stopped = True
+        try:
+            await asyncio.wait_for(self.services.stop(), self.settings.stop_timeout_s)
+        except Exception as exc:  # leaving must never hang or crash on a sick cluster
+            self.log.error(f"services.stop failed: {exc!r}")
+
+    def _pull_local_state(self) -> None:
+        """What the services already know (no I/O), so the first frame is not empty."""
+        reads: list[tuple[str, Callable[[], None]]] = [
+            ("snapshot", lambda: self._set_pod_if_any(self.services.snapshot())),
+            ("recovery status", lambda: self.state.set_recovery(self.services.recovery_status())),
+            ("cadence", lambda: self.state.set_runs(self.services.cadence())),
+        ]
+        for label, read in reads:
+            try:
+                read()
+            except Exception as exc:
+                self.notify(f"Could not read {label}: {exc}", severity="error")
+
+    def _set_pod_if_any(self, snapshot: PodSnapshot) -> None:
+        if snapshot.hosts or snapshot.at:
+            self.state.set_pod(snapshot)
+
+    def _tick(self) -> None:
+        self.state.bump("tick")
+        self._sync_screen()
+
+    def _sync_screen(self) -> None:
+        try:
+            screen = self.screen
+        except Exception:  # no screen yet (startup) or already gone (shutdown)
+            return
+        if isinstance(screen, PhantomScreen):
+            screen.sync()
+        elif isinstance(screen, HostScreen):
+            screen.refresh_host()
+
+    # updates from the services (messages up) ---------------------------------------------
+
+    def on_pod_updated(self, message: PodUpdated) -> None:
+        # the newest snapshot the bridge holds (None: this message came another way)
+        self.apply_pod(self._pods.take() or message.snapshot)
+
+    def apply_pod(self, snapshot: PodSnapshot) -> None:
+        self.state.set_pod(snapshot)
+        self._sync_screen()
+
+    def on_recovery_updated(self, message: RecoveryUpdated) -> None:
+        self.state.set_recovery(message.status)
+        self._sync_screen()
+
+    def on_job_updated(self, message: JobUpdated) -> None:
+        self.state.set_job(message.job)
+        self._sync_screen()
+
+    def on_cadence_updated(self, message: CadenceUpdated) -> None:
+        self.state.set_run(message.run)
+        self._sync_screen()
+
+    def on_metrics_updated(self, message: MetricsUpdated) -> None:
+        self.state.set_metrics(message.metrics)
+        self._sync_screen()
+
+    def on_event_logged(self, message: EventLogged) -> None:
+        if self.state.add_events([message.event]):
+            self._sync_screen()
+
+    def on_logs_arrived(self, message: LogsArrived) -> None:
+        lines = self._inbox.drain()
+        if lines:
+            self.apply_logs(lines)
+
+    def apply_logs(self, lines: Sequence[LogLine]) -> None:
+        self.state.add_lines(lines)
+        self._sync_screen()
+
+    def on_log_closed(self, message: LogClosed) -> None:
+        # Lines still in the inbox were published before the close: show them first.
+        self.on_logs_arrived(LogsArrived())
+        self.state.set_closed(message.closed)
+        self._sync_screen()
+
+    # workers: every service call runs off the key handler, errors become notifications --
+
+    async def _call(self, label: str, awaitable: Awaitable[T]) -> T | None:
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.notify(f"{label} failed: {exc}", title=label, severity="error", timeout=10)
+            return None
+
+    def _report(self, result: ActionResult | None) -> None:
+        if result is not None:
+            self.notify(result_text(result), severity="information" if result.ok else "error")
+
+    @work(group="action", exit_on_error=False)
+    async def run_service_action(
+        self, label: str, action: Callable[[], Awaitable[ActionResult]]
+    ) -> None:
+        """A screen's service action, off the key handler; its result becomes a notification."""
+        self._report(await self._call(label, action()))
+
+    @work(exclusive=True, group="start", exit_on_error=False)
+    async def start_services(self) -> None:
+        if self.settings.manage_services:
+            await self._call("Starting services", self.services.start())
+        self._pull_local_state()
+        self._sync_screen()
+        self.refresh_jobs()
+        self.refresh_events()
+
+    def action_refresh_pod(self) -> None:
+        self.refresh_pod()
+
+    @work(exclusive=True, group="refresh", exit_on_error=False)
+    async def refresh_pod(self) -> None:
+        snapshot = await self._call("Refresh", self.services.refresh())
+        if snapshot is not None:
+            self.apply_pod(snapshot)
+
+    @work(exclusive=True, group="jobs", exit_on_error=False)
+    async def refresh_jobs(self) -> None:
+        try:
+            jobs = await self.services.list_jobs()
+        except JobsUnavailable as exc:  # Ray not up yet: a state to show, not an error
+            self.state.set_jobs_note(str(exc))
+        except Exception as exc:
+            self.notify(f"Listing jobs failed: {exc}", title="Jobs", severity="error", timeout=10)
+            return
+        else:
+            self.state.set_jobs(jobs)
+            self.state.set_jobs_note("")
+        self._sync_screen()
+
+    def action_refresh_jobs(self) -> None:
+        self.refresh_jobs()
+
+    @work(exclusive=True, group="events", exit_on_error=False)
+    async def refresh_events(self) -> None:
+        events = await self._call("Reading the journal", self.services.events(limit=500))
+        if events is not None:
+            self.state.add_events(events)
+            self._sync_screen()
+
+    def action_refresh_events(self) -> None:
+        self.refresh_events()
+
+    def action_refresh_cadence(self) -> None:
+        try:
+            self.state.set_runs(self.services.cadence())
+        except Exception as exc:
+            self.notify(f"Reading cadence failed: {exc}", severity="error")
+        self._sync_screen()
+
+    def action_refresh_recovery(self) -> None:
+        try:
+            self.state.set_recovery(self.services.recovery_status())
+        except Exception as exc:
+            self.notify(f"Reading the watchdog status failed: {exc}", severity="error")
+        self._sync_screen()
+
+    # recovery ------------------------------------------------------------------------------
+
+    def action_recover(self) -> None:
+        pod = self.state.pod
+        lost = [h.name for h in pod.hosts if h.tpu_state != "READY"] if pod else []
+        body = (
+            "Runs detect → recreate preempted VMs → wait READY → bootstrap → Ray head and "
+            "workers → tunnel → relaunch jobs/sweep → verify metrics.\n"
+            "Ray is restarted on every host: running jobs are resubmitted."
+        )
+        if lost:
+            body = f"Not READY: {', '.join(lost[:8])}{' …' if len(lost) > 8 else ''}.\n" + body
+        self.confirm("Run the recovery loop now?", body, "Recover", self.run_recover)
+
+    @work(exclusive=True, group="recover", exit_on_error=False)
+    async def run_recover(self) -> None:
+        self.notify("Recovery started: follow it on screen 5.", title="Recovery")
+        status = await self._call("Recovery", self.services.recover(actor="user"))
+        if status is not None:
+            self.state.set_recovery(status)
+            self._sync_screen()
+            ok = status.result == "ok"
+            mttr = f" (MTTR {duration(status.mttr_s)})" if status.mttr_s is not None else ""
+            self.notify(
+                f"Recovery {status.result or 'finished'}{mttr}",
+                severity="information" if ok else "error",
+            )
+
+    def action_toggle_auto(self) -> None:
+        enabled = not self.state.recovery.auto
+        try:
+            self.services.set_auto_recovery(enabled, actor="user")
+            self.state.set_recovery(self.services.recovery_status())
+        except Exception as exc:
+            self.notify(f"Toggling auto-recovery failed: {exc}", severity="error")
+            return
+        self.notify(f"Auto-recovery {'on' if enabled else 'off'}.")
+        self._sync_screen()
+
+    # pod actions ---------------------------------------------------------------------------
+
+    @work(exclusive=True, group="bootstrap", exit_on_error=False)
+    async def run_bootstrap(self, hosts: list[str] | None = None) -> None:
+        self.notify(f"Bootstrapping {', '.join(hosts) if hosts else 'every host'}…")
+        self._report(await self._call("Bootstrap", self.services.bootstrap(hosts, actor="user")))
+
+    @work(exclusive=True, group="tunnel", exit_on_error=False)
+    async def run_open_tunnel(self) -> None:
+        self._report(await self._call("Tunnel", self.services.open_tunnel(actor="user")))
+
+    def action_bring_up(self) -> None:
+        pod = self.state.pod
+        if pod is not None and pod.ray_alive:
+            self.confirm(
+                "Bring the cluster up again?",
+                f"Ray already has {pod.ray_alive} live node(s): bootstrapping and starting Ray "
+                "restarts it, and running jobs stop.",
+                "Bring up",
+                self.run_bring_up,
+            )
+        else:
+            self.run_bring_up()
+
+    @work(exclusive=True, group="ray-up", exit_on_error=False)
+    async def run_bring_up(self) -> None:
+        """The seed's bring-up: bootstrap every worker, head + workers, tunnel."""
+        self.notify("Bringing the cluster up: bootstrap, Ray head and workers, tunnel…")
+        for label, step in (
+            ("Bootstrap", lambda: self.services.bootstrap(None, actor="user")),
+            ("Ray up", lambda: self.services.ray_up(actor="user")),
+            ("Tunnel", lambda: self.services.open_tunnel(actor="user")),
+        ):
+            result = await self._call(label, step())
+            self._report(result)
+            if result is None or not result.ok:
+                return
+
+    def request_ray_up(self) -> None:
+        self.confirm(
+            "Restart Ray on the pod?",
+            "Starts the head and joins every worker; a running Ray is restarted and its jobs stop.",
+            "Restart Ray",
+            self.run_ray_up,
+        )
+
+    @work(exclusive=True, group="ray-up", exit_on_error=False)
+    async def run_ray_up(self) -> None:
+        self._report(await self._call("Ray up", self.services.ray_up(actor="user")))
+
+    def request_teardown(self) -> None:
+        self.confirm(
+            "Tear down Ray?",
+            "Runs `ray stop -f` on every host and closes the tunnel. Running jobs stop. "
+            "The VMs are left alone.",
+            "Tear down",
+            self.run_teardown,
+        )
+
+    @work(exclusive=True, group="teardown", exit_on_error=False)
+    async def run_teardown(self) -> None:
+        self._report(await self._call("Teardown", self.services.teardown(actor="user")))
+
+    def request_preempt(self, host: str) -> None:
+        self.confirm(
+            f"Preempt {host}?",
+            "Emulator: kills every process of this host like a spot reclaim.",
+            "Preempt",
+            lambda: self.run_preempt(host),
+        )
+
+    @work(exclusive=True, group="preempt", exit_on_error=False)
+    async def run_preempt(self, host: str) -> None:
+        self._report(await self._call("Preempt", self.services.preempt(host, actor="user")))
+
+    def request_recreate(self, host: str) -> None:
+        self.confirm(
+            f"Recreate {host}?",
+            "Emulator: deletes the host and brings it back bare (new host key).",
+            "Recreate",
+            lambda: self.run_recreate(host),
+        )
+
+    @work(exclusive=True, group="recreate", exit_on_error=False)
+    async def run_recreate(self, host: str) -> None:
+        self._report(await self._call("Recreate", self.services.recreate(host, actor="user")))
+
+    @work(exclusive=True, group="sweep", exit_on_error=False)
+    async def run_relaunch_sweep(self) -> None:
+        job = await self._call("Relaunch sweep", self.services.relaunch_sweep(actor="user"))
+        if job is not None:
+            self.state.set_job(job)
+            self.notify(f"Sweep relaunched as {job.job_id}.")
+            self._sync_screen()
+
+    def dashboard_url(self) -> str:
+        pod = self.state.pod
+        if pod is not None and pod.dashboard_url:
+            return pod.dashboard_url
+        return f"http://127.0.0.1:{self.services.config.ray.local_dashboard_port}"
+
+    def open_dashboard(self) -> None:
+        url = self.dashboard_url()
+        # Only hand the URL to a browser when there is a desktop: in a bare tmux/ssh session
+        # `webbrowser` may start a text browser on this very terminal.
+        if (
+            sys.platform == "darwin"
+            or os.environ.get("DISPLAY")
+            or os.environ.get("WAYLAND_DISPLAY")
+        ):
+            self.open_url(url)
+        self.notify(url, title="Ray dashboard", timeout=15)
+
+    def confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.push_screen(ConfirmScreen(title, body, label), done)
+
+    # jobs ----------------------------------------------------------------------------------
+
+    def action_submit_form(self) -> None:
+        blink = self.settings.cursor_blink
+        if self.services.config.is_gke:  # work runs as JobSets there, not as Ray jobs
+            preview = self.services.preview_workload
+            new = WorkloadFormScreen(self._last_workload, preview, cursor_blink=blink)
+            self.push_screen(new, self._workload_form_done)
+            return
+        form = SubmitScreen(self._last_spec, self.dashboard_url(), cursor_blink=blink)
+        self.push_screen(form, self._submit_form_done)
+
+    def _submit_form_done(self, spec: SubmitSpec | None) -> None:
+        if spec is not None:
+            self._last_spec = spec
+            send = functools.partial(self.services.submit, spec, actor="user")
+            self.run_new_job("Submit", send, f"Submitted {{}} ({spec.mode}).")
+
+    def _workload_form_done(self, spec: WorkloadSpec | None) -> None:
+        if spec is not None:
+            self._last_workload = spec  # a refused create reopens with what was typed
+            send = functools.partial(self.services.create_workload, spec, actor="user")
+            self.run_new_job("New workload", send, f"Created workload {{}} ({spec.template}).")
+
+    # Not exclusive: a second submission must never cancel one still in flight.
+    @work(group="submit", exit_on_error=False)
+    async def run_new_job(
+        self, label: str, send: Callable[[], Awaitable[JobInfo]], done: str
+    ) -> None:
+        job = await self._call(label, send())
+        if job is not None:
+            self.state.set_job(job)
+            self.notify(done.format(job.job_id), title=label)
+            self._sync_screen()
+
+    def request_stop_job(self, job_id: str) -> None:
+        self.confirm(
+            f"Stop job {job_id}?",
+            "Ray stops the job; its checkpoints stay in storage.",
+            "Stop job",
+            lambda: self.run_stop_job(job_id),
+        )
+
+    @work(group="stop-job", exit_on_error=False)
+    async def run_stop_job(self, job_id: str) -> None:
+        self._report(await self._call("Stop job", self.services.stop_job(job_id, actor="user")))
+        self.refresh_jobs()
+
+    def open_host(self, name: str) -> None:
+        self.push_screen(HostScreen(name))
+
+    def open_log(self, job_id: str) -> None:
+        self.push_screen(LogViewScreen(job_id))
+        self.open_log_stream(job_id)
+
+    def open_log_stream(self, job_id: str) -> None:
+        """(Re)start following a job's log from the start (the stream replays it)."""
+        self.state.logs.pop(job_id, None)
+        self.state.closed.pop(job_id, None)
+        self.state.bump("logs")
+        self._following = job_id
+        self._follow(job_id)
+
+    def stop_follow(self, job_id: str) -> None:
+        if self._following == job_id:
+            self._following = None
+            self.workers.cancel_group(self, "follow")
+
+    def _is_followed(self, job_id: str) -> bool:
+        return job_id == self._following
+
+    @work(exclusive=True, group="follow", exit_on_error=False)
+    async def _follow(self, job_id: str) -> None:
+        closed: LogStreamClosed | None = None
+        try:
+            async for item in self.services.follow_logs(job_id):
+                if isinstance(item, LogStreamClosed):
+                    closed = item
+                    break
+                if self._inbox.put(item):
+                    self.post_message(LogsArrived())
+            if closed is None:
+                info = await self.services.job_status(job_id)
+                closed = LogStreamClosed(job_id, info.status, self.clock())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.notify(f"Log stream of {job_id} failed: {exc}", severity="error")
+            job = self.state.jobs.get(job_id)
+            closed = LogStreamClosed(job_id, job.status if job else "RUNNING", self.clock())
+        self.post_message(LogClosed(closed))
+
+    # help ----------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.BINDINGS))

@@ -1,0 +1,52 @@
+"""The TUI's entry: the app on the configured cluster, run, and the farewell that says what
+keeps running after it closes (the console never tears anything down on its own)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from console.config import Config
+from console.services.model import PodSnapshot
+from console.tui.app import PhantomApp, TuiSettings
+
+
+def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomApp:
+    """The app on the configured cluster (real services, imported only here, lazily, and
+    built behind the first frame)."""
+    from console.wiring import deferred_services
+
+    return PhantomApp(deferred_services(config), clock=time.time, settings=settings)
+
+
+def run_tui(config: Config) -> int:
+    app = make_app(config, settings=TuiSettings(gc_freeze=True))
+    result = app.run()
+    note = farewell(config, app.state.pod)
+    if note:
+        print(note, file=sys.stderr)
+    if isinstance(result, int):
+        return result
+    return app.return_code or 0
+
+
+def farewell(config: Config, pod: PodSnapshot | None) -> str:
+    """What keeps running after the console closes, and the commands that stop it: the
+    console never tears anything down on its own when it is left."""
+    if pod is None or not pod.hosts:
+        return ""
+    stop_ray = "stop Ray: `echo teardown | phantom --script -`"
+    ray = f"Ray on {pod.ray_alive} host(s)" if pod.ray_alive else ""
+    if config.is_local:
+        running = f"the emulated pod {pod.node_name} ({len(pod.hosts)} hosts)"
+        if ray:
+            running += f" with {ray}"
+        stops = ([stop_ray] if ray else []) + ["stop the pod and all on it: `phantom pod down`"]
+    else:
+        running = ray or f"the TPU VMs of {pod.node_name}"
+        delete = (
+            f"gcloud compute tpus tpu-vm delete {pod.node_name} "
+            f"--zone={config.cluster.zone} --project={config.cluster.project}"
+        )
+        stops = ([stop_ray] if ray else []) + [f"the VMs are billed until deleted: `{delete}`"]
+    return f"phantom: still running: {running}.\n  " + "\n  ".join(stops)

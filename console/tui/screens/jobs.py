@@ -1,0 +1,172 @@
+"""Jobs: every Ray job with status, entrypoint and start time; `enter` opens its log.
+
+The ENV column answers the seed's checklist question "did the job start with the expected
+env vars?": ``!`` when the job's runtime env lacks what the console gives its jobs
+(``phantom status`` names what is missing)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable, Static
+
+from console.services.model import JobInfo
+from console.tui.screens.base import FilteredScreen
+from console.tui.state import ago
+from console.tui.widgets.table import Cell
+
+STATUS_STYLE = {
+    "PENDING": "yellow",
+    "RUNNING": "bold green",
+    "SUCCEEDED": "green",
+    "STOPPED": "dim",
+    "FAILED": "bold red",
+    "PREEMPTED": "yellow",  # checkpointed on the notice: recovery resumes it
+    "LOST": "yellow",
+}
+_FIXED = 28 + 11 + 5 + 9 + 4  # id, status, env, started, padding/scrollbar
+
+
+def job_cells(job: JobInfo, now: float, entry_width: int) -> tuple[Cell, ...]:
+    entry = (
+        job.entrypoint
+        if len(job.entrypoint) <= entry_width
+        else job.entrypoint[: entry_width - 1] + "…"
+    )
+    env: Cell = ("!", "bold yellow") if job.env_problems else ("ok" if job.env else "", "dim")
+    return (
+        (job.job_id, "bold"),
+        (job.status, STATUS_STYLE.get(job.status, "")),
+        env,
+        (ago(now, job.start_time), ""),
+        (entry, ""),
+    )
+
+
+def sorted_jobs(jobs: Iterable[JobInfo]) -> list[JobInfo]:
+    """Newest first; jobs that have not started yet on top."""
+    return sorted(jobs, key=lambda j: (j.start_time is not None, -(j.start_time or 0.0), j.job_id))
+
+
+class JobsScreen(FilteredScreen):
+    MODE = "jobs"
+    WATCHES = frozenset({"jobs", "tick"})
+    CSS_PATH = "jobs.tcss"
+    BINDING_GROUP_TITLE = "Jobs"
+    FILTER_PLACEHOLDER = "filter jobs: id, status or entrypoint"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="jobs.filter",
+            tooltip="Show only jobs whose id, status or entrypoint contains the text",
+        ),
+        Binding(
+            "x",
+            "stop_job",
+            "Stop job",
+            id="jobs.stop",
+            tooltip="Stop the highlighted job (asks to confirm)",
+        ),
+        Binding(
+            "ctrl+r",
+            "app.refresh_jobs",
+            "Refresh",
+            show=False,
+            id="jobs.refresh",
+            tooltip="List jobs from the Ray head now",
+        ),
+        Binding(
+            "escape",
+            "clear_filter",
+            "Clear filter",
+            id="jobs.clear_filter",
+            tooltip="Clear the filter",
+        ),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entry_width = 0
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="jobs-summary")
+        yield self.make_filter_input()
+        yield self.make_table("jobs")
+
+    def on_mount(self) -> None:
+        self._set_columns(self.size.width or 80)
+        super().on_mount()
+
+    def on_screen_resume(self) -> None:
+        super().on_screen_resume()
+        self.phantom.refresh_jobs()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._set_columns(event.size.width):
+            self.render_state({"jobs"})
+
+    def _set_columns(self, width: int) -> bool:
+        entry_width = max(20, width - _FIXED)
+        if entry_width == self._entry_width:
+            return False
+        self._entry_width = entry_width
+        self.table.set_columns(
+            [
+                ("id", "JOB", 26),
+                ("status", "STATUS", 9),
+                ("env", "ENV", 3),
+                ("start", "STARTED", 7),
+                ("entry", "ENTRYPOINT", entry_width),
+            ]
+        )
+        return True
+
+    def render_state(self, changed: Iterable[str]) -> None:
+        now = self.phantom.clock()
+        jobs = sorted_jobs(self.state.jobs.values())
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        for job in jobs:
+            cells = job_cells(job, now, self._entry_width or 40)
+            if self.matches(cells, extra=job.entrypoint):
+                rows.append((job.job_id, cells))
+        self.table.sync_rows(rows)
+        running = sum(1 for j in jobs if j.status == "RUNNING")
+        summary = Text()
+        summary.append(f"{len(jobs)} jobs", "bold")
+        summary.append(f"  {running} running", "green" if running else "dim")
+        failed = sum(1 for j in jobs if j.status == "FAILED")
+        if failed:
+            summary.append(f"  {failed} failed", "red")
+        preempted = sum(1 for j in jobs if j.status == "PREEMPTED")
+        if preempted:
+            summary.append(f"  {preempted} preempted (resumable)", "yellow")
+        odd_env = sum(1 for j in jobs if j.env_problems)
+        if odd_env:
+            summary.append(f"  {odd_env} without the expected env (ENV !)", "yellow")
+        if self.filter_text:
+            summary.append(f"  filter {self.filter_text!r}: {len(rows)} shown", "dim")
+        if self.state.jobs_note:
+            summary.append(f"  {self.state.jobs_note}", "yellow")
+        elif not jobs:
+            summary.append("  — press s to submit one", "dim")
+        self.query_one("#jobs-summary", Static).update(summary)
+
+    # actions -------------------------------------------------------------------------------
+
+    def action_stop_job(self) -> None:
+        key = self.table.highlighted_key()
+        if key is None:
+            self.notify("No job highlighted.", severity="warning")
+            return
+        self.phantom.request_stop_job(str(key))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.phantom.open_log(str(event.row_key.value))

@@ -1,0 +1,278 @@
+"""Pod overview: every host on one table, the pod summary line and its warnings.
+
+Built for 1,024 hosts: rows are keyed by host name and only changed cells are written;
+`/` filters by any text in the row (name, IP, PREEMPTED, DEAD, down...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.tui.screens.base import FilteredScreen
+from console.tui.state import ago, resources_text, short_host
+from console.tui.widgets.fast_table import FastTable
+from console.tui.widgets.table import Cell
+
+COLUMNS: list[tuple[str, str, int]] = [
+    ("host", "HOST", 6),
+    ("ip", "IP", 11),
+    ("tpu", "TPU", 9),
+    ("health", "HEALTH", 9),
+    ("ray", "RAY", 7),
+    ("ssh", "SSH", 4),
+    ("res", "RESOURCES", 10),
+    ("seen", "SEEN", 5),
+]
+MAX_WARNINGS = 3
+
+_TPU_STYLE: dict[str, str] = {
+    HostState.READY: "green",
+    HostState.CREATING: "yellow",
+    HostState.REPAIRING: "yellow",
+    HostState.PREEMPTED: "bold red",
+    HostState.DELETING: "red",
+    HostState.DELETED: "red",
+}
+_HEALTH: dict[str, tuple[str, str]] = {
+    "HEALTHY": ("healthy", "green"),
+    "TIMEOUT": ("timeout", "red"),
+    "UNHEALTHY_TENSORFLOW": ("unhealthy", "red"),
+    "UNHEALTHY_MAINTENANCE": ("maint", "yellow"),
+    "HEALTH_UNSPECIFIED": ("-", "dim"),
+    "": ("-", "dim"),
+}
+
+
+def host_cells(host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]:
+    """One table row: what a reviewer reads for a host, with its colour."""
+    health, health_style = _HEALTH.get(host.health, (host.health.lower(), "yellow"))
+    if host.ray_nodes > 1:
+        ray: Cell = (f"{host.ray_state}×{host.ray_nodes}", "bold yellow")
+    elif host.ray_state == "ALIVE":
+        ray = ("ALIVE", "green")
+    elif host.ray_state == "DEAD":
+        ray = ("DEAD", "red")
+    else:
+        ray = (host.ray_state or "-", "dim")
+    ssh_style = {str(Reachability.OK): "green", str(Reachability.DOWN): "red"}.get(
+        str(host.ssh), "dim"
+    )
+    return (
+        (short_host(host.name, node_name), "bold"),
+        (host.ip, ""),
+        (str(host.tpu_state), _TPU_STYLE.get(host.tpu_state, "dim")),
+        (health, health_style),
+        ray,
+        (str(host.ssh), ssh_style),
+        (resources_text(host.resources), ""),
+        (ago(now, host.last_seen), ""),
+    )
+
+
+def summary_text(pod: PodSnapshot | None, now: float) -> Text:
+    out = Text()
+    if pod is None:
+        out.append("No snapshot yet: the first poll of TPU API, SSH and Ray is running.", "dim")
+        return out
+    out.append(pod.node_name or "pod", "bold")
+    if pod.accelerator_type:
+        out.append(f" {pod.accelerator_type}")
+    out.append(f" ({pod.provider})", "dim")
+    tpu_style = "green" if pod.tpu_state == HostState.READY else "bold red"
+    out.append("  TPU ")
+    out.append(str(pod.tpu_state), tpu_style)
+    if pod.health:
+        out.append(f"/{pod.health.lower()}", "dim")
+    total = len(pod.hosts)
+    out.append("  hosts ")
+    out.append(f"{pod.ready_hosts}/{total} ready", "green" if pod.ready_hosts == total else "red")
+    if pod.provider == "gke":  # no Ray or tunnel of the console's own: JobSets run there
+        running = sum(1 for p in pod.pods if p.phase == "Running")
+        out.append("\npods ")
+        out.append(f"{running}/{len(pod.pods)} running", "green" if running else "yellow")
+        out.append(f"  {len(pod.workloads)} workloads (screen 6)")
+    else:
+        out.append("  ray ")
+        out.append(
+            f"{pod.ray_alive}/{total} alive", "green" if pod.ray_alive == total else "yellow"
+        )
+        out.append("\ntunnel ")
+        if pod.tunnel_up:
+            out.append("up", "green")
+            if pod.dashboard_url:
+                out.append(f" {pod.dashboard_url}", "dim")
+        else:
+            out.append("down", "bold red")
+    out.append(f"  polled {ago(now, pod.at)} ago", "dim")
+    return out
+
+
+def warnings_text(warnings: tuple[str, ...]) -> Text:
+    out = Text()
+    for i, warning in enumerate(warnings[:MAX_WARNINGS]):
+        if i:
+            out.append("\n")
+        out.append("⚠ ", "bold yellow")
+        out.append(warning)
+    if len(warnings) > MAX_WARNINGS:
+        out.append(f"\n  … and {len(warnings) - MAX_WARNINGS} more (see Events)", "dim")
+    return out
+
+
+class OverviewScreen(FilteredScreen):
+    MODE = "overview"
+    WATCHES = frozenset({"pod", "tick"})
+    CSS_PATH = "overview.tcss"
+    BINDING_GROUP_TITLE = "Pod overview"
+    FILTER_PLACEHOLDER = "filter hosts: text in any column (w3, PREEMPTED, DEAD, down)"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="overview.filter",
+            tooltip="Show only hosts whose row contains the text (name, IP, PREEMPTED, DEAD…)",
+        ),
+        Binding(
+            "r",
+            "app.recover",
+            "Recover",
+            id="overview.recover",
+            tooltip="Run the whole recovery loop now (asks to confirm)",
+        ),
+        Binding(
+            "u",
+            "app.bring_up",
+            "Bring up",
+            id="overview.bring_up",
+            tooltip="Bootstrap every host, start the Ray head, join the workers, open the tunnel",
+        ),
+        Binding(
+            "ctrl+r",
+            "app.refresh_pod",
+            "Refresh",
+            show=False,
+            id="overview.refresh",
+            tooltip="Poll TPU API, SSH and Ray now",
+        ),
+        Binding(
+            "escape",
+            "clear_filter",
+            "Clear filter",
+            id="overview.clear_filter",
+            tooltip="Clear the filter and show every host",
+        ),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._host_cells: dict[str, tuple[HostStatus, str, tuple[Cell, ...]]] = {}
+        # the last whole pass: (hosts, node name, whole second of `now`), unfiltered only
+        self._last_pass: tuple[tuple[HostStatus, ...], str, int] | None = None
+        self._summary = Text()
+        self._warnings: tuple[str, ...] = ()
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(id="summary")
+        yield Static(id="warnings")
+        yield self.make_filter_input()
+        # Not a DataTable: 1,024 hosts changing several times a second need per-row caching.
+        table = FastTable(id="hosts", classes="main-table")
+        table.set_columns(COLUMNS)
+        yield table
+
+    def render_state(self, changed: Iterable[str]) -> None:
+        pod = self.state.pod
+        now = self.phantom.clock()
+        shown = self._render_hosts(pod, now)
+        summary = summary_text(pod, now)
+        if self.filter_text and pod is not None:
+            summary.append(
+                f"\nfilter {self.filter_text!r}: {shown} of {len(pod.hosts)} hosts", "cyan"
+            )
+        if summary != self._summary:  # an unchanged Static must not cost a layout pass
+            same_height = summary.plain.count("\n") == self._summary.plain.count("\n")
+            self._summary = summary
+            self.query_one("#summary", Static).update(summary, layout=not same_height)
+        shown_warnings = pod.warnings if pod else ()
+        if (
+            pod is not None
+            and pod.provider != "gke"
+            and pod.hosts
+            and pod.ready_hosts == len(pod.hosts)
+            and pod.ray_alive == 0
+        ):
+            # A fresh pod (or one torn down): say what to press instead of a silent table.
+            shown_warnings = (*shown_warnings, "Ray is not running: press u to bring it up")
+        warnings = self.query_one("#warnings", Static)
+        warnings.display = bool(shown_warnings)
+        if shown_warnings and shown_warnings != self._warnings:
+            self._warnings = shown_warnings
+            warnings.update(warnings_text(shown_warnings))
+
+    def _render_hosts(self, pod: PodSnapshot | None, now: float) -> int:
+        if pod is None:
+            self._last_pass = None
+            self.table.sync_rows([])
+            return 0
+        if self._update_changed_hosts(pod, now):
+            return len(pod.hosts)
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        cache = self._host_cells
+        for host in pod.hosts:
+            # Pollers publish the whole pod; most hosts did not change since the last one.
+            seen = ago(now, host.last_seen)
+            hit = cache.get(host.name)
+            if hit is not None and (hit[0] is host or hit[0] == host) and hit[1] == seen:
+                cells = hit[2]
+            else:
+                cells = host_cells(host, pod.node_name, now)
+                cache[host.name] = (host, seen, cells)
+            if self.matches(cells, extra=host.name):
+                rows.append((host.name, cells))
+        self.table.sync_rows(rows)
+        self._last_pass = None if self.filter_text else (pod.hosts, pod.node_name, int(now))
+        return len(rows)
+
+    def _update_changed_hosts(self, pod: PodSnapshot, now: float) -> bool:
+        """Redraw only the hosts this snapshot replaced, when that is all that changed.
+
+        Pollers publish the whole pod, and at 10,000 hosts a whole pass costs ~10 ms per
+        snapshot. The same hosts in the same order, no filter, and the same whole second as
+        the last whole pass (the "seen" ages tick once a second, with one whole pass): only
+        the replaced ``HostStatus`` objects need new cells.
+        """
+        last = self._last_pass
+        if (
+            last is None
+            or self.filter_text
+            or last[1] != pod.node_name
+            or last[2] != int(now)
+            or len(last[0]) != len(pod.hosts)
+        ):
+            return False
+        replaced = [
+            (old, new) for old, new in zip(last[0], pod.hosts, strict=True) if old is not new
+        ]
+        if any(old.name != new.name for old, new in replaced):
+            return False  # hosts moved: the order changes, a whole pass
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        for _, host in replaced:
+            cells = host_cells(host, pod.node_name, now)
+            self._host_cells[host.name] = (host, ago(now, host.last_seen), cells)
+            rows.append((host.name, cells))
+        self.query_one("#hosts", FastTable).update_rows(rows)
+        self._last_pass = (pod.hosts, pod.node_name, last[2])
+        return True
+
+    # actions -------------------------------------------------------------------------------
+
+    def on_fast_table_row_selected(self, event: FastTable.RowSelected) -> None:
+        self.phantom.open_host(str(event.key))

@@ -1,0 +1,279 @@
+"""The composition root: the one place that decides what the console runs against.
+
+``make_services(config)`` builds the services both front ends drive: the backend for
+``cluster.provider`` (the local pod emulator, a real TPU VM pod on GCP, or GKE: a real
+cluster from a kubeconfig or the local GKE emulator), the journal, the job registry and, on
+an emulator only, chaos (preempt / recreate a host, preempt a slice). Apart from
+``console.wiring`` (the emulator adapter) and the tests, nothing else imports the emulator.
+
+Importing this module is cheap; what a command needs (grpc, asyncssh, Ray's job client) is
+imported by the function that builds it, so ``phantom --script-help`` or the first frame of
+the TUI never wait for it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from console.config import Config, ConfigError, default_state_dir
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+    from console.services.backends.base import Backend, Chaos
+    from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.events import EventSink
+    from console.services.facade import Facade
+    from console.services.pending import PendingServices
+    from console.wiring.control import LocalPodControl
+    from console.wiring.gke import LocalGkeControl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ServicesFactory = Callable[[Config], "ConsoleServices"]
+
+
+def make_services(
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.time,
+    state_dir: str | os.PathLike[str] | None = None,
+    journal_path: str | os.PathLike[str] | None = None,
+    autostart_pod: bool = True,
+    working_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    pod_until_ready: bool = True,
+) -> Facade:
+    """The real services for ``config``.
+
+    local: the emulator for ``cluster.run_dir`` (started with ``cluster.hosts`` hosts on
+    free ports when none runs and ``autostart_pod``; ``progress`` hears how that goes, and
+    ``pod_until_ready=False`` returns while its hosts are still coming up). gcp: Google's
+    TPU API (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER``
+    and ``~/.ssh/google_compute_engine``. gke: ``gke.kubeconfig``, or the GKE emulator for
+    ``gke.run_dir`` (started when none runs and ``autostart_pod``). Raises ValueError naming
+    the setting to fix.
+    """
+    from console.secrets import Scrubber
+    from console.services.backends.tpu_vm.backend import TpuVmBackend
+    from console.services.facade import Facade
+    from console.services.journal import Journal
+    from console.services.lease import PodLeases
+    from console.services.submissions import JobRegistry
+
+    sdir = Path(state_dir) if state_dir is not None else default_state_dir()
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            str(sdir),
+            [
+                f"the state dir cannot be created ({exc.strerror or exc}); set XDG_STATE_HOME "
+                "to a writable directory"
+            ],
+        ) from None
+    backend: Callable[[EventSink], Backend]
+    if config.is_gke:
+        backend, chaos = _gke_backend(config, autostart_pod, clock, environ)
+    else:
+        access, chaos = _pod_access(config, sdir, autostart_pod, progress, pod_until_ready)
+        wd = working_dir if working_dir is not None else REPO_ROOT
+
+        def backend(sink: EventSink) -> Backend:
+            made = TpuVmBackend(
+                config,
+                access,
+                sink=sink,
+                state_dir=sdir,
+                working_dir=wd,
+                clock=clock,
+                environ=environ,
+            )
+            capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
+            if capacity is not None:
+                capacity.on_attempt = made.on_capacity
+            return made
+
+    journal = Journal(
+        journal_path if journal_path is not None else sdir / "journal.sqlite",
+        scrubber=Scrubber([config.wandb.api_key_env, config.gke.hf_token_env]),
+        clock=clock,
+    )
+
+    try:
+        return Facade(
+            config,
+            make_backend=backend,
+            journal=journal,
+            registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
+            leases=PodLeases(sdir, _pod_key(config)),
+            chaos=chaos,
+            clock=clock,
+        )
+    except BaseException:
+        journal.close()
+        raise
+
+
+def _pod_key(config: Config) -> str:
+    """What identifies one pod: the front ends that share it share its leases."""
+    cl = config.cluster
+    if config.is_gke:
+        g = config.gke
+        where = g.kubeconfig or f"emulator:{Path(g.run_dir).expanduser() if g.run_dir else ''}"
+        return "|".join((cl.provider, where, g.context, g.namespace))
+    where = str(Path(cl.run_dir).expanduser()) if cl.run_dir else ""
+    return "|".join((cl.provider, cl.project, cl.zone, cl.node_name, where))
+
+
+def _pod_access(
+    config: Config,
+    state_dir: Path,
+    autostart: bool,
+    progress: Callable[[str], None] | None = None,
+    until_ready: bool = True,
+) -> tuple[PodAccess, Callable[[Backend], Chaos] | None]:
+    from console.services.backends.tpu_vm.backend import TpuVmBackend
+    from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.backends.tpu_vm.ssh import ssh_identity
+    from console.services.backends.tpu_vm.tpu import gcp_provider
+
+    if config.is_local:
+        from console.wiring.pod import EmulatedTpuProvider, EmulatorChaos, ensure_pod, pod_access
+
+        pod = ensure_pod(config, autostart, progress=progress, until_ready=until_ready)
+        access = pod_access(config, pod, state_dir)
+        provider = access.provider
+        assert isinstance(provider, EmulatedTpuProvider)
+
+        def chaos(backend: Backend) -> Chaos:
+            assert isinstance(backend, TpuVmBackend)
+            return EmulatorChaos(backend, provider)
+
+        return access, chaos
+    user, key = ssh_identity(config)
+    access = PodAccess(
+        provider=gcp_provider(config),
+        ssh_user=user,
+        ssh_key=key,
+        storage_uri=config.storage,
+        wandb_dir=config.wandb.dir,
+    )
+    return access, None
+
+
+def _gke_backend(
+    config: Config,
+    autostart: bool,
+    clock: Callable[[], float],
+    environ: Mapping[str, str] | None,
+) -> tuple[Callable[[EventSink], Backend], Callable[[Backend], Chaos] | None]:
+    from console.services.backends.gke.access import GkeAccess
+    from console.services.backends.gke.backend import GkeBackend
+    from console.services.backends.gke.manifests import ClusterRef
+
+    g = config.gke
+    chaos: Callable[[Backend], Chaos] | None = None
+    if not g.kubeconfig:
+        from console.wiring.gke import GkeChaos, ensure_gke, gke_access
+
+        access = gke_access(config, ensure_gke(config, autostart))
+
+        def emulator_chaos(backend: Backend) -> Chaos:
+            return GkeChaos(config)
+
+        chaos = emulator_chaos
+    else:
+        access = GkeAccess(
+            kubeconfig=str(Path(g.kubeconfig).expanduser()),
+            ref=ClusterRef(g.project, g.location, g.cluster, g.namespace),
+            context=g.context,
+            accelerator=f"{g.tpu_type} x{g.slices}",
+            metrics_lag_s=g.metrics_lag_s,
+            capacity_wait_s=g.pending_quota_s,
+            poll_budget_s=max(2.0, 2 * config.recovery.poll_interval_s),
+        )
+
+    def backend(sink: EventSink) -> Backend:
+        return GkeBackend(config, access, sink=sink, clock=clock, environ=environ)
+
+    return backend, chaos
+
+
+def deferred_services(config: Config) -> PendingServices:
+    """The TUI's services: built behind the first frame, which never waits for the cluster.
+
+    On the emulator a fresh machine starts its pod here, and the console shows its hosts
+    come up (CREATING -> READY) instead of a blank terminal until they are READY."""
+    from console.services.pending import PendingServices
+
+    def build(progress: Callable[[str], None]) -> ConsoleServices:
+        return make_services(config, progress=progress, pod_until_ready=False)
+
+    what = "starting the console's services"
+    if config.is_local:
+        what = f"connecting to the local pod emulator ({config.cluster.hosts} hosts)"
+    elif config.is_gke:
+        what = "connecting to the GKE cluster" + (
+            ""
+            if config.gke.kubeconfig
+            else f" (the local GKE emulator, {config.gke.slices} slices)"
+        )
+    return PendingServices(config, build, what=what)
+
+
+def services_factory() -> ServicesFactory:
+    """The real services for a status query or a script, never starting a pod: a command
+    that does not say `pod up` must not leave an emulator running behind the user's back."""
+
+    def factory(config: Config) -> ConsoleServices:
+        return make_services(config, autostart_pod=False)
+
+    return factory
+
+
+def pod_control(config: Config) -> LocalPodControl:
+    """A script's `pod up` / `pod down` (the emulator's own client)."""
+    from console.wiring.control import LocalPodControl
+
+    return LocalPodControl(config)
+
+
+def gke_control(config: Config) -> LocalGkeControl:
+    """A script's `gke up` / `gke down` (the GKE emulator's own client)."""
+    from console.wiring.gke import LocalGkeControl
+
+    return LocalGkeControl(config)
+
+
+def storage_probe(config: Config) -> Callable[[str], bool | None]:
+    """Whether a checkpoint URI exists, as a script checks it before anything runs: True or
+    False where this machine can tell at once (file://; gs:// on the GKE emulator, whose
+    buckets are directories), None where only the services can (gs:// on GKE)."""
+    bucket: Path | None = None
+    if config.is_gke and not config.gke.kubeconfig:
+        from console.wiring.gke import emulator_bucket
+
+        bucket = emulator_bucket(config)
+
+    def probe(uri: str) -> bool | None:
+        from console.services.backends.gke.storage import local_path
+
+        path = local_path(uri, bucket)
+        return None if path is None else path.exists()
+
+    return probe
+
+
+def emulator_cli(which: str, argv: list[str]) -> int:
+    """`phantom pod ...` / `phantom gke ...`: each emulator's own command line."""
+    if which == "gke":
+        from emulators.gke.cli import gke_main
+
+        return gke_main(argv)
+    from emulators.tpu_pod.cli import pod_main
+
+    return pod_main(argv)

@@ -1,0 +1,339 @@
+"""Thin client of the GKE emulator daemon (stdlib only).
+
+The console, tests and ``python -m emulators.gke`` call these: ``start`` spawns the
+daemon detached for a run dir and waits until its API answers; ``status`` reads it;
+``preempt_slice`` sends a GKE-style preemption; ``stop`` ends the daemon and every
+container process it started. Async variants run the same calls in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emulators.gke import layout as L
+from emulators.tpu_pod.procs import find_marked, kill_marked
+
+
+class GkeError(Exception):
+    """An emulator operation failed; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class GkeUsageError(GkeError):
+    exit_code = 2
+
+
+class GkeNotRunning(GkeError):
+    pass
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    name: str  # the node pool, e.g. "phantom-gke-np-0"
+    state: str  # READY | PREEMPTING | RECREATING | STALLED
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GkeInfo:
+    run_dir: Path
+    pid: int
+    server: str  # http://127.0.0.1:PORT
+    kubeconfig: Path  # for kubectl (--kubeconfig / KUBECONFIG) and kubernetes-asyncio
+    context: str
+    project: str
+    location: str
+    cluster: str
+    bucket: Path  # gs://BUCKET/PATH inside containers maps to bucket/BUCKET/PATH
+    slices: tuple[SliceInfo, ...]
+    quota_stall: bool = False
+    run_id: str = ""
+    preemptions: tuple[dict[str, Any], ...] = field(default=())
+
+    @property
+    def slice_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.slices)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GkeInfo:
+        return cls(
+            run_dir=Path(d["run_dir"]),
+            pid=int(d["pid"]),
+            server=str(d["server"]),
+            kubeconfig=Path(d["kubeconfig"]),
+            context=str(d["context"]),
+            project=str(d["project"]),
+            location=str(d["location"]),
+            cluster=str(d["cluster"]),
+            bucket=Path(d["bucket"]),
+            slices=tuple(SliceInfo(s["name"], s["state"], tuple(s["nodes"])) for s in d["slices"]),
+            quota_stall=bool(d.get("quota_stall")),
+            run_id=str(d.get("run_id", "")),
+            preemptions=tuple(d.get("preemptions", ())),
+        )
+
+
+def _layout(run_dir: Path | str | None) -> L.RunLayout:
+    return L.RunLayout(Path(run_dir or L.default_run_dir()).expanduser().absolute())
+
+
+def request(
+    run_dir: Path | str | None, payload: dict[str, Any], timeout: float = 60.0
+) -> dict[str, Any]:
+    layout = _layout(run_dir)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    buf = b""
+    try:
+        try:
+            sock.connect(layout.control_address)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise GkeNotRunning(f"no GKE emulator is running for {layout.run_dir}") from exc
+        sock.sendall(json.dumps(payload).encode() + b"\n")
+        while not buf.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        sock.close()
+    if not buf:
+        raise GkeNotRunning(f"the GKE emulator for {layout.run_dir} closed the connection")
+    reply: dict[str, Any] = json.loads(buf)
+    if not reply.get("ok"):
+        cls = GkeUsageError if reply.get("code") == 2 else GkeError
+        raise cls(str(reply.get("error", "unknown error")))
+    return reply
+
+
+def status(run_dir: Path | str | None = None) -> GkeInfo | None:
+    """The running emulator's status, or None if none runs for ``run_dir``."""
+    try:
+        return GkeInfo.from_json(request(run_dir, {"op": "status"})["status"])
+    except GkeNotRunning:
+        return None
+
+
+def status_json(run_dir: Path | str | None = None) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = request(run_dir, {"op": "status"})["status"]
+    except GkeNotRunning:
+        return None
+    return data
+
+
+def _daemon_error(layout: L.RunLayout) -> str:
+    try:
+        lines = layout.log_file.read_text(errors="replace").splitlines()[-20:]
+    except OSError:
+        return "the emulator daemon exited without a message"
+    for line in reversed(lines):
+        if "error: " in line:
+            return line.split("error: ", 1)[1]
+    return "\n".join(lines) or "the emulator daemon exited without a message"
+
+
+def start(
+    run_dir: Path | str | None = None,
+    slices: int = L.DEFAULT_SLICES,
+    port: int = 0,
+    recreate_delay: float = L.DEFAULT_RECREATE_DELAY,
+    quota_stall: bool = False,
+    timeout: float = 60.0,
+    extra_args: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GkeInfo:
+    """Spawn the daemon detached and wait until the API server answers /version.
+
+    ``extra_args`` are daemon flags (``--bookmark-interval``, ``--log-idle-timeout``,
+    ``--job-backoff`` ...; see ``python -m emulators.gke serve --help``).
+    """
+    if not 1 <= slices <= L.MAX_SLICES:
+        raise GkeUsageError(f"--slices must be between 1 and {L.MAX_SLICES}, got {slices}")
+    if recreate_delay < 0:
+        raise GkeUsageError(f"--recreate-delay must be >= 0 seconds, got {recreate_delay}")
+    layout = _layout(run_dir)
+    running = status(layout.run_dir)
+    if running is not None:
+        raise GkeError(
+            f"the GKE emulator is already running for {layout.run_dir} "
+            f"(pid {running.pid}); use `status` or `down`"
+        )
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "emulators.gke",
+        "serve",
+        "--run-dir",
+        str(layout.run_dir),
+        "--slices",
+        str(slices),
+        "--port",
+        str(port),
+        "--recreate-delay",
+        str(recreate_delay),
+    ]
+    if quota_stall:
+        argv.append("--quota-stall")
+    argv += extra_args or []
+    env = {**os.environ, "NO_GCE_CHECK": "True"}
+    with open(layout.log_file, "ab") as logf:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=logf,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(layout.run_dir),
+            env=env,
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            code = GkeUsageError if proc.returncode == 2 else GkeError
+            raise code(f"the GKE emulator failed to start: {_daemon_error(layout)}")
+        info = status(layout.run_dir)
+        if info is not None and _answers(info.server):
+            if progress is not None:
+                progress(f"API server {info.server} ready; kubeconfig {info.kubeconfig}")
+            return info
+        if time.monotonic() > deadline:
+            stop(layout.run_dir)
+            raise GkeError(
+                f"the GKE emulator did not answer within {timeout:.0f}s; see {layout.log_file}"
+            )
+        time.sleep(0.05)
+
+
+def _answers(server: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{server}/version", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _is_our_daemon(pid: int, layout: L.RunLayout) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return b"emulators.gke" in argv and str(layout.run_dir).encode() in argv
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def stop(run_dir: Path | str | None = None, timeout: float = 30.0) -> bool:
+    """Stop the daemon and every container process. True if one was running.
+
+    Falls back to SIGKILL of the daemon and a sweep of the run's process markers.
+    """
+    layout = _layout(run_dir)
+    pid_text = _read(layout.pid_file)
+    pid = int(pid_text) if pid_text.isdigit() else None
+    was_running = False
+    with contextlib.suppress(GkeNotRunning):
+        reply = request(layout.run_dir, {"op": "shutdown"}, timeout=timeout)
+        pid = int(reply.get("pid", pid or 0)) or pid
+        was_running = True
+    if pid:
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _pid_alive(pid) and _is_our_daemon(pid, layout):
+            os.kill(pid, signal.SIGKILL)
+            was_running = True
+    run_id = _read(layout.run_id_file)
+    if run_id:
+        cg = _read(layout.cgroup_file)
+        kill_marked(f"{run_id}:", Path(cg) if cg else None)
+    return was_running
+
+
+def leftover_pids(run_dir: Path | str | None = None) -> list[int]:
+    """Pids of this run's container processes still alive ([] after ``stop``)."""
+    layout = _layout(run_dir)
+    run_id = _read(layout.run_id_file)
+    cg = _read(layout.cgroup_file)
+    return find_marked(f"{run_id}:", Path(cg) if cg else None) if run_id else []
+
+
+def preempt_slice(
+    run_dir: Path | str | None, slice_ref: str | int, grace_s: float | None = None
+) -> dict[str, Any]:
+    """Preempt a TPU slice (index or node pool name) as GKE reclaims spot capacity.
+
+    Returns once the notice is out (nodes NotReady, pods DisruptionTarget, SIGTERM sent):
+    ``{"slice", "at", "grace", "nodes", "pods"}``. Pods get min(their
+    terminationGracePeriodSeconds, ``grace_s``) (default 30 s) before SIGKILL.
+    """
+    payload: dict[str, Any] = {"op": "preempt", "slice": str(slice_ref)}
+    if grace_s is not None:
+        if grace_s < 0:
+            raise GkeUsageError(f"--grace must be >= 0 seconds, got {grace_s}")
+        payload["grace"] = grace_s
+    result: dict[str, Any] = request(run_dir, payload)["preemption"]
+    return result
+
+
+def restore_slice(run_dir: Path | str | None, slice_ref: str | int) -> GkeInfo:
+    """Bring a deleted slice's nodes back now (ends a quota stall for it)."""
+    return GkeInfo.from_json(request(run_dir, {"op": "restore", "slice": str(slice_ref)})["status"])
+
+
+def set_quota_stall(run_dir: Path | str | None, stall: bool) -> GkeInfo:
+    """Quota stall on: preempted slices never come back. Off: missing slices return."""
+    return GkeInfo.from_json(request(run_dir, {"op": "quota", "stall": stall})["status"])
+
+
+def compact(run_dir: Path | str | None) -> int:
+    """Drop the watch history (etcd compaction): older resourceVersions now get 410 Gone."""
+    return int(request(run_dir, {"op": "compact"})["compacted"])
+
+
+async def async_start(run_dir: Path | str | None = None, **kwargs: Any) -> GkeInfo:
+    return await asyncio.to_thread(start, run_dir, **kwargs)
+
+
+async def async_stop(run_dir: Path | str | None = None) -> bool:
+    return await asyncio.to_thread(stop, run_dir)
+
+
+async def async_status(run_dir: Path | str | None = None) -> GkeInfo | None:
+    return await asyncio.to_thread(status, run_dir)
+
+
+async def async_preempt_slice(
+    run_dir: Path | str | None, slice_ref: str | int, grace_s: float | None = None
+) -> dict[str, Any]:
+    return await asyncio.to_thread(preempt_slice, run_dir, slice_ref, grace_s)

@@ -1,0 +1,503 @@
+"""Thin client for the pod emulator daemon (stdlib only, no grpc/asyncssh).
+
+Used by tests, scripts, the ``phantom pod`` CLI and the console's local
+provider hook. The daemon is ``python -m emulators.tpu_pod serve``; this module
+spawns it detached and talks to it over a JSON-lines unix socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from emulators.tpu_pod.layout import (
+    DEFAULT_HOSTS,
+    DEFAULT_READY_DELAY,
+    DEFAULT_SSH_PORT,
+    MAX_HOSTS,
+    RunLayout,
+)
+from emulators.tpu_pod.podinfo import (
+    HostInfo,
+    NodeSummary,
+    PodAlreadyRunning,
+    PodError,
+    PodInfo,
+    PodNotRunning,
+    PodUsageError,
+    PortInUse,
+    ZoneInfo,
+)
+from emulators.tpu_pod.procs import find_marked, kill_marked, marker_value
+from emulators.tpu_pod.startargs import FAULT_KINDS, check_ports, pod_args
+
+__all__ = [
+    "FAULT_KINDS",
+    "HostInfo",
+    "NodeSummary",
+    "PodAlreadyRunning",
+    "PodError",
+    "PodInfo",
+    "PodNotRunning",
+    "PodUsageError",
+    "PortInUse",
+    "ZoneInfo",
+    "clear_faults",
+    "fault",
+    "pod_status",
+    "preempt",
+    "recreate",
+    "set_zone",
+    "start_pod",
+    "stop_pod",
+    "wait_for",
+]
+
+Notice = float | Literal["default"] | None
+
+
+def _parse_host_count(hosts: int) -> int:
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise PodUsageError(f"--hosts must be between 1 and {MAX_HOSTS}, got {hosts}")
+    return hosts
+
+
+def request(run_dir: Path | str, payload: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+    """Send one JSON request to the daemon and return its JSON reply.
+
+    Raises PodNotRunning if no daemon serves ``run_dir``; PodError/PodUsageError
+    if the daemon reports a failure.
+    """
+    layout = RunLayout(Path(run_dir))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(layout.control_address)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise PodNotRunning(f"no pod emulator is running for {run_dir}") from exc
+        sock.sendall(json.dumps(payload).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    finally:
+        sock.close()
+    if not buf:
+        raise PodNotRunning(f"the pod emulator for {run_dir} closed the connection")
+    reply: dict[str, Any] = json.loads(buf)
+    if not reply.get("ok"):
+        cls = PodUsageError if reply.get("code") == 2 else PodError
+        raise cls(str(reply.get("error", "unknown error")))
+    return reply
+
+
+def pod_status(run_dir: Path | str) -> PodInfo | None:
+    """Current status, or None when no daemon runs for ``run_dir``."""
+    try:
+        reply = request(run_dir, {"op": "status"})
+    except PodNotRunning:
+        return None
+    return PodInfo.from_json(reply["status"])
+
+
+def status_json(run_dir: Path | str) -> dict[str, Any] | None:
+    try:
+        reply = request(run_dir, {"op": "status"})
+    except PodNotRunning:
+        return None
+    status: dict[str, Any] = reply["status"]
+    return status
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            # Field 3 is the state; a zombie has exited already.
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _log_tail(layout: RunLayout, lines: int = 20) -> str:
+    try:
+        text = layout.log_file.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _daemon_error(layout: RunLayout) -> str:
+    """The daemon's own ``error:`` line from its log, else the log tail."""
+    tail = _log_tail(layout)
+    for line in reversed(tail.splitlines()):
+        if "error: " in line:
+            return line.split("error: ", 1)[1]
+    return tail or "the emulator daemon exited without a message"
+
+
+def start_pod(
+    run_dir: Path | str,
+    hosts: int = DEFAULT_HOSTS,
+    ssh_port: int = DEFAULT_SSH_PORT,
+    api_port: int = 0,
+    ready_delay: float = DEFAULT_READY_DELAY,
+    timeout: float = 60.0,
+    chaos_seed: int | None = None,
+    chaos_interval: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    extra_args: list[str] | None = None,
+    *,
+    faithful: bool = False,
+    rest_port: int = 0,
+    metadata_port: int = 0,
+    zones: Sequence[str] | None = None,
+    capacity: int | str | Mapping[str, int] | None = None,
+    stockouts: Sequence[str] = (),
+    stockout_seed: int | None = None,
+    stockout_mean: float | None = None,
+    preempt_grace: float | None = None,
+    chaos_notice: float | None = None,
+    chaos_faults: Sequence[str] = (),
+    ssh_user: str | None = None,
+    ssh_key: Path | str | None = None,
+    until_ready: bool = True,
+) -> PodInfo:
+    """Spawn the daemon detached for ``run_dir`` and wait until the node is READY
+    (``until_ready=False``: until the daemon answers with its hosts, still coming up).
+
+    ``ssh_port=0`` lets the daemon pick one port free on every host IP and
+    ``api_port=0`` a free TPU API port (what tests use); ``rest_port`` and
+    ``metadata_port`` likewise. ``faithful``: GCP-faithful mode (whole-slice
+    preemption, whole-node Delete/Create only, external IPs). ``zones`` (default
+    local-a, local-b, local-c), ``capacity`` (slices: one number for every zone or
+    per zone), ``stockouts`` ("local-a:0-180": seconds after start-up) and
+    ``stockout_seed``/``stockout_mean`` (a seeded schedule) shape capacity.
+    ``preempt_grace``: the notice ``preempt(..., notice="default")`` gives (30 s);
+    ``chaos_notice``: the notice of chaos reclaims (0 = abrupt); ``chaos_faults``:
+    fault kinds chaos may inject too. ``ssh_user``/``ssh_key``: the user and private
+    key a client logs in with, like a GCP user's (default: user phantom and a key
+    generated in the run dir). Bad values raise PodUsageError before anything starts.
+    """
+    _parse_host_count(hosts)
+    if ready_delay < 0:
+        raise PodUsageError(f"--ready-delay must be >= 0 seconds, got {ready_delay}")
+    if chaos_interval is not None and chaos_interval <= 0:
+        raise PodUsageError(f"--chaos-interval must be > 0 seconds, got {chaos_interval}")
+    extra = pod_args(
+        faithful=faithful,
+        rest_port=rest_port,
+        metadata_port=metadata_port,
+        zones=zones,
+        capacity=capacity,
+        stockouts=stockouts,
+        stockout_seed=stockout_seed,
+        stockout_mean=stockout_mean,
+        preempt_grace=preempt_grace,
+        chaos_notice=chaos_notice,
+        chaos_faults=chaos_faults,
+        ssh_user=ssh_user,
+        ssh_key=ssh_key,
+    )
+    layout = RunLayout(Path(run_dir).expanduser().absolute())
+    running = pod_status(layout.run_dir)
+    if running is not None:
+        raise PodAlreadyRunning(
+            f"the pod emulator is already running for {layout.run_dir} (pid {running.pid}); "
+            "use `pod status` or `pod down`",
+            running.pid,
+        )
+    check_ports(hosts, ssh_port, api_port, rest_port, metadata_port, faithful)
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "emulators.tpu_pod",
+        "serve",
+        "--run-dir",
+        str(layout.run_dir),
+        "--hosts",
+        str(hosts),
+        "--ssh-port",
+        str(ssh_port),
+        "--api-port",
+        str(api_port),
+        "--ready-delay",
+        str(ready_delay),
+    ]
+    if chaos_seed is not None:
+        argv += ["--chaos-seed", str(chaos_seed)]
+    if chaos_interval is not None:
+        argv += ["--chaos-interval", str(chaos_interval)]
+    argv += extra + (extra_args or [])
+    with open(layout.log_file, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(layout.run_dir),
+        )
+    deadline = time.monotonic() + timeout
+    last_state = ""
+    while True:
+        if proc.poll() is not None:
+            raise PodError(f"the pod emulator failed to start: {_daemon_error(layout)}")
+        info = pod_status(layout.run_dir)
+        if info is not None:
+            summary = _progress_line(info)
+            if summary != last_state and progress is not None:
+                progress(summary)
+            last_state = summary
+            if info.state == "READY" or (not until_ready and info.hosts):
+                return info
+        if time.monotonic() > deadline:
+            stop_pod(layout.run_dir)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            raise PodError(
+                f"the pod did not become READY within {timeout:.0f}s "
+                f"(last: {last_state or 'no answer'}); see {layout.log_file}"
+            )
+        time.sleep(0.05)
+
+
+def _progress_line(info: PodInfo) -> str:
+    """Each host's state for a small pod; a count per state for a large one."""
+    if len(info.hosts) <= 8:
+        return f"{info.state} " + " ".join(f"{h.name}={h.state}" for h in info.hosts)
+    counts: dict[str, int] = {}
+    for h in info.hosts:
+        counts[h.state] = counts.get(h.state, 0) + 1
+    return f"{info.state} " + " ".join(f"{n} {s}" for s, n in counts.items()) + " hosts"
+
+
+def _read_pid(layout: RunLayout) -> int | None:
+    try:
+        return int(layout.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_pod(run_dir: Path | str, timeout: float = 30.0) -> bool:
+    """Stop the daemon and every process of every host. True if one was running.
+
+    Falls back to SIGKILL of the daemon and a marker sweep, so nothing is left
+    behind even if the daemon is wedged.
+    """
+    layout = RunLayout(Path(run_dir).expanduser().absolute())
+    pid = _read_pid(layout)
+    was_running = False
+    with contextlib.suppress(PodNotRunning):
+        reply = request(layout.run_dir, {"op": "shutdown"}, timeout=timeout)
+        pid = int(reply.get("pid", pid or 0)) or pid
+        was_running = True
+    if pid is not None and pid > 0:
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _pid_alive(pid) and _is_our_daemon(pid, layout):
+            os.kill(pid, signal.SIGKILL)
+            was_running = True
+    run_id = read_run_id(layout.run_dir)
+    if run_id:
+        kill_marked(marker_value(run_id), read_cgroup(layout.run_dir))
+    return was_running
+
+
+def _is_our_daemon(pid: int, layout: RunLayout) -> bool:
+    """Guard against pid reuse: only kill a process serving this run dir."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return b"emulators.tpu_pod" in argv and str(layout.run_dir).encode() in argv
+
+
+def read_run_id(run_dir: Path | str) -> str:
+    try:
+        return RunLayout(Path(run_dir)).run_id_file.read_text().strip()
+    except OSError:
+        return ""
+
+
+def read_cgroup(run_dir: Path | str) -> Path | None:
+    """The run's cgroup directory if the daemon uses one."""
+    try:
+        text = RunLayout(Path(run_dir)).cgroup_file.read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def leftover_pids(run_dir: Path | str) -> list[int]:
+    """Pids of this run's hosts still alive (should be [] after stop_pod)."""
+    run_id = read_run_id(run_dir)
+    return find_marked(marker_value(run_id), read_cgroup(run_dir)) if run_id else []
+
+
+def preempt(
+    run_dir: Path | str, host: int | str, notice: Notice = None, wait: bool = True
+) -> PodInfo:
+    """Preempt one host (index, name or IP) or ``"all"``; returns the new status.
+
+    ``notice``: None or 0 = abrupt (every process SIGKILLed at once, as before);
+    a number of seconds = a preemption notice as on GCP (metadata
+    ``instance/preempted`` TRUE, SIGTERM to every process, SIGKILL after the grace,
+    then PREEMPTED); ``"default"`` = the daemon's ``preempt_grace``. With a notice and
+    ``wait=False`` it returns once the notice is given (hosts PREEMPTING). In
+    GCP-faithful mode any host takes the whole slice.
+    """
+    if notice is not None and notice != "default" and float(notice) < 0:
+        raise PodUsageError(f"--notice must be >= 0 seconds, got {notice}")
+    grace = 0.0 if notice is None else 600.0 if notice == "default" else float(notice)
+    reply = request(
+        run_dir,
+        {"op": "preempt", "host": str(host), "notice": notice, "wait": wait},
+        timeout=60.0 + (grace if wait else 0.0),
+    )
+    return PodInfo.from_json(reply["status"])
+
+
+def fault(
+    run_dir: Path | str,
+    host: int | str,
+    kind: str,
+    seconds: float | None = None,
+    duration: float | None = None,
+) -> PodInfo:
+    """Inject a fault (``FAULT_KINDS``) on ``host`` (or "all"); returns the new status.
+
+    hang: SSH accepts and never answers, for ``seconds`` (default until cleared);
+    silent-death: every process of the host dies, API and SSH say it is up;
+    stale-api: the API shows the host's node as it is now for ``seconds`` (default 30);
+    slow-api: every API call takes ``seconds`` (default 5) more, for ``duration``
+    (default until cleared).
+    """
+    if kind not in FAULT_KINDS:
+        raise PodUsageError(f"unknown fault {kind!r}: use one of {', '.join(FAULT_KINDS)}")
+    payload: dict[str, Any] = {"op": "fault", "host": str(host), "kind": kind}
+    payload.update(
+        {k: v for k, v in (("seconds", seconds), ("duration", duration)) if v is not None}
+    )
+    return PodInfo.from_json(request(run_dir, payload)["status"])
+
+
+def clear_faults(run_dir: Path | str, host: int | str = "all") -> PodInfo:
+    """Clear the hang of ``host`` (or every host) and the API faults."""
+    reply = request(run_dir, {"op": "fault", "host": str(host), "kind": "clear"})
+    return PodInfo.from_json(reply["status"])
+
+
+def set_zone(
+    run_dir: Path | str,
+    zone: str,
+    capacity: int | None = None,
+    stockout_s: float | None = None,
+    clear_stockouts: bool = False,
+) -> PodInfo:
+    """Capacity control: ``capacity`` slices for ``zone``; a stockout from now for
+    ``stockout_s`` seconds (0 = until cleared); ``clear_stockouts`` drops every window
+    (applied before a new stockout)."""
+    payload: dict[str, Any] = {"op": "zone", "zone": zone, "clear": clear_stockouts}
+    if capacity is not None:
+        payload["capacity"] = capacity
+    if stockout_s is not None:
+        payload["stockout_s"] = stockout_s
+    return PodInfo.from_json(request(run_dir, payload)["status"])
+
+
+def recreate(
+    run_dir: Path | str, host: int | str, wait: bool = False, timeout: float = 60.0
+) -> PodInfo:
+    """Recreate a host or ``"all"`` (fresh sandbox and host key, CREATING then READY).
+
+    GCP-faithful mode refuses a single host (PodError, exit 1: GCP has no such verb);
+    ``"all"`` there is DeleteNode + CreateNode of the pod's node in its zone.
+    """
+    reply = request(run_dir, {"op": "recreate", "host": str(host)})
+    info = PodInfo.from_json(reply["status"])
+    if wait:
+        info = wait_for(run_dir, lambda p: p.state == "READY", timeout, "state READY")
+    return info
+
+
+def wait_for(
+    run_dir: Path | str,
+    predicate: Callable[[PodInfo], bool],
+    timeout: float = 60.0,
+    what: str = "condition",
+) -> PodInfo:
+    """Poll the status until ``predicate`` holds; TimeoutError names ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = pod_status(run_dir)
+        if info is None:
+            raise PodNotRunning(f"no pod emulator is running for {run_dir}")
+        if predicate(info):
+            return info
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pod did not reach {what} within {timeout}s (state {info.state})")
+        time.sleep(0.05)
+
+
+async def async_pod_status(run_dir: Path | str) -> PodInfo | None:
+    return await asyncio.to_thread(pod_status, run_dir)
+
+
+async def async_preempt(
+    run_dir: Path | str, host: int | str, notice: Notice = None, wait: bool = True
+) -> PodInfo:
+    return await asyncio.to_thread(preempt, run_dir, host, notice, wait)
+
+
+async def async_fault(
+    run_dir: Path | str,
+    host: int | str,
+    kind: str,
+    seconds: float | None = None,
+    duration: float | None = None,
+) -> PodInfo:
+    return await asyncio.to_thread(fault, run_dir, host, kind, seconds, duration)
+
+
+async def async_clear_faults(run_dir: Path | str, host: int | str = "all") -> PodInfo:
+    return await asyncio.to_thread(clear_faults, run_dir, host)
+
+
+async def async_set_zone(
+    run_dir: Path | str,
+    zone: str,
+    capacity: int | None = None,
+    stockout_s: float | None = None,
+    clear_stockouts: bool = False,
+) -> PodInfo:
+    return await asyncio.to_thread(set_zone, run_dir, zone, capacity, stockout_s, clear_stockouts)
+
+
+async def async_recreate(run_dir: Path | str, host: int | str, wait: bool = False) -> PodInfo:
+    return await asyncio.to_thread(recreate, run_dir, host, wait)
+
+
+async def async_start_pod(run_dir: Path | str, **kwargs: Any) -> PodInfo:
+    return await asyncio.to_thread(start_pod, run_dir, **kwargs)
+
+
+async def async_stop_pod(run_dir: Path | str) -> bool:
+    return await asyncio.to_thread(stop_pod, run_dir)

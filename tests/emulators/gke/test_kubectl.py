@@ -1,0 +1,187 @@
+"""The real kubectl (1.33 and 1.27 from the google-cloud-sdk image) against the GKE
+emulator: the seed's three commands, xpk's plain `kubectl apply -f`, delete, a 422 as
+kubectl prints it, and `kubectl get pods -w` through a slice preemption."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from emulators.gke import client as gke_client
+from tests.support.fixtures_gke import gke, gke_module, kubectl, with_changes, xpk_jobset
+from tests.support.waiting import wait_until
+
+__all__ = ["gke", "gke_module"]
+
+VERSIONS = ["1.33", "1.27"]
+
+# A short stand-in for the seed's command: steps with output, SIGTERM-aware via exec.
+COUNTER = "exec python -c \"import time\nfor i in range(1, 400):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""
+
+
+def run(
+    k: str, info: gke_client.GkeInfo, *args: str, timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(info.kubeconfig), "HOME": str(info.run_dir)}
+    proc = subprocess.run([k, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    if check:
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc
+
+
+def write_manifest(tmp: Path, manifest: dict[str, Any]) -> Path:
+    path = tmp / f"{manifest['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path
+
+
+def columns(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_seed_commands_print_what_a_gke_user_sees(
+    gke_module: gke_client.GkeInfo, tmp_path: Path, version: str
+) -> None:
+    k = kubectl(version)
+    name = f"seed-{version.replace('.', '')}"
+    manifest = write_manifest(tmp_path, xpk_jobset(name, COUNTER, grace=2))
+    out = run(k, gke_module, "apply", "--validate=false", "-f", str(manifest)).stdout
+    assert out.strip() == f"jobset.jobset.x-k8s.io/{name} created"
+
+    # kubectl get jobset -n default ${WORKLOAD_NAME}
+    js = run(k, gke_module, "get", "jobset", "-n", "default", name).stdout.splitlines()
+    assert columns(js[0]) == ["NAME", "TERMINALSTATE", "RESTARTS", "COMPLETED", "SUSPENDED", "AGE"]
+    assert js[1].split()[:2] == [name, "0"]  # TerminalState and Completed stay empty
+
+    # kubectl get pods | grep ${WORKLOAD_NAME}
+    def running() -> list[str]:
+        lines = run(k, gke_module, "get", "pods").stdout.splitlines()
+        return [ln for ln in lines if name in ln and " Running " in ln]
+
+    wait_until(lambda: len(running()) == 8, 30, "8 pods Running")
+    header = run(k, gke_module, "get", "pods").stdout.splitlines()[0]
+    assert columns(header) == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    pods = sorted(ln.split()[0] for ln in running())
+    for i, pod in enumerate(pods):
+        assert re.fullmatch(rf"{name}-slice-job-0-{i}-[a-z0-9]{{5}}", pod), pod
+    assert all(columns(ln)[1:4] == ["1/1", "Running", "0"] for ln in running())
+
+    # kubectl logs -f <POD_NAME>: streams until the server or the container ends it.
+    follow = subprocess.Popen(
+        [k, "logs", "-f", pods[0]],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(gke_module.kubeconfig)},
+    )
+    try:
+        assert follow.stdout is not None
+        first = [follow.stdout.readline() for _ in range(4)]
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    assert first[0].startswith("XPK Start: ")
+    assert [ln.strip() for ln in first[1:]] == ["step 1", "step 2", "step 3"]
+
+    wide = run(k, gke_module, "get", "pods", "-o", "wide").stdout.splitlines()
+    assert "NODE" in columns(wide[0])
+    nodes = {columns(ln)[6] for ln in wide[1:] if name in ln}
+    assert len(nodes) == 8 and all("phantom-gke-np-0" in n for n in nodes)
+
+    out = run(k, gke_module, "delete", "jobset", name).stdout
+    assert out.strip() == f'jobset.jobset.x-k8s.io "{name}" deleted'
+    # Graceful deletion: the pods show Terminating while xpk's wrapper passes SIGTERM on.
+    left = [
+        columns(ln) for ln in run(k, gke_module, "get", "pods").stdout.splitlines() if name in ln
+    ]
+    assert all(c[2] in ("Terminating", "Error", "Completed") for c in left), left
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_plain_apply_validates_on_the_server(
+    gke_module: gke_client.GkeInfo, tmp_path: Path, version: str
+) -> None:
+    """xpk runs `kubectl apply -f` without --validate=false: kubectl finds fieldValidation
+    in /openapi/v3 and lets the server validate (Strict)."""
+    k = kubectl(version)
+    name = f"plain-{version.replace('.', '')}"
+    good = xpk_jobset(name, "sleep 60", wrapper=False)
+    path = write_manifest(tmp_path, good)
+    assert run(k, gke_module, "apply", "-f", str(path)).stdout.strip() == (
+        f"jobset.jobset.x-k8s.io/{name} created"
+    )
+    again = run(k, gke_module, "apply", "-f", str(path)).stdout.strip()
+    assert again in (
+        f"jobset.jobset.x-k8s.io/{name} configured",
+        f"jobset.jobset.x-k8s.io/{name} unchanged",
+    )
+    run(k, gke_module, "delete", "jobset", name)
+
+    typo = with_changes(xpk_jobset(f"typo-{name}", "true"), "spec.replicatedJob", [])
+    bad = run(k, gke_module, "apply", "-f", str(write_manifest(tmp_path, typo)), check=False)
+    assert bad.returncode == 1
+    assert 'strict decoding error: unknown field "spec.replicatedJob"' in bad.stderr
+
+    invalid = with_changes(xpk_jobset(f"neg-{name}", "true"), "spec.failurePolicy.maxRestarts", -2)
+    bad = run(k, gke_module, "apply", "-f", str(write_manifest(tmp_path, invalid)), check=False)
+    assert bad.returncode == 1
+    assert f'The JobSet "neg-{name}" is invalid' in bad.stderr
+    assert "spec.failurePolicy.maxRestarts" in bad.stderr
+    listed = json.loads(run(k, gke_module, "get", "jobsets", "-o", "json").stdout)["items"]
+    assert not [j for j in listed if j["metadata"]["name"] in (f"typo-{name}", f"neg-{name}")]
+
+
+def test_get_pods_watch_shows_a_preemption(gke: gke_client.GkeInfo, tmp_path: Path) -> None:
+    """Pods go Error (Failed, exit 143 after SIGTERM), the JobSet restarts, new pods go
+    Pending -> ContainerCreating -> Running once the slice is back."""
+    k = kubectl("1.33")
+    manifest = write_manifest(tmp_path, xpk_jobset("watched", COUNTER, wrapper=False, grace=5))
+    run(k, gke, "apply", "--validate=false", "-f", str(manifest))
+    wait_until(
+        lambda: run(k, gke, "get", "pods").stdout.count(" Running ") == 8, 30, "8 pods Running"
+    )
+    env = {**os.environ, "KUBECONFIG": str(gke.kubeconfig)}
+    watch = subprocess.Popen([k, "get", "pods", "-w"], stdout=subprocess.PIPE, text=True, env=env)
+    assert watch.stdout is not None
+    lines: list[str] = []  # what the watch printed so far (read as it prints)
+    reader = threading.Thread(target=lambda: lines.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+
+    def running(besides: frozenset[str] = frozenset()) -> set[str]:
+        rows = [columns(ln) for ln in list(lines)[1:] if ln.strip()]
+        return {r[0] for r in rows if r[2] == "Running" and r[0] not in besides}
+
+    try:
+        # the watch lists the 8 pods first: from then on it sees every change
+        wait_until(lambda: len(running()) == 8, 30, "the watch to list the 8 pods")
+        first = frozenset(running())
+        gke_client.preempt_slice(gke.run_dir, 0, grace_s=5)
+
+        def restarted() -> bool:
+            st = json.loads(run(k, gke, "get", "jobset", "watched", "-o", "json").stdout)
+            return int(st.get("status", {}).get("restarts", 0)) == 1
+
+        wait_until(restarted, 60, "JobSet restarts == 1")
+        wait_until(lambda: len(running(first)) == 8, 60, "the watch to show 8 new pods Running")
+    finally:
+        watch.terminate()
+        watch.wait(timeout=10)
+        reader.join(timeout=10)
+    out = "".join(lines)
+    rows = [columns(ln) for ln in out.splitlines()[1:] if ln.strip()]
+    statuses = [(r[0], r[2]) for r in rows]
+    old = {n for n, s in statuses if s == "Error"}
+    assert len(old) == 8, statuses
+    new = [n for n, _ in statuses if n not in old]
+    assert {s for n, s in statuses if n in new} >= {"Pending", "ContainerCreating", "Running"}
+    assert len(set(new)) == 8
+    pod = json.loads(run(k, gke, "get", "pods", "-o", "json").stdout)["items"][0]
+    assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"

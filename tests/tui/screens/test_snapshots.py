@@ -1,0 +1,274 @@
+"""Snapshot tests: every screen at 80x24 (a tmux pane) and 160x48, from fixed fake data.
+
+Deterministic: the clock is fixed (``T0``), the "ago" ticker is off, cursors do not blink,
+times render in UTC, and every worker has finished before the screenshot. Regenerate with
+``pytest tests/test_snapshots.py --snapshot-update`` and look at the SVGs before committing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from textual.command import CommandList
+from textual.pilot import Pilot
+from textual.widgets import Input, Select
+
+from console.tui.app import PhantomApp, TuiSettings
+from tests.support.fake_services import T0, FakeServices
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def make_app(scenario: str = "preempted", **kwargs: object) -> PhantomApp:
+    services = FakeServices(scenario, **kwargs)  # type: ignore[arg-type]
+    settings = TuiSettings(tick_s=None, cursor_blink=False)
+    return PhantomApp(services, clock=lambda: T0, settings=settings)
+
+
+async def settle(pilot: Pilot[object]) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def wait_for(
+    pilot: Pilot[object], condition: Callable[[], bool], timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.05)
+
+
+def _palette_hits(pilot: Pilot[object]) -> int:
+    try:
+        return pilot.app.screen.query_one(CommandList).option_count
+    except Exception:
+        return 0
+
+
+def keys(*presses: str) -> Callable[[Pilot[object]], Awaitable[None]]:
+    async def run(pilot: Pilot[object]) -> None:
+        await settle(pilot)
+        for key in presses:
+            await pilot.press(key)
+            await settle(pilot)
+
+    return run
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_overview(snap_compare, size):
+    """Pod overview with host w2 PREEMPTED (red, Ray DEAD, SSH down) and w3 showing ALIVE×2
+    (a duplicate Ray node, yellow). Summary says 3/4 ready, ray 3/4 alive, tunnel down; three
+    warnings; the status line on top shows the tabs, `3/4 ready ray 3/4 ⚠3 ⟳`. Footer lists
+    enter, /, r, the 1-6 screen keys, ?, q and s."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys())
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_overview_filtered(snap_compare, size):
+    """Overview after `/` and typing `preempted`: only w2 is listed and the summary says
+    `filter 'preempted': 1 of 4 hosts`; the filter box sits above the table."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await settle(pilot)
+        await pilot.press("slash", *"preempted")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_jobs(snap_compare, size):
+    """Jobs screen (key 2): three jobs newest first — RUNNING sweep (green, ENV ok), FAILED
+    distributed (red, ENV `!` in yellow: it lacked PHANTOM_JAX_PLATFORM), SUCCEEDED smoke
+    test (ENV blank: never checked) — with start age and entrypoint (cut with … at 80
+    columns). Summary: 3 jobs, 1 running, 1 failed, 1 without the expected env (ENV !)."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("2"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_job_log(snap_compare, size):
+    """Log of the running sweep (enter on jobs): title says RUNNING, 60 lines, following; a
+    yellow banner says the stream closed early while the job still runs; the newest lines
+    (ending with step 122880) fill the view."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("2", "enter"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_job_log_search(snap_compare, size):
+    """The same log after `/ckpt` + enter: follow is paused (footer offers `f Follow`), the
+    title shows `paused` and `/ckpt 5/6 (n/N)` (the first match at or below the top of the
+    view, like less), and every `ckpt` is highlighted in yellow."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await keys("2", "enter")(pilot)
+        await pilot.press("slash", *"ckpt", "enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cadence(snap_compare, size):
+    """Cadence (key 3): ppo_rl_study-01 is STALLED (red, sorted first, its interval
+    sparkline ends in a spike); the detail panel below shows it with `STALLED: nothing for
+    126× its median interval` and a full-width sparkline."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("3"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_events(snap_compare, size):
+    """Events (key 4): the journal newest first in UTC — watchdog recover, stall, w2
+    preempted, duplicate Ray node on w3, user's sweep submit, an earlier recovery with
+    `(MTTR 2m14s)`. Summary: 9 events, 2 preemptions, 1 recoveries, last MTTR 2m14s."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("4"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_recovery(snap_compare, size):
+    """Recovery (key 5) mid-run: detect/recreate/wait_ready done (✓, full bars), bootstrap
+    running on try 2 with a 3/4 bar and per-host marks w0✓ w1✓ w2… w3✗ plus the error;
+    later steps pending (○, empty bars). Summary: auto, RECOVERING for 4m08s."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("5"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_recovery_confirm(snap_compare, size):
+    """`r` on the overview: a red-bordered confirmation naming the not-READY host w2 and
+    what recovery will do; Cancel is focused, `y` confirms, `n`/esc cancels."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("r"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_submit_form(snap_compare, size):
+    """Submit form (key s) with the config's runtime env: mode single, default train args,
+    pip list, env vars with the W&B key as a `$WANDB_API_KEY` reference; node/sweep fields
+    are disabled (dim) in single mode; the exact `ray job submit …` command is shown."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("s"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_submit_form_validation_error(snap_compare, size):
+    """Distributed mode with `--alpha 2` and 0 nodes and an inline secret, after ctrl+s:
+    the form stays open; Train args, Nodes and Env vars labels are red and listed under
+    the fields with the reason; the secret value shows as dots (never the text); the
+    command preview is dimmed; an error toast says it was not submitted."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await keys("s")(pilot)
+        screen = pilot.app.screen
+        screen.query_one("#mode", Select).value = "distributed"
+        screen.query_one("#train_args", Input).value = "--algo ppo --alpha 2 --device cpu"
+        screen.query_one("#num_nodes", Input).value = "0"
+        screen.query_one("#env_vars", Input).value = "WANDB_PROJECT=phantom WANDB_API_KEY=hunter2"
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_workload_form(snap_compare, size):
+    """`s` on a GKE cluster opens the new-workload form, not the Ray job form: the config's
+    image, command and TPU type, spot on; the convert fields are disabled (dim) for the
+    standard template; with a name typed, the equivalent `xpk workload create` line, where
+    the run writes, and the secret that travels as a Kubernetes Secret (its key, no value)."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await keys("s")(pilot)
+        pilot.app.screen.query_one("#name", Input).value = "grpo-llama3"
+        await settle(pilot)
+
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help(snap_compare, size):
+    """Help (`?`): intro naming the palette's rare actions, then every key grouped by
+    screen (Everywhere, Tables, Pod overview, Jobs, …) with description and tooltip."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("question_mark"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_host_detail(snap_compare, size):
+    """enter on w2 in the overview: PREEMPTED, Ray DEAD (1 node), SSH down, last seen
+    08:49:08 (4m ago); footer offers re-bootstrap and, on the emulator, preempt/recreate."""
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys("down", "down", "enter"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_palette(snap_compare, size):
+    """Command palette (ctrl+p) searched for `host w1`: re-bootstrap, preempt and recreate
+    commands for phantom-pod-w1, each with its help line."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await settle(pilot)
+        await pilot.press("ctrl+p", *"host w1")
+        # The palette gathers hits in tasks of its own: poll until all three are listed.
+        await wait_for(pilot, lambda: _palette_hits(pilot) >= 3)
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_overview_empty(snap_compare, size):
+    """Before the first poll: the overview says no snapshot yet and the status line says
+    `waiting for first poll`; no crash on an empty pod."""
+    assert snap_compare(make_app("empty"), terminal_size=size, run_before=keys())
+
+
+# GKE ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_workloads(snap_compare, size):
+    """Workloads (key 6) on GKE: the tab bar adds `6 Workloads` (keys only at 80 columns,
+    where the labels do not fit) and the health says `pods 8/8`. JobSets as `kubectl get
+    jobset` lists them: grpo (RESTARTS 1 in yellow, PODS 8/8 green, AGE 1h00m) and the
+    conversion Job to-maxtext (Completed). At 160 columns TERMINALSTATE COMPLETED SUSPENDED
+    are separate columns; at 80 they fold into STATE. Below, `pods of grpo 8/8 running` and
+    its 8 pods (READY 1/1, Running green, AGE 10m, the node's name cut from the left at 80).
+    Footer: l Logs, x Delete, p Preempt (the emulator)."""
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("6"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_workloads_slice_preempted(snap_compare, size):
+    """The slice under grpo is being reclaimed, after tab (focus on the pods): the summary
+    says `8 disrupted pods` in red; grpo's REASON is `8 disrupted`, PODS 0/8; every pod row
+    is red (0/1, ExitCode:143); the line under the pods is the highlighted pod's message
+    `TerminationByKubelet: Pod was terminated in response to imminent node shutdown.`; the
+    status line says `0/8 ready pods 0/8 ⚠1`."""
+    assert snap_compare(make_app("gke_preempted"), terminal_size=size, run_before=keys("6", "tab"))
+
+
+def test_workloads_on_a_tpu_vm_pod(snap_compare):
+    """Key 6 on a TPU VM pod (provider local): one dim line says workloads are GKE JobSets
+    and this is a TPU VM pod ('local'); empty tables; the footer has no l/x/p; the tab bar
+    shows `6 Workloads` only while it is the current screen."""
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=keys("6"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cadence_tunix_metrics(snap_compare, size):
+    """Cadence (key 3) on GKE: the grpo run (tensorboard, a step every 1.0s, running) and,
+    under its interval sparkline, `metrics steps 1–40` and one line per Tunix metric in the
+    tutorial's order — rewards/mean 0.643 and score/mean 0.603 rising, rollout_time 0.65s,
+    completions/mean_length 380 rising, actor_dequeue_time 0.05s, step_time_sec 1.00s —
+    each with a cyan sparkline as wide as the screen allows."""
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("3"))
