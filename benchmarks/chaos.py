@@ -63,8 +63,8 @@ from benchmarks.chaos_report import (
     trial_restarts,
 )
 from console.services.facade import Facade
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import TERMINAL_JOBS, JobStatus, RecoveryStatus, Update
-from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from console.wiring.harness import (
     PodInfo,

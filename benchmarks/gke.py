@@ -39,8 +39,8 @@ from typing import Any
 
 from console.config import Config, parse_config
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader
+from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, Update, WorkloadStatus
-from console.services.workload import WorkloadSpec
 from console.wiring import make_services
 from console.wiring.gke import LocalGkeControl
 

@@ -51,8 +51,8 @@ from console.config import Config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.ray import alive_by_ip
 from console.services.facade import Facade
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import RecoveryStatus, Update
-from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from console.wiring.harness import (
     PodInfo,

@@ -31,6 +31,8 @@ from textual.screen import Screen
 from textual.widgets import Log
 
 from console.config import ClusterConfig, Config
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
@@ -44,8 +46,6 @@ from console.services.model import (
     Update,
     UpdateBus,
 )
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 from console.tui.app import PhantomApp, TuiSettings
 from console.tui.screens.logview import LogViewScreen
 from console.tui.screens.overview import host_cells

@@ -19,8 +19,8 @@ import pytest
 
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.tpu import local_client
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import RecoveryStatus
-from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from console.wiring.harness import gcp_config, gcp_user_key
 from emulators.tpu_pod import client as pod_client

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from console.config import Config
-from console.services.journal import Journal
+from console.services.record.journal import Journal
 from console.tui.app import PhantomApp, TuiSettings
 from console.tui.widgets.fast_table import FastTable
 from console.wiring import make_services

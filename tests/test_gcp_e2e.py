@@ -26,8 +26,8 @@ import pytest
 
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.facade import Facade
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import Event, RecoveryStatus, Update
-from console.services.submit import SubmitSpec
 from console.status import collect_status
 from console.wiring import REPO_ROOT, make_services
 from console.wiring.harness import gcp_config, gcp_user_key

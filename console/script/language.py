@@ -22,9 +22,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from console.services.jobs.spec import SWEEP_BACKENDS, SWEEP_METHODS
+from console.services.jobs.workload import CONVERT_DIRECTIONS, TEMPLATES, TPU_TYPES
 from console.services.model import JobStatus
-from console.services.submit import SWEEP_BACKENDS, SWEEP_METHODS
-from console.services.workload import CONVERT_DIRECTIONS, TEMPLATES, TPU_TYPES
 
 ACTOR = "script"
 JOB_STATUSES = tuple(

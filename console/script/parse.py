@@ -35,7 +35,7 @@ from console.script.language import (
     LOCAL_HOSTS_PER_BLOCK as HOSTS_PER_BLOCK,
 )
 from console.script.workload_args import PathExists, load_spec_file, shown, workload_problems
-from console.services.submit import SubmitSpec
+from console.services.jobs.spec import SubmitSpec
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
 MAX_LINE_CHARS = 16_384

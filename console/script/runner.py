@@ -30,8 +30,8 @@ from console.script.feed import EventFeed
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
 from console.secrets import Scrubber
+from console.services.jobs.spec import SpecError
 from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
-from console.services.submit import SpecError
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from console.config import Config
-from console.services.workload import WorkloadSpec
+from console.services.jobs.workload import WorkloadSpec
 
 PathExists = Callable[[str], "bool | None"]
 

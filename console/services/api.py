@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from console.config import Config
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
@@ -25,8 +27,6 @@ from console.services.model import (
     RunCadence,
     Update,
 )
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 
 class JobsUnavailable(Exception):

@@ -30,10 +30,10 @@ from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.cadence.tracker import CadenceTracker
-from console.services.events import EventSink
-from console.services.job_watcher import JobWatcher, env_event
-from console.services.journal import AsyncJournal, Journal
-from console.services.lease import PodLeases
+from console.services.jobs.registry import JobRegistry, Submitter
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.watcher import JobWatcher, env_event
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ACTIVE_JOBS,
     TRANSITIONAL_STATES,
@@ -52,13 +52,13 @@ from console.services.model import (
     UpdateBus,
 )
 from console.services.observation import Observation
+from console.services.record.journal import AsyncJournal, Journal
+from console.services.record.lease import PodLeases
+from console.services.record.sharing import Sharing
+from console.services.record.sink import EventSink
 from console.services.recovery.diagnosis import diagnose
 from console.services.recovery.watchdog import Watchdog
-from console.services.sharing import Sharing
 from console.services.snapshot import pod_snapshot
-from console.services.submissions import JobRegistry, Submitter
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 log = logging.getLogger(__name__)
 

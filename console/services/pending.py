@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from console.config import Config
 from console.services.api import ConsoleServices
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
@@ -30,8 +32,6 @@ from console.services.model import (
     Update,
     UpdateBus,
 )
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 Progress = Callable[[str], None]
 Build = Callable[[Progress], ConsoleServices]

@@ -29,6 +29,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from console.services.api import ConsoleServices, JobsUnavailable
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadSpec
 from console.services.model import (
     ActionResult,
     JobInfo,
@@ -36,8 +38,6 @@ from console.services.model import (
     LogStreamClosed,
     PodSnapshot,
 )
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadSpec
 from console.tui.messages import (
     CadenceUpdated,
     EventLogged,

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from console.services.api import ConsoleServices
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.parts import PodAccess
-    from console.services.events import EventSink
     from console.services.facade import Facade
     from console.services.pending import PendingServices
+    from console.services.record.sink import EventSink
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
 
@@ -60,9 +60,9 @@ def make_services(
     from console.secrets import Scrubber
     from console.services.backends.tpu_vm.backend import TpuVmBackend
     from console.services.facade import Facade
-    from console.services.journal import Journal
-    from console.services.lease import PodLeases
-    from console.services.submissions import JobRegistry
+    from console.services.jobs.registry import JobRegistry
+    from console.services.record.journal import Journal
+    from console.services.record.lease import PodLeases
 
     sdir = Path(state_dir) if state_dir is not None else default_state_dir()
     try:

@@ -16,8 +16,8 @@ from typing import Any
 from console.config import Config
 from console.services.backends.gke.access import GkeAccess
 from console.services.backends.gke.manifests import ClusterRef
+from console.services.jobs.workload import TPU_TYPES
 from console.services.model import ActionResult, HostResult
-from console.services.workload import TPU_TYPES
 from emulators.gke import client as gke_client
 from emulators.gke.client import GkeError, GkeInfo
 from emulators.gke.layout import default_run_dir

@@ -17,8 +17,8 @@ import pytest
 
 from console.config import Config
 from console.services.facade import Facade
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
-from console.services.submit import SubmitSpec
 from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client

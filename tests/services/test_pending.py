@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from console.config import Config
+from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, PodSnapshot, Update
 from console.services.pending import PendingServices
-from console.services.workload import WorkloadSpec
 from tests.support.fake_services import FakeServices, healthy_pod
 
 

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.services.backends.tpu_vm.recovery import pod_plan
-from console.services.events import EventSink
-from console.services.journal import Journal
 from console.services.model import (
     ActionResult,
     Event,
@@ -26,6 +24,8 @@ from console.services.model import (
     Update,
 )
 from console.services.observation import HostObservation, Observation
+from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 from console.services.recovery.watchdog import Watchdog
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.config import Config, parse_config
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
@@ -31,8 +33,6 @@ from console.services.model import (
     UpdateBus,
     WorkloadStatus,
 )
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 T0 = 1_760_000_000.0  # 2025-10-09 08:53:20 UTC
 NODE = "phantom-pod"

@@ -17,10 +17,10 @@ from typing import Any
 from console.config import Config, parse_config
 from console.secrets import Scrubber
 from console.services.backends.gke.backend import GkeBackend
-from console.services.events import EventSink
 from console.services.facade import Facade
-from console.services.journal import Journal
 from console.services.model import Event, Update
+from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 from console.wiring import make_services
 from console.wiring.gke import gke_access
 from emulators.gke import client as gke_client

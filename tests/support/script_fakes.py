@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.config import Config
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import (
     ActionResult,
     Event,
@@ -32,7 +33,6 @@ from console.services.model import (
     Update,
     UpdateBus,
 )
-from console.services.submit import SubmitSpec
 
 T0 = 1_700_000_000.0
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed
 from console.services.observation import Observation
-from console.services.submit import SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 if TYPE_CHECKING:
     from console.services.cadence.sources import CadenceSource

@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.services.events import EventSink
 from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
+from console.services.record.sink import EventSink
 from console.services.recovery.diagnosis import (
     SOFT_CONDITIONS,
     Diagnosis,

@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.services.events import EventSink
 from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
@@ -40,6 +39,7 @@ from console.services.model import (
     Update,
 )
 from console.services.observation import Observation
+from console.services.record.sink import EventSink
 from console.services.recovery import diagnosis as dx
 from console.services.recovery.detector import Detector
 from console.services.recovery.notes import STEP_NOTE

@@ -19,10 +19,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from console.services.events import EventSink
-from console.services.lease import FileLease
 from console.services.model import Event, JobInfo, RecoveryStatus, Update
 from console.services.observation import Observation
+from console.services.record.lease import FileLease
+from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
 from console.services.recovery.diagnosis import Diagnosis, diagnose
 from console.services.recovery.runner import Plan, RecoveryRunner, Run, RunnerSettings

@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from console.services.submit import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
+from console.services.jobs.spec import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
 from console.tui.screens.form import FormScreen
 from console.tui.widgets.env_input import EnvVarsInput, parse_env_vars
 

@@ -21,7 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from console.services.workload import (
+from console.services.jobs.workload import (
     CONVERT_COMMAND,
     CONVERT_DIRECTIONS,
     TEMPLATES,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from console.services.submit import SubmitSpec
+from console.services.jobs.spec import SubmitSpec
 from console.status import collect_status
 from console.wiring import make_services
 from console.wiring.harness import pod_config

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from console.services.events import EventSink
-from console.services.journal import Journal
 from console.services.model import Event, HostState, JobStatus, Update
 from console.services.observation import HostObservation, Observation
+from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
 from tests.services.recovery.test_diagnosis import T, nodes, obs, wl
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from textual.pilot import Pilot
 from textual.widgets import Input, Select
 
-from console.services.submit import SpecError
+from console.services.jobs.spec import SpecError
 from console.tui.app import PhantomApp
 from console.tui.screens.submit import SubmitScreen
 from console.tui.screens.workload_form import WorkloadFormScreen

@@ -49,7 +49,8 @@ from console.services.backends.gke.registry import (
 )
 from console.services.backends.gke.storage import StorageError, exists, readable_uri
 from console.services.cadence.sources import CadenceSource
-from console.services.events import EventSink
+from console.services.jobs.spec import SpecError, SubmitSpec
+from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     TERMINAL_JOBS,
     ActionResult,
@@ -62,10 +63,9 @@ from console.services.model import (
     WorkloadStatus,
 )
 from console.services.observation import Observation
+from console.services.record.sink import EventSink
 from console.services.recovery import diagnosis as dx
 from console.services.recovery.runner import Plan
-from console.services.submit import SpecError, SubmitSpec
-from console.services.workload import WorkloadPreview, WorkloadSpec
 
 ApiFactory = Callable[[], Awaitable[KubeApi]]
 

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from console.services.backends.gke.kube import JOBSET_API, Obj
-from console.services.workload import CONVERT_COMMAND, WorkloadPreview, WorkloadSpec
+from console.services.jobs.workload import CONVERT_COMMAND, WorkloadPreview, WorkloadSpec
 
 PATHWAYS_SERVER = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"
 PATHWAYS_PROXY = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:latest"

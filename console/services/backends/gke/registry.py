@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from console.services.journal import Journal
-from console.services.workload import WorkloadSpec
+from console.services.jobs.workload import WorkloadSpec
+from console.services.record.journal import Journal
 
 log = logging.getLogger(__name__)
 

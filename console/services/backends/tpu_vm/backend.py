@@ -32,8 +32,8 @@ from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
-from console.services.events import EventSink
-from console.services.jobenv import check_job_env, console_job_env
+from console.services.jobs.env import check_job_env, console_job_env
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
@@ -45,9 +45,9 @@ from console.services.model import (
     LogStreamClosed,
 )
 from console.services.observation import Observation
+from console.services.record.sink import EventSink
 from console.services.recovery.notes import step_note
 from console.services.recovery.runner import Plan
-from console.services.submit import SubmitSpec
 
 LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
 DOUBT_S = 5.0  # ... for this long at most (a wedged sshd on a live VM is the poll's to see)

@@ -32,14 +32,14 @@ from typing import Any, TypeVar
 
 from console.secrets import Scrubber
 from console.services.api import UnknownJob
-from console.services.jobenv import masked_env
+from console.services.jobs.env import masked_env
+from console.services.jobs.spec import SubmitSpec, new_job_id, spec_metadata
 from console.services.model import (
     JobInfo,
     JobStatus,
     LogLine,
     LogStreamClosed,
 )
-from console.services.submit import SubmitSpec, new_job_id, spec_metadata
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from console.services.backends.gke.kube import Resource
+from console.services.jobs.spec import SpecError, SubmitSpec
+from console.services.jobs.workload import WorkloadSpec
 from console.services.model import LogLine, LogStreamClosed, RunMetrics, Update
-from console.services.submit import SpecError, SubmitSpec
-from console.services.workload import WorkloadSpec
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module
 from tests.support.gke_services import (

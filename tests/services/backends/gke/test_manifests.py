@@ -11,7 +11,7 @@ import yaml
 from console.services.backends.gke import manifests as M
 from console.services.backends.gke.client import AsyncioKubeApi
 from console.services.backends.gke.kube import Resource
-from console.services.workload import WorkloadSpec
+from console.services.jobs.workload import WorkloadSpec
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import RESTART_CODES, gke_module
 

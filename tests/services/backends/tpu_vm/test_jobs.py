@@ -34,9 +34,9 @@ from console.services.backends.tpu_vm.jobs import (
     UnknownJobError,
     job_status_of,
 )
-from console.services.job_watcher import JobTransition, JobWatcher
+from console.services.jobs.spec import META_MODE, META_SPEC, SpecError, SubmitSpec
+from console.services.jobs.watcher import JobTransition, JobWatcher
 from console.services.model import JobStatus, LogLine, LogStreamClosed
-from console.services.submit import META_MODE, META_SPEC, SpecError, SubmitSpec
 
 VENV_BIN = Path(sys.executable).parent
 RAY = VENV_BIN / "ray"

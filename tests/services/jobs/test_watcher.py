@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.services.job_watcher import JobWatcher
+from console.services.jobs.watcher import JobWatcher
 from console.services.model import JobInfo, JobStatus
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from console.services.events import EventSink
-from console.services.journal import Journal
+from console.services.jobs.registry import _SWEEP_ID_RE, JobRegistry, SubmittedJob, Submitter
+from console.services.jobs.spec import SubmitSpec
 from console.services.model import JobInfo, Update
-from console.services.submissions import _SWEEP_ID_RE, JobRegistry, SubmittedJob, Submitter
-from console.services.submit import SubmitSpec
+from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 
 
 def test_registry_persists_specs_and_lineage(tmp_path: Path) -> None:

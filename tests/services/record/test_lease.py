@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from console.services.lease import FileLease, PodLeases
+from console.services.record.lease import FileLease, PodLeases
 from tests.support import REPO
 from tests.support.waiting import wait_until
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from console.services.lease import FileLease
+from console.services.record.lease import FileLease
 lease = FileLease(Path(sys.argv[1]), "watch")
 assert lease.try_acquire()
 print("held", flush=True)

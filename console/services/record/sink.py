@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from console.services.journal import Journal
 from console.services.model import ActionResult, Event, Update
+from console.services.record.journal import Journal
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from console.services.submit import (
+from console.services.jobs.spec import (
     META_MODE,
     META_SPEC,
     META_SWEEP_ID,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.services.lease import PodLeases
 from console.services.model import ActionResult, RecoveryStatus
-from console.services.sharing import Sharing
+from console.services.record.lease import PodLeases
+from console.services.record.sharing import Sharing
 from tests.support.fake_pod import Clock, FakePod, JournalView, make_watchdog, wait_done
 
 

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from console.secrets import MASK
-from console.services.events import EventSink
-from console.services.journal import (
+from console.services.model import ActionResult, Event, HostResult
+from console.services.record.journal import (
     SCHEMA_VERSION,
     AsyncJournal,
     Journal,
     JournalError,
     default_journal_path,
 )
-from console.services.model import ActionResult, Event, HostResult
+from console.services.record.sink import EventSink
 from tests.support import REPO
 
 ROOT = REPO
@@ -186,7 +186,7 @@ def test_thread_safe_writes_and_reads(journal: Journal) -> None:
 WRITER = textwrap.dedent(
     """
     import sys
-    from console.services.journal import Journal
+    from console.services.record.journal import Journal
     from console.services.model import Event, HostResult
     j = Journal(sys.argv[1])
     i = 0

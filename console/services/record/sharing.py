@@ -17,8 +17,6 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from console.services.journal import RECOVERED, RECOVERY_FAILED, RECOVERY_STARTED, Journal
-from console.services.lease import PodLeases
 from console.services.model import (
     Event,
     RecoveryStatus,
@@ -26,6 +24,8 @@ from console.services.model import (
     StepState,
     Update,
 )
+from console.services.record.journal import RECOVERED, RECOVERY_FAILED, RECOVERY_STARTED, Journal
+from console.services.record.lease import PodLeases
 from console.services.recovery.watchdog import Watchdog
 
 RECOVERY_REQUESTED = "recovery_requested"

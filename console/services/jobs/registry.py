@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from console.services.backends.base import Backend
-from console.services.events import EventSink
-from console.services.journal import Journal
+from console.services.jobs.spec import META_SWEEP_ID, SubmitSpec, new_job_id
 from console.services.model import ACTIVE_JOBS, ActionResult, HostResult, JobInfo, Update
-from console.services.submit import META_SWEEP_ID, SubmitSpec, new_job_id
+from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from console.config import parse_config
-from console.services.submit import SpecError
-from console.services.workload import EMULATOR_OUTPUT, WorkloadSpec, image_problem
+from console.services.jobs.spec import SpecError
+from console.services.jobs.workload import EMULATOR_OUTPUT, WorkloadSpec, image_problem
 
 TOKEN = "hf_" + "aB3" * 11
 

@@ -6,11 +6,11 @@ import dataclasses
 
 from console.config import parse_config
 from console.secrets import MASK
-from console.services.job_watcher import JobWatcher, env_event
-from console.services.jobenv import check_job_env, console_job_env, expected_env, masked_env
+from console.services.jobs.env import check_job_env, console_job_env, expected_env, masked_env
+from console.services.jobs.spec import SubmitSpec, spec_metadata
+from console.services.jobs.watcher import JobWatcher, env_event
 from console.services.model import JobInfo
 from console.services.recovery.diagnosis import job_env_problems
-from console.services.submit import SubmitSpec, spec_metadata
 
 
 def test_the_console_w_and_b_settings_and_jax_platform_reach_every_job() -> None:

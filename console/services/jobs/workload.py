@@ -26,7 +26,7 @@ from typing import Any
 
 from console.config import Config
 from console.secrets import is_secret_name
-from console.services.submit import SpecError
+from console.services.jobs.spec import SpecError
 
 TEMPLATES = ("standard", "pathways", "convert")
 CONVERT_DIRECTIONS = ("to_maxtext", "to_huggingface")

@@ -11,9 +11,9 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import NamedTuple
 
+from console.services.jobs.spec import META_MODE, META_SWEEP_ID
 from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus
 from console.services.recovery.diagnosis import job_env_text
-from console.services.submit import META_MODE, META_SWEEP_ID
 
 
 class JobTransition(NamedTuple):

@@ -18,9 +18,9 @@ from typing import Any
 
 from console.config import Config
 from console.secrets import Scrubber, is_secret_name
+from console.services.jobs.spec import spec_from_metadata
 from console.services.model import JobInfo
 from console.services.recovery.diagnosis import job_env_problems
-from console.services.submit import spec_from_metadata
 
 JAX_PLATFORM = "PHANTOM_JAX_PLATFORM"
 
