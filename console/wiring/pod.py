@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -157,9 +158,9 @@ class EmulatedTpuProvider(GcpTpuProvider):
             done.append(index)
         return done
 
-    async def preempt(self, host: int | str) -> None:
-        """Chaos: preempt one emulated host (or "all")."""
-        await pod_client.async_preempt(self.run_dir, host)
+    async def preempt(self, host: int | str) -> PodInfo:
+        """Chaos: preempt one emulated host (or "all"); the pod's status afterwards."""
+        return await pod_client.async_preempt(self.run_dir, host)
 
 
 class EmulatorChaos:
@@ -170,16 +171,22 @@ class EmulatorChaos:
         self.provider = provider
 
     async def preempt(self, host: str) -> ActionResult:
-        name = self.backend.resolve_host(host)
-        index = self.backend.host_index(host)
-        await self.provider.preempt(index)
+        """Preempt ``host`` (name, IP, index) or "all"; ``per_host`` names every host taken."""
+        t0 = time.monotonic()
+        every = self.backend.parts.ssh.endpoints
+        targets = self.backend.parts.ssh.resolve([host])  # "all" = every host
+        whole = len(targets) == len(every)
+        info = await self.provider.preempt("all" if whole else targets[0].index)
+        if info.faithful:
+            targets = list(every)  # a spot reclaim takes the whole slice
+        names = [ep.name for ep in targets]
         return ActionResult(
             action="preempt",
             ok=True,
-            elapsed_s=0.0,
-            per_host={name: HostResult(host=name, ok=True)},
-            message=f"preempted {name}",
+            elapsed_s=time.monotonic() - t0,
+            per_host={name: HostResult(host=name, ok=True) for name in names},
+            message=f"preempted {', '.join(names)}",
         )
 
     async def recreate(self, host: str) -> ActionResult:
-        return await self.backend.recreate([self.backend.resolve_host(host)])
+        return await self.backend.recreate([host])  # the backend resolves "all" to every host
