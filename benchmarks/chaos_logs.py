@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.notice import NOTICE_LINE_RE
+from engine.contract import NOTICE_LINE_RE
 
 _START = re.compile(r"\[engine\] starting (?P<run>\S+) from scratch")
 _RESUME = re.compile(

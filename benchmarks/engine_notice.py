@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.contract import EX_PREEMPTED, NOTICE_LINE_RE
 from engine.logs import log
-from engine.notice import NOTICE_LINE_RE
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = {
@@ -79,7 +79,7 @@ def _one(algo: str, tmp: Path) -> dict[str, float]:
             proc.wait()
     text = log_path.read_text()
     found = NOTICE_LINE_RE.search(text)
-    if proc.returncode != 75 or found is None:
+    if proc.returncode != EX_PREEMPTED or found is None:
         raise RuntimeError(f"no notice checkpoint (exit {proc.returncode}):\n{text[-2000:]}")
     periodic = [float(s) for _, s in _PERIODIC.findall(text)]
     return {

@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from engine.contract import EX_PREEMPTED, SWEEP_RESUMING, SWEEP_STARTING
 from engine.logs import log
 from engine.notice import PreemptionNotice
 from engine.raycluster import connect, smallest_node_cpus
@@ -211,7 +212,7 @@ def _tune_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
         if code is None:  # this function is being torn down: the trainer gets a notice
             handle.stop()
         handle.close()
-    if code == 75:
+    if code == EX_PREEMPTED:
         raise TrialPreempted(f"trial {trial_id}: trainer preempted after a notice checkpoint")
     if code != 0:
         raise RuntimeError(f"trial {trial_id}: trainer exited with code {code} (see its log)")
@@ -263,7 +264,10 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
         exp_path = f"{root.rstrip('/')}/{sweep_id}"
         started = time.monotonic()
         if tune.Tuner.can_restore(exp_path):
-            log(f"resuming sweep {sweep_id} from {exp_path} (Tuner.restore)", "sweep")
+            log(
+                f"{SWEEP_RESUMING.format(sweep_id=sweep_id)} from {exp_path} (Tuner.restore)",
+                "sweep",
+            )
             tuner = tune.Tuner.restore(
                 exp_path,
                 trainable=trainable,
@@ -274,7 +278,7 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
         else:
             param_space, num_samples = tune_param_space(spec, args.method, args.run_cap)
             log(
-                f"starting sweep {sweep_id}: {args.method}, {num_samples} sample(s), cap "
+                f"{SWEEP_STARTING.format(sweep_id=sweep_id)}: {args.method}, {num_samples} sample(s), cap "
                 f"{args.run_cap}, {args.agents_per_node}/node on {args.num_nodes} node(s), "
                 f"{per_trial} per trial, storage {exp_path}",
                 "sweep",

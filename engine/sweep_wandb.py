@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any
 
+from engine.contract import SWEEP_WANDB
 from engine.exit_codes import EX_PREEMPTED
 from engine.logs import log
 from engine.raycluster import connect, smallest_node_cpus
@@ -71,7 +72,10 @@ def run_wandb(args: argparse.Namespace, spec: SweepSpec) -> dict[str, Any]:
     sweep_id = args.sweep_id or wandb.sweep(
         config, project=args.wandb_project, entity=args.wandb_entity
     )
-    log(f"W&B sweep {sweep_id}: {args.num_nodes * args.agents_per_node} agents", "sweep")
+    log(
+        f"{SWEEP_WANDB.format(sweep_id=sweep_id)}: {args.num_nodes * args.agents_per_node} agents",
+        "sweep",
+    )
     connect(args.address)
     import ray
 

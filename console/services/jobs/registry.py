@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,12 +25,11 @@ from console.services.jobs.spec import META_SWEEP_ID, SubmitSpec, new_job_id
 from console.services.model import ACTIVE_JOBS, ActionResult, HostResult, JobInfo, Update
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
+from engine.contract import SWEEP_ID_RE
 
 log = logging.getLogger(__name__)
 
-# The engine's own lines naming its sweep (engine.sweep and the W&B agent launcher).
 PENDING, SUBMITTED = "pending", "submitted"
-_SWEEP_ID_RE = re.compile(r"(?:W&B sweep|starting sweep|resuming sweep) ([A-Za-z0-9_.-]+)")
 
 
 @dataclass(frozen=True)
@@ -346,7 +344,7 @@ class Submitter:
         if not sweep_id and job.status in ACTIVE_JOBS:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.poll_budget_s):
-                    m = _SWEEP_ID_RE.search(await self.backend.job_logs(job.job_id))
+                    m = SWEEP_ID_RE.search(await self.backend.job_logs(job.job_id))
                 sweep_id = m.group(1) if m else ""
         if sweep_id:
             self.registry.update(job.job_id, sweep_id=sweep_id)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from console.services.jobs.registry import _SWEEP_ID_RE, JobRegistry, SubmittedJob, Submitter
+from console.services.jobs.registry import JobRegistry, SubmittedJob, Submitter
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import JobInfo, Update
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
+from engine.contract import SWEEP_ID_RE
 
 
 def test_registry_persists_specs_and_lineage(tmp_path: Path) -> None:
@@ -81,7 +82,7 @@ def test_a_corrupt_legacy_file_is_left_alone(tmp_path: Path) -> None:
     ],
 )
 def test_sweep_id_is_learned_from_the_engine_log(line: str, sweep_id: str | None) -> None:
-    m = _SWEEP_ID_RE.search("noise\n" + line + "\n")
+    m = SWEEP_ID_RE.search("noise\n" + line + "\n")
     assert m is not None
     assert m.group(1) == (sweep_id or "ppo_rl_study-random-cap6-s42")
 

@@ -40,13 +40,13 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
 )
+from engine.contract import EX_PREEMPTED
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# The engine's "preempted, resumable" exit (engine.exit_codes.EX_PREEMPTED): a job that
-# checkpointed on a preemption notice. Ray reports it as FAILED with this exit code.
-EX_PREEMPTED = 75
+# A job that checkpointed on a preemption notice exits EX_PREEMPTED (the engine's contract);
+# Ray reports it as FAILED with this line.
 _EXIT_CODE = re.compile(r"^Job entrypoint command failed with exit code (\d+)\b")
 
 
