@@ -23,13 +23,13 @@ from typing import Any, Literal
 
 from console.config.capacity import capacity_cross_problems, capacity_value_problems
 from console.config.gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
+from console.config.names import NAME_RE as _NAME_RE
 from console.config.runtime_env import parse_runtime_env
 
 PROVIDERS = ("local", "gcp", "gke")
 MAX_CONFIG_BYTES = 1 << 20
 KNOWN_HOSTS_POLICIES = ("tpu-api", "file", "accept-new")
 WANDB_MODES = ("online", "offline", "disabled")
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class ConfigError(Exception):

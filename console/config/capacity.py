@@ -7,15 +7,15 @@ key and the fix.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
+
+from console.config.names import NAME_RE as _NAME_RE
 
 if TYPE_CHECKING:
     from console.config import CapacityConfig, ClusterConfig
 
 ACQUIRE_MODES = ("node", "queued-resource")
 FAILOVER_STRATEGIES = ("eager-failover", "same-zone")
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def capacity_value_problems(key: str, value: Any) -> list[str]:

@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from console.config.names import ENV_NAME_RE
+
 if TYPE_CHECKING:
     from console.config import GkeConfig
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _URI_RE = re.compile(r"^(gs://[a-z0-9][-a-z0-9_.]*[a-z0-9](/.*)?|file:///.*)$")
 _HF_TOKEN_RE = re.compile(r"^hf_[A-Za-z0-9]{30,}$")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
+from console.config.names import ENV_NAME_RE, NAME_RE
 from console.config.runtime_env import validate_runtime_env
 from console.script.language import (
     ACTIONS,
@@ -377,11 +378,11 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
         return _load_runtime_env(value, ctx.base_dir, adef.name)
     if kind == "env":
         key, eq, val = value.partition("=")
-        if not eq or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not eq or not ENV_NAME_RE.match(key):
             raise _ArgError(f"{label} {shown(value)}: use NAME=VALUE (a secret as NAME=$VAR)")
         return (key, val)
     if kind == "name":
-        if not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", value):
+        if not NAME_RE.match(value):
             raise _ArgError(
                 f"{label} {value!r}: a workload name: lower-case letters, digits and '-', "
                 "starting with a letter"

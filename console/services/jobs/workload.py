@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.config import Config
+from console.config.names import ENV_NAME_RE as _ENV_NAME
+from console.config.names import NAME_RE as _NAME
 from console.secrets import is_secret_name
 from console.services.jobs.spec import SpecError
 
@@ -63,8 +65,6 @@ TPU_TYPES: dict[str, TpuType] = {
     )
 }
 
-_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The run name is a path component and a label value: at most 63, alphanumeric at both ends.
 _RUN_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 _URI = re.compile(r"^(gs://[a-z0-9][-a-z0-9_.]{1,61}[a-z0-9](/.*)?|file:///.*)$")

@@ -7,6 +7,7 @@ import re
 from rich.text import Text
 from textual.widgets import Input
 
+from console.config.names import ENV_NAME_RE
 from console.secrets import is_secret_name
 
 _PAIR = re.compile(r"(\S+?)=(\S*)")
@@ -19,7 +20,7 @@ def parse_env_vars(text: str) -> tuple[dict[str, str], str]:
         name, sep, value = word.partition("=")
         if not sep or not name:
             return env, f"{word!r}: write NAME=value (secrets as NAME=$NAME)"
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if not ENV_NAME_RE.match(name):
             return env, f"{name!r}: not a valid environment variable name"
         env[name] = value
     return env, ""
