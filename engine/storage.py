@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -92,14 +93,22 @@ def _nearest_existing(path: str) -> str:
 def check_storage_writable(storage: str, run_name: str = "") -> None:
     """Raise StorageError unless a run's directories could be created and written.
 
-    Local storage only (an object store's bucket and credentials are checked by its first
-    write). Nothing is created: the nearest existing ancestor of the run directory and of
-    its ``checkpoints/`` must be a directory this process may write into.
+    Local directories only: an object store's bucket and credentials are checked by its
+    first write, but a run on one still keeps its TensorBoard events in a local directory
+    (``local_run_dir``), which is checked instead. Nothing is left behind: the nearest
+    existing ancestor of the run directory and of its ``checkpoints/`` must be a directory
+    this process may create a directory in (probed by creating and removing one).
     """
     fs, root = resolve_storage(storage)
-    if not is_local(fs):
+    if is_local(fs):
+        run_path = os.path.join(root, run_name) if run_name else root
+        targets = [os.path.join(run_path, "checkpoints"), run_path]
+    elif run_name:
+        run_path = os.path.abspath(local_run_dir(storage, run_name))
+        root = run_path
+        targets = [os.path.join(run_path, "tensorboard")]
+    else:
         return
-    run_path = os.path.join(root, run_name) if run_name else root
     effective = os.access in os.supports_effective_ids
     try:
         name_max = os.pathconf(_nearest_existing(root), "PC_NAME_MAX")
@@ -109,7 +118,7 @@ def check_storage_writable(storage: str, run_name: str = "") -> None:
                 f"{storage[:80]!r}...: a path component or the whole path is longer than the "
                 f"filesystem allows ({name_max} bytes per name); use a shorter path"
             )
-        for target in (os.path.join(run_path, "checkpoints"), run_path):
+        for target in targets:
             existing = _nearest_existing(target)
             if not os.path.isdir(existing):
                 kind = "a file" if os.path.isfile(existing) else "not a directory"
@@ -123,8 +132,21 @@ def check_storage_writable(storage: str, run_name: str = "") -> None:
                     f"(uid {os.geteuid()}) to create files; choose a writable directory "
                     "or fix its permissions"
                 )
+            _probe_mkdir(storage, existing)
     except OSError as exc:  # e.g. a path too long for the filesystem
         raise StorageError(f"{storage[:200]!r} cannot be used: {exc.strerror or exc}") from None
+
+
+def _probe_mkdir(storage: str, existing: str) -> None:
+    """Create and remove one directory in ``existing``: the mode bits do not tell root that
+    /proc, /sys, an immutable directory or a read-only mount refuse new entries."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".phantom-probe-", dir=existing))
+    except OSError as exc:
+        raise StorageError(
+            f"{storage!r} is not writable: a directory cannot be created in {existing} "
+            f"({exc.strerror or exc}); choose a writable directory"
+        ) from None
 
 
 def sha256_file(path: Path) -> str:

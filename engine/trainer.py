@@ -170,7 +170,13 @@ class Trainer:
         cfg = self.cfg
         run_dir = local_run_dir(cfg.storage, cfg.run_name)
         tb_dir = run_dir / "tensorboard"
-        tb_dir.mkdir(parents=True, exist_ok=True)
+        try:  # checked up front (check_storage_writable); this catches what changed since
+            tb_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"--storage: {cfg.storage!r}: TensorBoard's directory {tb_dir} cannot be "
+                f"created ({exc.strerror or exc}); choose a writable directory"
+            ) from None
         self.progress = ProgressWriter(cfg.total_timesteps, min_interval_steps=cfg.log_every)
         writers: list[Any] = [self.progress, TensorBoardOutputFormat(str(tb_dir))]
         # no W&B session for a run that is already being preempted: checkpoint first

@@ -137,6 +137,11 @@ TRAIN = [
     Case("train", ["--storage", "{file}/sub"], needle="--storage"),
     Case("train", ["--storage", "/proc/sys/phantom-runs"], needle="--storage"),
     Case("train", ["--storage", "{locked}"], needle="--storage"),
+    # root passes every mode check: only creating a directory shows these refuse one
+    Case("train", ["--storage", "/proc/x/y"], needle="--storage"),
+    Case("train", ["--storage", "/sys/phantom/runs"], needle="--storage"),
+    Case("train", ["--storage", "{locked}/deeper/runs"], needle="--storage"),
+    Case("train", ["--storage", "{file}/sub/deeper"], needle="--storage"),
     Case("train", ["--checkpoint-every", "0"], needle="--checkpoint-every"),
     Case("train", ["--run-name", "../escape"], needle="--run-name"),
     Case("train", ["--run-name", "a" * 200], needle="--run-name"),
