@@ -171,6 +171,7 @@ class PodSnapshot:
     warnings: tuple[str, ...] = ()
     pods: tuple[PodStatus, ...] = ()  # GKE: the namespace's pods
     workloads: tuple[WorkloadStatus, ...] = ()  # GKE: JobSets and conversion Jobs
+    zone: str = ""  # the zone the node was found in (a failover moves it)
 
     @property
     def ray_alive(self) -> int:

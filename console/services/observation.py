@@ -50,6 +50,7 @@ class Observation:
     node_state: str = HostState.UNKNOWN  # the node (slice) as a whole
     health: str = ""
     accelerator_type: str = ""
+    zone: str = ""  # where the provider found the node ("" when it has no zones, or none)
     dashboard_url: str = ""
     tunnel_error: str = ""  # why the tunnel is down, when it is
     # The backend reports only the jobs this console submitted (its own registry), so the

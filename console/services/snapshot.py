@@ -32,6 +32,7 @@ def pod_snapshot(
         warnings=warnings(obs, diag, ray_expected=ray_expected),
         pods=obs.pods,
         workloads=obs.workloads,
+        zone=obs.zone,
     )
 
 

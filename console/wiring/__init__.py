@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.facade import Facade
     from console.services.pending import PendingServices
+    from console.services.record.journal import Journal
     from console.services.record.sink import EventSink
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
@@ -76,6 +77,7 @@ def make_services(
             ],
         ) from None
     backend: Callable[[EventSink], Backend]
+    access: PodAccess | None = None
     if config.is_gke:
         backend, chaos = _gke_backend(config, autostart_pod, clock, environ)
     else:
@@ -102,8 +104,9 @@ def make_services(
         scrubber=Scrubber([config.wandb.api_key_env, config.gke.hf_token_env]),
         clock=clock,
     )
-
     try:
+        if access is not None:
+            _follow_place(config, access, journal)
         return Facade(
             config,
             make_backend=backend,
@@ -127,6 +130,19 @@ def _pod_key(config: Config) -> str:
         return "|".join((cl.provider, where, g.context, g.namespace))
     where = str(Path(cl.run_dir).expanduser()) if cl.run_dir else ""
     return "|".join((cl.provider, cl.project, cl.zone, cl.node_name, where))
+
+
+def _follow_place(config: Config, access: PodAccess, journal: Journal) -> None:
+    """The provider finds its node by the journal's place record (a failover moves it)."""
+    from console.services.backends.tpu_vm.locate import attach
+    from console.services.backends.tpu_vm.tpu import GcpTpuProvider
+    from console.services.record.place import PlaceRecord, pod_key
+
+    provider = access.provider
+    if isinstance(provider, GcpTpuProvider):
+        cl = config.cluster
+        key = pod_key(cl.provider, cl.project, cl.node_name)
+        attach(provider, PlaceRecord(journal, key))
 
 
 def _pod_access(

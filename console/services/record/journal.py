@@ -37,7 +37,7 @@ from console.services.model import ActionResult, Event, HostResult
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 ACTION = "action"
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = "recovery_started"
@@ -82,6 +82,27 @@ _MIGRATIONS: dict[int, str] = {
             actor       TEXT NOT NULL DEFAULT '',
             state       TEXT NOT NULL DEFAULT 'submitted',
             submissions INTEGER NOT NULL DEFAULT 1
+        );
+    """,
+    # Where things are and how jobs ended (record.place, record.outcomes): what a restarted,
+    # second or one-shot front end needs to find the cluster after a zone move and to keep a
+    # finished job finished after its head is replaced.
+    4: """
+        CREATE TABLE place (
+            pod             TEXT PRIMARY KEY,
+            zone            TEXT NOT NULL DEFAULT '',
+            queued_resource TEXT NOT NULL DEFAULT '',
+            head_host       TEXT NOT NULL DEFAULT '',
+            head_address    TEXT NOT NULL DEFAULT '',
+            updated_at      REAL NOT NULL
+        );
+        CREATE TABLE job_outcomes (
+            job_id      TEXT PRIMARY KEY,
+            status      TEXT NOT NULL,
+            message     TEXT NOT NULL DEFAULT '',
+            entrypoint  TEXT NOT NULL DEFAULT '',
+            ended_at    REAL,
+            recorded_at REAL NOT NULL
         );
     """,
 }

@@ -94,7 +94,7 @@ def test_action_time_defaults_to_when_it_started(tmp_path: Path) -> None:
 
 
 def test_schema_is_versioned_and_wal(journal: Journal, tmp_path: Path) -> None:
-    assert journal.schema_version == SCHEMA_VERSION == 3
+    assert journal.schema_version == SCHEMA_VERSION == 4
     db = sqlite3.connect(journal.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

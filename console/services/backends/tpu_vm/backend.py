@@ -304,6 +304,9 @@ class TpuVmBackend:
         res = await self.parts.ray.start_head()
         if res.ok:
             self.parts.jobs.reset()  # a new head: reconnect the jobs client on the next call
+            where = getattr(self.parts.provider, "whereabouts", None)
+            if where is not None:  # the place record names the head front ends look for
+                where.head(self.parts.ray.head.name, self.parts.ray.gcs_address)
         return _result("start_head", {res.host: res}, time.monotonic() - t0)
 
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:

@@ -208,10 +208,12 @@ class Capacity:
             await op.result(timeout=max(self.provider.call_timeout_s, 600.0))
         except (TimeoutError, gexc.GoogleAPIError, OSError) as exc:
             if is_stockout(exc):
-                return _one_line(exc)
+                return api_error_text(exc)
             if isinstance(exc, gexc.InvalidArgument | gexc.PermissionDenied | gexc.NotFound):
-                raise CapacityError(f"CreateNode in {zone} refused: {_one_line(exc)}") from None
-            return _one_line(exc)  # transient (unavailable, deadline): try again
+                raise CapacityError(
+                    f"CreateNode in {zone} refused: {api_error_text(exc)}"
+                ) from None
+            return api_error_text(exc)  # transient (unavailable, deadline): try again
         self.provider.zone = zone
         return None
 
@@ -237,7 +239,7 @@ class Capacity:
             except gexc.NotFound:
                 continue
             except (gexc.GoogleAPIError, OSError) as exc:
-                raise CapacityError(f"cannot list {zone}: {_one_line(exc)}") from None
+                raise CapacityError(f"cannot list {zone}: {api_error_text(exc)}") from None
             found.append((zone, tpu_v2.Node.State(node.state).name))
         return found
 
@@ -250,7 +252,7 @@ class Capacity:
         except gexc.NotFound:
             return
         except (TimeoutError, gexc.GoogleAPIError, OSError) as exc:
-            raise CapacityError(f"DeleteNode in {zone}: {_one_line(exc)}") from None
+            raise CapacityError(f"DeleteNode in {zone}: {api_error_text(exc)}") from None
 
     # -- queued resources -------------------------------------------------------------------
     async def _try_queued(self, zone: str, spec: tpu_v2.Node, n: int, wait_s: float) -> str | None:
@@ -274,8 +276,8 @@ class Capacity:
                 await op.result()
         except (gexc.GoogleAPIError, OSError) as exc:
             if isinstance(exc, gexc.InvalidArgument | gexc.PermissionDenied):
-                raise CapacityError(f"queued resource in {zone}: {_one_line(exc)}") from None
-            return _one_line(exc)
+                raise CapacityError(f"queued resource in {zone}: {api_error_text(exc)}") from None
+            return api_error_text(exc)
         self.provider.zone = zone
         deadline = self._clock() + wait_s
         waiting = False
@@ -312,7 +314,7 @@ class Capacity:
                 continue
             except (gexc.GoogleAPIError, OSError) as exc:
                 raise CapacityError(
-                    f"cannot list queued resources in {zone}: {_one_line(exc)}"
+                    f"cannot list queued resources in {zone}: {api_error_text(exc)}"
                 ) from None
             found.append((zone, _QR(qr.state.state).name))
         return found
@@ -326,9 +328,26 @@ class Capacity:
         except gexc.NotFound:
             return
         except (TimeoutError, gexc.GoogleAPIError, OSError) as exc:
-            raise CapacityError(f"DeleteQueuedResource in {zone}: {_one_line(exc)}") from None
+            raise CapacityError(f"DeleteQueuedResource in {zone}: {api_error_text(exc)}") from None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+def api_error_text(exc: BaseException) -> str:
+    """One line of what the API said. Not ``str(exc)``: an operation's error is a plain
+    GoogleAPICallError whose str() begins with its code, which is None, and then repeats the
+    message inside the rpc Status it carries ("None There is no more capacity ... [8: ...]")."""
+    msg = exc.message if isinstance(exc, gexc.GoogleAPICallError) else str(exc)
+    text = str(msg).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:300]
+
+
+def api_error_code(exc: BaseException) -> str:
+    """The gRPC code's name ("RESOURCE_EXHAUSTED"), for an operation's error too (from its
+    rpc Status); "" when the error has none."""
+    grpc_code = getattr(exc, "grpc_status_code", None)
+    if grpc_code is not None:
+        return str(getattr(grpc_code, "name", grpc_code))
+    for err in getattr(exc, "errors", None) or ():
+        code = getattr(err, "code", None)
+        if isinstance(code, int) and code in code_pb2.Code.values():
+            return str(code_pb2.Code.Name(code))
+    return ""

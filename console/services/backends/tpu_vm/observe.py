@@ -165,6 +165,7 @@ class PodObserver:
             ),
             health=node.health if node else "",
             accelerator_type=(node.accelerator_type if node else "") or cfg.accelerator_type,
+            zone=node.zone if node else "",
             dashboard_url=p.dashboard_url() or "",
             tunnel_error=p.tunnel.last_error or "",
         )

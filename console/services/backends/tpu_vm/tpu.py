@@ -33,8 +33,14 @@ from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
 from console.config import Config, loopback_endpoint
-from console.services.backends.tpu_vm.capacity import Capacity, CapacityError
+from console.services.backends.tpu_vm.capacity import (
+    Capacity,
+    CapacityError,
+    api_error_code,
+    api_error_text,
+)
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.locate import Whereabouts
 from console.services.model import HostState
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,12 @@ class NodeInfo:
             and bool(self.endpoints)
             and all(self.host_states.get(ep.index) == HostState.READY for ep in self.endpoints)
         )
+
+    @property
+    def zone(self) -> str:
+        """The zone the API names in the node's full name ("" when it gave none)."""
+        parts = self.full_name.split("/")
+        return parts[3] if len(parts) > 3 and parts[2] == "locations" else ""
 
     def symptom_time(self, index: int) -> float | None:
         """When the API says worker ``index``'s newest symptom began (preemption time)."""
@@ -274,11 +286,9 @@ def parse_guest_hostkeys(attrs: Sequence[tpu_v2.GuestAttributes]) -> list[str]:
 
 
 def _api_error(node: str, call: str, exc: Exception) -> TpuApiError:
-    msg = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    first = str(msg).strip().splitlines()[0] if str(msg).strip() else type(exc).__name__
-    code = getattr(exc, "code", None)
-    code_s = f"{getattr(code, 'name', code)}: " if code is not None else ""
-    return TpuApiError(f"TPU API {call} for {node}: {code_s}{first}")
+    code = api_error_code(exc)
+    code_s = f"{code}: " if code else ""
+    return TpuApiError(f"TPU API {call} for {node}: {code_s}{api_error_text(exc)}")
 
 
 class GcpTpuProvider:
@@ -304,6 +314,8 @@ class GcpTpuProvider:
         client_factory: Callable[[], tpu_v2.TpuAsyncClient] | None = None,
     ) -> None:
         self.project = project
+        # Where the node is recorded and looked for (None: the configured zone only).
+        self.whereabouts: Whereabouts | None = None
         self.zone = zone
         self.node_name = node
         self.ssh_port = ssh_port
@@ -319,6 +331,17 @@ class GcpTpuProvider:
         self._warned_no_external = False
         # Stockouts, zone failover, queued resources (None: delete + create in place).
         self.capacity: Capacity | None = None
+
+    @property
+    def zone(self) -> str:
+        return self._zone
+
+    @zone.setter
+    def zone(self, zone: str) -> None:
+        """The node is in ``zone`` now (a failover moved it, or it was found there)."""
+        self._zone = zone
+        if self.whereabouts is not None:
+            self.whereabouts.moved(zone)
 
     @property
     def parent(self) -> str:
@@ -339,10 +362,15 @@ class GcpTpuProvider:
         try:
             node = await self.client.get_node(name=self.node_path, timeout=self.call_timeout_s)
         except gexc.NotFound:
-            self.last = None
-            return None
+            found = await self.whereabouts.find(self) if self.whereabouts else None
+            if found is None:
+                self.last = None
+                return None
+            self.zone, node = found  # moved by a process that is gone: adopt it there
         except (gexc.GoogleAPIError, OSError) as exc:
             raise _api_error(self.node_name, "GetNode", exc) from None
+        if self.whereabouts is not None:
+            self.whereabouts.moved(self.zone)  # first sight, or a record another process moved
         self._last_proto = node
         self.last = node_info_from_proto(node, ssh_port=self.ssh_port, external=self.external_ssh)
         self._check_external(self.last)

@@ -145,6 +145,8 @@ async def test_eager_failover_comes_back_in_the_next_zone_with_capacity(zoned: P
     assert p.zone == "local-c" and node.ready
     assert [(a.zone, a.ok) for a in heard] == [("local-b", False), ("local-c", True)]
     assert "no more capacity" in heard[0].reason and heard[0].next_zone == "local-c"
+    # the API's own words first: an operation's error has no code of its own to print
+    assert heard[0].reason.startswith('There is no more capacity in the zone "local-b"'), heard
     assert heard[0].text.startswith("no capacity in local-b (attempt 1")
     info = client.pod_status(zoned.run_dir)
     assert info is not None and info.zone == "local-c" and info.hosts[0].ip.startswith("127.2.")
