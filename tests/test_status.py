@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
-from console.config import Config, ConfigError
+import pytest
+
+from console.config import Config, ConfigError, parse_config
+from console.script.main import script_main
 from console.status import render_table, status_main
+from emulators.tpu_pod.client import PodInfo
 from tests.support.script_fakes import Behaviour, Harness
 
 
@@ -122,3 +127,20 @@ def test_a_job_without_the_expected_env_is_named_under_the_jobs() -> None:
         "WANDB_MODE not set"
     ) in lines
     assert not any("phantom-single-1 started" in line for line in lines)
+
+
+def test_status_and_the_script_status_name_the_zone_the_node_is_in(
+    pod: PodInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the default emulator: `phantom status --json` and the in-run `status` agree."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    config = parse_config({"cluster": {"run_dir": str(pod.run_dir)}})
+    out, err = io.StringIO(), io.StringIO()
+    assert status_main(config, as_json=True, stdout=out, stderr=err) == 0, err.getvalue()
+    assert json.loads(out.getvalue())["pod"]["zone"] == pod.zone == "local-a"
+    script = tmp_path / "s.phantom"
+    script.write_text("status\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert script_main(str(script), config, stdout=out, stderr=err) == 0, err.getvalue()
+    step = next(json.loads(x) for x in out.getvalue().splitlines() if '"step"' in x)
+    assert step["result"]["pod"]["zone"] == "local-a", step
