@@ -11,9 +11,10 @@
 ``usage_text()`` (``phantom --script-help``) all read it. Host arguments take an index
 (``2``), a name (``<node_name>-w2``) or, on the local emulator, an IP (``127.0.0.12``).
 ``last`` (and an omitted job id) is the job of the latest ``submit``/``relaunch-sweep``/
-``workload create``. An action names the providers it is for (``providers``) and whether
-it needs an emulator (``local_only``: the pod one for ``pod``/``preempt``/``recreate``, the
-GKE one for ``gke up|down`` and ``preempt-slice``).
+``workload create``. An action names what the cluster must be able to do (``needs``, a
+``Capability`` its backend declares: the pod emulator's verbs for ``pod``/``preempt``/
+``recreate``, the GKE emulator's for ``gke up|down`` and ``preempt-slice``, Ray's for
+``ray-up``); a script for a cluster that cannot is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from console.services.capabilities import Capability
 from console.services.jobs.spec import SWEEP_BACKENDS, SWEEP_METHODS
 from console.services.jobs.workload import CONVERT_DIRECTIONS, TEMPLATES, TPU_TYPES
 from console.services.model import JobStatus
@@ -95,9 +97,8 @@ class ActionDef:
     summary: str
     positionals: tuple[Arg, ...] = ()
     flags: tuple[Arg, ...] = ()
-    local_only: bool = False  # needs an emulator (the pod one, or the GKE one)
     sets_job: bool = False  # defines what `last` refers to
-    providers: tuple[str, ...] = ()  # () = every provider
+    needs: Capability | None = None  # what the cluster must be able to do (None: any cluster)
 
     def usage_parts(self) -> list[str]:
         parts = [self.name, *(a.usage() for a in self.positionals)]
@@ -169,14 +170,12 @@ ACTIONS: dict[str, ActionDef] = {
                     max=65535,
                 ),
             ),
-            local_only=True,
-            providers=("local",),
+            needs=Capability.POD_EMULATOR,
         ),
         ActionDef(
             "pod down",
             "stop the emulator and every process of its hosts (local only)",
-            local_only=True,
-            providers=("local",),
+            needs=Capability.POD_EMULATOR,
         ),
         ActionDef(
             "gke up",
@@ -185,14 +184,12 @@ ACTIONS: dict[str, ActionDef] = {
                 Arg("--slices", "int", "N", "v5p-64 slices (default gke.slices)", min=1, max=16),
                 Arg("--quota-stall", "bool", help="preempted slices never come back"),
             ),
-            local_only=True,
-            providers=("gke",),
+            needs=Capability.GKE_EMULATOR,
         ),
         ActionDef(
             "gke down",
             "stop the GKE emulator and every container it runs",
-            local_only=True,
-            providers=("gke",),
+            needs=Capability.GKE_EMULATOR,
         ),
         ActionDef(
             "workload create",
@@ -200,13 +197,13 @@ ACTIONS: dict[str, ActionDef] = {
             positionals=(Arg("name", "name", "NAME"),),
             flags=_WORKLOAD_FLAGS,
             sets_job=True,
-            providers=("gke",),
+            needs=Capability.WORKLOADS,
         ),
         ActionDef(
             "workload delete",
             "delete a workload and its Secret (`xpk workload delete`)",
             positionals=(Arg("name", "name", "NAME"),),
-            providers=("gke",),
+            needs=Capability.WORKLOADS,
         ),
         ActionDef(
             "wait-workload",
@@ -217,15 +214,14 @@ ACTIONS: dict[str, ActionDef] = {
                 Arg("status", "choice", choices=WORKLOAD_STATES),
             ),
             flags=(_timeout("3600"),),
-            providers=("gke",),
+            needs=Capability.WORKLOADS,
         ),
         ActionDef(
             "preempt-slice",
             "preempt a TPU slice as GKE reclaims spot capacity (GKE emulator only)",
             positionals=(Arg("slice", "str", "SLICE", "index or node pool name"),),
             flags=(Arg("--grace", "seconds", "S", "pods' grace before SIGKILL (default 30)"),),
-            local_only=True,
-            providers=("gke",),
+            needs=Capability.GKE_EMULATOR,
         ),
         ActionDef(
             "wait-ready",
@@ -236,9 +232,18 @@ ACTIONS: dict[str, ActionDef] = {
             "bootstrap",
             "run the bootstrap command on the hosts (default: all)",
             positionals=(Arg("hosts", "host", "HOST", variadic=True),),
+            needs=Capability.HOSTS,
         ),
-        ActionDef("ray-up", "start the Ray head and join every worker (restarts if up)"),
-        ActionDef("tunnel", "open the SSH tunnel to the dashboard and Ray client ports"),
+        ActionDef(
+            "ray-up",
+            "start the Ray head and join every worker (restarts if up)",
+            needs=Capability.RAY,
+        ),
+        ActionDef(
+            "tunnel",
+            "open the SSH tunnel to the dashboard and Ray client ports",
+            needs=Capability.TUNNEL,
+        ),
         ActionDef(
             "submit",
             "submit a job (the seed's RAY_MODE); sets `last`",
@@ -266,6 +271,7 @@ ACTIONS: dict[str, ActionDef] = {
                 Arg("--submission-id", "str", "ID"),
             ),
             sets_job=True,
+            needs=Capability.RAY_JOBS,
         ),
         ActionDef(
             "wait-job",
@@ -286,15 +292,13 @@ ACTIONS: dict[str, ActionDef] = {
             "preempt",
             "preempt a host or all of them (local only)",
             positionals=(Arg("host", "host_or_all", "HOST|all"),),
-            local_only=True,
-            providers=("local",),
+            needs=Capability.POD_EMULATOR,
         ),
         ActionDef(
             "recreate",
             "recreate a host: bare sandbox, new host key (local only)",
             positionals=(Arg("host", "host", "HOST"),),
-            local_only=True,
-            providers=("local",),
+            needs=Capability.POD_EMULATOR,
         ),
         ActionDef(
             "recover",
@@ -305,6 +309,7 @@ ACTIONS: dict[str, ActionDef] = {
             "relaunch-sweep",
             "relaunch the sweep agents with the same sweep id; sets `last`",
             sets_job=True,
+            needs=Capability.RAY_JOBS,
         ),
         ActionDef(
             "auto-recovery",
@@ -319,7 +324,11 @@ ACTIONS: dict[str, ActionDef] = {
             flags=(Arg("--host", "host", "HOST"), _timeout("600")),
         ),
         ActionDef("status", "snapshot of pod, Ray, jobs and cadence (as `phantom status --json`)"),
-        ActionDef("teardown", "`ray stop -f` everywhere and close the tunnel (VMs stay)"),
+        ActionDef(
+            "teardown",
+            "`ray stop -f` everywhere and close the tunnel (VMs stay)",
+            needs=Capability.RAY,
+        ),
         ActionDef("sleep", "wait S seconds", positionals=(Arg("seconds", "seconds", "S"),)),
         ActionDef(
             "finally",

@@ -36,7 +36,9 @@ from console.script.language import (
     LOCAL_HOSTS_PER_BLOCK as HOSTS_PER_BLOCK,
 )
 from console.script.workload_args import PathExists, load_spec_file, shown, workload_problems
+from console.services.capabilities import refusal
 from console.services.jobs.spec import SubmitSpec
+from console.wiring import capabilities_for
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
 MAX_LINE_CHARS = 16_384
@@ -195,22 +197,15 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
 
 
 def _check_provider(adef: ActionDef, config: Config) -> None:
-    """Actions of another kind of cluster, and emulator verbs on a real one, are refused."""
+    """An action the configured cluster cannot do (what its backend declares) is refused:
+    another kind of cluster's verbs, and emulator verbs on a real one."""
+    if adef.needs is None or adef.needs in capabilities_for(config):
+        return
     provider = config.cluster.provider
     where = f"provider {provider!r}" + (" with a kubeconfig" if config.is_gke else "")
-    if adef.local_only and (
-        provider not in (adef.providers or ("local",)) or not config.is_emulated
-    ):
-        emulator = "the local GKE emulator" if "gke" in adef.providers else "the local emulator"
-        raise _ArgError(
-            f"{adef.name}: only for {emulator}; this config drives {where} ({config.source})"
-        )
-    if adef.providers and provider not in adef.providers:
-        wanted = " or ".join(repr(p) for p in adef.providers)
-        raise _ArgError(
-            f"{adef.name}: only with cluster.provider = {wanted}; this config drives "
-            f"provider {provider!r} ({config.source})"
-        )
+    raise _ArgError(
+        f"{refusal(adef.name, adef.needs)}; this config drives {where} ({config.source})"
+    )
 
 
 def _unknown_action(name: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from console.config import Config
+from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -40,6 +41,9 @@ class UnknownJob(LookupError):
 
 class ConsoleServices(Protocol):
     config: Config
+    #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every
+    #: surface offers an action by this (``capabilities.INTENTS``), never by the provider.
+    capabilities: frozenset[Capability]
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:

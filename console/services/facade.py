@@ -30,6 +30,7 @@ from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.cadence.tracker import CadenceTracker
+from console.services.capabilities import Capability
 from console.services.jobs.registry import JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.watcher import JobWatcher, env_event
@@ -89,6 +90,9 @@ class Facade:
         self._reads = AsyncJournal(journal)
         self.backend = make_backend(self.sink)
         self.chaos = chaos(self.backend) if chaos is not None else None
+        self.capabilities: frozenset[Capability] = self.backend.capabilities | (
+            self.chaos.capabilities if self.chaos is not None else frozenset()
+        )
         rec = config.recovery
         self.poll_interval_s = rec.poll_interval_s
         self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from console.config import Config
 from console.services.api import ConsoleServices
+from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -46,9 +47,13 @@ class PendingServices:
         build: Build,
         *,
         what: str = "connecting to the cluster",
+        capabilities: frozenset[Capability] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        # Declared by the backend the build will make (the wiring knows which): the first
+        # frame's keys and palette are the cluster's own before the services are up.
+        self.capabilities = capabilities
         self._build = build
         self._what = what
         self._clock = clock

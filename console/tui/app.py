@@ -29,6 +29,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from console.services.api import ConsoleServices, JobsUnavailable
+from console.services.capabilities import Capability, can
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import (
@@ -310,6 +311,11 @@ class PhantomApp(App[int]):
         self.refresh_jobs()
         self.refresh_events()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A key is offered only where the cluster can do what it asks (its backend's
+        declaration: ``capabilities.INTENTS``); the footer and help follow."""
+        return can(action, self.services.capabilities)
+
     def action_refresh_pod(self) -> None:
         self.refresh_pod()
 
@@ -523,7 +529,7 @@ class PhantomApp(App[int]):
 
     def action_submit_form(self) -> None:
         blink = self.settings.cursor_blink
-        if self.services.config.is_gke:  # work runs as JobSets there, not as Ray jobs
+        if Capability.WORKLOADS in self.services.capabilities:  # JobSets, not Ray jobs
             preview = self.services.preview_workload
             new = WorkloadFormScreen(self._last_workload, preview, cursor_blink=blink)
             self.push_screen(new, self._workload_form_done)

@@ -7,6 +7,7 @@ import sys
 import time
 
 from console.config import Config
+from console.services.capabilities import Capability
 from console.services.model import PodSnapshot
 from console.tui.app import PhantomApp, TuiSettings
 
@@ -22,7 +23,7 @@ def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomA
 def run_tui(config: Config) -> int:
     app = make_app(config, settings=TuiSettings(gc_freeze=True))
     result = app.run()
-    note = farewell(config, app.state.pod)
+    note = farewell(config, app.state.pod, app.services.capabilities)
     if note:
         print(note, file=sys.stderr)
     if isinstance(result, int):
@@ -30,14 +31,17 @@ def run_tui(config: Config) -> int:
     return app.return_code or 0
 
 
-def farewell(config: Config, pod: PodSnapshot | None) -> str:
+def farewell(config: Config, pod: PodSnapshot | None, capabilities: frozenset[Capability]) -> str:
     """What keeps running after the console closes, and the commands that stop it: the
-    console never tears anything down on its own when it is left."""
-    if pod is None or not pod.hosts:
+    console never tears anything down on its own when it is left. What runs is what the
+    cluster can run (its backend's capabilities): TPU VMs and Ray, or workloads."""
+    if pod is None or not (pod.hosts or pod.workloads):
         return ""
+    if Capability.WORKLOADS in capabilities:
+        return _farewell_workloads(config, pod, capabilities)
     stop_ray = "stop Ray: `echo teardown | phantom --script -`"
     ray = f"Ray on {pod.ray_alive} host(s)" if pod.ray_alive else ""
-    if config.is_local:
+    if Capability.POD_EMULATOR in capabilities:
         running = f"the emulated pod {pod.node_name} ({len(pod.hosts)} hosts)"
         if ray:
             running += f" with {ray}"
@@ -49,4 +53,25 @@ def farewell(config: Config, pod: PodSnapshot | None) -> str:
             f"--zone={config.cluster.zone} --project={config.cluster.project}"
         )
         stops = ([stop_ray] if ray else []) + [f"the VMs are billed until deleted: `{delete}`"]
+    return f"phantom: still running: {running}.\n  " + "\n  ".join(stops)
+
+
+def _farewell_workloads(
+    config: Config, pod: PodSnapshot, capabilities: frozenset[Capability]
+) -> str:
+    active = [w.name for w in pod.workloads if w.status in ("RUNNING", "PENDING")]
+    if Capability.GKE_EMULATOR in capabilities:
+        where = f"the local GKE emulator ({len(pod.hosts)} nodes)"
+        stops = ["stop it and every container on it: `phantom gke down`"]
+    else:
+        where = f"GKE cluster {config.gke.cluster or pod.node_name}"
+        stops = []
+    if active:
+        shown = ", ".join(active[:5]) + (f" and {len(active) - 5} more" if len(active) > 5 else "")
+        running = f"{len(active)} workload(s) ({shown}) on {where}"
+        stops.insert(0, "delete one: `echo 'workload delete NAME' | phantom --script -`")
+    else:
+        running = where
+        if not stops:
+            return ""
     return f"phantom: still running: {running}.\n  " + "\n  ".join(stops)

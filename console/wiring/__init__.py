@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from console.services.api import ConsoleServices
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.parts import PodAccess
+    from console.services.capabilities import Capability
     from console.services.facade import Facade
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
@@ -238,7 +239,19 @@ def deferred_services(config: Config) -> PendingServices:
             if config.gke.kubeconfig
             else f" (the local GKE emulator, {config.gke.slices} slices)"
         )
-    return PendingServices(config, build, what=what)
+    return PendingServices(config, build, what=what, capabilities=capabilities_for(config))
+
+
+def capabilities_for(config: Config) -> frozenset[Capability]:
+    """What the cluster ``config`` drives can do, without building it: the declaration of
+    the backend ``make_services`` picks, plus the emulator's verbs where it picks one (the
+    same as the built services' ``capabilities``; the script parser and the first frame
+    read it)."""
+    if config.is_gke:
+        from console.services.backends import gke as backend
+    else:
+        from console.services.backends import tpu_vm as backend  # type: ignore[no-redef]
+    return backend.CAPABILITIES | (backend.EMULATED if config.is_emulated else frozenset())
 
 
 def services_factory() -> ServicesFactory:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
+from console.services.backends.gke import EMULATED
 from console.services.backends.gke.access import GkeAccess
 from console.services.backends.gke.manifests import ClusterRef
 from console.services.jobs.workload import TPU_TYPES
@@ -75,6 +76,8 @@ def gke_access(config: Config, info: GkeInfo) -> GkeAccess:
 class GkeChaos:
     """``base.Chaos`` and ``base.SliceChaos`` on the emulated cluster: a host is a node, and
     preempting it preempts its whole slice (GKE reclaims a TPU slice as one)."""
+
+    capabilities = EMULATED
 
     def __init__(self, config: Config) -> None:
         self.run_dir = gke_run_dir(config)

@@ -18,6 +18,7 @@ from pathlib import Path
 from google.cloud import tpu_v2
 
 from console.config import Config
+from console.services.backends.tpu_vm import EMULATED
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.parts import PodAccess
@@ -165,6 +166,8 @@ class EmulatedTpuProvider(GcpTpuProvider):
 
 class EmulatorChaos:
     """``base.Chaos`` on the emulated pod: preempt like a spot reclaim, recreate bare."""
+
+    capabilities = EMULATED
 
     def __init__(self, backend: TpuVmBackend, provider: EmulatedTpuProvider) -> None:
         self.backend = backend

@@ -166,7 +166,7 @@ def test_emulator_verbs_are_refused_on_a_real_cluster(tmp_path: Path) -> None:
 
 def test_each_providers_verbs_stay_with_it(tmp_path: Path, gke_cfg: Config) -> None:
     err = invalid(tmp_path, "workload create grpo\n", Config())
-    assert "only with cluster.provider = 'gke'; this config drives provider 'local'" in err
+    assert "only for cluster.provider = 'gke'; this config drives provider 'local'" in err
     err = invalid(tmp_path, "pod up\n", gke_cfg)
     assert "pod up: only for the local emulator" in err
     err = invalid(tmp_path, "gke up\n", Config())
@@ -204,3 +204,12 @@ def test_the_shipped_gke_drill_parses_its_checkpoint_made_by_an_earlier_line(
     text = "workload create grpo --checkpoint gs://phantom-bucket/gpt-oss-20b/0/items\n"
     err = invalid(tmp_path, text, gke_cfg)
     assert "gs://phantom-bucket/gpt-oss-20b/0/items does not exist" in err
+
+
+@pytest.mark.parametrize("line", ["ray-up", "teardown", "tunnel", "bootstrap 0", "relaunch-sweep"])
+def test_ray_verbs_are_refused_on_gke_before_anything_runs(
+    tmp_path: Path, gke_cfg: Config, line: str
+) -> None:
+    """GKE declares no Ray cluster of the console's: the script says so before it runs."""
+    err = invalid(tmp_path, f"status\n{line}\n", gke_cfg)
+    assert "only for a TPU VM pod" in err and "provider 'gke'" in err, err

@@ -33,6 +33,7 @@ from console.services.model import (
     UpdateBus,
     WorkloadStatus,
 )
+from console.wiring import capabilities_for
 
 T0 = 1_760_000_000.0  # 2025-10-09 08:53:20 UTC
 NODE = "phantom-pod"
@@ -421,6 +422,8 @@ class FakeServices:
             if gke
             else Config(runtime_env=RUNTIME_ENV)
         )
+        # The real declarations of the backend this config picks (and its emulator's verbs).
+        self.capabilities = capabilities_for(self.config)
         self.bus = UpdateBus()
         self.calls: list[Call] = []
         self.fail: dict[str, Exception] = {}

@@ -33,6 +33,7 @@ from console.services.model import (
     Update,
     UpdateBus,
 )
+from console.wiring import capabilities_for
 
 T0 = 1_700_000_000.0
 
@@ -59,6 +60,7 @@ class Behaviour:
 class FakeServices:
     def __init__(self, config: Config, record: Callable[[tuple[Any, ...]], None], b: Behaviour):
         self.config = config
+        self.capabilities = capabilities_for(config)
         self._record = record
         self.b = b
         self.bus = UpdateBus()
@@ -157,6 +159,9 @@ class FakeServices:
                 steps_per_min=40.0,
             )
         ]
+
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        return self.cadence()
 
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         return []

@@ -514,7 +514,7 @@ async def test_palette_teardown_asks_then_calls_the_service() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         provider = PhantomCommands(app.screen)
-        titles = [title for title, _, _ in provider.commands()]
+        titles = [title for title, *_ in provider.commands()]
         assert any(t.startswith("Teardown") for t in titles)
         assert "Re-bootstrap host phantom-pod-w3" in titles
         assert "Open dashboard URL" in titles and "Re-open tunnel" in titles
@@ -526,7 +526,7 @@ async def test_palette_teardown_asks_then_calls_the_service() -> None:
         await pilot.press("y")
         await settle(pilot)
         assert fake.called("teardown")
-        bootstrap = next(c for t, _, c in provider.commands() if t.endswith("-w3"))
+        bootstrap = next(c for t, _, c, _ in provider.commands() if t.endswith("-w3"))
         bootstrap()
         await settle(pilot)
         assert fake.called("bootstrap")[-1].args["hosts"] == [f"{NODE}-w3"]
@@ -597,14 +597,22 @@ def test_leaving_says_what_keeps_running_and_how_to_stop_it() -> None:
     """`q` leaves the pod and Ray up on purpose; the terminal is told what and how to stop."""
     from console.config import Config, parse_config
     from console.tui.main import farewell
+    from console.wiring import capabilities_for
 
-    note = farewell(Config(), healthy_pod())
+    local = Config()
+    note = farewell(local, healthy_pod(), capabilities_for(local))
     assert "still running: the emulated pod phantom-pod (4 hosts) with Ray on 4 host(s)" in note
     assert "echo teardown | phantom --script -" in note and "phantom pod down" in note
     gcp = parse_config({"cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"}})
-    note = farewell(gcp, healthy_pod())
+    note = farewell(gcp, healthy_pod(), capabilities_for(gcp))
     assert "gcloud compute tpus tpu-vm delete phantom-pod --zone=us-central2-b --project=p" in note
-    assert farewell(Config(), None) == ""
+    assert farewell(local, None, capabilities_for(local)) == ""
+    # GKE: the JobSets keep running, not TPU VMs; the emulator's own way to stop
+    gke = FakeServices("gke")
+    note = farewell(gke.config, gke.pod, gke.capabilities)
+    assert "still running: 1 workload(s) (grpo) on the local GKE emulator (8 nodes)" in note
+    assert "phantom gke down" in note and "workload delete NAME" in note
+    assert "TPU VMs" not in note and "gcloud" not in note and "teardown" not in note
 
 
 # GKE: workloads, pods, their logs and actions; Tunix metrics ----------------------------------

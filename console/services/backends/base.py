@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed
@@ -29,6 +30,10 @@ Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]
 class Backend(Protocol):
     """What a kind of cluster provides. Every method documents what it raises; anything
     else is a bug."""
+
+    #: What this kind of cluster can do (its package's ``CAPABILITIES``): every surface
+    #: offers an action by this, never by the provider's name.
+    capabilities: frozenset[Capability]
 
     @property
     def provider(self) -> str:
@@ -100,6 +105,8 @@ class PodActions(Protocol):
 class Chaos(Protocol):
     """Preempt and recreate on command: only an emulated cluster offers it."""
 
+    capabilities: frozenset[Capability]  # what the emulator adds (its backend's ``EMULATED``)
+
     async def preempt(self, host: str) -> ActionResult: ...
 
     async def recreate(self, host: str) -> ActionResult: ...
@@ -131,5 +138,7 @@ class Workloads(Protocol):
 @runtime_checkable
 class SliceChaos(Protocol):
     """Preempt a whole TPU slice, as GKE reclaims spot capacity: only the emulator."""
+
+    capabilities: frozenset[Capability]  # what the emulator adds (its backend's ``EMULATED``)
 
     async def preempt_slice(self, slice_ref: str, grace_s: float | None) -> ActionResult: ...

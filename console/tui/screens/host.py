@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.services.capabilities import can
 from console.services.model import HostStatus
 from console.tui.state import ago, clock_time, resources_text
 
@@ -91,9 +92,7 @@ class HostScreen(ModalScreen[None]):
         self.query_one("#dialog-body", Static).update(host_table(host, self.phantom.clock()))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("preempt", "recreate"):
-            return self.phantom.services.config.is_local
-        return True
+        return can(action, self.phantom.services.capabilities)
 
     def action_close(self) -> None:
         self.dismiss(None)

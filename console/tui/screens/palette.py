@@ -1,8 +1,10 @@
 """Command palette (ctrl+p): the rare actions that do not deserve a key.
 
-Teardown, re-open the tunnel, re-bootstrap one host, open the dashboard URL, and (on the
-local emulator) preempt or recreate a host to rehearse a recovery. Destructive ones still
-ask to confirm: the palette only starts the same app actions a key would.
+What the cluster can do, from the one table of intents (``console.services.capabilities``)
+filtered by what its backend declares: on a TPU VM pod teardown, the tunnel, re-bootstrap one
+host, the dashboard URL and (on the local emulator) preempt or recreate a host; on GKE only
+what GKE can do. Destructive ones still ask to confirm: the palette only starts the same app
+actions a key would.
 """
 
 from __future__ import annotations
@@ -13,10 +15,30 @@ from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from console.services.capabilities import offered
+
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp
 
-Command = tuple[str, str, Callable[[], object]]
+# (title, help, callback, listed before anything is typed)
+Command = tuple[str, str, Callable[[], object], bool]
+
+
+_HANDLED = (
+    "recover",
+    "toggle_auto",
+    "refresh_pod",
+    "submit_form",
+    "bring_up",
+    "ray_up",
+    "teardown",
+    "open_tunnel",
+    "open_dashboard",
+    "relaunch_sweep",
+    "bootstrap",
+    "preempt",
+    "recreate",
+)
 
 
 class PhantomCommands(Provider):
@@ -24,76 +46,59 @@ class PhantomCommands(Provider):
     def phantom(self) -> PhantomApp:
         return cast("PhantomApp", self.app)
 
+    @classmethod
+    def handled(cls) -> tuple[str, ...]:
+        """The intents the palette offers (the rest live on their screen's keys)."""
+        return _HANDLED
+
+    def handlers(self) -> dict[str, Callable[[], object] | Callable[[str], object]]:
+        """Each intent's handler in the app: whole-cluster ones take nothing, per-host ones
+        the host's name. Intents with no handler here live on their screen's keys."""
+        app = self.phantom
+        return {
+            "recover": app.action_recover,
+            "toggle_auto": app.action_toggle_auto,
+            "refresh_pod": app.action_refresh_pod,
+            "submit_form": app.action_submit_form,
+            "bring_up": app.action_bring_up,
+            "ray_up": app.request_ray_up,
+            "teardown": app.request_teardown,
+            "open_tunnel": app.run_open_tunnel,
+            "open_dashboard": app.open_dashboard,
+            "relaunch_sweep": app.run_relaunch_sweep,
+            "bootstrap": lambda host: app.run_bootstrap([host]),
+            "preempt": app.request_preempt,
+            "recreate": app.request_recreate,
+        }
+
     def commands(self) -> list[Command]:
+        """What this cluster can do (``capabilities.offered``), as palette entries."""
         app = self.phantom
         pod = app.state.pod
         hosts = [h.name for h in pod.hosts] if pod else []
-        out: list[Command] = [
-            (
-                "Teardown: ray stop everywhere, close tunnel",
-                "Stops Ray on every host and closes the tunnel; VMs stay (asks to confirm)",
-                app.request_teardown,
-            ),
-            ("Re-open tunnel", "Re-open the SSH tunnel to the Ray dashboard", app.run_open_tunnel),
-            (
-                "Open dashboard URL",
-                f"Open {app.dashboard_url()} in a browser (also shown as a notification)",
-                app.open_dashboard,
-            ),
-            ("Recover now", "Run the whole recovery loop (asks to confirm)", app.action_recover),
-            (
-                "Toggle auto-recovery",
-                "Watchdog recovers on its own / only on r",
-                app.action_toggle_auto,
-            ),
-            (
-                "Relaunch sweep",
-                "Relaunch sweep agents with the same sweep id",
-                app.run_relaunch_sweep,
-            ),
-            ("Refresh pod now", "Poll TPU API, SSH and Ray now", app.action_refresh_pod),
-            (
-                "Restart Ray",
-                "Start the head and join every worker; restarts Ray (asks to confirm)",
-                app.request_ray_up,
-            ),
-            ("Submit job", "Open the submit form", app.action_submit_form),
-        ]
-        for name in hosts:
-            out.append(
-                (
-                    f"Re-bootstrap host {name}",
-                    "Run the bootstrap command again on this host only",
-                    partial(app.run_bootstrap, [name]),
-                )
-            )
-        if app.services.config.is_local:
-            for name in hosts:
-                out.append(
-                    (
-                        f"Preempt host {name} (emulator)",
-                        "Kill the emulated host like a spot reclaim (asks to confirm)",
-                        partial(app.request_preempt, name),
-                    )
-                )
-                out.append(
-                    (
-                        f"Recreate host {name} (emulator)",
-                        "Bring the emulated host back, bare (asks to confirm)",
-                        partial(app.request_recreate, name),
-                    )
-                )
+        handlers = self.handlers()
+        out: list[Command] = []
+        for intent in offered(app.services.capabilities):
+            handler = handlers.get(intent.id)
+            if handler is None:
+                continue
+            if not intent.per_host:
+                out.append((intent.label, intent.help, cast("Callable[[], object]", handler), True))
+                continue
+            for name in hosts:  # a destructive per-host command appears when searched for
+                label = intent.label.replace("host", f"host {name}", 1)
+                out.append((label, intent.help, partial(handler, name), not intent.confirm))
         return out
 
     async def discover(self) -> Hits:
-        for title, help_text, callback in self.commands():
-            if "host " in title and "Re-bootstrap" not in title:
-                continue  # per-host emulator commands appear when searched for
+        for title, help_text, callback, listed in self.commands():
+            if not listed:
+                continue
             yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, callback in self.commands():
+        for title, help_text, callback, _ in self.commands():
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

@@ -22,6 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
+from console.services.capabilities import Capability, can
 from console.services.model import PodSnapshot, PodStatus, WorkloadStatus
 from console.tui.screens.base import FilteredScreen
 from console.tui.screens.jobs import STATUS_STYLE
@@ -29,6 +30,8 @@ from console.tui.state import ago
 from console.tui.widgets.table import Cell, PhantomTable
 
 WIDE = 110  # from this many columns on, every `kubectl get jobset` column has room
+# This screen's actions, by the intent each one is (``capabilities.INTENTS``).
+_INTENTS = {"logs": "workload_logs", "delete": "delete_workload", "preempt_slice": "preempt_slice"}
 _NAME_W = (16, 28)  # narrow, wide: xpk's pod names are the workload's plus ~15 characters
 _POD_W = (26, 42)
 # DataTable pads every cell by one on each side; plus the vertical scrollbar.
@@ -208,7 +211,8 @@ class WorkloadsScreen(FilteredScreen):
 
     @property
     def gke(self) -> bool:
-        return self.phantom.services.config.is_gke
+        """This cluster runs workloads (what its backend declares)."""
+        return Capability.WORKLOADS in self.phantom.services.capabilities
 
     def on_mount(self) -> None:
         self._set_columns(self.size.width or 80)
@@ -353,10 +357,9 @@ class WorkloadsScreen(FilteredScreen):
     # actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("logs", "delete", "preempt_slice") and not self.gke:
+        intent = _INTENTS.get(action)
+        if intent is not None and not can(intent, self.phantom.services.capabilities):
             return False
-        if action == "preempt_slice":
-            return self.phantom.services.config.is_emulated  # chaos exists only there
         return super().check_action(action, parameters)
 
     def action_logs(self) -> None:

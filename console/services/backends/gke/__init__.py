@@ -1,2 +1,9 @@
 """The GKE backend (seed 004): XPK / Pathways JobSets, their pods, nodes and events through
 Kubernetes watches, pod logs, and Tunix metrics from TensorBoard event files."""
+
+from console.services.capabilities import Capability
+
+# What a GKE cluster can do (light to import: the wiring and the script parser read it).
+CAPABILITIES = frozenset({Capability.WORKLOADS, Capability.RECOVER})
+# The local GKE emulator's own verbs, on top (console.wiring.gke's chaos).
+EMULATED = frozenset({Capability.GKE_EMULATOR})

@@ -22,6 +22,7 @@ import yaml
 from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Resubmit
+from console.services.backends.gke import CAPABILITIES
 from console.services.backends.gke import manifests as M
 from console.services.backends.gke import status as S
 from console.services.backends.gke.access import GkeAccess
@@ -71,6 +72,8 @@ ApiFactory = Callable[[], Awaitable[KubeApi]]
 
 
 class GkeBackend:
+    capabilities = CAPABILITIES
+
     def __init__(
         self,
         config: Config,

@@ -20,6 +20,7 @@ from typing import Any
 from console.config import Config
 from console.services.api import JobsUnavailable
 from console.services.backends.base import Resubmit
+from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
@@ -54,6 +55,8 @@ DOUBT_S = 5.0  # ... for this long at most (a wedged sshd on a live VM is the po
 
 
 class TpuVmBackend:
+    capabilities = CAPABILITIES
+
     def __init__(
         self,
         config: Config,

@@ -1,0 +1,74 @@
+"""Each surface offers what the cluster's backend declares it can do, never by provider name.
+
+On GKE the palette has no Teardown or Restart Ray and the footer no `u Bring up`; on the
+local pod emulator every TPU VM verb and the emulator's preempt/recreate are there; on a real
+TPU VM pod (gcp) no emulator verb is.
+"""
+
+from __future__ import annotations
+
+from console.config import parse_config
+from console.services.capabilities import INTENTS, Capability
+from console.tui.screens.palette import PhantomCommands
+from tests.support.fake_services import FakeServices
+from tests.tui.test_app import make_app, settle
+
+TPU_ONLY = ("Teardown", "Restart Ray", "Re-open tunnel", "Open dashboard URL", "Relaunch sweep")
+
+
+def _footer_keys(app) -> set[str]:  # type: ignore[no-untyped-def]
+    return {
+        b.key
+        for _, b, enabled, _ in app.screen.active_bindings.values()
+        if b.show
+        and enabled
+        and app.screen.check_action(b.action, ()) is not False
+        and (not b.action.startswith("app.") or app.check_action(b.action[4:], ()) is not False)
+    }
+
+
+async def _palette_titles(fake: FakeServices) -> list[str]:
+    app = make_app(fake)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await settle(pilot)
+        return [title for title, *_ in PhantomCommands(app.screen).commands()]
+
+
+async def test_the_palette_on_gke_offers_only_what_gke_can_do() -> None:
+    titles = await _palette_titles(FakeServices("gke"))
+    assert not [t for t in titles if t.startswith(TPU_ONLY)], titles
+    assert not [t for t in titles if "host" in t], titles  # no SSH hosts, no pod emulator
+    assert {"Recover now", "Toggle auto-recovery", "Refresh now", "Submit"} <= set(titles)
+
+
+async def test_the_palette_on_the_pod_emulator_offers_every_pod_verb() -> None:
+    titles = await _palette_titles(FakeServices("healthy"))
+    for prefix in TPU_ONLY:
+        assert any(t.startswith(prefix) for t in titles), (prefix, titles)
+    assert any(t.startswith("Preempt host ") for t in titles)
+
+
+async def test_a_real_tpu_pod_has_no_emulator_verbs() -> None:
+    gcp = parse_config({"cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"}})
+    titles = await _palette_titles(FakeServices("healthy", config=gcp))
+    assert any(t.startswith("Teardown") for t in titles)
+    assert not [t for t in titles if "(emulator)" in t], titles
+
+
+async def test_bring_up_is_a_key_only_where_there_are_vms_to_bring_up() -> None:
+    for fake, offered in ((FakeServices("healthy"), True), (FakeServices("gke"), False)):
+        app = make_app(fake)
+        async with app.run_test(size=(120, 34)) as pilot:
+            await settle(pilot)
+            await pilot.press("1")
+            await settle(pilot)
+            assert app.check_action("bring_up", ()) is offered
+            assert ("u" in _footer_keys(app)) is offered
+
+
+def test_every_intent_has_a_unique_id_and_a_known_capability() -> None:
+    assert len({i.id for i in INTENTS}) == len(INTENTS)
+    assert all(i.needs is None or isinstance(i.needs, Capability) for i in INTENTS)
+    handled = set(PhantomCommands.handled())
+    on_screens = {"workload_logs", "delete_workload", "preempt_slice"}  # the Workloads keys
+    assert {i.id for i in INTENTS} == handled | on_screens
