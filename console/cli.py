@@ -6,6 +6,7 @@
     phantom init [PATH]          write a commented example config
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
+    phantom wandb up|status|down                  the local W&B server (the wandb SDK and CLI work on it)
 
 Exit codes are an API: 0 ok, 1 an action failed, 2 bad usage / config / script, 130 interrupted.
 Heavy modules (ray, jax, torch, textual) are imported only by the command that needs them.
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     gke.add_argument("gke_args", nargs=argparse.REMAINDER)
+    wandb = sub.add_parser(
+        "wandb",
+        help="the local W&B server (runs, sweeps, agents; WANDB_BASE_URL): up|status|down",
+        add_help=False,
+    )
+    wandb.add_argument("wandb_args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -139,7 +146,7 @@ def cmd_trust(config: Config, host: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] in (["pod"], ["gke"]):  # each emulator has its own parser (and --help)
+    if argv[:1] in (["pod"], ["gke"], ["wandb"]):  # each emulator has its own parser (and --help)
         from console.wiring import emulator_cli
 
         return emulator_cli(argv[0], argv[1:])
@@ -152,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.OK
     if args.command == "init":
         return cmd_init(args.path, args.force)
-    if args.command in ("pod", "gke"):
+    if args.command in ("pod", "gke", "wandb"):
         from console.wiring import emulator_cli
 
         return emulator_cli(args.command, list(getattr(args, f"{args.command}_args")))

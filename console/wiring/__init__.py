@@ -298,7 +298,11 @@ def storage_probe(config: Config) -> Callable[[str], bool | None]:
 
 
 def emulator_cli(which: str, argv: list[str]) -> int:
-    """`phantom pod ...` / `phantom gke ...`: each emulator's own command line."""
+    """`phantom pod ...` / `phantom gke ...` / `phantom wandb ...`: each emulator's own CLI."""
+    if which == "wandb":
+        from emulators.wandb.cli import wandb_main
+
+        return wandb_main(argv)
     if which == "gke":
         from emulators.gke.cli import gke_main
 

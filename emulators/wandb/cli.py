@@ -1,0 +1,142 @@
+"""``python -m emulators.wandb up|status|down`` (``phantom wandb ...``) and the daemon's ``serve``.
+
+``wandb_main(argv)`` returns the exit code (2 for usage errors); results go to stdout,
+progress and diagnostics to stderr. The API key is never printed: ``status`` names the
+variable it was read from, or the file a generated one is kept in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from emulators.wandb import client
+from emulators.wandb import layout as L
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise SystemExit(f"{self.prog}: error: {message}") from None
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    return value
+
+
+def _run_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help=f"state directory of the emulator (default {L.default_run_dir()})",
+    )
+
+
+def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        description="Emulated W&B server on loopback for the wandb SDK and CLI "
+        "(WANDB_BASE_URL=<its URL>).",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    up = sub.add_parser("up", help="start the server and wait until it answers")
+    _run_dir(up)
+    up.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (0 = a free one)")
+    up.add_argument(
+        "--api-key-env",
+        default=L.API_KEY_ENV,
+        metavar="VAR",
+        help=f"read the accepted API key from $VAR (default {L.API_KEY_ENV}; unset: "
+        "generate one into RUN_DIR/api_key)",
+    )
+    up.add_argument("--timeout", type=float, default=30.0)
+    up.add_argument("--json", action="store_true", help="print the status as JSON")
+    st = sub.add_parser("status", help="show the URL, state file and counts")
+    _run_dir(st)
+    st.add_argument("--json", action="store_true")
+    down = sub.add_parser("down", help="stop the server (its state is kept in the run dir)")
+    _run_dir(down)
+    serve = sub.add_parser("serve", help="run the server in the foreground (used by `up`)")
+    _run_dir(serve)
+    serve.add_argument("--port", type=_port, default=0)
+    return parser
+
+
+def format_status(data: dict[str, object]) -> str:
+    key = (
+        f"from ${data['api_key_env']}"
+        if data.get("api_key_env")
+        else f"in {data.get('api_key_file')}"
+    )
+    return "\n".join(
+        [
+            f"server    {data['base_url']}  (WANDB_BASE_URL)",
+            f"api key   {key}",
+            f"state     {data['state_file']}",
+            f"daemon    pid {data['pid']}  run dir {data['run_dir']}",
+            f"holds     {data['projects']} projects, {data['runs']} runs, "
+            f"{data['sweeps']} sweeps, {data['agents']} agents",
+        ]
+    )
+
+
+def _print_status(run_dir: Path, as_json: bool) -> int:
+    data = client.status_json(run_dir)
+    if data is None:
+        print(
+            f"no W&B emulator is running for {run_dir}; start one with `phantom wandb up`",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(data, indent=2) if as_json else format_status(data))
+    return 0
+
+
+def wandb_main(argv: list[str]) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 2
+        return int(exc.code or 0)
+    run_dir: Path = (args.run_dir or L.default_run_dir()).expanduser().absolute()
+    try:
+        if args.cmd == "serve":
+            from emulators.wandb.server import ServerConfig, run_server
+
+            return run_server(ServerConfig(run_dir=run_dir, port=args.port))
+        if args.cmd == "up":
+            client.start(
+                run_dir,
+                port=args.port,
+                key_env=args.api_key_env,
+                timeout=args.timeout,
+                progress=lambda s: print(f"wandb: {s}", file=sys.stderr),
+            )
+            return _print_status(run_dir, args.json)
+        if args.cmd == "status":
+            return _print_status(run_dir, args.json)
+        if args.cmd == "down":
+            if client.stop(run_dir):
+                print(f"W&B emulator for {run_dir} stopped", file=sys.stderr)
+            else:
+                print(f"no W&B emulator was running for {run_dir}", file=sys.stderr)
+            return 0
+    except client.WandbEmuError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    raise AssertionError(f"unhandled command {args.cmd}")
+
+
+def main() -> None:
+    raise SystemExit(wandb_main(sys.argv[1:]))

@@ -1,0 +1,509 @@
+"""The GraphQL answers: root fields of Query and Mutation as plain data for ``gql.execute``.
+
+Every object is a dict whose keys are GraphQL field names; a value that takes arguments
+(``run(name:)``, ``runs(filters:, first:, after:)``, ``sampledHistory(specs:)``) is a
+function of them. Field names and shapes follow the queries the SDK and wandb-core send
+(see README.md for where each one was read).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from emulators.wandb import layout as L
+from emulators.wandb import sweeps as S
+from emulators.wandb.state import NotFound, Record, State, decode_id, iso, node_id
+
+Obj = dict[str, Any]
+
+
+class GraphQLError(Exception):
+    """Reported in the response's ``errors`` (with HTTP 200 unless ``status`` says)."""
+
+    def __init__(self, message: str, status: int = 200) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _connection(nodes: list[Obj], args: dict[str, Any]) -> Obj:
+    start = int(args.get("after") or 0) if str(args.get("after") or "0").isdigit() else 0
+    first = args.get("first")
+    page = nodes[start : start + first] if first else nodes[start:]
+    end = start + len(page)
+    return {
+        "edges": [{"node": n, "cursor": str(start + i + 1)} for i, n in enumerate(page)],
+        "pageInfo": {"endCursor": str(end), "hasNextPage": end < len(nodes)},
+        "totalCount": len(nodes),
+    }
+
+
+def _match(run: Record, flt: Any) -> bool:
+    """The subset of W&B's MongoDB-style run filters the clients send."""
+    if not flt:
+        return True
+    for key, want in flt.items():
+        if key == "$and":
+            if not all(_match(run, f) for f in want):
+                return False
+            continue
+        if key == "$or":
+            if not any(_match(run, f) for f in want):
+                return False
+            continue
+        have = _field(run, key)
+        if isinstance(want, dict):
+            if not all(_compare(op, have, val) for op, val in want.items()):
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def _compare(op: str, have: Any, val: Any) -> bool:
+    if op == "$eq":
+        return bool(have == val)
+    if op == "$ne":
+        return bool(have != val)
+    if op == "$in":
+        return have in val
+    if op == "$nin":
+        return have not in val
+    if op == "$exists":
+        return (have is not None) == bool(val)
+    if have is None:
+        return False
+    if op == "$gt":
+        return bool(have > val)
+    if op == "$gte":
+        return bool(have >= val)
+    if op == "$lt":
+        return bool(have < val)
+    if op == "$lte":
+        return bool(have <= val)
+    return True  # an operator the clients do not send here: do not filter on it
+
+
+def _field(run: Record, key: str) -> Any:
+    simple = {"name": "name", "displayName": "display_name", "sweep": "sweep", "state": "state"}
+    if key in simple:
+        return run.get(simple[key])
+    head, _, rest = key.partition(".")
+    if head == "config":
+        cfg = json.loads(run["config"] or "{}")
+        name = rest.removesuffix(".value")
+        entry = cfg.get(name)
+        return entry.get("value") if isinstance(entry, dict) else entry
+    if head in ("summary_metrics", "summaryMetrics"):
+        return run["summary"].get(rest)
+    return None
+
+
+def _history_keys(run: Record) -> Obj:
+    keys: dict[str, Obj] = {}
+    for line in run["history"]:
+        for k, v in json.loads(line).items():
+            keys.setdefault(k, {"typeCounts": [{"type": type(v).__name__, "count": 0}]})
+            keys[k]["typeCounts"][0]["count"] += 1
+    return {"keys": keys, "lastStep": len(run["history"]) - 1}
+
+
+def _sampled(run: Record, specs: list[str] | str) -> list[list[Obj]]:
+    out = []
+    if isinstance(specs, str):  # GraphQL coerces one value to a list of one
+        specs = [specs]
+    for spec_text in specs:
+        spec = json.loads(spec_text)
+        keys = spec.get("keys") or []
+        rows = [json.loads(line) for line in run["history"]]
+        if keys:
+            rows = [{k: r[k] for k in keys if k in r} for r in rows if all(k in r for k in keys)]
+        samples = int(spec.get("samples") or 500)
+        if len(rows) > samples:
+            stride = len(rows) / samples
+            rows = [rows[int(i * stride)] for i in range(samples)]
+        out.append(rows)
+    return out
+
+
+def _tail(lines: list[str], n: int = 10) -> str:
+    return json.dumps(lines[-n:])
+
+
+class Schema:
+    def __init__(self, state: State, base_url: Callable[[], str]) -> None:
+        self.state = state
+        self.base_url = base_url
+        self.changed = False
+
+    # objects ---------------------------------------------------------------------------
+
+    def user(self) -> Obj:
+        return {
+            "__typename": "User",
+            "id": node_id("User", L.USER),
+            "name": L.USER,
+            "username": L.USER,
+            "entity": L.USER,
+            "email": f"{L.USER}@localhost",
+            "admin": False,
+            "flags": "{}",
+            "deletedAt": None,
+            "apiKeys": {"edges": []},
+            "teams": {"edges": [{"node": {"name": L.USER}}]},
+            "defaultEntity": self.entity({"name": L.USER}),
+            "userEntity": self.entity({"name": L.USER}),
+            "photoUrl": None,
+            "defaultFramework": None,
+        }
+
+    def entity(self, args: dict[str, Any]) -> Obj:
+        name = args.get("name") or L.USER
+        return {
+            "__typename": "Entity",
+            "id": node_id("Entity", name),
+            "name": name,
+            "isTeam": False,
+            "defaultAccess": "PRIVATE",
+            "organization": None,
+            "projects": lambda a: _connection(
+                [self.project_obj(p) for p in self.state.projects.values() if p["entity"] == name],
+                a,
+            ),
+        }
+
+    def project_obj(self, proj: Record) -> Obj:
+        entity, name = proj["entity"], proj["name"]
+        prefix = f"{entity}/{name}/"
+
+        def runs_of(args: dict[str, Any]) -> list[Record]:
+            flt = json.loads(args["filters"]) if args.get("filters") else {}
+            found = [
+                r for k, r in self.state.runs.items() if k.startswith(prefix) and _match(r, flt)
+            ]
+            order = str(args.get("order") or "-created_at")
+            return sorted(found, key=lambda r: r["created_at"], reverse=order.startswith("-"))
+
+        def sweeps_of(args: dict[str, Any]) -> Obj:
+            found = [s for k, s in self.state.sweeps.items() if k.startswith(prefix)]
+            return _connection([self.sweep_obj(s) for s in found], args)
+
+        return {
+            "__typename": "Project",
+            "id": node_id("Project", name, entity),
+            "internalId": str(proj.get("internal_id", 0)),
+            "name": name,
+            "entityName": entity,
+            "entity": self.entity({"name": entity}),
+            "createdAt": proj["created_at"],
+            "isBenchmark": False,
+            "readOnly": False,
+            "access": "PRIVATE",
+            "description": None,
+            "user": self.user(),
+            "run": lambda a: self._run_or_none(entity, name, a.get("name")),
+            "bucket": lambda a: self._run_or_none(entity, name, a.get("name")),
+            "runs": lambda a: _connection([self.run_obj(r) for r in runs_of(a)], a),
+            "runCount": lambda a: len(runs_of(a)),
+            "sweep": lambda a: self._sweep_or_none(entity, name, a.get("sweepName")),
+            "sweeps": sweeps_of,
+            "totalSweeps": sum(1 for k in self.state.sweeps if k.startswith(prefix)),
+        }
+
+    def _run_or_none(self, entity: str, project: str, name: str | None) -> Obj | None:
+        run = self.state.run(entity, project, name or "")
+        return self.run_obj(run) if run is not None else None
+
+    def _sweep_or_none(self, entity: str, project: str, name: str | None) -> Obj | None:
+        sweep = self.state.sweeps.get(f"{entity}/{project}/{name}")
+        return self.sweep_obj(sweep) if sweep is not None else None
+
+    def run_obj(self, run: Record) -> Obj:
+        entity, project, name = run["entity"], run["project"], run["name"]
+        proj = self.state.project(entity, project) or {"entity": entity, "name": project}
+        summary = dict(run["summary"])
+        return {
+            "__typename": "Run",
+            "id": node_id("Run", name, project, entity),
+            "name": name,
+            "displayName": run.get("display_name") or name,
+            "description": run.get("notes"),
+            "notes": run.get("notes"),
+            "state": run["state"],
+            "config": run["config"],
+            "summaryMetrics": json.dumps(summary),
+            "systemMetrics": "{}",
+            "group": run.get("group"),
+            "jobType": run.get("job_type"),
+            "commit": run.get("commit"),
+            "host": run.get("host"),
+            "program": run.get("program"),
+            "tags": run.get("tags") or [],
+            "readOnly": False,
+            "createdAt": iso(run["created_at"]),
+            "heartbeatAt": iso(run["heartbeat_at"]),
+            "updatedAt": iso(run["heartbeat_at"]),
+            "exitcode": run.get("exitcode"),
+            "sweepName": run.get("sweep"),
+            "shouldStop": False,
+            "failed": run["state"] in ("failed", "crashed"),
+            "stopped": run["state"] == "killed",
+            "running": run["state"] in S.RUN_STATES_ACTIVE,
+            "historyLineCount": len(run["history"]),
+            "eventsLineCount": len(run["events"]),
+            "logLineCount": run["log_lines"],
+            "historyTail": _tail(run["history"]),
+            "eventsTail": _tail(run["events"]),
+            "historyKeys": _history_keys(run),
+            "history": lambda a: _sampled_lines(_steps(run["history"], a), a.get("samples")),
+            "events": lambda a: _sampled_lines(run["events"], a.get("samples")),
+            "sampledHistory": lambda a: _sampled(run, a.get("specs") or []),
+            "wandbConfig": lambda a: json.dumps(_wandb_config(run, a.get("keys"))),
+            "user": {"name": L.USER, "username": L.USER},
+            "projectId": str(proj.get("internal_id", 0)),
+            "project": self.project_obj(proj),
+            "sweep": self._sweep_or_none(entity, project, run.get("sweep")),
+            "files": lambda a: _connection([], a),
+            "outputArtifacts": lambda a: _connection([], a),
+            "inputArtifacts": lambda a: _connection([], a),
+        }
+
+    def sweep_obj(self, sweep: Record) -> Obj:
+        runs = S.sweep_runs(self.state, sweep)
+        runs.sort(key=lambda r: r["created_at"])
+        return {
+            "__typename": "Sweep",
+            "id": node_id("Sweep", sweep["name"], sweep["project"], sweep["entity"]),
+            "name": sweep["name"],
+            "displayName": sweep["config"].get("name"),
+            "method": sweep["config"]["method"],
+            "state": sweep["state"],
+            "description": sweep["config"].get("description"),
+            "bestLoss": None,
+            "config": sweep["config_text"],
+            "createdAt": iso(sweep["created_at"]),
+            "updatedAt": iso(sweep["updated_at"]),
+            "heartbeatAt": iso(sweep["updated_at"]),
+            "runCount": len(runs),
+            "runCountExpected": S.expected_runs(sweep),
+            "earlyStopJobRunning": False,
+            "controller": None,
+            "scheduler": None,
+            "project": self.project_obj(
+                self.state.project(sweep["entity"], sweep["project"], create=True) or {}
+            ),
+            "runs": lambda a: _connection([self.run_obj(r) for r in runs], a),
+            "agents": lambda a: _connection(
+                [
+                    self.agent_obj(g)
+                    for g in self.state.agents.values()
+                    if g["sweep"] == sweep["key"]
+                ],
+                a,
+            ),
+        }
+
+    def agent_obj(self, agent: Record) -> Obj:
+        return {
+            "__typename": "Agent",
+            "id": agent["id"],
+            "name": agent["id"],
+            "state": agent.get("state", "RUNNING"),
+            "host": agent["host"],
+            "persistent": False,
+            "createdAt": iso(agent["created_at"]),
+            "heartbeatAt": iso(agent["heartbeat_at"]),
+            "totalRuns": len(agent["runs"]),
+        }
+
+    # root fields ------------------------------------------------------------------------
+
+    def root(self) -> Obj:
+        return {
+            "query": {
+                "viewer": self.user(),
+                "entity": self.entity,
+                "project": self._project_arg,
+                "model": self._project_arg,
+                "projects": lambda a: _connection(
+                    [
+                        self.project_obj(p)
+                        for p in self.state.projects.values()
+                        if p["entity"] == (a.get("entityName") or L.USER)
+                    ],
+                    a,
+                ),
+                "serverInfo": self.server_info(),
+            },
+            "mutation": {
+                "upsertBucket": self.upsert_bucket,
+                "createRunFiles": self.create_run_files,
+                "upsertModel": self.upsert_project,
+                "upsertProject": self.upsert_project,
+                "upsertSweep": self.upsert_sweep,
+                "createAgent": self.create_agent,
+                "agentHeartbeat": self.agent_heartbeat,
+                "stopRun": lambda a: None,
+            },
+        }
+
+    def server_info(self) -> Obj:
+        return {
+            "__typename": "ServerInfo",
+            "features": [],
+            "availableBucketProviders": ["file"],
+            "cliVersionInfo": {"max_cli_version": "999.0.0"},
+            "latestLocalVersionInfo": None,
+            "version": L.SERVER_VERSION,
+            "isLocalServer": True,
+        }
+
+    def _project_arg(self, args: dict[str, Any]) -> Obj | None:
+        proj = self.state.project(args.get("entityName") or L.USER, args.get("name") or "")
+        return self.project_obj(proj) if proj is not None else None
+
+    def upsert_project(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        proj = self.state.project(inp.get("entityName") or L.USER, inp["name"], create=True)
+        self.changed = True
+        return {
+            "project": self.project_obj(proj or {}),
+            "model": self.project_obj(proj or {}),
+            "inserted": True,
+        }
+
+    def upsert_bucket(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        entity = inp.get("entityName") or L.USER
+        project = inp.get("modelName") or "uncategorized"
+        name = inp.get("name")
+        if not name and inp.get("id"):
+            parts = decode_id(inp["id"])
+            name = parts[2] if len(parts) >= 3 else None
+        if not name:
+            raise GraphQLError("upsertBucket needs a run name (the run id)")
+        sweep = inp.get("sweep")
+        if sweep and f"{entity}/{project}/{sweep}" not in self.state.sweeps:
+            raise GraphQLError(f"sweep {entity}/{project}/{sweep} not found", status=404)
+        run, inserted = self.state.upsert_run(entity, project, name, inp)
+        self.changed = True
+        return {"bucket": self.run_obj(run), "inserted": inserted}
+
+    def create_run_files(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        entity, project, run_name = inp["entityName"], inp["projectName"], inp["runName"]
+        run = self.state.run(entity, project, run_name)
+        if run is None:
+            raise GraphQLError(f"run {entity}/{project}/{run_name} not found", status=404)
+        base = self.base_url()
+        return {
+            "runID": node_id("Run", run_name, project, entity),
+            "uploadHeaders": [],
+            "files": [
+                {"name": f, "uploadUrl": f"{base}/_storage/{entity}/{project}/{run_name}/{f}"}
+                for f in inp.get("files") or []
+            ],
+        }
+
+    def upsert_sweep(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        if inp.get("id"):  # a state change (wandb sweep --stop/--cancel/--pause/--resume)
+            parts = decode_id(inp["id"])
+            key = f"{parts[4]}/{parts[3]}/{parts[2]}" if len(parts) >= 5 else ""
+            sweep = self.state.sweeps.get(key)
+            if sweep is None:
+                raise GraphQLError(f"sweep {inp['id']} not found", status=404)
+            if inp.get("state"):
+                sweep["state"] = str(inp["state"]).upper()
+            sweep["updated_at"] = time.time()
+            self.changed = True
+            return {"sweep": self.sweep_obj(sweep), "configValidationWarnings": []}
+        text = inp.get("config") or ""
+        try:
+            cfg = S.parse_config(text)
+        except S.SweepConfigError as exc:
+            raise GraphQLError(str(exc), status=400) from None
+        entity = inp.get("entityName") or L.USER
+        project = inp.get("projectName") or cfg.get("project") or "uncategorized"
+        self.state.project(entity, project, create=True)
+        name = S._run_id()
+        now = time.time()
+        sweep = {
+            "key": f"{entity}/{project}/{name}",
+            "entity": entity,
+            "project": project,
+            "name": name,
+            "config_text": text,
+            "config": cfg,
+            "state": str(inp.get("state") or "RUNNING").upper(),
+            "created_at": now,
+            "updated_at": now,
+            "handed_out": [],
+            "agent_timeout": 60.0,
+        }
+        self.state.sweeps[sweep["key"]] = sweep
+        self.changed = True
+        return {"sweep": self.sweep_obj(sweep), "configValidationWarnings": []}
+
+    def create_agent(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        entity = inp.get("entityName") or L.USER
+        project = inp.get("projectName") or "uncategorized"
+        key = f"{entity}/{project}/{inp.get('sweep')}"
+        if key not in self.state.sweeps:
+            raise GraphQLError(f"sweep {key} not found", status=404)
+        agent_id = node_id("Agent", str(self.state.next_number()))
+        now = time.time()
+        self.state.agents[agent_id] = {
+            "id": agent_id,
+            "sweep": key,
+            "host": inp.get("host") or "",
+            "created_at": now,
+            "heartbeat_at": now,
+            "runs": [],
+        }
+        self.changed = True
+        return {"agent": self.agent_obj(self.state.agents[agent_id])}
+
+    def agent_heartbeat(self, args: dict[str, Any]) -> Obj:
+        inp = args.get("input") or {}
+        agent = self.state.agents.get(inp.get("id") or "")
+        if agent is None:
+            raise GraphQLError("agent not found", status=404)
+        run_state = json.loads(inp.get("runState") or "{}")
+        commands = S.heartbeat(self.state, agent, run_state)
+        self.changed = True
+        return {"agent": self.agent_obj(agent), "commands": json.dumps(commands)}
+
+
+def _steps(lines: list[str], args: dict[str, Any]) -> list[str]:
+    """History rows with ``minStep <= _step < maxStep`` (HistoryPage's window)."""
+    lo, hi = args.get("minStep"), args.get("maxStep")
+    if lo is None and hi is None:
+        return lines
+    out = []
+    for line in lines:
+        step = json.loads(line).get("_step", 0)
+        if (lo is None or step >= lo) and (hi is None or step < hi):
+            out.append(line)
+    return out
+
+
+def _sampled_lines(lines: list[str], samples: Any) -> list[str]:
+    n = int(samples or 500)
+    if len(lines) <= n:
+        return list(lines)
+    stride = len(lines) / n
+    return [lines[int(i * stride)] for i in range(n)]
+
+
+def _wandb_config(run: Record, keys: Any) -> Obj:
+    cfg = json.loads(run["config"] or "{}")
+    wb = cfg.get("_wandb", {})
+    value = wb.get("value", {}) if isinstance(wb, dict) else {}
+    return {k: value.get(k) for k in keys} if keys else value
+
+
+__all__ = ["GraphQLError", "NotFound", "Schema"]

@@ -1,0 +1,183 @@
+"""What the emulated W&B server knows: projects, runs (config, summary, history), sweeps, agents.
+
+Plain JSON-able dicts, kept in memory and written atomically to ``state.json`` in the run
+dir after every change, so a restarted emulator serves the same runs and sweeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+Record = dict[str, Any]
+
+
+def iso(ts: float | None = None) -> str:
+    """W&B's timestamp format (UTC, no zone suffix)."""
+    return datetime.fromtimestamp(ts if ts is not None else time.time(), UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S"
+    )
+
+
+def node_id(kind: str, *parts: str) -> str:
+    """A GraphQL node id shaped like W&B's: base64 of ``Kind:v1:part:...``."""
+    return base64.b64encode(":".join([kind, "v1", *parts]).encode()).decode()
+
+
+def decode_id(value: str) -> list[str]:
+    try:
+        return base64.b64decode(value.encode(), validate=True).decode().split(":")
+    except (ValueError, UnicodeDecodeError):
+        return []
+
+
+class NotFound(LookupError):
+    """A named object does not exist (the server answers 404 / a GraphQL error)."""
+
+
+@dataclass
+class State:
+    path: Path | None = None
+    projects: dict[str, Record] = field(default_factory=dict)  # "entity/project"
+    runs: dict[str, Record] = field(default_factory=dict)  # "entity/project/run"
+    sweeps: dict[str, Record] = field(default_factory=dict)  # "entity/project/sweep"
+    agents: dict[str, Record] = field(default_factory=dict)  # agent id
+    counter: int = 0
+
+    # persistence -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        state = cls(path=path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return state
+        for key in ("projects", "runs", "sweeps", "agents"):
+            setattr(state, key, dict(data.get(key, {})))
+        state.counter = int(data.get("counter", 0))
+        return state
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "projects": self.projects,
+            "runs": self.runs,
+            "sweeps": self.sweeps,
+            "agents": self.agents,
+            "counter": self.counter,
+        }
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+    def next_number(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    # projects ----------------------------------------------------------------------------
+
+    def project(self, entity: str, name: str, create: bool = False) -> Record | None:
+        key = f"{entity}/{name}"
+        proj = self.projects.get(key)
+        if proj is None and create:
+            proj = {
+                "entity": entity,
+                "name": name,
+                "created_at": iso(),
+                "internal_id": self.next_number(),
+            }
+            self.projects[key] = proj
+        return proj
+
+    # runs --------------------------------------------------------------------------------
+
+    def run(self, entity: str, project: str, name: str) -> Record | None:
+        return self.runs.get(f"{entity}/{project}/{name}")
+
+    def upsert_run(
+        self, entity: str, project: str, name: str, fields: Record
+    ) -> tuple[Record, bool]:
+        """Create or update a run from UpsertBucket's input; True if it was created."""
+        self.project(entity, project, create=True)
+        key = f"{entity}/{project}/{name}"
+        run = self.runs.get(key)
+        inserted = run is None
+        now = time.time()
+        if run is None:
+            run = {
+                "entity": entity,
+                "project": project,
+                "name": name,
+                "display_name": name,
+                "state": "running",
+                "config": "{}",
+                "summary": {},
+                "history": [],
+                "events": [],
+                "log_lines": 0,
+                "sweep": None,
+                "created_at": now,
+                "heartbeat_at": now,
+                "tags": [],
+                "exitcode": None,
+                "files": {},
+            }
+            self.runs[key] = run
+        for src, dst in (
+            ("displayName", "display_name"),
+            ("groupName", "group"),
+            ("jobType", "job_type"),
+            ("notes", "notes"),
+            ("description", "notes"),
+            ("host", "host"),
+            ("jobProgram", "program"),
+            ("commit", "commit"),
+            ("tags", "tags"),
+            ("sweep", "sweep"),
+        ):
+            if fields.get(src) is not None:
+                run[dst] = fields[src]
+        if fields.get("config") is not None:
+            run["config"] = fields["config"]
+        if fields.get("summaryMetrics") is not None:
+            run["summary"].update(json.loads(fields["summaryMetrics"]))
+        if fields.get("state"):
+            run["state"] = fields["state"]
+        elif not inserted and fields.get("config") is not None:
+            run["state"] = "running"  # wandb.init sends its config: a resumed run runs again
+        run["heartbeat_at"] = now
+        return run, inserted
+
+    def stream(self, run: Record, body: Record) -> None:
+        """Apply one file_stream request (wandb-core's filestream.FileStreamRequest)."""
+        files = body.get("files") or {}
+        for fname, chunk in files.items():
+            offset = int(chunk.get("offset", 0))
+            content = list(chunk.get("content") or [])
+            if fname == "wandb-history.jsonl":
+                run["history"][offset:] = content
+            elif fname == "wandb-events.jsonl":
+                run["events"][offset:] = content
+                del run["events"][:-1000]  # system metrics: a tail is enough
+            elif fname == "wandb-summary.json":
+                if content:
+                    run["summary"] = json.loads(content[-1])
+            elif fname == "output.log":
+                run["log_lines"] = max(run["log_lines"], offset + len(content))
+        run["heartbeat_at"] = time.time()
+        if body.get("preempting"):
+            run["state"] = "preempting"
+        elif run["state"] not in ("running", "preempting"):
+            run["state"] = "running"
+        if body.get("complete"):
+            code = body.get("exitcode")
+            run["exitcode"] = code
+            run["state"] = "finished" if not code else "failed"

@@ -1,0 +1,242 @@
+"""The real wandb SDK (with wandb-core) and the real `wandb` CLI against the W&B emulator.
+
+Each client runs in its own process with a tmp HOME and WANDB_BASE_URL on 127.0.0.1;
+a proxy trap proves that no client tried to reach any other host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support.fixtures_wandb import (
+    WRONG_KEY,
+    WandbEmu,
+    kill_group,
+    run_client,
+    wandb_emu,
+)
+from tests.support.waiting import wait_until
+
+__all__ = ["wandb_emu"]
+
+PY = sys.executable
+
+TRAIN = textwrap.dedent(
+    """
+    import sys, time, wandb
+    start, count, then = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    run = wandb.init(
+        project="resume", entity="lab", id="trainer-1", resume="allow",
+        config={"alpha": 0.5},
+        settings=wandb.Settings(x_file_stream_transmit_interval=0.2),
+    )
+    print("resumed", run.resumed, flush=True)
+    for i in range(count):
+        run.log({"loss": float(start + i)})
+    if then == "hang":  # wait to be SIGKILLed, like a preempted trainer
+        time.sleep(600)
+    run.finish()
+    """
+)
+
+LIST_RUNS = textwrap.dedent(
+    """
+    import json, sys, wandb
+    api = wandb.Api()
+    runs = api.runs(sys.argv[1])
+    out = []
+    for r in runs:
+        out.append({
+            "id": r.id, "state": r.state, "config": r.config,
+            "summary": {k: v for k, v in r.summary.items() if not k.startswith("_")},
+            "steps": [h["_step"] for h in r.scan_history()],
+            "loss": [h.get("loss") for h in r.history(pandas=False)],
+        })
+    print(json.dumps(out))
+    """
+)
+
+
+def _history_lines(emu: WandbEmu, entity: str, project: str, run: str) -> int:
+    data = emu.graphql(
+        "query H($p: String!, $e: String!, $r: String!) "
+        "{ project(name: $p, entityName: $e) { run(name: $r) { historyLineCount } } }",
+        {"p": project, "e": entity, "r": run},
+    )
+    proj = data.get("project") or {}
+    return int((proj.get("run") or {}).get("historyLineCount") or 0)
+
+
+def test_init_resume_after_sigkill_continues_the_same_run(
+    wandb_emu: WandbEmu, tmp_path: Path
+) -> None:
+    """A trainer SIGKILLed mid-run and started again with the same id continues that run:
+    one run, history 0..5 without a gap, finished."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    env = wandb_emu.env(tmp_path / "home")
+    first = subprocess.Popen(
+        [PY, "train.py", "0", "3", "hang"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until(
+            lambda: (
+                first.poll() is not None
+                or _history_lines(wandb_emu, "lab", "resume", "trainer-1") >= 3
+            ),
+            60,
+            "the first trainer's 3 history rows at the emulator",
+        )
+        assert first.poll() is None, first.communicate()[0]
+    finally:
+        kill_group(first)  # SIGKILL the trainer and its wandb-core: no finish is sent
+        first.wait()
+    second = run_client([PY, "train.py", "3", "3", "finish"], env, tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "resumed True" in second.stdout
+    listed = run_client([PY, "-c", LIST_RUNS, "lab/resume"], env, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)
+    assert [r["id"] for r in runs] == ["trainer-1"]
+    (run,) = runs
+    assert run["state"] == "finished"
+    assert run["config"] == {"alpha": 0.5}
+    assert run["steps"] == [0, 1, 2, 3, 4, 5]
+    assert run["loss"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert run["summary"]["loss"] == 5.0
+    assert wandb_emu.trap.seen == []
+
+
+def test_wrong_api_key_gets_401_and_the_clients_own_error(
+    wandb_emu: WandbEmu, tmp_path: Path
+) -> None:
+    env = wandb_emu.env(tmp_path / "home", api_key=WRONG_KEY, silent=False)
+    init = run_client(
+        [PY, "-c", "import wandb; wandb.init(project='denied', entity='lab')"], env, tmp_path
+    )
+    assert init.returncode != 0
+    assert "CommError: user is not logged in" in init.stderr
+    login = run_client(
+        ["wandb", "login", "--host", wandb_emu.base_url, "--relogin", WRONG_KEY], env, tmp_path
+    )
+    assert login.returncode != 0
+    assert f"Failed to authenticate with {wandb_emu.base_url}" in login.stderr
+    assert WRONG_KEY not in login.stderr + login.stdout
+    assert wandb_emu.graphql('{ project(name: "denied", entityName: "lab") { name } }') == {
+        "project": None
+    }
+    assert wandb_emu.trap.seen == []
+
+
+SWEEP_YAML = """\
+program: train_sweep.py
+method: grid
+run_cap: 2
+parameters:
+  lr:
+    values: [0.1, 0.01, 0.001]
+  batch:
+    value: 32
+"""
+
+TRAIN_SWEEP = """\
+import wandb
+run = wandb.init()
+for i in range(3):
+    run.log({"loss": run.config.lr * (3 - i)})
+run.finish()
+"""
+
+SWEEP_RUNS = textwrap.dedent(
+    """
+    import json, sys, wandb
+    sweep = wandb.Api().sweep(sys.argv[1])
+    print(json.dumps({
+        "state": sweep.state,
+        "runs": sorted(
+            [{"id": r.id, "state": r.state, "lr": r.config.get("lr"),
+              "loss": r.summary.get("loss")} for r in sweep.runs],
+            key=lambda r: -r["lr"],
+        ),
+    }))
+    """
+)
+
+
+def _sweep_id(proc: subprocess.CompletedProcess[str]) -> str:
+    m = re.search(r"wandb agent (\S+)", proc.stderr + proc.stdout)
+    assert m, f"no sweep id in:\n{proc.stdout}\n{proc.stderr}"
+    return m.group(1)
+
+
+def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> None:
+    """`wandb sweep` creates a grid sweep, `wandb agent --count 2` runs two runs through
+    heartbeats, `wandb.Api().sweep()` lists them finished; `--stop` / `--cancel` set the state."""
+    (tmp_path / "sweep.yaml").write_text(SWEEP_YAML)
+    (tmp_path / "train_sweep.py").write_text(TRAIN_SWEEP)
+    env = wandb_emu.env(tmp_path / "home", silent=False)
+    created = run_client(
+        ["wandb", "sweep", "--entity", "lab", "--project", "grid", "sweep.yaml"], env, tmp_path
+    )
+    assert created.returncode == 0, created.stderr
+    path = _sweep_id(created)
+    assert path.startswith("lab/grid/")
+    agent = run_client(["wandb", "agent", "--count", "2", path], env, tmp_path, timeout=150)
+    assert agent.returncode == 0, agent.stderr
+    listed = run_client([PY, "-c", SWEEP_RUNS, path], env, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    got = json.loads(listed.stdout)
+    assert [(r["state"], r["lr"]) for r in got["runs"]] == [("finished", 0.1), ("finished", 0.01)]
+    assert [r["loss"] for r in got["runs"]] == [pytest.approx(0.1), pytest.approx(0.01)]
+    assert got["state"] == "RUNNING"
+
+    stopped = run_client(["wandb", "sweep", "--stop", path], env, tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    second = run_client(
+        ["wandb", "sweep", "--entity", "lab", "--project", "grid", "sweep.yaml"], env, tmp_path
+    )
+    other = _sweep_id(second)
+    cancelled = run_client(["wandb", "sweep", "--cancel", other], env, tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    states = run_client(
+        [
+            PY,
+            "-c",
+            "import sys, wandb; api = wandb.Api(); "
+            "print(api.sweep(sys.argv[1]).state, api.sweep(sys.argv[2]).state)",
+            path,
+            other,
+        ],
+        env,
+        tmp_path,
+    )
+    assert states.stdout.split() == ["FINISHED", "CANCELED"], states.stderr
+    assert wandb_emu.trap.seen == []
+
+
+def test_no_client_process_outlives_the_tests(wandb_emu: WandbEmu) -> None:
+    """wandb-core and agent children were all in the killed process groups."""
+    marker = wandb_emu.base_url.encode()
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in env and int(pid) != os.getpid():
+            left.append(int(pid))
+    assert left == [], f"wandb client processes still alive: {left}"

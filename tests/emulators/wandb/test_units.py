@@ -1,0 +1,168 @@
+"""The W&B emulator's parts that need no wandb client: the GraphQL reader, the sweep
+controller, the state file across a restart and `phantom wandb up|status|down`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from console.cli import main as phantom
+from emulators.wandb import client, gql
+from emulators.wandb import sweeps as S
+from emulators.wandb.state import State
+from tests.support.fixtures_wandb import API_KEY, WandbEmu, start_emulator, stop_emulator
+
+
+def test_gql_reads_fragments_aliases_variables_and_directives() -> None:
+    doc = gql.parse(
+        """
+        query Q($e: String!, $n: Int = 2, $skip: Boolean!) {
+          viewer { ...U  ent: entity @skip(if: $skip) }
+          project(name: "p", entityName: $e) { runs(first: $n) { ... on Conn { count } } }
+        }
+        fragment U on User { username }
+        """
+    )
+    root = {
+        "query": {
+            "viewer": {"username": "u", "entity": "e"},
+            "project": lambda a: {"runs": lambda b: {"count": (a["entityName"], b["first"])}},
+        }
+    }
+    assert gql.execute(doc, root, {"e": "lab", "skip": True}) == {
+        "viewer": {"username": "u"},
+        "project": {"runs": {"count": ["lab", 2]}},
+    }
+
+
+def test_gql_unknown_field_is_null_and_bad_text_is_a_syntax_error() -> None:
+    doc = gql.parse("{ viewer { id newFieldOfAFutureClient } }")
+    assert gql.execute(doc, {"query": {"viewer": {"id": "1"}}}, None) == {
+        "viewer": {"id": "1", "newFieldOfAFutureClient": None}
+    }
+    with pytest.raises(gql.GraphQLSyntaxError):
+        gql.parse("{ viewer { id ")
+
+
+def _sweep(state: State, text: str) -> dict:
+    cfg = S.parse_config(text)
+    sweep = {
+        "key": "e/p/s1",
+        "entity": "e",
+        "project": "p",
+        "name": "s1",
+        "config": cfg,
+        "config_text": text,
+        "state": "RUNNING",
+        "handed_out": [],
+        "agent_timeout": 60.0,
+    }
+    state.sweeps["e/p/s1"] = sweep
+    return sweep
+
+
+def test_grid_controller_hands_out_each_point_once_up_to_run_cap() -> None:
+    state = State()
+    sweep = _sweep(
+        state,
+        "method: grid\nrun_cap: 3\nprogram: t.py\n"
+        "parameters: {lr: {values: [1, 2]}, bs: {values: [8, 16]}}",
+    )
+    agent = {"id": "a1", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    state.agents["a1"] = agent
+    handed = []
+    for _ in range(4):
+        (cmd,) = S.heartbeat(state, agent, {})
+        if cmd["type"] != "run":
+            break
+        handed.append({k: v["value"] for k, v in cmd["args"].items()})
+        assert cmd["program"] == "t.py"
+    assert handed == [{"bs": 8, "lr": 1}, {"bs": 8, "lr": 2}, {"bs": 16, "lr": 1}]
+    assert cmd == {"type": "exit"}
+    assert sweep["state"] == "FINISHED"
+
+
+def test_random_controller_samples_within_bounds_and_cancel_stops_runs() -> None:
+    state = State()
+    sweep = _sweep(
+        state,
+        "method: random\nparameters:\n  lr: {distribution: log_uniform_values, min: 0.001, max: 0.1}"
+        "\n  layers: {min: 1, max: 4}",
+    )
+    agent = {"id": "a1", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    state.agents["a1"] = agent
+    (cmd,) = S.heartbeat(state, agent, {})
+    args = {k: v["value"] for k, v in cmd["args"].items()}
+    assert 0.001 <= args["lr"] <= 0.1
+    assert args["layers"] in (1, 2, 3, 4)
+    assert S.heartbeat(state, agent, {cmd["run_id"]: True}) == []  # one run at a time
+    sweep["state"] = "CANCELED"
+    assert S.heartbeat(state, agent, {cmd["run_id"]: True}) == [
+        {"type": "stop", "run_id": cmd["run_id"]}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("method: annealing\nparameters: {a: {value: 1}}", "method must be one of"),
+        ("method: grid\nparameters: {a: {min: 1, max: 2}}", "parameters.a"),
+        ("method: random\nparameters: {a: {min: x, max: 2}}", "parameters.a: `min`"),
+        ("method: random\nrun_cap: 0\nparameters: {a: {value: 1}}", "run_cap"),
+        ("method: [", "not YAML"),
+    ],
+)
+def test_malformed_sweep_config_names_the_field(text: str, names: str) -> None:
+    with pytest.raises(S.SweepConfigError, match=names):
+        S.parse_config(text)
+
+
+def test_restart_keeps_runs_and_sweeps(tmp_path: Path) -> None:
+    run_dir = tmp_path / "emu"
+    info = start_emulator(run_dir)
+    try:
+        emu = WandbEmu(info, trap=None)  # type: ignore[arg-type]
+        emu.graphql(
+            'mutation { upsertBucket(input: {name: "r1", modelName: "p", entityName: "e",'
+            ' config: "{\\"a\\": {\\"value\\": 1}}"}) { inserted } }'
+        )
+    finally:
+        stop_emulator(run_dir, info)
+    again = start_emulator(run_dir)
+    try:
+        data = WandbEmu(again, trap=None).graphql(  # type: ignore[arg-type]
+            '{ project(name: "p", entityName: "e") { run(name: "r1") { name config } } }'
+        )
+        assert data["project"]["run"] == {"name": "r1", "config": '{"a": {"value": 1}}'}
+    finally:
+        stop_emulator(run_dir, again)
+
+
+def test_phantom_wandb_up_status_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is named, never printed; `down` leaves no daemon; a second `down` says so."""
+    run_dir = tmp_path / "emu"
+    monkeypatch.setenv("PHANTOM_WANDB_API_KEY", API_KEY)
+    try:
+        assert phantom(["wandb", "up", "--run-dir", str(run_dir), "--json"]) == 0
+        up = json.loads(capsys.readouterr().out)
+        assert up["base_url"].startswith("http://127.0.0.1:")
+        assert up["api_key_env"] == "PHANTOM_WANDB_API_KEY"
+        assert phantom(["wandb", "status", "--run-dir", str(run_dir)]) == 0
+        out = capsys.readouterr()
+        assert "from $PHANTOM_WANDB_API_KEY" in out.out
+        assert API_KEY not in out.out + out.err
+        assert API_KEY not in (run_dir / "daemon.log").read_text()
+        assert API_KEY.encode() not in Path(f"/proc/{up['pid']}/cmdline").read_bytes()
+    finally:
+        assert phantom(["wandb", "down", "--run-dir", str(run_dir)]) == 0
+    assert not client.pid_alive(up["pid"])
+    assert phantom(["wandb", "status", "--run-dir", str(run_dir)]) == 1
+    assert "start one with `phantom wandb up`" in capsys.readouterr().err
+    assert phantom(["wandb", "up", "--port", "70000"]) == 2
+    assert "must be 0..65535" in capsys.readouterr().err
+    assert not os.path.exists(run_dir / "api_key")  # the key came from the env var
