@@ -10,6 +10,7 @@ from __future__ import annotations
 from console.config import parse_config
 from console.services.capabilities import INTENTS, Capability
 from console.tui.screens.palette import PhantomCommands
+from console.tui.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
 from tests.tui.test_app import make_app, settle
 
@@ -72,3 +73,17 @@ def test_every_intent_has_a_unique_id_and_a_known_capability() -> None:
     handled = set(PhantomCommands.handled())
     on_screens = {"workload_logs", "delete_workload", "preempt_slice"}  # the Workloads keys
     assert {i.id for i in INTENTS} == handled | on_screens
+
+
+async def test_the_overview_on_gke_lists_nodes_apart_without_ray_or_ssh_columns() -> None:
+    fake = FakeServices("gke")
+    app = make_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("1")
+        await settle(pilot)
+        table = app.screen.query_one("#hosts", FastTable)
+        headers = [label for _, label, _ in table._columns]
+        assert "RAY" not in headers and "SSH" not in headers and "NODE" in headers
+        names = [table.cell_texts(key)[0] for key in table.row_keys]
+        assert len(set(names)) == len(fake.pod.hosts) == 8, names

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
+from console.services.capabilities import Capability
 from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
 from console.tui.screens.base import FilteredScreen
 from console.tui.state import ago, resources_text, short_host
@@ -27,6 +28,16 @@ COLUMNS: list[tuple[str, str, int]] = [
     ("health", "HEALTH", 9),
     ("ray", "RAY", 7),
     ("ssh", "SSH", 4),
+    ("res", "RESOURCES", 10),
+    ("seen", "SEEN", 5),
+]
+# A cluster without SSH hosts of the console's (GKE) lists its nodes: no Ray, no SSH column,
+# and the node's own part of its name (every GKE node name starts with the cluster's).
+NODE_COLUMNS: list[tuple[str, str, int]] = [
+    ("host", "NODE", 13),
+    ("pool", "POOL", 18),
+    ("tpu", "STATE", 9),
+    ("health", "HEALTH", 12),
     ("res", "RESOURCES", 10),
     ("seen", "SEEN", 5),
 ]
@@ -76,7 +87,27 @@ def host_cells(host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]
     )
 
 
-def summary_text(pod: PodSnapshot | None, now: float) -> Text:
+def node_cells(host: HostStatus, now: float) -> tuple[Cell, ...]:
+    """One row of a node pool's node (GKE): what tells the nodes of a slice apart."""
+    health, health_style = _HEALTH.get(host.health, (host.health.lower(), "yellow"))
+    return (
+        (short_node(host.name, host.pool), "bold"),
+        (host.pool or "-", ""),
+        (str(host.tpu_state), _TPU_STYLE.get(host.tpu_state, "dim")),
+        (health, health_style),
+        (resources_text(host.resources), ""),
+        (ago(now, host.last_seen), ""),
+    )
+
+
+def short_node(name: str, pool: str) -> str:
+    """``gke-<cluster>-<pool>-3e01e57e-0003`` -> ``3e01e57e-0003`` (unique within the pool)."""
+    if pool and f"-{pool}-" in name:
+        return name.split(f"-{pool}-", 1)[1]
+    return name
+
+
+def summary_text(pod: PodSnapshot | None, now: float, *, ray: bool = True) -> Text:
     out = Text()
     if pod is None:
         out.append("No snapshot yet: the first poll of TPU API, SSH and Ray is running.", "dim")
@@ -93,7 +124,7 @@ def summary_text(pod: PodSnapshot | None, now: float) -> Text:
     total = len(pod.hosts)
     out.append("  hosts ")
     out.append(f"{pod.ready_hosts}/{total} ready", "green" if pod.ready_hosts == total else "red")
-    if pod.provider == "gke":  # no Ray or tunnel of the console's own: JobSets run there
+    if not ray:  # no Ray or tunnel of the console's own: JobSets run there
         running = sum(1 for p in pod.pods if p.phase == "Running")
         out.append("\npods ")
         out.append(f"{running}/{len(pod.pods)} running", "green" if running else "yellow")
@@ -179,20 +210,28 @@ class OverviewScreen(FilteredScreen):
         self._summary = Text()
         self._warnings: tuple[str, ...] = ()
 
+    @property
+    def _hosts(self) -> bool:
+        """The cluster has SSH hosts and Ray of the console's (its backend declares it)."""
+        return Capability.HOSTS in self.phantom.services.capabilities
+
+    def _cells(self, host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]:
+        return host_cells(host, node_name, now) if self._hosts else node_cells(host, now)
+
     def compose_body(self) -> ComposeResult:
         yield Static(id="summary")
         yield Static(id="warnings")
         yield self.make_filter_input()
         # Not a DataTable: 1,024 hosts changing several times a second need per-row caching.
         table = FastTable(id="hosts", classes="main-table")
-        table.set_columns(COLUMNS)
+        table.set_columns(COLUMNS if self._hosts else NODE_COLUMNS)
         yield table
 
     def render_state(self, changed: Iterable[str]) -> None:
         pod = self.state.pod
         now = self.phantom.clock()
         shown = self._render_hosts(pod, now)
-        summary = summary_text(pod, now)
+        summary = summary_text(pod, now, ray=self._hosts)
         if self.filter_text and pod is not None:
             summary.append(
                 f"\nfilter {self.filter_text!r}: {shown} of {len(pod.hosts)} hosts", "cyan"
@@ -233,7 +272,7 @@ class OverviewScreen(FilteredScreen):
             if hit is not None and (hit[0] is host or hit[0] == host) and hit[1] == seen:
                 cells = hit[2]
             else:
-                cells = host_cells(host, pod.node_name, now)
+                cells = self._cells(host, pod.node_name, now)
                 cache[host.name] = (host, seen, cells)
             if self.matches(cells, extra=host.name):
                 rows.append((host.name, cells))
@@ -265,7 +304,7 @@ class OverviewScreen(FilteredScreen):
             return False  # hosts moved: the order changes, a whole pass
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
         for _, host in replaced:
-            cells = host_cells(host, pod.node_name, now)
+            cells = self._cells(host, pod.node_name, now)
             self._host_cells[host.name] = (host, ago(now, host.last_seen), cells)
             rows.append((host.name, cells))
         self.query_one("#hosts", FastTable).update_rows(rows)

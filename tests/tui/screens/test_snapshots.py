@@ -78,6 +78,15 @@ def test_overview(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_overview_gke(snap_compare, size):
+    """Overview on a GKE cluster (the v5p-64 slice's 8 nodes): columns NODE, POOL, STATE,
+    HEALTH, RESOURCES, SEEN, no Ray or SSH column; each node by its own part of the name
+    (3e01e57e-0000 ... -0007), all READY; the summary counts pods and workloads, not Ray or
+    a tunnel. The footer offers r but no `u Bring up` (GKE declares no VMs to bring up)."""
+    assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("1"))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_overview_filtered(snap_compare, size):
     """Overview after `/` and typing `preempted`: only w2 is listed and the summary says
     `filter 'preempted': 1 of 4 hosts`; the filter box sits above the table."""
