@@ -15,7 +15,9 @@ from engine.notice import notice_line
 from tests.support import REPO
 
 # A literal exit code 75 compared or assigned: `== 75`, `!= 75`, `NAME = 75`.
-_LITERAL_75 = re.compile(r"(?:[=!]=[ \t]*75\b)|(?:^[ \t]*[A-Za-z_]\w*[ \t]*=[ \t]*75\b)", re.MULTILINE)
+_LITERAL_75 = re.compile(
+    r"(?:[=!]=[ \t]*75\b)|(?:^[ \t]*[A-Za-z_]\w*[ \t]*=[ \t]*75\b)", re.MULTILINE
+)
 
 
 def test_exit_75_is_defined_once() -> None:
