@@ -24,7 +24,13 @@ from console.services.model import (
     StepState,
     Update,
 )
-from console.services.record.journal import RECOVERED, RECOVERY_FAILED, RECOVERY_STARTED, Journal
+from console.services.record.journal import (
+    ACTION,
+    RECOVERED,
+    RECOVERY_FAILED,
+    RECOVERY_STARTED,
+    Journal,
+)
 from console.services.record.lease import PodLeases
 from console.services.recovery.watchdog import Watchdog
 
@@ -54,15 +60,19 @@ class RecoveryView:
                 owner=st.owner,
             )
             return True
-        if ev.kind == "recovery_step":
-            name = str(ev.data.get("step", ""))
-            return self._step(name, StepState.RUNNING, started_at=ev.at, message=ev.message)
-        if ev.kind == "action" and str(ev.data.get("action", "")).startswith("recovery."):
+        if ev.kind == ACTION and str(ev.data.get("action", "")).startswith("recovery."):
+            # A step is journaled once, when it ends (dated at its start): the next step
+            # still pending is the one running now.
             name = str(ev.data["action"]).removeprefix("recovery.")
             ok = StepState.OK if ev.data.get("ok") else StepState.FAILED
             state = str(ev.data.get("state") or ok)
             elapsed = _num(ev.data.get("duration_s"))
-            return self._step(name, state, message=ev.message, elapsed_s=elapsed)
+            changed = self._step(
+                name, state, started_at=ev.at, message=ev.message, elapsed_s=elapsed
+            )
+            if changed and state != StepState.FAILED:
+                self._next_running(name, (ev.at + (elapsed or 0.0)))
+            return changed
         if ev.kind in _ENDS:
             result = "ok" if ev.kind == RECOVERED else f"failed: {ev.data.get('step', '?')}"
             self.status = replace(
@@ -70,6 +80,15 @@ class RecoveryView:
             )
             return True
         return False
+
+    def _next_running(self, after: str, at: float) -> None:
+        names = [s.name for s in self.status.steps]
+        if after not in names:
+            return
+        for step in self.status.steps[names.index(after) + 1 :]:
+            if step.state == StepState.PENDING:
+                self._step(step.name, StepState.RUNNING, started_at=at)
+                return
 
     def _step(
         self,

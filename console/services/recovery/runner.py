@@ -8,8 +8,9 @@ parts. The TPU VM plan is recreate -> wait_ready -> bootstrap -> head -> tunnel 
 -> workers (``backends/tpu_vm/recovery.py``). The runner never calls into the facade.
 
 Every step is observable: its state, per-host results, attempts and elapsed time are
-published as a ``RecoveryStatus`` while it runs, and its start and end are journaled with
-the actor. A step is retried with backoff (``step_retries``; a per-host step re-runs only
+published as a ``RecoveryStatus`` while it runs, and its end is journaled with the actor as
+one ``action`` row (``recovery.<step>``, dated at the step's start: the journal holds each step
+once). A step is retried with backoff (``step_retries``; a per-host step re-runs only
 the hosts that failed), then reported failed, which ends the recovery with
 ``result="failed: <step>"``. A skipped step says why. VERIFY polls until the cluster is back
 (every host READY, one live Ray node each, tunnel up, resubmitted jobs running, no new metric
@@ -395,12 +396,6 @@ class RecoveryRunner:
             started_at=self._clock(),
             hosts=dict(host_states),
             message=f"{len(hosts)} host(s)" if hosts else "",
-        )
-        await self._event(
-            "recovery_step",
-            f"{name} started" + (f" on {', '.join(hosts)}" if hosts else ""),
-            actor=run.actor,
-            data={"step": name, "state": "running", "hosts": list(hosts)},
         )
         per_host: dict[str, HostResult] = {}
         pending = list(hosts)

@@ -1,0 +1,171 @@
+"""Incidents: a preemption and its recovery as one record, on a real journal file.
+
+Fed with what the console journaled during a real worker-then-head preemption against the
+pod emulator (``tests/support/incident_rows.py``), replayed through the real event sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.services.model import Event
+from console.services.record.incidents import (
+    INCIDENT,
+    LAPSE_S,
+    Incident,
+    group,
+    incident_of,
+    incidents,
+)
+from console.services.record.journal import Journal
+from tests.support.incident_rows import recorded, replay
+
+W0, W1 = "phantom-pod-w0", "phantom-pod-w1"
+START = 1_800_000_000.0
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.sqlite")
+    yield j
+    j.close()
+
+
+def head_incident(found: list[Incident]) -> Incident:
+    (head,) = [i for i in found if i.summary.data["head"]]
+    return head
+
+
+async def test_a_head_preemption_is_one_incident_with_its_figures(
+    journal: Journal, tmp_path: Path
+) -> None:
+    await replay(journal, recorded(start=START))
+    journal.close()
+    again = Journal(tmp_path / "journal.sqlite")  # what a restarted console reads
+    try:
+        found = incidents(again)
+        rows = again.query(limit=10_000)
+    finally:
+        again.close()
+
+    assert len(found) == 2
+    worker, head = found
+    assert worker.summary.data["hosts"] == [W1] and not worker.summary.data["head"]
+    data = head.summary.data
+    assert head.summary.id is not None  # its own journal row, not derived by the reader
+    assert (data["trigger_kind"], data["hosts"], data["head"]) == ("preempted", [W0], True)
+    assert data["result"] == "recovered"
+    assert data["mttr_s"] == pytest.approx(42.05, abs=0.01)
+    assert data["detect_s"] == pytest.approx(0.057, abs=0.001)
+    assert [s["step"] for s in data["steps"]] == [
+        "detect",
+        "recreate",
+        "orphans",
+        "wait_ready",
+        "bootstrap",
+        "head",
+        "tunnel",
+        "resubmit",
+        "workers",
+        "verify",
+    ]
+    assert all(s["state"] == "ok" for s in data["steps"])
+    assert list(data["resubmitted"]) == ["phantom-single-20261201-154436-8c9fe8"]
+    assert data["steps_lost"] is None  # no row of this recording reports one
+    assert head.summary.message == (
+        f"head preempted ({W0}): recovered in 42.0s, 1 job(s) resubmitted"
+    )
+    # Every worker's "Ray node down (VM fine)" while the head was rebuilt is in the incident.
+    down = [e for e in rows if e.kind == "ray_node_down" and e.at > head.at]
+    assert len(down) == 4 and {incident_of(e) for e in down} == {head.id}
+    assert data["folded"]["ray_node_down"] == 4
+    # One summary per incident, journaled right after the row that ended it.
+    summaries = [e for e in rows if e.kind == INCIDENT]
+    assert [incident_of(e) for e in summaries] == [worker.id, head.id]
+    ends = {incident_of(e): e.id for e in rows if e.kind == "recovered"}
+    assert all(s.id == ends[incident_of(s)] + 1 for s in summaries if s.id is not None)
+
+
+async def test_what_a_user_did_stays_outside_and_each_step_is_one_row(journal: Journal) -> None:
+    await replay(journal, recorded(start=START))
+    rows = journal.query(limit=10_000)
+    users = [e for e in rows if e.actor == "user"]
+    assert users and not any(incident_of(e) for e in users)  # bootstrap, ray_up, preempt...
+    head = head_incident(incidents(journal))
+    steps = [
+        e
+        for e in rows
+        if incident_of(e) == head.id and str(e.data.get("action", "")).startswith("recovery.")
+    ]
+    assert len(steps) == len({e.data["action"] for e in steps}) == 10
+    assert "recovery_step" not in {e.kind for e in rows}
+    # The watchdog's own submit of the resubmitted job belongs to the incident.
+    (submit,) = [e for e in rows if e.data.get("action") == "submit" and e.actor == "watchdog"]
+    assert incident_of(submit) == head.id
+    # After the recovery ended, rows are no incident's.
+    after = [e for e in rows if e.id is not None and e.id > max(x.id or 0 for x in head.rows)]
+    loose = [e for e in after if e.kind != INCIDENT]
+    assert [e.kind for e in loose][:2] == ["job_state", "tunnel_down"]  # then the teardown
+    assert not any(incident_of(e) for e in loose)
+
+
+async def test_readers_see_incidents_and_loose_rows_in_time_order(journal: Journal) -> None:
+    await replay(journal, recorded(start=START))
+    rows = journal.query(limit=10_000)
+    # An action is dated at its start and journaled at its end: id order is not time order.
+    assert [e.at for e in rows] != sorted(e.at for e in rows)
+    entries = group(rows)
+    times = [x.at for x in entries]
+    assert times == sorted(times)
+    assert sum(isinstance(x, Incident) for x in entries) == 2
+    for inc in (x for x in entries if isinstance(x, Incident)):
+        assert [e.at for e in inc.rows] == sorted(e.at for e in inc.rows)
+        assert inc.at == inc.rows[0].at  # the summary sorts where the incident began
+    loose = [x for x in entries if isinstance(x, Event)]
+    assert len(loose) + sum(len(x.rows) + 1 for x in entries if isinstance(x, Incident)) == len(
+        rows
+    )
+
+
+async def test_an_incident_a_dead_console_left_open_is_resumed(
+    journal: Journal, tmp_path: Path
+) -> None:
+    rows = recorded(start=START)
+    cut = next(i for i, e in enumerate(rows) if e.data.get("action") == "recovery.head")
+    await replay(journal, rows[:cut])  # the console dies mid-recovery of the head...
+    journal.close()
+    second = Journal(tmp_path / "journal.sqlite")  # ...and the next one finishes it
+    try:
+        await replay(second, rows[cut:])
+        found = incidents(second)
+        stored = second.query(limit=10_000)
+    finally:
+        second.close()
+    head = head_incident(found)
+    assert head.summary.id is not None and head.summary.data["result"] == "recovered"
+    assert len(head.summary.data["steps"]) == 10
+    assert len({incident_of(e) for e in stored if incident_of(e)}) == 2
+
+
+async def test_trouble_no_recovery_follows_lapses_unsummarised(journal: Journal) -> None:
+    def down(at: float) -> Event:
+        return Event(at, "ray_node_down", f"{W1}: Ray node down (VM fine)", host=W1)
+
+    await replay(journal, [down(START), down(START + LAPSE_S + 1)])
+    first, second = journal.query()
+    assert incident_of(first) and incident_of(second)
+    assert incident_of(first) != incident_of(second)
+    assert not journal.query(kinds=[INCIDENT])
+    (open_, _) = [x for x in group(journal.query()) if isinstance(x, Incident)]
+    assert open_.open and open_.summary.data["result"] == "open"
+
+
+async def test_the_summary_is_published_after_the_row_that_ended_it(journal: Journal) -> None:
+    published = await replay(journal, recorded(start=START))
+    kinds = [e.kind for e in published]
+    assert kinds.count(INCIDENT) == 2
+    assert all(kinds[i - 1] == "recovered" for i, k in enumerate(kinds) if k == INCIDENT)
+    assert [e.id for e in published] == [e.id for e in journal.query(limit=10_000)]
