@@ -144,6 +144,9 @@ class BenchServices:
     def cadence(self) -> list[RunCadence]:
         return []
 
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        return self.cadence()
+
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         return []
 

@@ -15,9 +15,11 @@ Heavy modules (ray, jax, torch, textual) are imported only by the command that n
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from console import exit_codes
@@ -57,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
+    status.add_argument(
+        "--cadence-deadline",
+        type=_seconds,
+        metavar="S",
+        help="seconds to wait for the metric sources; a slower one is shown as stale "
+        "(default: recovery.cadence_deadline_s, 5)",
+    )
     trust = sub.add_parser(
         "trust",
         help="accept a host's new SSH host key after its VM was recreated",
@@ -144,6 +153,16 @@ def cmd_trust(config: Config, host: str) -> int:
     return asyncio.run(go())
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds greater than 0, e.g. 2.5")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["pod"], ["gke"], ["wandb"]):  # each emulator has its own parser (and --help)
@@ -180,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             from console.status import status_main
 
+            if args.cadence_deadline is not None:
+                recovery = replace(config.recovery, cadence_deadline_s=args.cadence_deadline)
+                config = replace(config, recovery=recovery)
             return status_main(config, as_json=args.json)
         from console.tui.main import run_tui
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from console import exit_codes
 from console.config import Config, ConfigError
 from console.secrets import Scrubber
+from console.services.cadence.snapshot import with_jobs
 from console.services.model import PodSnapshot, to_jsonable
 from console.services.recovery.diagnosis import job_env_text
 
@@ -36,7 +37,8 @@ def reachable(snap: PodSnapshot) -> tuple[bool, str]:
 
 
 async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> dict[str, Any]:
-    """One JSON-able snapshot: pod, Ray, jobs, cadence, recovery."""
+    """One JSON-able snapshot: pod, Ray, jobs, cadence (read now, under
+    ``recovery.cadence_deadline_s``: ``ConsoleServices.cadence_now``), recovery."""
     snap = await services.refresh() if refresh else services.snapshot()
     jobs_error = ""
     try:
@@ -61,7 +63,7 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
             "tunnel_up": snap.tunnel_up,
         },
         "jobs": to_jsonable(jobs),
-        "cadence": to_jsonable(services.cadence()),
+        "cadence": to_jsonable(with_jobs(await services.cadence_now(), jobs)),
         "recovery": to_jsonable(services.recovery_status()),
     }
     if not ok:
@@ -148,11 +150,16 @@ def render_table(status: Mapping[str, Any]) -> str:
                 "-" if c["last_step"] is None else str(c["last_step"]),
                 _fmt_s(c["seconds_since"]),
                 _fmt_s(c["median_interval_s"]),
-                "STALLED" if c["stalled"] else "ok",
+                c["verdict"] if c["verdict"] == "ok" else c["verdict"].upper(),
             ]
             for c in status["cadence"]
         ]
         lines += _table(["RUN", "STEP", "SINCE", "MEDIAN", "CADENCE"], rows)
+        lines += [
+            f"stale {c['name'] or c['run_id']}: {c['stale']}"
+            for c in status["cadence"]
+            if c["stale"]
+        ]
     rec = status["recovery"]
     lines.append("")
     if rec["active"]:

@@ -205,6 +205,10 @@ class RecoveryConfig:
     """Seconds between polls of the pod, the jobs and metric cadence."""
     stall_factor: float = 5.0
     """A run is stalled after k x its median metric interval."""
+    cadence_deadline_s: float = 5.0
+    """How long a one-shot snapshot (`phantom status`, the script's `status`) waits for the
+    metric sources (run files, the W&B API); a source or run that has not answered by then is
+    shown as stale, not waited for (`phantom status --cadence-deadline S` for one call)."""
     step_retries: int = 3
     """Each recovery step is retried this many times (with backoff) before it fails."""
     ready_timeout_s: float = 600.0
@@ -452,6 +456,7 @@ _POSITIVE = {
     "ssh.parallelism",
     "recovery.poll_interval_s",
     "recovery.ready_timeout_s",
+    "recovery.cadence_deadline_s",
     "capacity.zone_retries",
     "capacity.backoff_s",
     "capacity.backoff_max_s",

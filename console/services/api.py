@@ -64,7 +64,13 @@ class ConsoleServices(Protocol):
 
     def recovery_status(self) -> RecoveryStatus: ...
 
-    def cadence(self) -> list[RunCadence]: ...
+    def cadence(self) -> list[RunCadence]:
+        """The pollers' latest cadence per run (no I/O; empty before they run)."""
+
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        """Cadence as of now, for one-shot snapshots: read at call time when the pollers are
+        not running; a source that does not answer within ``deadline_s`` (default
+        ``recovery.cadence_deadline_s``) is marked stale, not waited for."""
 
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         """Journal rows, newest last."""

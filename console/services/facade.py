@@ -29,6 +29,7 @@ from typing import Any
 from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
+from console.services.cadence.snapshot import mark_stale, read_cadence
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
 from console.services.jobs.registry import JobRegistry, Submitter
@@ -110,6 +111,7 @@ class Facade:
             self.backend.cadence_sources(), rec.stall_factor, clock=clock
         )
         self._cadence: list[RunCadence] = []
+        self._cadence_at = clock()  # when the last cadence poll finished
         self.watchdog = Watchdog(
             self.backend.recovery_plan(self.submitter.resubmit),
             observe=self.observe,
@@ -257,6 +259,7 @@ class Facade:
 
     async def _poll_cadence(self) -> None:
         self._cadence = await self.cadence_tracker.apoll()
+        self._cadence_at = self._clock()
         for cad in self._cadence:
             self.bus.publish(cad)
         for metrics in self.cadence_tracker.metrics():
@@ -321,6 +324,26 @@ class Facade:
 
     def cadence(self) -> list[RunCadence]:
         return list(self._cadence)
+
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        """Cadence as of now, within ``deadline_s`` (``recovery.cadence_deadline_s``). With
+        the pollers running: their latest values, stale for a failing source or when no
+        poll has finished lately. Without (a one-shot ``status``): the sources read once,
+        each under the deadline (``cadence.snapshot``)."""
+        deadline = self.config.recovery.cadence_deadline_s if deadline_s is None else deadline_s
+        if self._tasks:
+            reasons = dict(self.cadence_tracker.errors)
+            late = self._clock() - self._cadence_at
+            if late > self.poll_interval_s + deadline:
+                reasons[""] = f"the last cadence poll finished {late:.0f}s ago"
+            return mark_stale(self._cadence, reasons)
+        return await asyncio.to_thread(
+            read_cadence,
+            self.cadence_tracker.sources,
+            stall_factor=self.config.recovery.stall_factor,
+            deadline_s=deadline,
+            clock=self._clock,
+        )
 
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         return await self._reads.query(limit=limit, kinds=kinds)

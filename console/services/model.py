@@ -244,11 +244,21 @@ class LogStreamClosed:
         return self.job_status in (*ACTIVE_JOBS, JobStatus.UNKNOWN)
 
 
+class CadenceVerdict(StrEnum):
+    """What a run's cadence says: ``ok`` (logging at its usual pace, or not running),
+    ``stalled`` (running and silent past the rule in ``cadence.rules``), ``stale`` (its
+    source did not answer in time or could not be read: the numbers are not current)."""
+
+    OK = "ok"
+    STALLED = "stalled"
+    STALE = "stale"
+
+
 @dataclass(frozen=True)
 class RunCadence:
     run_id: str
     name: str
-    source: str  # "offline" or "online"
+    source: str  # "offline", "online" or "tensorboard"
     last_step: int | None
     last_at: float | None
     seconds_since: float | None
@@ -257,6 +267,20 @@ class RunCadence:
     recent_intervals: tuple[float, ...] = ()
     stalled: bool = False
     state: str = ""  # running / finished / crashed when known
+    job: str = ""  # the console's job or workload the run belongs to, when known
+    stale: str = ""  # why these numbers are not current (empty: they are)
+    # Derived from ``stale`` and ``stalled`` (so ``replace`` cannot leave it behind).
+    verdict: CadenceVerdict = field(init=False, default=CadenceVerdict.OK)
+
+    def __post_init__(self) -> None:
+        verdict = (
+            CadenceVerdict.STALE
+            if self.stale
+            else CadenceVerdict.STALLED
+            if self.stalled
+            else CadenceVerdict.OK
+        )
+        object.__setattr__(self, "verdict", verdict)
 
 
 @dataclass(frozen=True)

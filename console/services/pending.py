@@ -160,6 +160,9 @@ class PendingServices:
     def cadence(self) -> list[RunCadence]:
         return self._real.cadence() if self._real is not None else []
 
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        return await (await self._services()).cadence_now(deadline_s)
+
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         return await (await self._services()).events(limit, kinds)
 

@@ -499,6 +499,9 @@ class FakeServices:
     def cadence(self) -> list[RunCadence]:
         return list(self.runs)
 
+    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
+        return self.cadence()
+
     async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
         self._record("events", limit=limit, kinds=kinds)
         rows = [e for e in self.events_list if kinds is None or e.kind in kinds]

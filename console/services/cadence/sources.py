@@ -3,7 +3,8 @@
 Sources are blocking (file reads, HTTP); ``CadenceTracker.poll`` runs them, and the services
 call it through ``apoll`` from the event loop.
 
-* ``OfflineRunSource``: the offline run files, read incrementally (``wandb_files``).
+* ``OfflineRunSource``: the offline run files, read incrementally (``wandb_files``); its
+  ``split`` gives one ``OfflineRunFile`` per run, for a one-shot read (``snapshot``).
 * ``OnlineRunSource``: the W&B public API (``wandb.Api().runs`` + ``run.history``); wandb is
   imported lazily, in the polling thread.
 """
@@ -14,10 +15,10 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from console.secrets import Scrubber
 from console.services.cadence.wandb_files import (
@@ -25,6 +26,7 @@ from console.services.cadence.wandb_files import (
     HistoryPoint,
     OfflineRun,
     WandbFileError,
+    record_types,
     run_files,
 )
 
@@ -59,6 +61,14 @@ class CadenceSource(Protocol):
         ...
 
 
+@runtime_checkable
+class SplitSource(Protocol):
+    """A source that can be read as independent parts (one per run), each with its own
+    ``kind`` and ``poll`` and, when known before reading, the ``run_id`` it covers."""
+
+    def split(self) -> Sequence[CadenceSource]: ...
+
+
 class CadenceSourceError(Exception):
     """A source cannot be read (names the source and the fix)."""
 
@@ -84,8 +94,22 @@ class OfflineRunSource:
         self.max_runs = max_runs
         self._runs: dict[Path, OfflineRun] = {}
 
+    def prepare(self) -> None:
+        """Load the record decoder (an import of wandb), so that a one-shot read's deadline
+        measures the files, not our own start-up."""
+        record_types()
+
+    def files(self) -> list[Path]:
+        """The run files followed, oldest first."""
+        return run_files(self.wandb_dir)[-self.max_runs :]
+
+    def split(self) -> list[OfflineRunFile]:
+        """One source per run file, for a one-shot read that gives each file its own
+        deadline: a file that hangs (a stuck mount, a FIFO) then holds up only its run."""
+        return [OfflineRunFile(path, lag_s=self.flush_interval_s) for path in self.files()]
+
     def poll(self) -> list[RunObservation]:
-        files = run_files(self.wandb_dir)[-self.max_runs :]
+        files = self.files()
         live = set(files)
         for gone in set(self._runs) - live:
             del self._runs[gone]
@@ -95,24 +119,41 @@ class OfflineRunSource:
             if run is None:
                 run = self._runs[path] = OfflineRun(path)
             try:
-                points = run.poll()
+                out.append(_observe(run, self.kind, self.flush_interval_s))
             except WandbFileError as exc:
                 log.warning("cadence: %s", exc)
-                continue
             except OSError as exc:
                 log.warning("cadence: cannot read %s: %s", path, exc)
-                continue
-            out.append(
-                RunObservation(
-                    run_id=run.run_id,
-                    name=run.name or run.run_id,
-                    source=self.kind,
-                    state=run.state,
-                    points=tuple(points),
-                    lag_s=self.flush_interval_s,
-                )
-            )
         return out
+
+
+class OfflineRunFile:
+    """One offline run file as a source of its own; unlike ``OfflineRunSource`` it raises
+    what stops it reading (``WandbFileError``, ``OSError``), so a one-shot read can say why
+    the run has no current numbers. ``run_id`` is known before the file is read."""
+
+    kind = OfflineRunSource.kind
+
+    def __init__(self, path: Path, *, lag_s: float = DEFAULT_FLUSH_INTERVAL_S) -> None:
+        self.path = path
+        self.lag_s = lag_s
+        self._run = OfflineRun(path)
+        self.run_id = self._run.run_id
+
+    def poll(self) -> list[RunObservation]:
+        return [_observe(self._run, self.kind, self.lag_s)]
+
+
+def _observe(run: OfflineRun, kind: str, lag_s: float) -> RunObservation:
+    points = run.poll()
+    return RunObservation(
+        run_id=run.run_id,
+        name=run.name or run.run_id,
+        source=kind,
+        state=run.state,
+        points=tuple(points),
+        lag_s=lag_s,
+    )
 
 
 class OnlineRunSource:

@@ -250,8 +250,7 @@ class OfflineRun:
 
     def poll(self) -> list[HistoryPoint]:
         """New history points since the last poll (run metadata is updated as a side effect)."""
-        from wandb.proto import wandb_internal_pb2 as pb  # lazy: importing wandb takes ~0.6 s
-
+        pb = record_types()
         points: list[HistoryPoint] = []
         for payload in self.reader.read_new():
             rec = pb.Record()  # type: ignore[attr-defined]
@@ -278,6 +277,14 @@ class OfflineRun:
             elif kind == "preempting":
                 self.state = "preempting"
         return points
+
+
+def record_types() -> Any:
+    """wandb's protobuf classes of the run file's records (imported on first use: importing
+    wandb takes ~0.6 s, more on a busy machine)."""
+    from wandb.proto import wandb_internal_pb2
+
+    return wandb_internal_pb2
 
 
 def _history_point(history: Any) -> HistoryPoint | None:
