@@ -72,10 +72,14 @@ def _gfile() -> Any:
     return tf.io.gfile
 
 
-def _loader(path: str) -> Any:
+def _loader_class() -> Any:
     from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 
-    return LegacyEventFileLoader(path)
+    return LegacyEventFileLoader
+
+
+def _loader(path: str) -> Any:
+    return _loader_class()(path)
 
 
 def _value(v: Any) -> float | None:
@@ -180,17 +184,19 @@ class TensorBoardSource:
             with self._lock:
                 self._readers[run.run_id] = reader
                 self._names[run.run_id] = run.name
-            out.append(
-                RunObservation(
-                    run_id=run.run_id,
-                    name=run.name,
-                    source=self.kind,
-                    state=RUN_STATES.get(run.state, ""),
-                    points=tuple(points),
-                    lag_s=self.lag_s,
-                )
-            )
+            out.append(_observe(run, points, self.lag_s))
         return out
+
+    def prepare(self) -> None:
+        """Import tensorboard's reader, so that a one-shot read's deadline measures the
+        files, not our own start-up."""
+        _gfile()
+        _loader_class()
+
+    def split(self) -> list[TbRunPart]:
+        """One source per run, each with a fresh reader, for a one-shot read that gives every
+        run its own deadline: a slow bucket or a hung mount then holds up only its run."""
+        return [TbRunPart(run, lag_s=self.lag_s) for run in self._runs()]
 
     def metrics(self) -> list[RunMetrics]:
         with self._lock:
@@ -209,3 +215,29 @@ class TensorBoardSource:
                 )
             )
         return out
+
+
+class TbRunPart:
+    """One run's TensorBoard dir as a source of its own; unlike ``TensorBoardSource`` it
+    raises what stops it reading, so a one-shot read can say why the run is not current."""
+
+    kind = TensorBoardSource.kind
+
+    def __init__(self, run: TbRun, *, lag_s: float) -> None:
+        self.run = run
+        self.run_id = run.run_id
+        self.lag_s = lag_s
+
+    def poll(self) -> list[RunObservation]:
+        return [_observe(self.run, RunReader(self.run.logdir).poll(), self.lag_s)]
+
+
+def _observe(run: TbRun, points: Sequence[HistoryPoint], lag_s: float) -> RunObservation:
+    return RunObservation(
+        run_id=run.run_id,
+        name=run.name,
+        source=TensorBoardSource.kind,
+        state=RUN_STATES.get(run.state, ""),
+        points=tuple(points),
+        lag_s=lag_s,
+    )

@@ -5,6 +5,8 @@ stalled."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -13,7 +15,9 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader, TbRun, TensorBoardSource
+from console.services.cadence.snapshot import read_cadence, with_jobs
 from console.services.cadence.tracker import CadenceTracker
+from console.services.model import CadenceVerdict, JobInfo
 from emulators.gke.workload.grpo import TUNIX_TAGS
 
 
@@ -119,3 +123,39 @@ def test_a_running_workload_that_stops_writing_is_stalled(tmp_path: Path) -> Non
     (cad,) = tracker.poll()
     assert not cad.stalled
     w.close()
+
+
+def test_a_one_shot_read_judges_each_run_and_marks_a_hung_one_stale(tmp_path: Path) -> None:
+    """`phantom status` on GKE: each workload's dir is read under the deadline; one whose
+    event file never answers (a FIFO: its open blocks, as on a hung mount) is stale, the
+    others are judged by the same rule, and each names its workload as its job."""
+    good = tmp_path / "grpo" / "tensorboard"
+    w = Writer(good)
+    for s in range(1, 6):
+        w.step(s, 1000.0 + 2 * s, 0.5)
+    w.close()
+    hung = tmp_path / "hung" / "tensorboard"
+    hung.mkdir(parents=True)
+    fifo = hung / "events.out.tfevents.1.host"
+    os.mkfifo(fifo)
+    runs = (
+        TbRun("grpo", "grpo-run", str(good), "RUNNING"),
+        TbRun("hung", "hung-run", str(hung), "RUNNING"),
+    )
+    try:
+        got = read_cadence(
+            [TensorBoardSource(lambda: runs, lag_s=0.5)],
+            stall_factor=5.0,
+            deadline_s=2.0,
+            clock=lambda: 1011.0,
+        )
+    finally:
+        with contextlib.suppress(OSError):  # release the reader still waiting on the FIFO
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    jobs = [JobInfo("grpo", "RUNNING"), JobInfo("hung", "RUNNING")]
+    by_id = {c.run_id: c for c in with_jobs(got, jobs)}
+    grpo = by_id["grpo"]
+    assert (grpo.last_step, grpo.median_interval_s, grpo.seconds_since) == (5, 2.0, 1.0)
+    assert grpo.verdict == CadenceVerdict.OK and grpo.job == "grpo"
+    assert by_id["hung"].verdict == CadenceVerdict.STALE and by_id["hung"].job == "hung"
+    assert "no answer within 2s" in by_id["hung"].stale
