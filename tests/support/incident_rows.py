@@ -55,11 +55,16 @@ async def replay(journal: Journal, rows: list[Event]) -> list[Event]:
     return published
 
 
-def journaled(rows: list[Event]) -> list[Event]:
+async def journaled_async(rows: list[Event]) -> list[Event]:
     """``rows`` as a journal holds them after the sink (stamped, summaries added, ids)."""
     journal = Journal(":memory:")
     try:
-        asyncio.run(replay(journal, rows))
+        await replay(journal, rows)
         return journal.query(limit=100_000)
     finally:
         journal.close()
+
+
+def journaled(rows: list[Event]) -> list[Event]:
+    """``journaled_async`` outside an event loop (a snapshot test builds its app first)."""
+    return asyncio.run(journaled_async(rows))

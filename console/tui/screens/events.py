@@ -1,18 +1,25 @@
-"""Events: the journal as a timeline, newest first (preemptions, recoveries with their MTTR,
-stalls, job transitions, actions and who started them)."""
+"""Events: the journal as a timeline, newest first, one row per incident.
+
+A preemption and its recovery are one incident (``services.record.incidents``): its row says
+what was lost, how it ended, the MTTR and the jobs resubmitted; `enter` opens it into its
+rows (the loss, the steps, the Ray nodes that went down with the head). `a` shows every raw
+row instead. Rows are in the order things happened (an action is dated at its start), not
+in the order they were journaled.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from typing import ClassVar
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events as tevents
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from console.services.model import Event
+from console.services.record.incidents import Incident, group, in_time_order, incident_of
 from console.tui.screens.base import FilteredScreen
 from console.tui.state import clock_time, duration, short_host
 from console.tui.widgets.table import Cell
@@ -26,8 +33,28 @@ KIND_STYLE = {
     "action": "cyan",
     "job_state": "blue",
     "state_change": "",
+    "incident": "bold",
 }
-KIND_LABEL = {"duplicate_ray_node": "dup ray node", "recovery_failed": "recov failed"}
+KIND_LABEL = {
+    "duplicate_ray_node": "dup ray node",
+    "recovery_failed": "recov failed",
+    "preemption_notice": "notice",
+    "recovery_started": "recovering",
+    "job_resubmitted": "resubmitted",
+    "state_change": "tpu state",
+    "host_unreachable": "unreachable",
+    "ray_node_down": "ray down",
+}
+
+
+def kind_label(event: Event) -> str:
+    """A recovery step's row is labelled with the step it records (``recovery.head``: head)."""
+    action = str(event.data.get("action", "")) if event.kind == "action" else ""
+    if action.startswith("recovery."):
+        return action.removeprefix("recovery.")
+    return KIND_LABEL.get(event.kind, event.kind)
+
+
 _FIXED = 10 + 15 + 8 + 10 + 4
 
 
@@ -45,7 +72,7 @@ def event_cells(event: Event, node_name: str, message_width: int) -> tuple[Cell,
         message = message[: message_width - 1] + "…"
     return (
         (clock_time(event.at), "dim"),
-        (KIND_LABEL.get(event.kind, event.kind)[:13], KIND_STYLE.get(event.kind, "")),
+        (kind_label(event)[:13], KIND_STYLE.get(event.kind, "")),
         (short_host(event.host, node_name) or "-", ""),
         (event.actor or "-", "magenta" if event.actor == "user" else ""),
         (message, ""),
@@ -54,6 +81,45 @@ def event_cells(event: Event, node_name: str, message_width: int) -> tuple[Cell,
 
 def event_key(index: int, event: Event) -> Hashable:
     return f"e{event.id}" if event.id is not None else f"i{index}:{event.at}:{event.kind}"
+
+
+def incident_message(data: Mapping[str, Any]) -> str:
+    """The incident row's message: how it ended first (the kind and host have columns)."""
+    result = str(data.get("result") or "open")
+    mttr = data.get("mttr_s")
+    if result == "recovered" and isinstance(mttr, int | float):
+        result = f"MTTR {duration(float(mttr))}"  # only a recovery has one: it came back
+    parts = [("head: " if data.get("head") else "") + result]
+    resub = data.get("resubmitted") or {}
+    if resub:
+        parts.append(f"{len(resub)} job{'s' if len(resub) > 1 else ''} resubmitted")
+    lost = data.get("steps_lost")
+    if isinstance(lost, int):
+        parts.append(f"{lost} steps lost")
+    parts.append(f"{data.get('rows', 0)} rows")
+    return ", ".join(parts)
+
+
+def incident_cells(
+    incident: Incident, node_name: str, message_width: int, expanded: bool
+) -> tuple[Cell, ...]:
+    data = incident.summary.data
+    result = str(data.get("result", ""))
+    style = "bold green" if result == "recovered" else "bold yellow"
+    if result.startswith("failed"):
+        style = "bold red"
+    kind = str(data.get("trigger_kind") or "incident")
+    label = ("▾ " if expanded else "▸ ") + KIND_LABEL.get(kind, kind)
+    message = incident_message(data)
+    if len(message) > message_width:
+        message = message[: message_width - 1] + "…"
+    return (
+        (clock_time(incident.at), "dim"),
+        (label[:13], "bold red" if kind in ("preempted", "host_lost", "head_lost") else style),
+        (short_host(incident.summary.host, node_name) or "-", ""),
+        (incident.summary.actor or "-", ""),
+        (message, style),
+    )
 
 
 class EventsScreen(FilteredScreen):
@@ -69,6 +135,13 @@ class EventsScreen(FilteredScreen):
             "Filter",
             id="events.filter",
             tooltip="Show only events whose kind, host, actor or message contains the text",
+        ),
+        Binding(
+            "a",
+            "toggle_raw",
+            "All rows",
+            id="events.raw",
+            tooltip="Show every journal row instead of one row per incident (again: incidents)",
         ),
         Binding(
             "ctrl+r",
@@ -90,6 +163,8 @@ class EventsScreen(FilteredScreen):
     def __init__(self) -> None:
         super().__init__()
         self._message_width = 0
+        self.raw = False  # every journal row, instead of one row per incident
+        self.expanded: set[str] = set()  # incident ids opened with `enter`
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="events-summary")
@@ -120,18 +195,63 @@ class EventsScreen(FilteredScreen):
         )
         return True
 
+    # -- actions ---------------------------------------------------------------------------------
+    def action_toggle_raw(self) -> None:
+        self.raw = not self.raw
+        self.render_state(self.WATCHES)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = str(event.row_key.value or "")
+        if not key.startswith("inc:"):
+            return
+        iid = key.removeprefix("inc:")
+        self.expanded.symmetric_difference_update({iid})
+        self.render_state(self.WATCHES)
+
+    # -- rendering -------------------------------------------------------------------------------
     def render_state(self, changed: Iterable[str]) -> None:
         node_name = self.state.pod.node_name if self.state.pod else ""
-        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+        width = self._message_width or 40
         events = list(self.state.events)
-        for index in range(len(events) - 1, -1, -1):
-            event = events[index]
-            cells = event_cells(event, node_name, self._message_width or 40)
-            if self.matches(cells, extra=event.message):
+        rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
+
+        def add(index: int, event: Event, indent: bool = False) -> None:
+            cells = event_cells(event, node_name, width - (2 if indent else 0))
+            if indent:
+                cells = (cells[0], ("  " + cells[1][0][:11], cells[1][1]), *cells[2:])
+            extra = f"{event.message} {event.kind} {incident_of(event)}"
+            if self.matches(cells, extra=extra):
                 rows.append((event_key(index, event), cells))
+
+        index_of = {id(e): i for i, e in enumerate(events)}
+        if self.raw:
+            for event in reversed(in_time_order(events)):
+                add(index_of[id(event)], event)
+        incidents = 0
+        for entry in reversed(group(events)):
+            if isinstance(entry, Event):
+                if not self.raw:
+                    add(index_of[id(entry)], entry)
+                continue
+            incidents += 1
+            if self.raw:
+                continue
+            open_ = entry.id in self.expanded
+            cells = incident_cells(entry, node_name, width, open_)
+            inside = " ".join(e.message for e in entry.rows)
+            if self.matches(cells, extra=f"{entry.summary.message} {entry.id} {inside}"):
+                rows.append((f"inc:{entry.id}", cells))
+            if open_:
+                for event in entry.rows:
+                    add(index_of[id(event)], event, indent=True)
         self.table.sync_rows(rows)
+        self._summarize(events, incidents, len(rows))
+
+    def _summarize(self, events: list[Event], incidents: int, shown: int) -> None:
         summary = Text()
         summary.append(f"{len(events)} events", "bold")
+        if incidents:
+            summary.append(f"  {incidents} incident{'s' if incidents > 1 else ''}", "bold")
         preempted = sum(1 for e in events if e.kind == "preempted")
         recovered = [e for e in events if e.kind == "recovered"]
         if preempted:
@@ -145,6 +265,8 @@ class EventsScreen(FilteredScreen):
             summary.append(f"  {len(recovered)} recoveries", "green")
             if mttrs:
                 summary.append(f", last MTTR {duration(mttrs[-1])}", "green")
+        if self.raw:
+            summary.append("  all rows", "dim")
         if self.filter_text:
-            summary.append(f"  filter {self.filter_text!r}: {len(rows)} shown", "dim")
+            summary.append(f"  filter {self.filter_text!r}: {shown} shown", "dim")
         self.query_one("#events-summary", Static).update(summary)

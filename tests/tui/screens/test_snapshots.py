@@ -17,6 +17,7 @@ from textual.widgets import Input, Select
 
 from console.tui.app import PhantomApp, TuiSettings
 from tests.support.fake_services import T0, FakeServices
+from tests.support.incident_rows import journaled, recorded
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 
@@ -144,6 +145,39 @@ def test_events(snap_compare, size):
     preempted, duplicate Ray node on w3, user's sweep submit, an earlier recovery with
     `(MTTR 2m14s)`. Summary: 9 events, 2 preemptions, 1 recoveries, last MTTR 2m14s."""
     assert snap_compare(make_app(), terminal_size=size, run_before=keys("4"))
+
+
+def head_preemption_app() -> PhantomApp:
+    """The healthy pod after a worker and then the head were preempted and recovered: the
+    rows the console journaled in a real run, replayed through the real incident logic."""
+    app = make_app("healthy")
+    services = app.services
+    assert isinstance(services, FakeServices)
+    services.events_list = journaled(recorded(start=T0 - 120))
+    return app
+
+
+def test_events_after_a_head_preemption(snap_compare):
+    """Events at 80x24 after a head preemption: one row per incident, newest first. On top,
+    the teardown's rows (tunnel closed, job stopped, ray stop); then `▸ preempted  w0` (green:
+    `head: MTTR 42.0s, 1 job resubmitted…`), the user's `preempted phantom-pod-w0` and the
+    tunnel down it caused, then `▸ preempted  w1` (`MTTR 5.1s, 19 rows`) and the user's
+    earlier actions, all in time order. Summary: 67 events, 2 incidents, 2 preemptions, 2
+    recoveries, last MTTR 42.0s. The footer lists `a All rows`."""
+    assert snap_compare(head_preemption_app(), terminal_size=(80, 24), run_before=keys("4"))
+
+
+def test_events_incident_opened(snap_compare):
+    """The head's incident opened with `enter` (▾ preempted w0): under it, indented, its rows
+    in the order they happened: w0 unreachable, head_lost, tpu state READY -> PREEMPTED,
+    preempted, recovering, then each recovery step once, labelled by its step (detect,
+    recreate, orphans, wait_ready, bootstrap, head) among the TPU state and host-key rows,
+    and at the bottom the first `ray down` row of the rebuild (the rest scroll below)."""
+    assert snap_compare(
+        head_preemption_app(),
+        terminal_size=(80, 24),
+        run_before=keys("4", "down", "down", "down", "enter"),
+    )
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -1,0 +1,65 @@
+"""The Events screen over a real head preemption's rows: one row per incident, `enter` opens
+it, `a` shows every row; always in time order."""
+
+from __future__ import annotations
+
+from console.services.model import Event
+from console.services.record.incidents import incident_of
+from console.tui.app import PhantomApp, TuiSettings
+from console.tui.screens.events import EventsScreen
+from tests.support.fake_services import T0, FakeServices
+from tests.support.incident_rows import journaled_async, recorded
+
+
+def make_app(rows: list[Event]) -> PhantomApp:
+    services = FakeServices("healthy")
+    services.events_list = rows
+    return PhantomApp(services, clock=lambda: T0, settings=TuiSettings(tick_s=None))
+
+
+async def test_incidents_fold_open_and_show_raw_rows_in_time_order() -> None:
+    rows = await journaled_async(recorded(start=T0 - 120))
+    by_key = {f"e{e.id}": e for e in rows}
+    head = next(incident_of(e) for e in rows if e.kind == "head_lost")
+    app = make_app(rows)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, EventsScreen)
+        keys = [str(k) for k in screen.table.row_keys]
+        # Folded: two incident rows, no member row, no Ray-node-down noise of the rebuild.
+        assert [k for k in keys if k.startswith("inc:")] == [
+            f"inc:{head}",
+            f"inc:{incident_of(next(e for e in rows if e.kind == 'preempted'))}",
+        ]
+        shown = [by_key[k] for k in keys if k in by_key]
+        assert not any(incident_of(e) for e in shown)
+        assert [e.at for e in shown] == sorted((e.at for e in shown), reverse=True)
+        assert "preempted" in screen.table.cell_texts(f"inc:{head}")[1]
+
+        # enter on the head's incident opens it into its rows, in the order they happened.
+        screen.table.move_cursor(row=keys.index(f"inc:{head}"))
+        await pilot.press("enter")
+        await pilot.pause()
+        keys = [str(k) for k in screen.table.row_keys]
+        start = keys.index(f"inc:{head}") + 1
+        inside = [by_key[k] for k in keys[start:] if k in by_key and incident_of(by_key[k])]
+        assert {incident_of(e) for e in inside} == {head}
+        assert len(inside) == sum(
+            1 for e in rows if incident_of(e) == head and e.kind != "incident"
+        )
+        assert [e.at for e in inside] == sorted(e.at for e in inside)
+        assert sum(e.kind == "ray_node_down" for e in inside) == 4
+
+        # a: every raw row (summaries included), newest first by time, not by id.
+        await pilot.press("a")
+        await pilot.pause()
+        keys = [str(k) for k in screen.table.row_keys]
+        assert sorted(keys) == sorted(by_key)
+        times = [by_key[k].at for k in keys]
+        assert times == sorted(times, reverse=True)
+        await pilot.press("a")
+        await pilot.pause()
+        assert f"inc:{head}" in [str(k) for k in screen.table.row_keys]
