@@ -15,6 +15,7 @@ from typing import Any
 
 from emulators.wandb import layout as L
 from emulators.wandb import sweeps as S
+from emulators.wandb.artifacts import Artifacts
 from emulators.wandb.state import NotFound, Record, State, decode_id, iso, node_id
 
 Obj = dict[str, Any]
@@ -136,6 +137,7 @@ class Schema:
     def __init__(self, state: State, base_url: Callable[[], str]) -> None:
         self.state = state
         self.base_url = base_url
+        self.artifacts = Artifacts(state, base_url)
         self.changed = False
 
     # objects ---------------------------------------------------------------------------
@@ -210,7 +212,33 @@ class Schema:
             "sweep": lambda a: self._sweep_or_none(entity, name, a.get("sweepName")),
             "sweeps": sweeps_of,
             "totalSweeps": sum(1 for k in self.state.sweeps if k.startswith(prefix)),
+            "artifact": lambda a: self._artifact_or_none(entity, name, a.get("name")),
+            "artifactType": lambda a: self._artifact_type(entity, name, a.get("name")),
+            "artifactCollectionMembership": lambda a: self.artifacts.membership(
+                entity, name, a.get("name") or ""
+            ),
+            "artifactCollection": lambda a: self._collection(entity, name, a.get("name")),
         }
+
+    def _artifact_or_none(self, entity: str, project: str, ref: str | None) -> Obj | None:
+        art = self.artifacts.resolve(entity, project, ref or "")
+        return self.artifacts.art_obj(art) if art is not None else None
+
+    def _artifact_by_id(self, artifact_id: str | None) -> Obj | None:
+        art = self.state.artifacts.get(artifact_id or "")
+        return self.artifacts.art_obj(art) if art is not None else None
+
+    def _artifact_type(self, entity: str, project: str, name: str | None) -> Obj | None:
+        prefix = f"{entity}/{project}/"
+        if any(
+            k.startswith(prefix) and c["type"] == name for k, c in self.state.collections.items()
+        ):
+            return self.artifacts.type_obj(name or "", entity, project)
+        return None
+
+    def _collection(self, entity: str, project: str, name: str | None) -> Obj | None:
+        coll = self.artifacts.collection(entity, project, name or "")
+        return self.artifacts.coll_obj(coll) if coll is not None else None
 
     def _run_or_none(self, entity: str, project: str, name: str | None) -> Obj | None:
         run = self.state.run(entity, project, name or "")
@@ -336,6 +364,7 @@ class Schema:
                     a,
                 ),
                 "serverInfo": self.server_info(),
+                "artifact": lambda a: self._artifact_by_id(a.get("id")),
             },
             "mutation": {
                 "upsertBucket": self.upsert_bucket,
@@ -346,8 +375,21 @@ class Schema:
                 "createAgent": self.create_agent,
                 "agentHeartbeat": self.agent_heartbeat,
                 "stopRun": lambda a: None,
+                "createArtifact": self._changing(self.artifacts.create_artifact),
+                "createArtifactManifest": self._changing(self.artifacts.create_manifest),
+                "updateArtifactManifest": self._changing(self.artifacts.create_manifest),
+                "createArtifactFiles": self._changing(self.artifacts.create_files),
+                "commitArtifact": self._changing(self.artifacts.commit),
+                "useArtifact": self._changing(self.artifacts.use),
             },
         }
+
+    def _changing(self, fn: Callable[[dict[str, Any]], Obj]) -> Callable[[dict[str, Any]], Obj]:
+        def call(args: dict[str, Any]) -> Obj:
+            self.changed = True
+            return fn(args)
+
+        return call
 
     def server_info(self) -> Obj:
         return {

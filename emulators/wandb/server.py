@@ -25,6 +25,7 @@ from aiohttp import web
 
 from emulators.wandb import gql
 from emulators.wandb import layout as L
+from emulators.wandb.artifacts import ArtifactError
 from emulators.wandb.schema import GraphQLError, Schema
 from emulators.wandb.state import State
 
@@ -61,6 +62,8 @@ class WandbServer:
         app.router.add_post("/files/{entity}/{project}/{run}/file_stream", self.file_stream)
         app.router.add_put("/_storage/{entity}/{project}/{run}/{path:.+}", self.put_file)
         app.router.add_get("/_storage/{entity}/{project}/{run}/{path:.+}", self.get_file)
+        app.router.add_put("/_artifacts/{num}/{path:.+}", self.put_artifact_file)
+        app.router.add_get("/_artifacts/{num}/{path:.+}", self.get_artifact_file)
         app.router.add_get("/_phantom/status", self.status)
         app.router.add_get("/healthz", self.health)
         app.router.add_get("/", self.health)
@@ -83,7 +86,7 @@ class WandbServer:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.requests += 1
-        open_paths = ("/_storage/", "/_phantom/", "/healthz", "/sdk/otel/")
+        open_paths = ("/_storage/", "/_artifacts/", "/_phantom/", "/healthz", "/sdk/otel/")
         guarded = request.path != "/" and not request.path.startswith(open_paths)
         if guarded and not self._authorized(request):
             log.info("401 %s %s (wrong or missing API key)", request.method, request.path)
@@ -123,7 +126,7 @@ class WandbServer:
             data = gql.execute(
                 doc, self.schema.root(), body.get("variables"), body.get("operationName")
             )
-        except GraphQLError as exc:
+        except (GraphQLError, ArtifactError) as exc:
             log.info("graphql %s -> %s: %s", names, exc.status, exc)
             return web.json_response(
                 {"errors": [{"message": str(exc)}], "data": None}, status=exc.status
@@ -134,6 +137,7 @@ class WandbServer:
                 {"errors": [{"message": f"bad request: {exc}"}], "data": None}, status=400
             )
         log.info("graphql %s", names)
+        log.debug("query %s variables %s", body.get("query"), body.get("variables"))
         if self.schema.changed:
             self.state.save()
         return web.json_response({"data": data})
@@ -176,6 +180,30 @@ class WandbServer:
             raise web.HTTPNotFound()
         return web.FileResponse(path)
 
+    def _artifact_path(self, request: web.Request) -> Path:
+        m = request.match_info
+        rel = Path(m["num"], m["path"])
+        if ".." in rel.parts or not m["num"].isdigit():
+            raise web.HTTPBadRequest(text="bad path")
+        return self.layout.run_dir / "artifacts" / rel
+
+    async def put_artifact_file(self, request: web.Request) -> web.Response:
+        path = self._artifact_path(request)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = await request.read()
+        await asyncio.to_thread(path.write_bytes, data)
+        self.schema.artifacts.stored(
+            request.match_info["num"], request.match_info["path"], len(data)
+        )
+        self.state.save()
+        return web.Response(status=200)
+
+    async def get_artifact_file(self, request: web.Request) -> web.StreamResponse:
+        path = self._artifact_path(request)
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(path)
+
 
 async def serve(cfg: ServerConfig, api_key: str) -> None:
     server = WandbServer(cfg, api_key)
@@ -207,7 +235,11 @@ async def serve(cfg: ServerConfig, api_key: str) -> None:
 
 
 def run_server(cfg: ServerConfig) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    debug = os.environ.get("PHANTOM_WANDB_LOG") == "debug"  # queries in the log, for study
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
     api_key = os.environ.pop(L.DAEMON_KEY_ENV, "")
     if not api_key:
         log.error("error: no API key was handed to the daemon (start it with `up`)")

@@ -48,6 +48,8 @@ class State:
     runs: dict[str, Record] = field(default_factory=dict)  # "entity/project/run"
     sweeps: dict[str, Record] = field(default_factory=dict)  # "entity/project/sweep"
     agents: dict[str, Record] = field(default_factory=dict)  # agent id
+    artifacts: dict[str, Record] = field(default_factory=dict)  # artifact id
+    collections: dict[str, Record] = field(default_factory=dict)  # "entity/project/name"
     counter: int = 0
 
     # persistence -------------------------------------------------------------------------
@@ -59,7 +61,7 @@ class State:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return state
-        for key in ("projects", "runs", "sweeps", "agents"):
+        for key in ("projects", "runs", "sweeps", "agents", "artifacts", "collections"):
             setattr(state, key, dict(data.get(key, {})))
         state.counter = int(data.get("counter", 0))
         return state
@@ -72,6 +74,8 @@ class State:
             "runs": self.runs,
             "sweeps": self.sweeps,
             "agents": self.agents,
+            "artifacts": self.artifacts,
+            "collections": self.collections,
             "counter": self.counter,
         }
         tmp = self.path.with_suffix(".tmp")

@@ -226,6 +226,52 @@ def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> N
     assert wandb_emu.trap.seen == []
 
 
+UPLOAD = textwrap.dedent(
+    """
+    import pathlib, wandb
+    for step, content in ((10, "weights-at-10"), (20, "weights-at-20")):
+        pathlib.Path("model.bin").write_text(content)
+        run = wandb.init(project="art", entity="lab", id=f"train-{step}")
+        art = wandb.Artifact("policy", type="model")
+        art.add_file("model.bin")
+        run.log_artifact(art, aliases=["latest", f"step-{step}"])
+        run.finish()
+    """
+)
+
+# Another process with another home (an empty artifact cache): the bytes come from the server.
+DOWNLOAD = textwrap.dedent(
+    """
+    import json, pathlib, wandb
+    out = {}
+    run = wandb.init(project="art", entity="lab", id="eval")
+    latest = run.use_artifact("policy:latest")
+    root = latest.download(root="dl-latest")
+    out["latest"] = [latest.version, pathlib.Path(root, "model.bin").read_text()]
+    run.finish()
+    old = wandb.Api().artifact("lab/art/policy:step-10")
+    root = old.download(root="dl-10")
+    out["step-10"] = [old.version, pathlib.Path(root, "model.bin").read_text(), sorted(old.aliases)]
+    print(json.dumps(out))
+    """
+)
+
+
+def test_log_artifact_then_use_and_download_by_alias(wandb_emu: WandbEmu, tmp_path: Path) -> None:
+    """Two versions with `latest` and `step-N`: `latest` moves to the second, `step-10`
+    still downloads the first one's bytes."""
+    up = run_client([PY, "-c", UPLOAD], wandb_emu.env(tmp_path / "trainer"), tmp_path)
+    assert up.returncode == 0, up.stderr
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    done = run_client([PY, "-c", DOWNLOAD], wandb_emu.env(tmp_path / "reader-home"), reader)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["latest"] == ["v1", "weights-at-20"]
+    assert got["step-10"] == ["v0", "weights-at-10", ["step-10"]]
+    assert wandb_emu.trap.seen == []
+
+
 def test_no_client_process_outlives_the_tests(wandb_emu: WandbEmu) -> None:
     """wandb-core and agent children were all in the killed process groups."""
     marker = wandb_emu.base_url.encode()
