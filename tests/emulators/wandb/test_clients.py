@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fixtures_wandb import (
+    API_KEY,
     WRONG_KEY,
     WandbEmu,
     kill_group,
@@ -269,6 +270,49 @@ def test_log_artifact_then_use_and_download_by_alias(wandb_emu: WandbEmu, tmp_pa
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["latest"] == ["v1", "weights-at-20"]
     assert got["step-10"] == ["v0", "weights-at-10", ["step-10"]]
+    assert wandb_emu.trap.seen == []
+
+
+OFFLINE = textwrap.dedent(
+    """
+    import wandb
+    run = wandb.init(project="off", entity="lab", id="offline-1", config={"a": 1})
+    for i in range(4):
+        run.log({"x": i})
+    run.finish()
+    """
+)
+
+SYNCED = textwrap.dedent(
+    """
+    import json, wandb
+    run = wandb.Api().run("lab/off/offline-1")
+    print(json.dumps([run.state, run.config, [h["x"] for h in run.scan_history()]]))
+    """
+)
+
+
+def test_wandb_login_then_sync_of_an_offline_run(wandb_emu: WandbEmu, tmp_path: Path) -> None:
+    """`wandb login --host` keeps the key in the tmp HOME's .netrc; `wandb sync` then
+    uploads an offline run with those credentials (no WANDB_API_KEY)."""
+    home = tmp_path / "home"
+    env = wandb_emu.env(home, silent=False)
+    del env["WANDB_API_KEY"]
+    login = run_client(
+        ["wandb", "login", "--host", wandb_emu.base_url, "--relogin", API_KEY], env, tmp_path
+    )
+    assert login.returncode == 0, login.stderr
+    assert "127.0.0.1" in (home / ".netrc").read_text()
+    assert API_KEY not in login.stdout + login.stderr
+    offline = run_client([PY, "-c", OFFLINE], {**env, "WANDB_MODE": "offline"}, tmp_path)
+    assert offline.returncode == 0, offline.stderr
+    (run_dir,) = (home / "wandb" / "wandb").glob("offline-run-*-offline-1")
+    synced = run_client(["wandb", "sync", str(run_dir)], env, tmp_path)
+    assert synced.returncode == 0, synced.stderr
+    assert "Finished syncing" in synced.stderr + synced.stdout
+    listed = run_client([PY, "-c", SYNCED], env, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == ["finished", {"a": 1}, [0, 1, 2, 3]]
     assert wandb_emu.trap.seen == []
 
 
