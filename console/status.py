@@ -20,6 +20,7 @@ from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.cadence.snapshot import with_jobs
 from console.services.model import PodSnapshot, to_jsonable
+from console.services.record.incidents import Incident, group
 from console.services.recovery.diagnosis import job_env_text
 
 if TYPE_CHECKING:
@@ -66,11 +67,25 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
         "cadence": to_jsonable(with_jobs(await services.cadence_now(), jobs)),
         "recovery": to_jsonable(services.recovery_status()),
     }
+    incidents = await _incidents(services)
+    # The incident the recovery above belongs to (the newest), so a cron job can follow it.
+    out["recovery"]["incident"] = incidents[-1]["incident"] if incidents else ""
+    out["incidents"] = incidents
     if not ok:
         out["unreachable_reason"] = why
     if jobs_error:
         out["jobs_error"] = jobs_error
     return out
+
+
+async def _incidents(services: ConsoleServices, limit: int = 3) -> list[dict[str, Any]]:
+    """The newest incidents in the journal, oldest first (id, trigger, MTTR, result, ...)."""
+    try:
+        rows = await services.events(limit=5000)
+    except Exception:  # the journal is a record: a status without it still reports the pod
+        return []
+    found = [x for x in group(rows) if isinstance(x, Incident)]
+    return [x.to_json() for x in found[-limit:]]
 
 
 def _reason(exc: BaseException) -> str:
@@ -169,6 +184,8 @@ def render_table(status: Mapping[str, Any]) -> str:
         lines.append(f"recovery: last {rec['result']}, mttr {_fmt_s(rec['mttr_s'])}")
     else:
         lines.append(f"recovery: idle (auto {'on' if rec['auto'] else 'off'})")
+    for inc in status.get("incidents", [])[-1:]:
+        lines.append(_clip(f"incident {inc['incident']}: {inc['message']}", 80))
     for w in pod.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines)

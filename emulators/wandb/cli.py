@@ -41,6 +41,34 @@ def _run_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
+    return value
+
+
+def _server_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--crash-after",
+        type=_seconds,
+        default=300.0,
+        metavar="S",
+        help="a running run with no heartbeat for S seconds shows as crashed (default 300)",
+    )
+    p.add_argument(
+        "--agent-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="a sweep agent silent for S seconds loses its preempted run to another agent "
+        "(default 60)",
+    )
+
+
 def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
@@ -58,6 +86,7 @@ def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentPa
         help=f"read the accepted API key from $VAR (default {L.API_KEY_ENV}; unset: "
         "generate one into RUN_DIR/api_key)",
     )
+    _server_flags(up)
     up.add_argument("--timeout", type=float, default=30.0)
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show the URL, state file and counts")
@@ -68,6 +97,7 @@ def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentPa
     serve = sub.add_parser("serve", help="run the server in the foreground (used by `up`)")
     _run_dir(serve)
     serve.add_argument("--port", type=_port, default=0)
+    _server_flags(serve)
     return parser
 
 
@@ -114,13 +144,26 @@ def wandb_main(argv: list[str]) -> int:
         if args.cmd == "serve":
             from emulators.wandb.server import ServerConfig, run_server
 
-            return run_server(ServerConfig(run_dir=run_dir, port=args.port))
+            return run_server(
+                ServerConfig(
+                    run_dir=run_dir,
+                    port=args.port,
+                    crash_after=args.crash_after,
+                    agent_timeout=args.agent_timeout,
+                )
+            )
         if args.cmd == "up":
             client.start(
                 run_dir,
                 port=args.port,
                 key_env=args.api_key_env,
                 timeout=args.timeout,
+                extra_args=[
+                    "--crash-after",
+                    str(args.crash_after),
+                    "--agent-timeout",
+                    str(args.agent_timeout),
+                ],
                 progress=lambda s: print(f"wandb: {s}", file=sys.stderr),
             )
             return _print_status(run_dir, args.json)

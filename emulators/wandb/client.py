@@ -157,11 +157,13 @@ def start(
     timeout: float = 30.0,
     environ: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    extra_args: list[str] | None = None,
 ) -> WandbInfo:
     """Spawn the server detached and wait until it answers.
 
     The accepted API key is read from ``key_env`` in ``environ`` (default: this process's
     environment); when unset, a key is generated once into ``run_dir/api_key``.
+    ``extra_args`` are server flags (``--crash-after S``, ``--agent-timeout S``).
     """
     if not 0 <= port <= 65535:
         raise WandbEmuUsageError(f"--port must be 0..65535, got {port}")
@@ -186,6 +188,7 @@ def start(
         str(layout.run_dir),
         "--port",
         str(port),
+        *(extra_args or []),
     ]
     env = {k: v for k, v in env_in.items() if k != key_env}
     env[L.DAEMON_KEY_ENV] = key

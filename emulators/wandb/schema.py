@@ -134,9 +134,17 @@ def _tail(lines: list[str], n: int = 10) -> str:
 
 
 class Schema:
-    def __init__(self, state: State, base_url: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        state: State,
+        base_url: Callable[[], str],
+        crash_after: float = 300.0,
+        agent_timeout: float = 60.0,
+    ) -> None:
         self.state = state
         self.base_url = base_url
+        self.crash_after = crash_after  # a running run this long without a heartbeat crashed
+        self.agent_timeout = agent_timeout
         self.artifacts = Artifacts(state, base_url)
         self.changed = False
 
@@ -259,7 +267,7 @@ class Schema:
             "displayName": run.get("display_name") or name,
             "description": run.get("notes"),
             "notes": run.get("notes"),
-            "state": run["state"],
+            "state": self.shown_state(run),
             "config": run["config"],
             "summaryMetrics": json.dumps(summary),
             "systemMetrics": "{}",
@@ -276,7 +284,7 @@ class Schema:
             "exitcode": run.get("exitcode"),
             "sweepName": run.get("sweep"),
             "shouldStop": False,
-            "failed": run["state"] in ("failed", "crashed"),
+            "failed": self.shown_state(run) in ("failed", "crashed"),
             "stopped": run["state"] == "killed",
             "running": run["state"] in S.RUN_STATES_ACTIVE,
             "historyLineCount": len(run["history"]),
@@ -297,6 +305,15 @@ class Schema:
             "outputArtifacts": lambda a: _connection([], a),
             "inputArtifacts": lambda a: _connection([], a),
         }
+
+    def shown_state(self, run: Record) -> str:
+        """The stored state, or what W&B shows for a run whose client went quiet: a running
+        run becomes ``crashed``, a preempting one ``preempted`` (a resume revives either)."""
+        state = str(run["state"])
+        quiet = time.time() - float(run["heartbeat_at"]) > self.crash_after
+        if quiet and state in ("running", "preempting"):
+            return "crashed" if state == "running" else "preempted"
+        return state
 
     def sweep_obj(self, sweep: Record) -> Obj:
         runs = S.sweep_runs(self.state, sweep)
@@ -483,7 +500,7 @@ class Schema:
             "created_at": now,
             "updated_at": now,
             "handed_out": [],
-            "agent_timeout": 60.0,
+            "agent_timeout": self.agent_timeout,
         }
         self.state.sweeps[sweep["key"]] = sweep
         self.changed = True

@@ -39,6 +39,8 @@ _UNAUTHORIZED = {"errors": [{"message": "user is not logged in"}], "data": None}
 class ServerConfig:
     run_dir: Path
     port: int = 0
+    crash_after: float = 300.0
+    agent_timeout: float = 60.0
 
 
 class WandbServer:
@@ -48,7 +50,7 @@ class WandbServer:
         self.state = State.load(self.layout.state_file)
         self.port = cfg.port
         self._key = api_key
-        self.schema = Schema(self.state, lambda: self.base_url)
+        self.schema = Schema(self.state, lambda: self.base_url, cfg.crash_after, cfg.agent_timeout)
         self.requests = 0
         self.started = time.time()
 

@@ -166,3 +166,37 @@ def test_phantom_wandb_up_status_down(
     assert phantom(["wandb", "up", "--port", "70000"]) == 2
     assert "must be 0..65535" in capsys.readouterr().err
     assert not os.path.exists(run_dir / "api_key")  # the key came from the env var
+
+
+def test_a_preempted_run_whose_agent_went_quiet_is_handed_out_again() -> None:
+    """Same run id and parameters, as a `resume` command, to the next agent that asks."""
+    state = State()
+    sweep = _sweep(state, "method: random\nparameters: {lr: {values: [0.1, 0.2]}}")
+    sweep["agent_timeout"] = 60.0
+    first = {"id": "a1", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    second = {"id": "a2", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    state.agents.update(a1=first, a2=second)
+    (cmd,) = S.heartbeat(state, first, {})
+    run, _ = state.upsert_run("e", "p", cmd["run_id"], {"sweep": "s1"})
+    state.stream(run, {"files": {}, "preempting": True})
+    assert S.heartbeat(state, second, {})[0]["type"] == "run"  # a1 is not quiet yet
+    first["heartbeat_at"] -= 61.0  # a1 heartbeated last more than agent_timeout ago
+    (again,) = S.heartbeat(state, second, {})
+    assert again == {**cmd, "type": "resume"}
+    assert sweep["handed_out"][0]["agent"] == "a2"
+
+
+def test_a_run_gone_quiet_shows_crashed_or_preempted_until_it_resumes() -> None:
+    from emulators.wandb.schema import Schema
+
+    state = State()
+    schema = Schema(state, lambda: "http://127.0.0.1:1", crash_after=300.0)
+    run, _ = state.upsert_run("e", "p", "r1", {"config": "{}"})
+    other, _ = state.upsert_run("e", "p", "r2", {"config": "{}"})
+    state.stream(other, {"files": {}, "preempting": True})
+    assert schema.shown_state(run) == "running"
+    run["heartbeat_at"] -= 301.0
+    other["heartbeat_at"] -= 301.0
+    assert (schema.shown_state(run), schema.shown_state(other)) == ("crashed", "preempted")
+    state.upsert_run("e", "p", "r1", {"config": "{}"})  # wandb.init(resume=...) again
+    assert schema.shown_state(run) == "running"
