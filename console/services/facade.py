@@ -29,7 +29,7 @@ from typing import Any
 from console.config import Config
 from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
-from console.services.cadence.snapshot import mark_stale, read_cadence
+from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
 from console.services.jobs.registry import JobRegistry, Submitter
@@ -112,6 +112,7 @@ class Facade:
         )
         self._cadence: list[RunCadence] = []
         self._cadence_at = clock()  # when the last cadence poll finished
+        self._cadence_polled = asyncio.Event()  # set by the first one
         self.watchdog = Watchdog(
             self.backend.recovery_plan(self.submitter.resubmit),
             observe=self.observe,
@@ -260,6 +261,7 @@ class Facade:
     async def _poll_cadence(self) -> None:
         self._cadence = await self.cadence_tracker.apoll()
         self._cadence_at = self._clock()
+        self._cadence_polled.set()
         for cad in self._cadence:
             self.bus.publish(cad)
         for metrics in self.cadence_tracker.metrics():
@@ -332,6 +334,14 @@ class Facade:
         each under the deadline (``cadence.snapshot``)."""
         deadline = self.config.recovery.cadence_deadline_s if deadline_s is None else deadline_s
         if self._tasks:
+            if not self._cadence_polled.is_set():  # just started: the first poll is due
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(deadline):
+                        await self._cadence_polled.wait()
+            if not self._cadence_polled.is_set():
+                why = f"the first cadence poll has not finished within {deadline:g}s"
+                kinds = dict.fromkeys(s.kind for s in self.cadence_tracker.sources)
+                return [stale_entry(kind, "", why) for kind in kinds]
             reasons = dict(self.cadence_tracker.errors)
             late = self._clock() - self._cadence_at
             if late > self.poll_interval_s + deadline:

@@ -70,26 +70,26 @@ def read_cadence(
 
     late = f"no answer within {deadline_s:g}s ({DEADLINE_SETTING}); not waited for"
     out: list[RunCadence] = []
-    listings = [(s.kind, _in_thread(functools.partial(_parts, s))) for s in sources]
+    listings = [(s.kind, in_daemon_thread(functools.partial(_parts, s))) for s in sources]
     reading: list[tuple[_Part, Future[list[RunObservation]]]] = []
     for kind, listing in listings:
         try:
             parts = listing.result(timeout=left())
         except FutureTimeout:
-            out.append(_stale(kind, "", f"listing its runs: {late}"))
+            out.append(stale_entry(kind, "", f"listing its runs: {late}"))
             continue
         except Exception as exc:
-            out.append(_stale(kind, "", _why(exc)))
+            out.append(stale_entry(kind, "", _why(exc)))
             continue
-        reading += [(part, _in_thread(part.poll)) for part in parts]
+        reading += [(part, in_daemon_thread(part.poll)) for part in parts]
     for part, future in reading:
         try:
             observations = future.result(timeout=left())
         except FutureTimeout:
-            out.append(_stale(part.kind, part.run_id, late))
+            out.append(stale_entry(part.kind, part.run_id, late))
             continue
         except Exception as exc:
-            out.append(_stale(part.kind, part.run_id, _why(exc)))
+            out.append(stale_entry(part.kind, part.run_id, _why(exc)))
             continue
         now = clock()
         out += [_judge(obs, now, stall_factor) for obs in observations]
@@ -157,7 +157,8 @@ def _judge(obs: RunObservation, now: float, stall_factor: float) -> RunCadence:
     )
 
 
-def _stale(kind: str, run_id: str, why: str) -> RunCadence:
+def stale_entry(kind: str, run_id: str, why: str) -> RunCadence:
+    """A run (or, with no ``run_id``, every run of a source) whose numbers are not known."""
     return RunCadence(
         run_id=run_id,
         name=run_id or f"every {kind} run",
@@ -180,7 +181,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _in_thread(fn: Callable[[], T]) -> Future[T]:
+def in_daemon_thread(fn: Callable[[], T]) -> Future[T]:
     """``fn()`` in a daemon thread (a pool's threads are joined at exit: a read stuck past
     the deadline would hold the process)."""
     future: Future[T] = Future()

@@ -28,6 +28,7 @@ from console.services.cadence.rules import (
     skew_window,
     stall_threshold,
 )
+from console.services.cadence.snapshot import in_daemon_thread
 from console.services.cadence.sources import (
     CadenceSource,
     CadenceSourceError,
@@ -129,7 +130,9 @@ class CadenceTracker:
         self._poll_lock = threading.Lock()  # one poll at a time
 
     async def apoll(self) -> list[RunCadence]:
-        return await asyncio.to_thread(self.poll)
+        # A daemon thread, not the loop's pool: a read that never returns (a hung mount, a
+        # FIFO) must not hold the process at exit, which joins the pool's threads.
+        return await asyncio.wrap_future(in_daemon_thread(self.poll))
 
     def poll(self) -> list[RunCadence]:
         with self._poll_lock:

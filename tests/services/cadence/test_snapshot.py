@@ -17,7 +17,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,10 +138,18 @@ def _cad(name: str, run_id: str, source: str = "offline") -> RunCadence:
     return RunCadence(run_id, name, source, 3, 1.0, 1.0, 0.5, 60.0)
 
 
-@pytest.mark.timeout(300)
-def test_one_shot_status_json_shows_a_logging_runs_step_and_interval(
-    pod: PodInfo, tmp_path: Path
-) -> None:
+@dataclass
+class LoggingJob:
+    """A job logging metrics into the product's default dir, beside a run file that hangs."""
+
+    cfg: Path
+    env: dict[str, str]
+    fifo: Path
+    rows_seen: int  # rows in the job's run file before the test looked
+
+
+@contextlib.contextmanager
+def logging_job(pod: PodInfo, tmp_path: Path) -> Iterator[LoggingJob]:
     env = _env(tmp_path)
     # The product's default: runs land in <state>/phantom/wandb (wandb.dir unset).
     wandb_dir = tmp_path / "state" / "phantom" / "wandb"
@@ -165,20 +176,27 @@ def test_one_shot_status_json_shows_a_logging_runs_step_and_interval(
 
         wait_until(lambda: logged() >= 4 or writer.poll() is not None, 120, "four rows")
         assert writer.poll() is None, writer.communicate()[1][-2000:]
-        seen = logged()
-        proc = subprocess.run(
-            [*PHANTOM, "--config", str(cfg), "status", "--json", "--cadence-deadline", "3"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,  # the FIFO never answers: a status that waited would never return
-        )
+        yield LoggingJob(cfg, env, fifo, logged())
     finally:
         writer.kill()
         writer.communicate()
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.mark.timeout(300)
+def test_one_shot_status_json_shows_a_logging_runs_step_and_interval(
+    pod: PodInfo, tmp_path: Path
+) -> None:
+    with logging_job(pod, tmp_path) as job:
+        proc = subprocess.run(
+            [*PHANTOM, "--config", str(job.cfg), "status", "--json", "--cadence-deadline", "3"],
+            cwd=ROOT,
+            env=job.env,
+            capture_output=True,
+            text=True,
+            timeout=120,  # the FIFO never answers: a status that waited would never return
+        )
     (tmp_path / "status.json").write_text(proc.stdout)  # kept for a reader of a failure
     assert proc.returncode == 0, proc.stderr[-3000:]
     status = json.loads(proc.stdout)
@@ -186,9 +204,43 @@ def test_one_shot_status_json_shows_a_logging_runs_step_and_interval(
     assert set(runs) == {"hung01", *(k for k in runs if k.startswith("ppo-cadence-s0"))}
     (run,) = [c for k, c in runs.items() if k != "hung01"]
     assert run["name"] == "ppo-cadence-s0" and run["source"] == "offline"
-    assert run["last_step"] >= seen - 1
+    assert run["last_step"] >= job.rows_seen - 1
     assert run["median_interval_s"] > 0 and run["seconds_since"] >= 0
     assert run["state"] == "running" and run["verdict"] == "ok" and not run["stale"]
     hung = runs["hung01"]
     assert hung["verdict"] == "stale" and hung["last_step"] is None
     assert "no answer within 3s" in hung["stale"]
+
+
+@pytest.mark.slow  # two script runs, ~30 s
+@pytest.mark.timeout(400)
+def test_the_scripts_status_shows_the_pollers_cadence_and_exits_past_a_hung_file(
+    pod: PodInfo, tmp_path: Path
+) -> None:
+    """The script's `status` runs with the pollers started: their values, or stale while
+    their first read hangs (on the FIFO); and the script still exits."""
+    with logging_job(pod, tmp_path) as job:
+        blind = _script_status(job.cfg, job.env)
+        job.fifo.unlink()
+        seen = _script_status(job.cfg, job.env)
+    assert [(c["source"], c["verdict"]) for c in blind] == [("offline", "stale")]
+    assert "the first cadence poll has not finished within 5s" in blind[0]["stale"]
+    (run,) = seen
+    assert run["name"] == "ppo-cadence-s0" and run["verdict"] == "ok"
+    assert run["last_step"] >= job.rows_seen - 1 and run["median_interval_s"] > 0
+
+
+def _script_status(cfg: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """The cadence of a script's `status` step (`phantom --script -`)."""
+    proc = subprocess.run(
+        [*PHANTOM, "--config", str(cfg), "--script", "-"],
+        input="status\n",
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a script whose exit waited on the FIFO's reader would never return
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (step,) = [x for x in map(json.loads, proc.stdout.splitlines()) if x["type"] == "step"]
+    return list(step["result"]["cadence"])
