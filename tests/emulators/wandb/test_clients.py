@@ -211,19 +211,30 @@ def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> N
     other = _sweep_id(second)
     cancelled = run_client(["wandb", "sweep", "--cancel", other], env, tmp_path)
     assert cancelled.returncode == 0, cancelled.stderr
-    states = run_client(
-        [
-            PY,
-            "-c",
-            "import sys, wandb; api = wandb.Api(); "
-            "print(api.sweep(sys.argv[1]).state, api.sweep(sys.argv[2]).state)",
-            path,
-            other,
-        ],
-        env,
-        tmp_path,
+    states = [
+        wandb_emu.graphql(
+            "query S($p: String!, $s: String!) "
+            '{ project(name: $p, entityName: "lab") { sweep(sweepName: $s) { state } } }',
+            {"p": "grid", "s": ref.rsplit("/", 1)[1]},
+        )["project"]["sweep"]["state"]
+        for ref in (path, other)
+    ]
+    assert states == ["FINISHED", "CANCELED"]
+    assert wandb_emu.trap.seen == []
+
+
+def test_bad_sweep_input_gets_the_clients_error(wandb_emu: WandbEmu, tmp_path: Path) -> None:
+    """A malformed sweep config is refused naming the field; an unknown sweep id is named."""
+    (tmp_path / "bad.yaml").write_text("method: annealing\nparameters:\n  lr: {values: [1]}\n")
+    env = wandb_emu.env(tmp_path / "home", silent=False)
+    bad = run_client(
+        ["wandb", "sweep", "--entity", "lab", "--project", "grid", "bad.yaml"], env, tmp_path
     )
-    assert states.stdout.split() == ["FINISHED", "CANCELED"], states.stderr
+    assert bad.returncode != 0
+    assert "method must be one of random, grid, bayes, got 'annealing'" in bad.stderr
+    unknown = run_client(["wandb", "agent", "--count", "1", "lab/grid/nosuch"], env, tmp_path)
+    assert unknown.returncode != 0
+    assert "Sweep lab/grid/nosuch not found" in unknown.stderr
     assert wandb_emu.trap.seen == []
 
 
