@@ -18,13 +18,13 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from console.services.cadence.snapshot import read_cadence, with_jobs
+from console.services.cadence.snapshot import mark_stale, read_cadence, with_jobs
 from console.services.cadence.sources import OfflineRunSource, OnlineRunSource
 from console.services.cadence.wandb_files import read_history, run_files
 from console.services.model import CadenceVerdict, JobInfo, RunCadence
@@ -132,6 +132,31 @@ def test_a_run_is_matched_to_the_job_that_names_it() -> None:
         _cad("x", "y"),
     ]
     assert [c.job for c in with_jobs(runs, jobs)] == ["raysubmit_1", "ws-grpo", ""]
+
+
+def test_the_pollers_values_are_marked_stale_by_source() -> None:
+    runs = [_cad("a", "a"), _cad("b", "b", "online"), replace(_cad("c", "c"), stalled=True)]
+    assert [c.verdict for c in runs] == ["ok", "ok", "stalled"]
+    marked = mark_stale(runs, {"online": "listing runs failed"})
+    assert [(c.run_id, c.verdict, c.stale) for c in marked] == [
+        ("a", "ok", ""),
+        ("b", "stale", "listing runs failed"),
+        ("c", "stalled", ""),
+    ]
+    assert {c.verdict for c in mark_stale(runs, {"": "late"})} == {"stale"}
+
+
+def test_a_bad_deadline_flag_is_refused_naming_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*PHANTOM, "status", "--json", "--cadence-deadline", "0"],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--cadence-deadline: '0': seconds greater than 0" in proc.stderr
 
 
 def _cad(name: str, run_id: str, source: str = "offline") -> RunCadence:
