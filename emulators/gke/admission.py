@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import base64
 import copy
-from typing import Any
 
 from emulators.gke import discovery as D
+from emulators.gke import services
 from emulators.gke import validate as V
 from emulators.gke.jobs import apply_job_defaults, apply_pod_defaults
 from emulators.gke.jobset import apply_jobset_defaults
@@ -53,34 +53,92 @@ def invalid(exc: V.Invalid) -> ApiError:
     )
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
-
-
-def field_validation(mode: str, res: D.Resource, obj: Obj) -> list[str]:
-    if res.name != "jobsets":
-        return []
-    unknown = V.unknown_jobset_fields(obj)
-    if not unknown or mode == "Ignore":
-        return []
-    texts = [f'unknown field "{f}"' for f in unknown]
-    if mode == "Strict":
-        raise ApiError(
-            400,
-            "BadRequest",
-            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
-            "strict decoding error: " + ", ".join(texts),
+def immutable_jobset(obj: Obj, new: Obj) -> None:
+    """The JobSet webhook lets only ``spec.suspend`` (and metadata) change."""
+    before = {k: v for k, v in obj["spec"].items() if k != "suspend"}
+    after = {k: v for k, v in new["spec"].items() if k != "suspend"}
+    if before != after:
+        raise V.Invalid(
+            "JobSet",
+            obj["metadata"]["name"],
+            [
+                V.Cause(
+                    "FieldValueInvalid",
+                    "spec.replicatedJobs",
+                    'Invalid value: "object": field is immutable',
+                )
+            ],
+            "jobset.x-k8s.io",
         )
-    return texts
+
+
+_POD_MUTABLE = (
+    "spec: Forbidden: pod updates may not change fields other than "
+    "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+    "`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
+    "negative)"
+)
+
+
+def immutable_fields(res: D.Resource, obj: Obj, new: Obj) -> None:
+    """What kube-apiserver's update validation refuses to change, per kind."""
+    name = obj["metadata"]["name"]
+    if res.name == "pods":
+
+        def strip(spec: Obj) -> Obj:
+            out = copy.deepcopy(spec)
+            for key in ("containers", "initContainers"):
+                for c in out.get(key) or []:
+                    c.pop("image", None)
+            for key in ("activeDeadlineSeconds", "tolerations"):
+                out.pop(key, None)
+            return out
+
+        if strip(obj.get("spec") or {}) != strip(new.get("spec") or {}):
+            raise V.Invalid("Pod", name, [V.Cause("FieldValueForbidden", "spec", _POD_MUTABLE)])
+    elif res.name == "jobs":
+        old_spec, new_spec = obj.get("spec") or {}, new.get("spec") or {}
+        for key in ("template", "completions", "completionMode", "selector"):
+            if old_spec.get(key) != new_spec.get(key):
+                raise V.Invalid(
+                    "Job",
+                    name,
+                    [V.Cause("FieldValueInvalid", f"spec.{key}", "field is immutable")],
+                    "batch",
+                )
+    elif res.name == "services":
+        old_ip = (obj.get("spec") or {}).get("clusterIP")
+        new_ip = (new.get("spec") or {}).get("clusterIP")
+        if new_ip in (None, ""):
+            new["spec"]["clusterIP"] = old_ip
+            new["spec"]["clusterIPs"] = (obj.get("spec") or {}).get("clusterIPs")
+        elif new_ip != old_ip:
+            raise V.Invalid(
+                "Service",
+                name,
+                [
+                    V.Cause(
+                        "FieldValueInvalid",
+                        "spec.clusterIPs[0]",
+                        f'Invalid value: []string{{"{new_ip}"}}: may not change once set',
+                    )
+                ],
+            )
+    elif res.name in ("configmaps", "secrets") and obj.get("immutable"):
+        keys = ("data", "binaryData")
+        if [obj.get(k) for k in keys] != [new.get(k) for k in keys]:
+            raise V.Invalid(
+                res.kind,
+                name,
+                [
+                    V.Cause(
+                        "FieldValueForbidden",
+                        "data",
+                        "Forbidden: field is immutable when `immutable` is set",
+                    )
+                ],
+            )
 
 
 def admit(res: D.Resource, obj: Obj) -> None:
@@ -108,5 +166,10 @@ def admit(res: D.Resource, obj: Obj) -> None:
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         elif res.name == "namespaces":
             obj["status"] = {"phase": "Active"}
+        elif res.name in ("configmaps", "serviceaccounts"):
+            V.check_simple(res.kind, obj)
+        elif res.name == "services":
+            V.check_simple(res.kind, obj)
+            services.apply_service_defaults(obj)
     except V.Invalid as exc:
         raise invalid(exc) from exc

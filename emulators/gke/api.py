@@ -5,47 +5,26 @@ writes them, so kubectl and kubernetes-asyncio print and raise what they would o
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import yaml
 from aiohttp import web
 
-from emulators.gke import admission, openapi
 from emulators.gke import discovery as D
+from emulators.gke import health, openapi
 from emulators.gke import layout as L
-from emulators.gke import validate as V
 from emulators.gke.admission import ApiError
-from emulators.gke.jobs import delete_pod, label_job
 from emulators.gke.logs import LogOptions, stream_log
 from emulators.gke.store import Gone, Obj, Selector, SelectorError
 from emulators.gke.tables import PRINTERS, to_table
+from emulators.gke.writes import Path, Writes, not_found
 
 if TYPE_CHECKING:
     from emulators.gke.daemon import Cluster
 
 log = logging.getLogger("phantom.gke.api")
-
-
-def not_found(res: D.Resource, name: str) -> ApiError:
-    return ApiError(
-        404,
-        "NotFound",
-        f'{res.qualified} "{name}" not found',
-        {"name": name, "group": res.group, "kind": res.name},
-    )
-
-
-@dataclass(frozen=True)
-class Path:
-    res: D.Resource
-    namespace: str
-    name: str
-    sub: str
 
 
 def _truthy(v: str | None) -> bool:
@@ -56,6 +35,7 @@ class Api:
     def __init__(self, cluster: Cluster) -> None:
         self.c = cluster
         self.store = cluster.store
+        self.writes = Writes(cluster)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -78,6 +58,9 @@ class Api:
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
+        checked = health.answer(request, parts) if request.method == "GET" else None
+        if checked is not None:
+            return checked
         if request.method == "GET":
             static = self._static(parts, request)
             if static is not None:
@@ -112,12 +95,18 @@ class Api:
             if _truthy(request.query.get("watch")):
                 return await self._watch(request, path)
             return self._list(request, path)
+        if path.sub and verb != "GET":
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
         if verb == "POST" and not path.name:
-            return await self._create(request, path)
+            return await self.writes.create(request, path)
         if verb == "DELETE" and path.name:
-            return await self._delete(request, path)
+            return await self.writes.delete(request, path)
         if verb in ("PATCH", "PUT") and path.name:
-            return await self._patch(request, path)
+            return await self.writes.patch(request, path)
         raise ApiError(
             405,
             "MethodNotAllowed",
@@ -139,8 +128,6 @@ class Api:
             return D.api_group(parts[1])
         if len(parts) == 3 and parts[0] == "apis":
             return D.resource_list(parts[1], parts[2])
-        if parts in (["healthz"], ["livez"], ["readyz"]):
-            return None
         return None
 
     def _openapi(self, request: web.Request, parts: list[str]) -> web.Response:
@@ -305,184 +292,6 @@ class Api:
         if annotations:
             meta["annotations"] = annotations
         return {"kind": res.kind, "apiVersion": res.group_version, "metadata": meta}
-
-    # --- writes -------------------------------------------------------------------------
-
-    async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
-        ctype = request.headers.get("Content-Type", "")
-        try:
-            if "yaml" in ctype:
-                return yaml.safe_load(raw)
-            return json.loads(raw or b"{}")
-        except (ValueError, yaml.YAMLError) as exc:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the object provided is unrecognized (must be of type "
-                f"{request.match_info.get('tail', '')}): couldn't get version/kind; "
-                f"json parse error: {exc}",
-            ) from exc
-
-    async def _create(self, request: web.Request, path: Path) -> web.Response:
-        res = path.res
-        obj = await self._body(request)
-        if not isinstance(obj, dict):
-            raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
-        if not obj.get("kind"):
-            raise ApiError(400, "BadRequest", f"Object 'Kind' is missing in '{json.dumps(obj)}'")
-        if obj.get("kind") != res.kind or obj.get("apiVersion") != res.group_version:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f"the API version in the data ({obj.get('apiVersion')}) does not "
-                f"match the expected API version ({res.group_version})"
-                if obj.get("kind") == res.kind
-                else f'{obj.get("kind")} in version "{res.version}" cannot be handled as '
-                f'a {res.kind}: no kind "{obj.get("kind")}" is registered for '
-                f'version "{res.group_version}"',
-            )
-        meta = (
-            obj.setdefault("metadata", {}) if isinstance(obj.get("metadata"), dict | None) else None
-        )
-        if meta is None:
-            raise admission.invalid(
-                V.Invalid(
-                    res.kind,
-                    "",
-                    [V.Cause("FieldValueTypeInvalid", "metadata", "must be an object")],
-                    res.group,
-                )
-            )
-        if res.namespaced:
-            ns = meta.get("namespace") or path.namespace or L.NAMESPACE
-            if path.namespace and ns != path.namespace:
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    "the namespace of the provided object does "
-                    "not match the namespace sent on the request",
-                )
-            if self.store.get("namespaces", "", ns) is None:
-                raise ApiError(
-                    404,
-                    "NotFound",
-                    f'namespaces "{ns}" not found',
-                    {"name": ns, "kind": "namespaces"},
-                )
-            meta["namespace"] = ns
-        warnings = admission.field_validation(
-            request.query.get("fieldValidation", "Warn"), res, obj
-        )
-        admission.admit(res, obj)
-        name = meta.get("name", "")
-        if name and self.store.get(res.name, meta.get("namespace", ""), name) is not None:
-            raise ApiError(
-                409,
-                "AlreadyExists",
-                f'{res.qualified} "{name}" already exists',
-                {"name": name, "group": res.group, "kind": res.name},
-            )
-        obj.pop("status", None)
-        if request.query.get("dryRun") == "All":
-            return web.json_response(obj, status=201)
-        stored = self.store.create(res.name, obj)
-        if res.name == "jobs":
-            stored = self.store.mutate("jobs", stored, label_job)
-        headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else {}
-        return web.json_response(copy.deepcopy(stored), status=201, headers=headers)
-
-    async def _delete(self, request: web.Request, path: Path) -> web.Response:
-        res = path.res
-        obj = self.store.get(res.name, path.namespace, path.name)
-        if obj is None:
-            raise not_found(res, path.name)
-        grace = request.query.get("gracePeriodSeconds")
-        body = await request.read()
-        if body:
-            with_opts = json.loads(body)
-            if isinstance(with_opts, dict) and with_opts.get("gracePeriodSeconds") is not None:
-                grace = str(with_opts["gracePeriodSeconds"])
-        if request.query.get("dryRun") == "All":
-            return web.json_response(obj)
-        if res.name == "pods":
-            delete_pod(self.store, obj, float(grace) if grace is not None else None)
-            current = self.store.get("pods", path.namespace, path.name)
-            return web.json_response(current or obj)
-        if res.name == "jobs":
-            self.c.jobs.delete_job(obj)
-            return web.json_response(self.store.get("jobs", path.namespace, path.name) or obj)
-        gone = self.store.delete(res.name, path.namespace, path.name) or obj
-        return web.json_response(
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "details": {
-                    "name": path.name,
-                    "group": res.group,
-                    "kind": res.name,
-                    "uid": gone["metadata"]["uid"],
-                },
-            }
-        )
-
-    async def _patch(self, request: web.Request, path: Path) -> web.Response:
-        res = path.res
-        if res.name not in ("jobsets", "secrets"):
-            raise ApiError(
-                405,
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            )
-        obj = self.store.get(res.name, path.namespace, path.name)
-        if obj is None:
-            raise not_found(res, path.name)
-        body = await self._body(request)
-        ctype = request.headers.get("Content-Type", "")
-        if request.method == "PUT":
-            new = body
-        elif "json-patch+json" in ctype and "merge" not in ctype:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                f"the emulator supports merge patches only, not {ctype}",
-            )
-        else:
-            new = admission.merge_patch(obj, body)
-        new["metadata"]["uid"] = obj["metadata"]["uid"]
-        new["metadata"]["creationTimestamp"] = obj["metadata"]["creationTimestamp"]
-        new["status"] = obj.get("status", {})
-        if res.name == "jobsets":
-            try:
-                V.check_jobset(new)
-                admission.apply_jobset_defaults(new)
-            except V.Invalid as exc:
-                raise admission.invalid(exc) from exc
-            before = {k: v for k, v in obj["spec"].items() if k != "suspend"}
-            after = {k: v for k, v in new["spec"].items() if k != "suspend"}
-            if before != after:
-                raise admission.invalid(
-                    V.Invalid(
-                        "JobSet",
-                        path.name,
-                        [
-                            V.Cause(
-                                "FieldValueInvalid",
-                                "spec.replicatedJobs",
-                                'Invalid value: "object": field is immutable',
-                            )
-                        ],
-                        "jobset.x-k8s.io",
-                    )
-                )
-            if new["spec"] != obj["spec"]:
-                new["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
-        elif res.name == "secrets":
-            admission.admit(res, new)
-        self.store.update(res.name, new)
-        return web.json_response(self.store.get(res.name, path.namespace, path.name))
 
     # --- logs ---------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from emulators.gke.nodes import (
     pool_nodes,
     set_ready,
 )
+from emulators.gke.services import kubernetes_service
 from emulators.gke.store import Obj, Store
 from emulators.gke.workload.scripts import install_scripts
 from emulators.tpu_pod.procs import kill_marked, make_run_cgroup, remove_cgroup
@@ -435,6 +436,12 @@ class Cluster:
                         "status": {"phase": "Active"},
                     },
                 )
+                # Every namespace has its "default" ServiceAccount, as the SA controller makes.
+                sa = {"kind": "ServiceAccount", "apiVersion": "v1"}
+                self.store.create(
+                    "serviceaccounts", {**sa, "metadata": {"name": "default", "namespace": ns}}
+                )
+            self.store.create("services", kubernetes_service())
             self._add_pool(L.CPU_POOL, tpu=False)
             for pool in self.pools:
                 self._add_pool(pool, tpu=True)

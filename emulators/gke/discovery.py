@@ -31,8 +31,9 @@ class Resource:
 
 
 READ = ("get", "list", "watch")
+WRITE = ("create", "delete", "update", "patch")
 RESOURCES = (
-    Resource("pods", "pod", "Pod", "", "v1", True, (*READ, "create", "delete"), ("po",), ("all",)),
+    Resource("pods", "pod", "Pod", "", "v1", True, (*READ, *WRITE), ("po",), ("all",)),
     Resource("nodes", "node", "Node", "", "v1", False, READ, ("no",)),
     Resource("events", "event", "Event", "", "v1", True, READ, ("ev",)),
     Resource("namespaces", "namespace", "Namespace", "", "v1", False, (*READ, "create"), ("ns",)),
@@ -45,7 +46,19 @@ RESOURCES = (
         True,
         (*READ, "create", "delete", "update", "patch"),
     ),
-    Resource("jobs", "job", "Job", "batch", "v1", True, (*READ, "create", "delete"), (), ("all",)),
+    Resource("configmaps", "configmap", "ConfigMap", "", "v1", True, (*READ, *WRITE), ("cm",)),
+    Resource("services", "service", "Service", "", "v1", True, (*READ, *WRITE), ("svc",), ("all",)),
+    Resource(
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        "",
+        "v1",
+        True,
+        (*READ, *WRITE),
+        ("sa",),
+    ),
+    Resource("jobs", "job", "Job", "batch", "v1", True, (*READ, *WRITE), (), ("all",)),
     Resource(
         "jobsets",
         "jobset",

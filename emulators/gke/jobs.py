@@ -183,6 +183,11 @@ class JobController:
                 and not job["metadata"].get("deletionTimestamp")
             ):
                 self.delete_job(job)
+        for svc in self.store.list("services"):
+            owner = owner_uid(svc, "JobSet")
+            if owner is not None and owner not in jobsets:
+                meta = svc["metadata"]
+                self.store.delete("services", meta.get("namespace", ""), meta["name"])
         jobs = {j["metadata"]["uid"] for j in self.store.list("jobs")}
         for pod in self.store.list("pods"):
             owner = owner_uid(pod, "Job")

@@ -12,6 +12,7 @@ import re
 
 from emulators.gke.events import Recorder, condition, condition_true, set_condition
 from emulators.gke.jobs import JobController, apply_job_defaults, label_job, owner_ref
+from emulators.gke.services import ensure_jobset_service
 from emulators.gke.store import Obj, Store
 
 P = "jobset.sigs.k8s.io/"
@@ -66,6 +67,7 @@ class JobSetController:
 
     def _sync(self, js: Obj) -> None:
         spec = js["spec"]
+        ensure_jobset_service(self.store, js)
         status = copy.deepcopy(js.get("status") or {})
         status.setdefault("restarts", 0)
         restarts = int(status["restarts"])

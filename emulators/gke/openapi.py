@@ -1,4 +1,10 @@
-"""Just enough OpenAPI for a plain ``kubectl apply -f`` (what xpk runs).
+"""OpenAPI v3 (and v2 as JSON) with a component schema per served kind, so
+``kubectl explain`` works and ``kubectl apply -f`` validates on the server (what xpk runs).
+
+Names follow kube-apiserver: built-in kinds as ``io.k8s.api.<group>.<version>.<Kind>``,
+the JobSet CRD as ``io.x-k8s.jobset.v1alpha2.JobSet`` (the group reversed), metadata by
+``$ref`` to ``io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta``; each kind's schema
+carries ``x-kubernetes-group-version-kind``, which is how kubectl finds it.
 
 kubectl 1.28+ asks /openapi/v3 whether the server supports ``fieldValidation`` on PATCH
 for the object's GVK (cli-runtime's queryParamVerifierV3); when it does, kubectl sends
@@ -10,11 +16,13 @@ definitions is encoded by hand below.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
 from emulators.gke import discovery as D
 from emulators.gke import layout as L
+from emulators.gke import schemas
 from emulators.gke.store import Obj
 
 _PARAMS = [
@@ -54,27 +62,67 @@ def _gv_doc(group: str, version: str) -> Obj:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": L.GIT_VERSION},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": components(group, version, "#/components/schemas/")},
     }
+
+
+def schema_name(group: str, version: str, kind: str) -> str:
+    if group == "jobset.x-k8s.io":
+        return f"io.x-k8s.jobset.{version}.{kind}"
+    return f"io.k8s.api.{group or 'core'}.{version}.{kind}"
+
+
+def _refs(node: object, prefix: str) -> object:
+    if isinstance(node, dict):
+        return {
+            k: (prefix + v if k == "$ref" and isinstance(v, str) else _refs(v, prefix))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_refs(v, prefix) for v in node]
+    return node
+
+
+def components(group: str, version: str, prefix: str) -> Obj:
+    out: Obj = {schemas.META_REF: schemas.OBJECT_META}
+    for r in D.RESOURCES:
+        if (r.group, r.version) != (group, version):
+            continue
+        schema = schemas.for_kind(r.group, r.kind)
+        if schema is None:
+            continue
+        gvk = [{"group": r.group, "version": r.version, "kind": r.kind}]
+        out[schema_name(r.group, r.version, r.kind)] = {
+            **_refs(schema, prefix),  # type: ignore[dict-item]
+            "x-kubernetes-group-version-kind": gvk,
+        }
+    return out
 
 
 def _key(group: str, version: str) -> str:
     return f"api/{version}" if not group else f"apis/{group}/{version}"
 
 
-DOCS: dict[str, Obj] = {_key(g, v): _gv_doc(g, v) for g, v in [("", "v1"), *D.GROUPS]}
+@functools.cache
+def docs() -> dict[str, Obj]:
+    return {_key(g, v): _gv_doc(g, v) for g, v in [("", "v1"), *D.GROUPS]}
 
 
-def v3_root() -> Obj:
+@functools.cache
+def _root() -> Obj:
     out = {}
-    for key, doc in DOCS.items():
+    for key, doc in docs().items():
         digest = hashlib.sha512(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
         out[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest.upper()}"}
     return {"paths": out}
 
 
+def v3_root() -> Obj:
+    return _root()
+
+
 def v3_doc(key: str) -> Obj | None:
-    return DOCS.get(key)
+    return docs().get(key)
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -97,10 +145,15 @@ def v2_protobuf() -> bytes:
     return _field(1, b"2.0") + _field(2, info)
 
 
+@functools.cache
 def v2_json() -> Obj:
     return {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": L.GIT_VERSION},
         "paths": {},
-        "definitions": {},
+        "definitions": {
+            k: v
+            for g, ver in [("", "v1"), *D.GROUPS]
+            for k, v in components(g, ver, "#/definitions/").items()
+        },
     }

@@ -390,6 +390,70 @@ def namespace_cells(ns: Obj) -> list[Any]:
 
 NAMESPACE_COLUMNS = [NAME_COL, col("Status", "The status of the namespace"), AGE_COL]
 
+
+def configmap_cells(cm: Obj) -> list[Any]:
+    data = len(cm.get("data") or {}) + len(cm.get("binaryData") or {})
+    return [cm["metadata"]["name"], data, since(cm["metadata"].get("creationTimestamp"))]
+
+
+CONFIGMAP_COLUMNS = [
+    NAME_COL,
+    col("Data", "Data contains the configuration data.", type_="integer"),
+    AGE_COL,
+]
+
+
+def _ports(spec: Obj) -> str:
+    out = []
+    for p in spec.get("ports") or []:
+        node = f":{p['nodePort']}" if p.get("nodePort") else ""
+        out.append(f"{p.get('port')}{node}/{p.get('protocol', 'TCP')}")
+    return ",".join(out) or "<none>"
+
+
+def service_cells(svc: Obj) -> list[Any]:
+    spec = svc.get("spec") or {}
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    external = ",".join(i.get("ip") or i.get("hostname", "") for i in ingress)
+    if spec.get("type") == "LoadBalancer" and not external:
+        external = "<pending>"
+    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
+    return [
+        svc["metadata"]["name"],
+        spec.get("type", "ClusterIP"),
+        spec.get("clusterIP", ""),
+        external or ",".join(spec.get("externalIPs") or []) or "<none>",
+        _ports(spec),
+        since(svc["metadata"].get("creationTimestamp")),
+        selector or "<none>",
+    ]
+
+
+SERVICE_COLUMNS = [
+    NAME_COL,
+    col("Type", "Type determines how the Service is exposed."),
+    col("Cluster-IP", "The IP address of the service."),
+    col("External-IP", "The list of external IPs of the service."),
+    col("Port(s)", "The list of ports that are exposed by this service."),
+    AGE_COL,
+    col("Selector", "Route service traffic to pods matching this selector.", priority=1),
+]
+
+
+def serviceaccount_cells(sa: Obj) -> list[Any]:
+    return [
+        sa["metadata"]["name"],
+        len(sa.get("secrets") or []),
+        since(sa["metadata"].get("creationTimestamp")),
+    ]
+
+
+SERVICEACCOUNT_COLUMNS = [
+    NAME_COL,
+    col("Secrets", "Secrets of the service account.", type_="integer"),
+    AGE_COL,
+]
+
 PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
     "pods": (POD_COLUMNS, pod_cells),
     "nodes": (NODE_COLUMNS, node_cells),
@@ -398,6 +462,9 @@ PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
     "events": (EVENT_COLUMNS, event_cells),
     "secrets": (SECRET_COLUMNS, secret_cells),
     "namespaces": (NAMESPACE_COLUMNS, namespace_cells),
+    "configmaps": (CONFIGMAP_COLUMNS, configmap_cells),
+    "services": (SERVICE_COLUMNS, service_cells),
+    "serviceaccounts": (SERVICEACCOUNT_COLUMNS, serviceaccount_cells),
 }
 
 

@@ -401,86 +401,17 @@ def check_secret(obj: dict[str, Any]) -> None:
         raise Invalid("Secret", name, causes)
 
 
-_JOBSET_FIELDS: dict[str, frozenset[str]] = {
-    "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
-    "spec": frozenset(
-        {
-            "replicatedJobs",
-            "network",
-            "successPolicy",
-            "failurePolicy",
-            "startupPolicy",
-            "suspend",
-            "coordinator",
-            "managedBy",
-            "ttlSecondsAfterFinished",
-            "volumeClaimPolicies",
-        }
-    ),
-    "spec.replicatedJobs[]": frozenset({"name", "groupName", "template", "replicas", "dependsOn"}),
-    "spec.failurePolicy": frozenset({"maxRestarts", "restartStrategy", "rules"}),
-    "spec.failurePolicy.rules[]": frozenset(
-        {
-            "name",
-            "action",
-            "onJobFailureReasons",
-            "onJobFailureMessagePatterns",
-            "targetReplicatedJobs",
-        }
-    ),
-    "spec.replicatedJobs[].template.spec": frozenset(
-        {
-            "parallelism",
-            "completions",
-            "activeDeadlineSeconds",
-            "podFailurePolicy",
-            "successPolicy",
-            "backoffLimit",
-            "backoffLimitPerIndex",
-            "maxFailedIndexes",
-            "selector",
-            "manualSelector",
-            "template",
-            "ttlSecondsAfterFinished",
-            "completionMode",
-            "suspend",
-            "podReplacementPolicy",
-            "managedBy",
-        }
-    ),
-}
-
-
-def unknown_jobset_fields(obj: dict[str, Any]) -> list[str]:
-    """Field paths a strict decoder rejects (``.spec.replicatedJob`` for a typo)."""
-    out: list[str] = []
-
-    def check(node: Any, schema_key: str, path: str) -> None:
-        allowed = _JOBSET_FIELDS.get(schema_key)
-        if allowed is None or not isinstance(node, dict):
-            return
-        for k in node:
-            if k not in allowed:
-                out.append(f"{path}.{k}" if path else k)
-
-    check(obj, "", "")
-    spec = obj.get("spec")
-    check(spec, "spec", "spec")
-    if isinstance(spec, dict):
-        check(spec.get("failurePolicy"), "spec.failurePolicy", "spec.failurePolicy")
-        for i, r in enumerate(
-            (spec.get("failurePolicy") or {}).get("rules") or []
-            if isinstance(spec.get("failurePolicy"), dict)
-            else []
-        ):
-            check(r, "spec.failurePolicy.rules[]", f"spec.failurePolicy.rules[{i}]")
-        rjobs = spec.get("replicatedJobs")
-        for i, rj in enumerate(rjobs if isinstance(rjobs, list) else []):
-            check(rj, "spec.replicatedJobs[]", f"spec.replicatedJobs[{i}]")
-            if isinstance(rj, dict) and isinstance(rj.get("template"), dict):
-                check(
-                    rj["template"].get("spec"),
-                    "spec.replicatedJobs[].template.spec",
-                    f"spec.replicatedJobs[{i}].template.spec",
-                )
-    return out
+def check_simple(kind: str, obj: dict[str, Any]) -> None:
+    """ConfigMap, Service, ServiceAccount: a valid name and maps of strings."""
+    causes: list[Cause] = []
+    name = check_name(obj.get("metadata"), causes, dns1035=kind == "Service")
+    for key in ("data", "binaryData"):
+        v = obj.get(key)
+        if v is not None and not isinstance(v, dict):
+            causes.append(_type(key, v, "object"))
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(item, str):
+                    causes.append(_type(f"{key}.{k}", item, "string"))
+    if causes:
+        raise Invalid(kind, name, causes)
