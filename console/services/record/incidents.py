@@ -20,12 +20,13 @@ off) lets its incident lapse after ``LAPSE_S`` without rows: it is not summarise
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.services.model import Event
+from console.services.model import Event, HostState
 from console.services.record.journal import (
     ACTION,
     RECOVERED,
@@ -76,7 +77,7 @@ def new_id(at: float) -> str:
 def opens(kind: str, data: Mapping[str, Any]) -> bool:
     if kind in OPENING_KINDS:
         return True
-    return kind == "state_change" and str(data.get("to", "")) == "PREEMPTED"
+    return kind == "state_change" and str(data.get("to", "")) == HostState.PREEMPTED
 
 
 def member(event: Event) -> bool:
@@ -215,6 +216,7 @@ class IncidentTracker:
     def __init__(self, lapse_s: float = LAPSE_S) -> None:
         self.lapse_s = lapse_s
         self._open: _Open | None = None
+        self._closed: collections.deque[str] = collections.deque(maxlen=64)
 
     @property
     def current(self) -> str:
@@ -247,8 +249,32 @@ class IncidentTracker:
             cur.recovering = True
         if event.kind not in _ENDS:
             return None
-        self._open = None
+        self._close(cur.id)
         return summary_event(cur.id, cur.rows, at=event.at)
+
+    def _close(self, iid: str) -> None:
+        if self._open is not None and self._open.id == iid:
+            self._open = None
+        self._closed.append(iid)
+
+    def foreign(self, event: Event) -> None:
+        """Note a row another process journaled (read back from the journal): the owner's
+        incident opens or ends here too, so this process's own rows meanwhile (its tunnel,
+        its job watcher) carry the right id, and one it takes over ends summarised whole."""
+        iid = incident_of(event)
+        if not iid or iid in self._closed:
+            return  # a row of an incident that ended here already: it opens nothing
+        cur = self._open
+        if event.kind == INCIDENT or event.kind in _ENDS:
+            self._close(iid)
+            return
+        if cur is None or cur.id != iid:
+            if cur is not None and not opens(event.kind, event.data):
+                return
+            cur = self._open = _Open(id=iid, last_at=event.at)
+        cur.rows.append(event)
+        cur.last_at = max(cur.last_at, event.at)
+        cur.recovering = cur.recovering or event.kind == RECOVERY_STARTED
 
     def resume(self, journal: Journal, window: int = 2000) -> None:
         """Pick up an incident a previous process left open (it died mid-recovery)."""

@@ -151,6 +151,9 @@ class Sharing:
         rows = await asyncio.to_thread(self.journal.after, self._last_id)
         owner = self.owner
         changed = False
+        self.watchdog.sink.note_foreign(
+            [e for e in rows if e.id is not None and not self._own(e.id)]
+        )
         for ev in rows:
             assert ev.id is not None
             self._last_id = ev.id

@@ -82,6 +82,16 @@ class EventSink:
         self._pending.add(fut)
         fut.add_done_callback(self._pending.discard)
 
+    def note_foreign(self, rows: list[Event]) -> None:
+        """Rows other processes journaled: their incidents open and end here too (in the
+        writer thread, in order with this process's own writes)."""
+        if rows:
+            self._writer.submit(self._note_foreign, rows)
+
+    def _note_foreign(self, rows: list[Event]) -> None:
+        for row in rows:
+            self.incidents.foreign(row)
+
     async def flush(self) -> None:
         """Wait until everything emitted so far is journaled and published."""
         while self._pending:

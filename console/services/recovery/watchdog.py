@@ -85,6 +85,10 @@ class Watchdog:
 
     # -- state ----------------------------------------------------------------------------------
     @property
+    def sink(self) -> EventSink:
+        return self._sink
+
+    @property
     def status(self) -> RecoveryStatus:
         return self.runner.status
 

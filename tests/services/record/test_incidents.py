@@ -7,6 +7,7 @@ pod emulator (``tests/support/incident_rows.py``), replayed through the real eve
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from console.services.record.incidents import (
     incidents,
 )
 from console.services.record.journal import Journal
+from console.services.record.sink import EventSink
 from tests.support.incident_rows import recorded, replay
 
 W0, W1 = "phantom-pod-w0", "phantom-pod-w1"
@@ -32,6 +34,15 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
     j = Journal(tmp_path / "journal.sqlite")
     yield j
     j.close()
+
+
+def head_step(rows: list[Event]) -> int:
+    """Where the head's rebuild ends: the middle of the head's recovery."""
+    return next(
+        i
+        for i, e in enumerate(rows)
+        if e.data.get("action") == "recovery.head" and e.data.get("state") == "ok"
+    )
 
 
 def head_incident(found: list[Incident]) -> Incident:
@@ -134,7 +145,7 @@ async def test_an_incident_a_dead_console_left_open_is_resumed(
     journal: Journal, tmp_path: Path
 ) -> None:
     rows = recorded(start=START)
-    cut = next(i for i, e in enumerate(rows) if e.data.get("action") == "recovery.head")
+    cut = head_step(rows)
     await replay(journal, rows[:cut])  # the console dies mid-recovery of the head...
     journal.close()
     second = Journal(tmp_path / "journal.sqlite")  # ...and the next one finishes it
@@ -169,3 +180,30 @@ async def test_the_summary_is_published_after_the_row_that_ended_it(journal: Jou
     assert kinds.count(INCIDENT) == 2
     assert all(kinds[i - 1] == "recovered" for i, k in enumerate(kinds) if k == INCIDENT)
     assert [e.id for e in published] == [e.id for e in journal.query(limit=10_000)]
+
+
+async def test_a_second_front_end_follows_the_owners_incident(
+    journal: Journal, tmp_path: Path
+) -> None:
+    rows = recorded(start=START)
+    cut = head_step(rows)
+    await replay(journal, rows[:cut])  # the owner, mid-recovery of the head
+    follower_journal = Journal(tmp_path / "journal.sqlite")
+    follower = EventSink(follower_journal, lambda _: None)  # a second console starts here
+    try:
+        seen = follower_journal.last_id()
+        tunnel = await follower.emit(Event(START + 80, "tunnel_up", "tunnel open", actor="tunnel"))
+        head = incident_of(next(e for e in journal.query(limit=500) if e.kind == "head_lost"))
+        assert incident_of(tunnel) == head  # its own row, during the owner's incident
+        await replay(journal, rows[cut:])  # the owner ends it (and summarises it)
+        follower.note_foreign([e for e in follower_journal.after(seen) if e.id != tunnel.id])
+        later = await follower.emit(Event(START + 200, "tunnel_down", "tunnel closed"))
+        assert not incident_of(later)
+        # A late row of the ended incident from elsewhere reopens nothing.
+        follower.note_foreign([replace(rows[cut], data={"incident": head})])
+        assert not incident_of(await follower.emit(Event(START + 201, "tunnel_up", "open")))
+    finally:
+        follower.close()
+        follower_journal.close()
+    summaries = journal.query(kinds=[INCIDENT])
+    assert [incident_of(e) for e in summaries][-1] == head
