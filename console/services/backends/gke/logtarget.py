@@ -14,6 +14,7 @@ from collections.abc import Callable
 from console.services.backends.gke import status as S
 from console.services.backends.gke.kube import Obj
 from console.services.backends.gke.logs import PodTarget
+from console.services.backends.gke.manifests import coordinator_slot
 from console.services.backends.gke.observe import Caches
 from console.services.model import PodStatus
 
@@ -24,10 +25,13 @@ def log_backlog(caches: Caches, ref: str) -> list[PodTarget]:
     if caches.pods.get(ref) is not None:
         return []
     current = log_target(caches, ref)()
+    slot = coordinator_slot(caches.jobsets.get(ref))
     ended = [
         (p.restart_attempt, p.phase != "Failed", p.created_at or 0.0, raw)
         for raw in caches.pods.values()
-        if (p := S.pod_status(raw)).workload == ref and is_coordinator(p) and S.pod_terminal(raw)
+        if (p := S.pod_status(raw)).workload == ref
+        and is_coordinator(p, slot)
+        and S.pod_terminal(raw)
     ]
     ended.sort(key=lambda c: c[:3])
     return [
@@ -40,6 +44,7 @@ def log_target(caches: Caches, ref: str) -> Callable[[], PodTarget | None]:
     the Pathways head, the conversion's pod), or a pod and then its replacement."""
     pod = caches.pods.get(ref)
     slot = None
+    coordinator = coordinator_slot(caches.jobsets.get(ref)) if pod is None else None
     if pod is not None:
         p = S.pod_status(pod)
         if p.workload:
@@ -55,7 +60,7 @@ def log_target(caches: Caches, ref: str) -> Callable[[], PodTarget | None]:
             if slot is not None:
                 ok = (p.workload, p.replicated_job, p.job_index, p.completion_index) == slot
             else:
-                ok = p.workload == ref and is_coordinator(p)
+                ok = p.workload == ref and is_coordinator(p, coordinator)
             if ok:
                 # The newest attempt; then a pod not being deleted; then one that did not
                 # fail (a Job replaces a failed pod, within the same second of
@@ -88,8 +93,11 @@ def target(raw: Obj) -> PodTarget:
     )
 
 
-def is_coordinator(p: PodStatus) -> bool:
-    """Whose log is a workload's: worker 0 of slice 0, the Pathways head, a Job's pod."""
+def is_coordinator(p: PodStatus, slot: tuple[str, int, int] | None = None) -> bool:
+    """Whose log is a workload's: the JobSet's coordinator ``slot`` (``coordinator_slot``
+    of its JobSet) when known; else worker 0 of slice 0, the Pathways head, a Job's pod."""
+    if slot is not None and p.replicated_job:
+        return (p.replicated_job, p.job_index, p.completion_index) == slot
     if p.replicated_job == "pathways-head":
         return True
     if p.replicated_job:

@@ -66,9 +66,34 @@ def secret_name(spec: WorkloadSpec) -> str:
     return f"{spec.name}-phantom-env"
 
 
-def coordinator_prefix(spec_name: str, template: str) -> str:
-    """The name prefix of the pod whose log is the workload's log (worker 0 of slice 0, the
-    Pathways head, the conversion's pod)."""
+def coordinator_slot(obj: Obj | None) -> tuple[str, int, int] | None:
+    """(replicatedJob, job index, pod index) of a JobSet's coordinator pod: its
+    ``spec.coordinator`` when it names one, else pod 0 of job 0 of its first replicatedJob
+    (xpk's ``slice-job``, the Pathways head, or any other name); None for anything else."""
+    if not obj or obj.get("kind") != "JobSet":
+        return None
+    spec = obj.get("spec") or {}
+    coord = spec.get("coordinator") or {}
+    if coord.get("replicatedJob"):
+        return (
+            str(coord["replicatedJob"]),
+            int(coord.get("jobIndex") or 0),
+            int(coord.get("podIndex") or 0),
+        )
+    rjobs = spec.get("replicatedJobs") or []
+    if rjobs and isinstance(rjobs[0], dict) and rjobs[0].get("name"):
+        return (str(rjobs[0]["name"]), 0, 0)
+    return None
+
+
+def coordinator_prefix(spec_name: str, template: str, obj: Obj | None = None) -> str:
+    """The name prefix of the pod whose log is the workload's log (the JobSet's coordinator
+    read from ``obj`` when given; else worker 0 of slice 0, the Pathways head, the
+    conversion's pod, as the console's templates make them)."""
+    slot = coordinator_slot(obj)
+    if slot is not None:
+        rjob, job, pod = slot
+        return f"{spec_name}-{rjob}-{job}-{pod}-"
     if template == "pathways":
         return f"{spec_name}-pathways-head-0-0-"
     if template == "convert":
@@ -432,8 +457,9 @@ def workload_url(name: str, template: str, ref: ClusterRef) -> str:
     )
 
 
-def logs_url(name: str, template: str, ref: ClusterRef) -> str:
-    """xpk's Cloud Logging query for the coordinator pod's container logs (past day)."""
+def logs_url(name: str, template: str, ref: ClusterRef, obj: Obj | None = None) -> str:
+    """xpk's Cloud Logging query for the coordinator pod's container logs (past day);
+    ``obj``, the workload's JobSet, names its coordinator whatever its replicated jobs."""
     log_filter = "\n".join(
         (
             'resource.type="k8s_container"',
@@ -441,7 +467,7 @@ def logs_url(name: str, template: str, ref: ClusterRef) -> str:
             f'resource.labels.location="{ref.location}"',
             f'resource.labels.cluster_name="{ref.cluster}"',
             f'resource.labels.namespace_name="{ref.namespace}"',
-            f'resource.labels.pod_name:"{coordinator_prefix(name, template)}"',
+            f'resource.labels.pod_name:"{coordinator_prefix(name, template, obj)}"',
             "severity>=DEFAULT",
         )
     )
@@ -462,7 +488,7 @@ def preview(spec: WorkloadSpec, ref: ClusterRef) -> WorkloadPreview:
         manifest_yaml=yaml.safe_dump(obj, sort_keys=False, width=100),
         command_line=xpk_command(spec, ref),
         console_url=workload_url(spec.name, spec.template, ref),
-        logs_url=logs_url(spec.name, spec.template, ref),
+        logs_url=logs_url(spec.name, spec.template, ref, obj),
         secret_name=secret_name(spec) if keys else "",
         secret_keys=keys,
         output_uri=spec.output_uri,

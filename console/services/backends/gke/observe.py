@@ -24,6 +24,7 @@ from console.services.backends.gke.manifests import (
     RUN_LABEL,
     TEMPLATE_LABEL,
     ClusterRef,
+    coordinator_slot,
     logs_url,
     workload_url,
 )
@@ -315,6 +316,7 @@ class GkeObserver:
         unschedulable = [p for p in live if p.phase == "Pending" and _unschedulable(p)]
         since = [t for t in (self._unsched_since(p) for p in unschedulable) if t is not None]
         rec = recorded.get(name)
+        jobset = self.caches.jobsets.get(name) if kind == "JobSet" else None
         return WorkloadStatus(
             name=name,
             status=status,
@@ -328,12 +330,12 @@ class GkeObserver:
             scheduler_message=unschedulable[0].message if unschedulable else "",
             disrupted=sum(1 for p in current if p.disrupted),
             worker_replacements=self._mem.replacements.get(name, 0),
-            head_failed=_head_failed(template, current),
+            head_failed=_head_failed(template, current, coordinator_slot(jobset)),
             failed_reason=reason,
             message=message,
             owned=rec is not None,
             console_url=workload_url(name, template, self.ref),
-            logs_url=logs_url(name, template, self.ref),
+            logs_url=logs_url(name, template, self.ref, jobset),
             **fields,
         )
 
@@ -418,8 +420,13 @@ def _unschedulable(p: PodStatus) -> bool:
     return bool(p.message) and not p.node
 
 
-def _head_failed(template: str, pods: list[PodStatus]) -> str:
-    if template == "pathways":
+def _head_failed(
+    template: str, pods: list[PodStatus], slot: tuple[str, int, int] | None = None
+) -> str:
+    """The coordinator's failure: the JobSet's ``slot`` when known, whatever its names."""
+    if slot is not None and template != "convert":
+        heads = [p for p in pods if (p.replicated_job, p.job_index, p.completion_index) == slot]
+    elif template == "pathways":
         heads = [p for p in pods if p.replicated_job == HEAD_JOB]
     elif template == "standard":
         heads = [p for p in pods if p.job_index == 0 and p.completion_index == 0]
