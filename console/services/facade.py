@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from console.config import Config
-from console.services.api import JobsUnavailable, UnknownJob
+from console.services.api import JobsUnavailable
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
@@ -43,7 +43,6 @@ from console.services.model import (
     Event,
     HostState,
     JobInfo,
-    JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
@@ -56,6 +55,7 @@ from console.services.model import (
 from console.services.observation import Observation
 from console.services.record.journal import AsyncJournal, Journal
 from console.services.record.lease import PodLeases
+from console.services.record.outcomes import JobOutcomes
 from console.services.record.sharing import Sharing
 from console.services.record.sink import EventSink
 from console.services.recovery.diagnosis import diagnose
@@ -98,6 +98,7 @@ class Facade:
         self.poll_interval_s = rec.poll_interval_s
         self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)
         self.registry = registry
+        self.outcomes = JobOutcomes(journal, clock=clock)  # final states outlive their head
         self.submitter = Submitter(
             self.backend,
             registry,
@@ -244,6 +245,7 @@ class Facade:
             if tr.job.job_id in self.registry:
                 ev = replace(ev, actor="jobs")
             await self.sink.emit(ev)
+        self.outcomes.note(self.job_watcher.known.values())
         for job in self.job_watcher.known.values():
             await self.submitter.learn_sweep_id(job)
 
@@ -514,19 +516,13 @@ class Facade:
         return await self.submitter.submit(spec.checked(), actor)
 
     async def list_jobs(self) -> list[JobInfo]:
-        return await self.backend.list_jobs()
+        listed = await self.backend.list_jobs()
+        return self.outcomes.with_ended(listed, [j.job_id for j in self.registry.current()])
 
     async def job_status(self, job_id: str) -> JobInfo:
-        try:
-            return await self.backend.job_status(job_id)
-        except UnknownJob:
-            if job_id not in self.registry:
-                raise
-            return JobInfo(
-                job_id,
-                JobStatus.LOST,
-                message="the cluster no longer knows it (its head was replaced)",
-            )
+        return await self.outcomes.status(
+            job_id, self.backend.job_status, ours=self.registry.__contains__
+        )
 
     def successor(self, job_id: str) -> str:
         seen = {job_id}
