@@ -309,3 +309,16 @@ def execute(
     ctx = _Ctx({**op.defaults, **(variables or {})}, doc.fragments)
     data = _complete(root.get(op.kind, {}), op.selections, ctx)
     return data if isinstance(data, dict) else {}
+
+
+def unknown_roots(
+    doc: Document, root: Mapping[str, Any], operation_name: str | None = None
+) -> list[str]:
+    """Root fields of the operation the emulator does not serve (they answer null)."""
+    ops = [o for o in doc.operations if not operation_name or o.name == operation_name]
+    if not ops:
+        return []
+    op = ops[0]
+    known = root.get(op.kind, {})
+    ctx = _Ctx(dict(op.defaults), doc.fragments)
+    return [f"{op.kind}.{f.name}" for f in _fields(op.selections, ctx) if f.name not in known]

@@ -124,10 +124,12 @@ class WandbServer:
             return web.json_response({"errors": [{"message": str(exc)}], "data": None}, status=400)
         names = [op.name for op in doc.operations]
         self.schema.changed = False
+        root = self.schema.root()
+        missing = gql.unknown_roots(doc, root, body.get("operationName"))
+        if missing:  # a request this emulator does not serve yet: say so in the log
+            log.warning("graphql %s: unknown root fields %s answer null", names, missing)
         try:
-            data = gql.execute(
-                doc, self.schema.root(), body.get("variables"), body.get("operationName")
-            )
+            data = gql.execute(doc, root, body.get("variables"), body.get("operationName"))
         except (GraphQLError, ArtifactError) as exc:
             log.info("graphql %s -> %s: %s", names, exc.status, exc)
             return web.json_response(

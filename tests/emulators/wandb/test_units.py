@@ -200,3 +200,8 @@ def test_a_run_gone_quiet_shows_crashed_or_preempted_until_it_resumes() -> None:
     assert (schema.shown_state(run), schema.shown_state(other)) == ("crashed", "preempted")
     state.upsert_run("e", "p", "r1", {"config": "{}"})  # wandb.init(resume=...) again
     assert schema.shown_state(run) == "running"
+
+
+def test_unknown_root_fields_are_named() -> None:
+    doc = gql.parse("mutation M { createArtifact { x } deleteRun(input: {}) { ok } }")
+    assert gql.unknown_roots(doc, {"mutation": {"createArtifact": {}}}) == ["mutation.deleteRun"]
