@@ -136,7 +136,7 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
         if lost is not None:
             steps_lost = (steps_lost or 0) + int(lost)
     if end is None:
-        result = "recovering" if started is not None else "open"
+        result = "recovering" if started is not None else "no recovery"
     elif end.kind == RECOVERED:
         result = "recovered" if _num(end.data.get("mttr_s")) is not None else "nothing to recover"
     else:

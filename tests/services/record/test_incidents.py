@@ -171,7 +171,7 @@ async def test_trouble_no_recovery_follows_lapses_unsummarised(journal: Journal)
     assert incident_of(first) != incident_of(second)
     assert not journal.query(kinds=[INCIDENT])
     (open_, _) = [x for x in group(journal.query()) if isinstance(x, Incident)]
-    assert open_.open and open_.summary.data["result"] == "open"
+    assert open_.open and open_.summary.data["result"] == "no recovery"
 
 
 async def test_the_summary_is_published_after_the_row_that_ended_it(journal: Journal) -> None:
