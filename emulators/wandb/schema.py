@@ -36,7 +36,11 @@ def _connection(nodes: list[Obj], args: dict[str, Any]) -> Obj:
     end = start + len(page)
     return {
         "edges": [{"node": n, "cursor": str(start + i + 1)} for i, n in enumerate(page)],
-        "pageInfo": {"endCursor": str(end), "hasNextPage": end < len(nodes)},
+        "pageInfo": {
+            "__typename": "PageInfo",
+            "endCursor": str(end),
+            "hasNextPage": end < len(nodes),
+        },
         "totalCount": len(nodes),
     }
 
@@ -372,14 +376,8 @@ class Schema:
                 "entity": self.entity,
                 "project": self._project_arg,
                 "model": self._project_arg,
-                "projects": lambda a: _connection(
-                    [
-                        self.project_obj(p)
-                        for p in self.state.projects.values()
-                        if p["entity"] == (a.get("entityName") or L.USER)
-                    ],
-                    a,
-                ),
+                "projects": self._projects,
+                "models": self._projects,  # GetProjects asks by the legacy name
                 "serverInfo": self.server_info(),
                 "artifact": lambda a: self._artifact_by_id(a.get("id")),
             },
@@ -418,6 +416,11 @@ class Schema:
             "version": L.SERVER_VERSION,
             "isLocalServer": True,
         }
+
+    def _projects(self, args: dict[str, Any]) -> Obj:
+        entity = args.get("entityName") or L.USER
+        found = [p for p in self.state.projects.values() if p["entity"] == entity]
+        return _connection([self.project_obj(p) for p in found], args)
 
     def _project_arg(self, args: dict[str, Any]) -> Obj | None:
         proj = self.state.project(args.get("entityName") or L.USER, args.get("name") or "")

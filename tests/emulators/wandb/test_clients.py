@@ -163,9 +163,12 @@ run.finish()
 SWEEP_RUNS = textwrap.dedent(
     """
     import json, sys, wandb
-    sweep = wandb.Api().sweep(sys.argv[1])
+    api = wandb.Api()
+    sweep = api.sweep(sys.argv[1])
     print(json.dumps({
         "state": sweep.state,
+        "listed": [s.id for s in api.project("grid", entity="lab").sweeps()],
+        "projects": [p.name for p in api.projects("lab")],
         "runs": sorted(
             [{"id": r.id, "state": r.state, "lr": r.config.get("lr"),
               "loss": r.summary.get("loss")} for r in sweep.runs],
@@ -202,6 +205,8 @@ def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> N
     assert [(r["state"], r["lr"]) for r in got["runs"]] == [("finished", 0.1), ("finished", 0.01)]
     assert [r["loss"] for r in got["runs"]] == [pytest.approx(0.1), pytest.approx(0.01)]
     assert got["state"] == "RUNNING"
+    assert got["listed"] == [path.rsplit("/", 1)[1]]
+    assert "grid" in got["projects"]
 
     stopped = run_client(["wandb", "sweep", "--stop", path], env, tmp_path)
     assert stopped.returncode == 0, stopped.stderr
