@@ -26,6 +26,7 @@ from aiohttp import web
 
 from emulators.gke import layout as L
 from emulators.gke.api import Api
+from emulators.gke.dns import RESOLVER_DIR, HostsFile
 from emulators.gke.events import Recorder, condition, set_condition
 from emulators.gke.jobs import JobController
 from emulators.gke.jobset import JobSetController
@@ -71,6 +72,7 @@ class Cluster:
     def __init__(self, cfg: DaemonConfig) -> None:
         self.cfg = cfg
         self.layout = L.RunLayout(cfg.run_dir)
+        self.hosts = HostsFile(self.layout.hosts_file)
         self.run_id = secrets.token_hex(6)
         self.store = Store(cfg.watch_history)
         self.recorder = Recorder(self.store)
@@ -250,6 +252,7 @@ class Cluster:
                     self.jobs.sync,
                     self.scheduler.schedule_all,
                     self.kubelet.sync,
+                    self._sync_hosts,
                 ):
                     try:
                         step()
@@ -258,6 +261,9 @@ class Cluster:
                 if not self.store.changed.is_set():
                     break
             await asyncio.sleep(0.02)
+
+    def _sync_hosts(self) -> None:
+        self.hosts.sync(self.store)
 
     async def _tick(self) -> None:
         """Time-driven work: back-off expiries and the scheduler's retry queue."""
@@ -389,6 +395,9 @@ class Cluster:
             "GCE_METADATA_IP": endpoint,
             "PHANTOM_GCS_ROOT": str(self.layout.bucket),
             "RAY_USAGE_STATS_ENABLED": "0",
+            # Cluster DNS for Python: pod hostnames under a headless Service (dns.py).
+            "PYTHONPATH": str(RESOLVER_DIR),
+            "PHANTOM_GKE_HOSTS": str(self.layout.hosts_file),
         }
 
     async def run(self) -> int:

@@ -107,3 +107,8 @@ class RunLayout:
         """Abstract unix socket of the control channel (one daemon per run dir)."""
         digest = hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:24]
         return f"\0phantom-gke-{digest}"
+
+    @property
+    def hosts_file(self) -> Path:
+        """Pod DNS records (``dns.py``), read by Python in containers."""
+        return self.run_dir / "hosts"

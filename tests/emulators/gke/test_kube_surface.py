@@ -91,6 +91,47 @@ spec:
 """
 
 
+# Each pod resolves its peer by the name the JobSet's headless Service gives it.
+PEERS = """\
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: net
+spec:
+  replicatedJobs:
+  - name: workers
+    template:
+      spec:
+        parallelism: 2
+        completions: 2
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - name: main
+              image: python:3.11
+              command:
+              - python
+              - -c
+              - |
+                import os, socket, time
+                me = int(os.environ["JOB_COMPLETION_INDEX"])
+                peer = f"net-workers-0-{1 - me}.net"
+                deadline = time.time() + 20
+                while True:
+                    try:
+                        print("peer", socket.gethostbyname(peer), flush=True)
+                        break
+                    except OSError:
+                        if time.time() > deadline:
+                            raise
+                        time.sleep(0.2)
+                full = f"net-workers-0-{me}.net.default.svc.cluster.local"
+                print("self", socket.getaddrinfo(full, 80)[0][4][0], flush=True)
+                time.sleep(120)
+"""
+
+
 def run(
     info: gke_client.GkeInfo, *args: str, version: str = "1.33", stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -199,9 +240,8 @@ def test_server_side_apply_creates_and_dry_runs_change_nothing(
     for extra in ([], ["--server-side"]):
         diff = run(gke_module, "diff", *extra, "-f", str(path))
         assert "+    stage: two" in diff.stdout, (diff.stdout, diff.stderr)
-    after = get_json(gke_module, "jobset", "ssa")
-    assert after["spec"] == before["spec"]
-    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    after = get_json(gke_module, "jobset", "ssa")  # (its status moves on: the pods start)
+    assert after["spec"] == before["spec"] and "labels" not in after["metadata"]
     ok(gke_module, "delete", "jobset", "ssa")
 
 
@@ -331,30 +371,45 @@ data:
         watch.wait(10)
     ok(gke_module, "delete", "-f", str(manifest))
     ok(gke_module, "delete", "cm", "later")
-    assert ok(gke_module, "get", "cm,svc", "-o", "name").split() == ["service/kubernetes"]
+    left = ok(gke_module, "get", "cm,svc,sa", "-o", "name").split()
+    assert not {"configmap/knobs", "configmap/later", "service/tensorboard"} & set(left)
+    assert "serviceaccount/trainer" not in left and "service/kubernetes" in left
 
 
 def test_jobset_headless_service_and_pod_hostnames(
     gke_module: gke_client.GkeInfo, tmp_path: Path
 ) -> None:
     path = tmp_path / "net.yaml"
-    path.write_text(WORKERS.format(name="net", restarts=0, typo=""))
+    path.write_text(PEERS)
     ok(gke_module, "apply", "-f", str(path))
+    selector = "jobset.sigs.k8s.io/jobset-name=net"
+
+    def pods() -> list[dict]:  # type: ignore[type-arg]
+        return list(get_json(gke_module, "pods", "-l", selector)["items"])
+
     wait_until(
-        lambda: (
-            len(get_json(gke_module, "pods", "-l", "jobset.sigs.k8s.io/jobset-name=net")["items"])
-            == 2
-        ),
-        30,
-        "the JobSet's 2 pods",
+        lambda: len([p for p in pods() if p["status"].get("podIP")]) == 2, 30, "2 pods with IPs"
     )
     svc = get_json(gke_module, "service", "net")
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "net"}
     assert svc["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
-    pods = get_json(gke_module, "pods", "-l", "jobset.sigs.k8s.io/jobset-name=net")["items"]
-    names = sorted((p["spec"]["hostname"], p["spec"]["subdomain"]) for p in pods)
-    assert names == [("net-workers-0-0", "net"), ("net-workers-0-1", "net")]
+    by_host = {p["spec"]["hostname"]: p for p in pods()}
+    assert sorted(by_host) == ["net-workers-0-0", "net-workers-0-1"]
+    assert {p["spec"]["subdomain"] for p in by_host.values()} == {"net"}
+    # Python in each container resolves its peer's name to the peer's pod IP
+    for me, peer in (("0", "1"), ("1", "0")):
+        pod = by_host[f"net-workers-0-{me}"]
+        want = [
+            f"peer {by_host[f'net-workers-0-{peer}']['status']['podIP']}",
+            f"self {pod['status']['podIP']}",
+        ]
+
+        def printed(name: str = pod["metadata"]["name"], want: list[str] = want) -> bool:
+            proc = run(gke_module, "logs", name)
+            return proc.returncode == 0 and proc.stdout.splitlines()[:2] == want
+
+        wait_until(printed, 30, f"pod {me} to resolve its peer and itself")
     ok(gke_module, "delete", "jobset", "net")
     wait_until(
         lambda: "service/net" not in ok(gke_module, "get", "svc", "-o", "name"),
