@@ -73,7 +73,7 @@ def immutable_jobset(obj: Obj, new: Obj) -> None:
 
 
 _POD_MUTABLE = (
-    "spec: Forbidden: pod updates may not change fields other than "
+    "Forbidden: pod updates may not change fields other than "
     "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
     "`spec.tolerations` (only additions to existing tolerations),"
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
