@@ -40,7 +40,7 @@ from typing import Any
 from console.config import Config, parse_config
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader
 from console.services.jobs.workload import WorkloadSpec
-from console.services.model import Event, Update, WorkloadStatus
+from console.services.model import Event, JobStatus, Update, WorkloadStatus
 from console.wiring import make_services
 from console.wiring.gke import LocalGkeControl
 
@@ -171,7 +171,7 @@ async def bench_preemption(rounds: int, poll_s: float, recreate_delay: float) ->
 
         def running() -> bool:
             return any(
-                isinstance(w, WorkloadStatus) and w.status == "RUNNING"
+                isinstance(w, WorkloadStatus) and w.status is JobStatus.RUNNING
                 for w in svc.snapshot().workloads  # type: ignore[union-attr]
             )
 

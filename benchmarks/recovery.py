@@ -52,7 +52,7 @@ from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.ray import alive_by_ip
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
-from console.services.model import RecoveryStatus, Update
+from console.services.model import JobStatus, RecoveryStatus, Update
 from console.wiring import make_services
 from console.wiring.harness import (
     PodInfo,
@@ -242,7 +242,7 @@ async def _bring_up(svc: Facade) -> tuple[float, dict[str, float]]:
 
 async def _running(svc: Facade, job_id: str, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while (await svc.job_status(job_id)).status != "RUNNING":
+    while (await svc.job_status(job_id)).status is not JobStatus.RUNNING:
         if time.monotonic() > deadline:
             raise TimeoutError(f"job {job_id} not RUNNING after {timeout_s:.0f}s")
         await asyncio.sleep(0.5)

@@ -36,11 +36,15 @@ from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
+    HostState,
     HostStatus,
     JobInfo,
+    JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
+    RayState,
+    Reachability,
     RecoveryStatus,
     RunCadence,
     Update,
@@ -50,10 +54,15 @@ from console.tui.app import PhantomApp, TuiSettings
 from console.tui.screens.logview import LogViewScreen
 from console.tui.screens.overview import host_cells
 from console.tui.widgets.fast_table import FastTable
+from console.wiring import capabilities_for
 
 JOB = "raysubmit_bench0000000001"
-STATES = ("READY", "READY", "READY", "PREEMPTED", "CREATING")
-RAY = {"READY": "ALIVE", "PREEMPTED": "DEAD", "CREATING": "-"}
+STATES = (HostState.READY,) * 3 + (HostState.PREEMPTED, HostState.CREATING)
+RAY = {
+    HostState.READY: RayState.ALIVE,
+    HostState.PREEMPTED: RayState.DEAD,
+    HostState.CREATING: RayState.NONE,
+}
 
 
 def rss_mb() -> float:
@@ -75,6 +84,7 @@ class BenchServices:
 
     def __init__(self, hosts: int, lines_per_s: int) -> None:
         self.config = Config(cluster=ClusterConfig(hosts=hosts))
+        self.capabilities = capabilities_for(self.config)
         self.bus = UpdateBus()
         self.lines_per_s = lines_per_s
         self.rng = random.Random(7)
@@ -83,11 +93,11 @@ class BenchServices:
                 i,
                 f"phantom-pod-w{i}",
                 f"10.0.{i // 256}.{i % 256}",
-                "READY",
+                HostState.READY,
                 "HEALTHY",
-                "ALIVE",
+                RayState.ALIVE,
                 1,
-                "ok",
+                Reachability.OK,
                 {"TPU": 8.0, "CPU": 2.0},
                 None,
             )
@@ -105,7 +115,7 @@ class BenchServices:
             "local",
             "phantom-pod",
             "v4-2048",
-            "READY",
+            HostState.READY,
             "HEALTHY",
             tuple(self.hosts),
             True,
@@ -119,7 +129,7 @@ class BenchServices:
                 self.hosts[i],
                 tpu_state=state,
                 ray_state=RAY[state],
-                ssh="ok" if state == "READY" else "down",
+                ssh=Reachability.OK if state is HostState.READY else Reachability.DOWN,
             )
         self.pod = self._snapshot(time.perf_counter())
         return self.pod
@@ -151,10 +161,10 @@ class BenchServices:
         return []
 
     async def list_jobs(self) -> list[JobInfo]:
-        return [JobInfo(JOB, "RUNNING", "python -m engine.sweep", time.time())]
+        return [JobInfo(JOB, JobStatus.RUNNING, "python -m engine.sweep", time.time())]
 
     async def job_status(self, job_id: str) -> JobInfo:
-        return JobInfo(job_id, "RUNNING")
+        return JobInfo(job_id, JobStatus.RUNNING)
 
     async def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
         """Lines at ``lines_per_s`` while ``stream_on`` is set, in ~5 ms chunks (as a socket
@@ -187,13 +197,13 @@ class BenchServices:
         raise ValueError("the TUI bench has no workloads")
 
     async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
-        return JobInfo(spec.name, "PENDING")
+        return JobInfo(spec.name, JobStatus.PENDING)
 
     async def describe(self, ref: str) -> str:
         return ""
 
     async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:
-        return JobInfo(JOB, "PENDING")
+        return JobInfo(JOB, JobStatus.PENDING)
 
     async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
         return RecoveryStatus(False, True)
@@ -204,7 +214,7 @@ class BenchServices:
         return job_id
 
     async def relaunch_sweep(self, actor: str = "user") -> JobInfo:
-        return JobInfo(JOB, "PENDING")
+        return JobInfo(JOB, JobStatus.PENDING)
 
 
 class Recorder:

@@ -19,7 +19,7 @@ from console import exit_codes
 from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.cadence.snapshot import with_jobs
-from console.services.model import PodSnapshot, to_jsonable
+from console.services.model import PodSnapshot, RayState, to_jsonable
 from console.services.record.incidents import Incident, group
 from console.services.recovery.diagnosis import job_env_text
 
@@ -58,7 +58,7 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
         "ray": {
             "alive_nodes": snap.ray_alive,
             "hosts": len(snap.hosts),
-            "dead_hosts": [h.name for h in snap.hosts if h.ray_state not in ("ALIVE",)],
+            "dead_hosts": [h.name for h in snap.hosts if h.ray_state != RayState.ALIVE],
             "duplicate_hosts": [h.name for h in snap.hosts if h.ray_nodes > 1],
             "dashboard_url": snap.dashboard_url,
             "tunnel_up": snap.tunnel_up,

@@ -224,7 +224,8 @@ async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
     watchdog's resubmission before the step fails (it fails at once with auto recovery
     off); SUCCEEDED/STOPPED that is not STATE fails at once."""
     svc = await run.services()
-    target = "SUCCEEDED" if args["status"] == "COMPLETED" else args["status"]
+    # COMPLETED is the JobSet's word for SUCCEEDED
+    target = JobStatus.SUCCEEDED if args["status"] == "COMPLETED" else args["status"]
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["wait-workload"] if timeout is None else timeout
     name = run.job_ref(args)
@@ -294,7 +295,7 @@ async def submit(run: Run, args: Args) -> dict[str, Any]:
     run.set_last(info)
     result = to_jsonable(info)
     result["runtime_env"] = spec.display_runtime_env()
-    if info.status == "FAILED":
+    if info.status is JobStatus.FAILED:
         raise StepFailure(f"job {info.job_id} FAILED at submit: {info.message}", result)
     return result
 
@@ -330,7 +331,7 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
         nonlocal lost_since
         status = info.status
         # "RUNNING" means "has started": a short job may be done before we look.
-        if status == target or (target == "RUNNING" and status == "SUCCEEDED"):
+        if status == target or (target == JobStatus.RUNNING and status is JobStatus.SUCCEEDED):
             out = to_jsonable(info)
             if job_id != first_id:
                 out["followed_from"] = first_id

@@ -34,8 +34,20 @@ class HostState(StrEnum):
     TERMINATED = "TERMINATED"
     DELETING = "DELETING"
     DELETED = "DELETED"
+    HIDING = "HIDING"
+    HIDDEN = "HIDDEN"
+    UNHIDING = "UNHIDING"
     NOT_FOUND = "NOT_FOUND"
     UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, name: str) -> HostState:
+        """The state an API names; UNKNOWN for one this console does not know (a newer API
+        version's), rather than an error in the middle of a poll."""
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.UNKNOWN
 
 
 # What the states mean to recovery: the VM is gone (recreate it), or it is on its way up.
@@ -63,6 +75,14 @@ class JobStatus(StrEnum):
     LOST = "LOST"
     UNKNOWN = "UNKNOWN"
 
+    @classmethod
+    def of(cls, name: str) -> JobStatus:
+        """The status a cluster names; UNKNOWN for one this console does not know."""
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.UNKNOWN
+
     @property
     def active(self) -> bool:
         return self in ACTIVE_JOBS
@@ -79,9 +99,20 @@ TERMINAL_JOBS = frozenset(
 
 
 class Reachability(StrEnum):
+    """A host over SSH: answered, did not, or not asked yet."""
+
     OK = "ok"
     DOWN = "down"
     UNKNOWN = "unknown"
+
+
+class RayState(StrEnum):
+    """A host's Ray node as the head's GCS lists it; NONE ("-") when no node is known on
+    the host's IP (Ray not started there, or no head to ask)."""
+
+    ALIVE = "ALIVE"
+    DEAD = "DEAD"
+    NONE = "-"
 
 
 @dataclass(frozen=True)
@@ -89,11 +120,11 @@ class HostStatus:
     index: int
     name: str
     ip: str
-    tpu_state: str = HostState.UNKNOWN
+    tpu_state: HostState = HostState.UNKNOWN
     health: str = ""
-    ray_state: str = "-"  # ALIVE, DEAD or "-" when no Ray node is known on this IP
+    ray_state: RayState = RayState.NONE
     ray_nodes: int = 0  # Ray nodes on this IP (2+ is a duplicate: the seed's checklist)
-    ssh: str = Reachability.UNKNOWN
+    ssh: Reachability = Reachability.UNKNOWN
     resources: Mapping[str, float] = field(default_factory=dict)
     last_seen: float | None = None  # last time SSH or Ray saw it alive
     pool: str = ""  # GKE: the node pool (one TPU slice) the node belongs to
@@ -132,7 +163,7 @@ class WorkloadStatus:
     (TERMINALSTATE RESTARTS COMPLETED SUSPENDED AGE), plus what recovery needs to know."""
 
     name: str
-    status: str  # a JobStatus name: PENDING / RUNNING / SUCCEEDED / FAILED / STOPPED
+    status: JobStatus  # PENDING / RUNNING / SUCCEEDED / FAILED / STOPPED
     kind: str = "JobSet"  # or "Job" (the HF <-> MaxText conversion)
     template: str = ""  # standard / pathways / convert; "" when this console did not create it
     terminal_state: str = ""  # Completed / Failed (the JobSet's status.terminalState)
@@ -156,6 +187,10 @@ class WorkloadStatus:
     console_url: str = ""  # Cloud Console workload page (shown, never opened)
     logs_url: str = ""  # Cloud Logging query of the coordinator's logs
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, JobStatus):  # read back from JSON
+            object.__setattr__(self, "status", JobStatus.of(str(self.status)))
+
 
 @dataclass(frozen=True)
 class PodSnapshot:
@@ -163,7 +198,7 @@ class PodSnapshot:
     provider: str
     node_name: str
     accelerator_type: str = ""
-    tpu_state: str = HostState.UNKNOWN
+    tpu_state: HostState = HostState.UNKNOWN
     health: str = ""
     hosts: tuple[HostStatus, ...] = ()
     tunnel_up: bool = False
@@ -175,7 +210,7 @@ class PodSnapshot:
 
     @property
     def ray_alive(self) -> int:
-        return sum(1 for h in self.hosts if h.ray_state == "ALIVE")
+        return sum(1 for h in self.hosts if h.ray_state == RayState.ALIVE)
 
     @property
     def ready_hosts(self) -> int:
@@ -208,7 +243,7 @@ class ActionResult:
 @dataclass(frozen=True)
 class JobInfo:
     job_id: str
-    status: str  # a JobStatus name
+    status: JobStatus
     entrypoint: str = ""
     start_time: float | None = None
     end_time: float | None = None
@@ -218,6 +253,10 @@ class JobInfo:
     env: Mapping[str, str] = field(default_factory=dict)
     # What the console expected in ``env`` and did not find (empty: nothing amiss).
     env_problems: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, JobStatus):  # read back from JSON (journal, jobs.json)
+            object.__setattr__(self, "status", JobStatus.of(str(self.status)))
 
 
 @dataclass(frozen=True)
@@ -236,8 +275,12 @@ class LogStreamClosed:
     """
 
     job_id: str
-    job_status: str
+    job_status: JobStatus
     at: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job_status, JobStatus):
+            object.__setattr__(self, "job_status", JobStatus.of(str(self.job_status)))
 
     @property
     def early(self) -> bool:

@@ -18,7 +18,7 @@ class HostObservation:
 
     name: str
     ip: str
-    tpu_state: str = HostState.UNKNOWN
+    tpu_state: HostState = HostState.UNKNOWN
     health: str = ""
     symptoms: tuple[str, ...] = ()
     ssh_ok: bool | None = None  # None: not probed
@@ -47,7 +47,7 @@ class Observation:
     stalled_runs: tuple[str, ...] = ()  # metric cadence stalls (run ids)
     run_names: Mapping[str, str] = field(default_factory=dict)  # run id -> display name
     error: str = ""  # a layer that failed to answer, for the message
-    node_state: str = HostState.UNKNOWN  # the node (slice) as a whole
+    node_state: HostState = HostState.UNKNOWN  # the node (slice) as a whole
     health: str = ""
     accelerator_type: str = ""
     zone: str = ""  # where the provider found the node ("" when it has no zones, or none)

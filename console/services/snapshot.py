@@ -6,7 +6,7 @@ the observation out as rows.
 
 from __future__ import annotations
 
-from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
 from console.services.observation import HostObservation, Observation
 from console.services.recovery.diagnosis import Diagnosis, warnings
 
@@ -37,10 +37,11 @@ def pod_snapshot(
 
 
 def _row(h: HostObservation, ray_reachable: bool) -> HostStatus:
-    if not ray_reachable:
-        ray_state = "-"
-    else:
-        ray_state = "ALIVE" if h.ray_alive else ("DEAD" if h.ray_known else "-")
+    ray_state = RayState.NONE
+    if ray_reachable and h.ray_alive:
+        ray_state = RayState.ALIVE
+    elif ray_reachable and h.ray_known:
+        ray_state = RayState.DEAD
     ssh = (
         Reachability.OK
         if h.ssh_ok

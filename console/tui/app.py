@@ -34,7 +34,9 @@ from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import (
     ActionResult,
+    HostState,
     JobInfo,
+    JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
@@ -370,7 +372,7 @@ class PhantomApp(App[int]):
 
     def action_recover(self) -> None:
         pod = self.state.pod
-        lost = [h.name for h in pod.hosts if h.tpu_state != "READY"] if pod else []
+        lost = [h.name for h in pod.hosts if h.tpu_state != HostState.READY] if pod else []
         body = (
             "Runs detect → recreate preempted VMs → wait READY → bootstrap → Ray head and "
             "workers → tunnel → relaunch jobs/sweep → verify metrics.\n"
@@ -614,7 +616,7 @@ class PhantomApp(App[int]):
         except Exception as exc:
             self.notify(f"Log stream of {job_id} failed: {exc}", severity="error")
             job = self.state.jobs.get(job_id)
-            closed = LogStreamClosed(job_id, job.status if job else "RUNNING", self.clock())
+            closed = LogStreamClosed(job_id, job.status if job else JobStatus.RUNNING, self.clock())
         self.post_message(LogClosed(closed))
 
     # help ----------------------------------------------------------------------------------

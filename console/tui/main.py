@@ -59,7 +59,7 @@ def farewell(config: Config, pod: PodSnapshot | None, capabilities: frozenset[Ca
 def _farewell_workloads(
     config: Config, pod: PodSnapshot, capabilities: frozenset[Capability]
 ) -> str:
-    active = [w.name for w in pod.workloads if w.status in ("RUNNING", "PENDING")]
+    active = [w.name for w in pod.workloads if w.status.active]
     if Capability.GKE_EMULATOR in capabilities:
         where = f"the local GKE emulator ({len(pod.hosts)} nodes)"
         stops = ["stop it and every container on it: `phantom gke down`"]

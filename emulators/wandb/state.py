@@ -7,6 +7,7 @@ dir after every change, so a restarted emulator serves the same runs and sweeps.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import time
@@ -64,14 +65,36 @@ class State:
         for key in ("projects", "runs", "sweeps", "agents", "artifacts", "collections"):
             setattr(state, key, dict(data.get(key, {})))
         state.counter = int(data.get("counter", 0))
+        for key, run in state.runs.items():
+            try:
+                text = state._history_file(key).read_text()
+            except FileNotFoundError:
+                text = ""
+            run["history"] = text.splitlines()
         return state
+
+    def _history_file(self, run_key: str) -> Path:
+        """History lives beside state.json, one JSONL file per run, appended as it streams
+        (rewriting every row of every run on each request does not scale)."""
+        assert self.path is not None
+        digest = hashlib.sha256(run_key.encode()).hexdigest()[:32]
+        return self.path.parent / "history" / f"{digest}.jsonl"
+
+    def _persist_history(self, run: Record, offset: int, content: list[str], before: int) -> None:
+        if self.path is None or not content:
+            return
+        path = self._history_file(f"{run['entity']}/{run['project']}/{run['name']}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = content if offset == before else run["history"]  # a replay rewrites the file
+        with open(path, "a" if offset == before else "w") as fh:
+            fh.write("".join(line.rstrip("\n") + "\n" for line in lines))
 
     def save(self) -> None:
         if self.path is None:
             return
         data = {
             "projects": self.projects,
-            "runs": self.runs,
+            "runs": {k: {**r, "history": []} for k, r in self.runs.items()},
             "sweeps": self.sweeps,
             "agents": self.agents,
             "artifacts": self.artifacts,
@@ -167,7 +190,9 @@ class State:
             offset = int(chunk.get("offset", 0))
             content = list(chunk.get("content") or [])
             if fname == "wandb-history.jsonl":
+                before = len(run["history"])
                 run["history"][offset:] = content
+                self._persist_history(run, offset, content, before)
             elif fname == "wandb-events.jsonl":
                 run["events"][offset:] = content
                 del run["events"][:-1000]  # system metrics: a tail is enough

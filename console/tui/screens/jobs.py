@@ -15,19 +15,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from console.services.model import JobInfo
+from console.services.model import JobInfo, JobStatus
 from console.tui.screens.base import FilteredScreen
 from console.tui.state import ago
 from console.tui.widgets.table import Cell
 
 STATUS_STYLE = {
-    "PENDING": "yellow",
-    "RUNNING": "bold green",
-    "SUCCEEDED": "green",
-    "STOPPED": "dim",
-    "FAILED": "bold red",
-    "PREEMPTED": "yellow",  # checkpointed on the notice: recovery resumes it
-    "LOST": "yellow",
+    JobStatus.PENDING: "yellow",
+    JobStatus.RUNNING: "bold green",
+    JobStatus.SUCCEEDED: "green",
+    JobStatus.STOPPED: "dim",
+    JobStatus.FAILED: "bold red",
+    JobStatus.PREEMPTED: "yellow",  # checkpointed on the notice: recovery resumes it
+    JobStatus.LOST: "yellow",
 }
 _FIXED = 28 + 11 + 5 + 9 + 4  # id, status, env, started, padding/scrollbar
 
@@ -137,14 +137,14 @@ class JobsScreen(FilteredScreen):
             if self.matches(cells, extra=job.entrypoint):
                 rows.append((job.job_id, cells))
         self.table.sync_rows(rows)
-        running = sum(1 for j in jobs if j.status == "RUNNING")
+        running = sum(1 for j in jobs if j.status is JobStatus.RUNNING)
         summary = Text()
         summary.append(f"{len(jobs)} jobs", "bold")
         summary.append(f"  {running} running", "green" if running else "dim")
-        failed = sum(1 for j in jobs if j.status == "FAILED")
+        failed = sum(1 for j in jobs if j.status is JobStatus.FAILED)
         if failed:
             summary.append(f"  {failed} failed", "red")
-        preempted = sum(1 for j in jobs if j.status == "PREEMPTED")
+        preempted = sum(1 for j in jobs if j.status is JobStatus.PREEMPTED)
         if preempted:
             summary.append(f"  {preempted} preempted (resumable)", "yellow")
         odd_env = sum(1 for j in jobs if j.env_problems)

@@ -169,12 +169,12 @@ class LogViewScreen(PhantomScreen):
         banner = self.query_one("#banner", Static)
         closed = self.state.closed.get(self.job_id)
         job = self.state.jobs.get(self.job_id)
-        status = job.status if job is not None else (closed.job_status if closed else "")
+        status = job.status if job is not None else (closed.job_status if closed else None)
         if closed is None:
             banner.display = False
             return
         banner.display = True
-        if closed.early and status in ("PENDING", "RUNNING"):
+        if closed.early and status is not None and status.active:
             banner.set_class(True, "-early")
             banner.update(
                 Text.assemble(

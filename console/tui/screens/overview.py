@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from console.services.capabilities import Capability
-from console.services.model import HostState, HostStatus, PodSnapshot, Reachability
+from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
 from console.tui.screens.base import FilteredScreen
 from console.tui.state import ago, resources_text, short_host
 from console.tui.widgets.fast_table import FastTable
@@ -66,10 +66,10 @@ def host_cells(host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]
     health, health_style = _HEALTH.get(host.health, (host.health.lower(), "yellow"))
     if host.ray_nodes > 1:
         ray: Cell = (f"{host.ray_state}×{host.ray_nodes}", "bold yellow")
-    elif host.ray_state == "ALIVE":
-        ray = ("ALIVE", "green")
-    elif host.ray_state == "DEAD":
-        ray = ("DEAD", "red")
+    elif host.ray_state == RayState.ALIVE:
+        ray = (RayState.ALIVE.value, "green")
+    elif host.ray_state == RayState.DEAD:
+        ray = (RayState.DEAD.value, "red")
     else:
         ray = (host.ray_state or "-", "dim")
     ssh_style = {str(Reachability.OK): "green", str(Reachability.DOWN): "red"}.get(

@@ -87,7 +87,8 @@ class PhantomCommands(Provider):
                 continue
             for name in hosts:  # a destructive per-host command appears when searched for
                 label = intent.label.replace("host", f"host {name}", 1)
-                out.append((label, intent.help, partial(handler, name), not intent.confirm))
+                per_host = cast("Callable[[str], object]", handler)
+                out.append((label, intent.help, partial(per_host, name), not intent.confirm))
         return out
 
     async def discover(self) -> Hits:

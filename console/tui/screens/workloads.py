@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from console.services.capabilities import Capability, can
-from console.services.model import PodSnapshot, PodStatus, WorkloadStatus
+from console.services.model import JobStatus, PodSnapshot, PodStatus, WorkloadStatus
 from console.tui.screens.base import FilteredScreen
 from console.tui.screens.jobs import STATUS_STYLE
 from console.tui.state import ago
@@ -282,10 +282,10 @@ class WorkloadsScreen(FilteredScreen):
             )
             return out
         out.append(f"{len(workloads)} workloads", "bold")
-        running = sum(1 for w in workloads if w.status == "RUNNING")
+        running = sum(1 for w in workloads if w.status is JobStatus.RUNNING)
         out.append(f"  {running} running", "green" if running else "dim")
         for label, count, style in (
-            ("failed", sum(1 for w in workloads if w.status == "FAILED"), "bold red"),
+            ("failed", sum(1 for w in workloads if w.status is JobStatus.FAILED), "bold red"),
             ("disrupted pods", sum(w.disrupted for w in workloads), "bold red"),
             ("unschedulable pods", sum(w.unschedulable for w in workloads), "yellow"),
         ):

@@ -205,3 +205,27 @@ def test_a_run_gone_quiet_shows_crashed_or_preempted_until_it_resumes() -> None:
 def test_unknown_root_fields_are_named() -> None:
     doc = gql.parse("mutation M { createArtifact { x } deleteRun(input: {}) { ok } }")
     assert gql.unknown_roots(doc, {"mutation": {"createArtifact": {}}}) == ["mutation.deleteRun"]
+
+
+def test_history_is_appended_to_its_own_file_and_read_back(tmp_path: Path) -> None:
+    """state.json holds no history rows (its size does not grow with them); a resume that
+    re-sends rows from an earlier offset rewrites that run's file."""
+    state = State(path=tmp_path / "state.json")
+    run, _ = state.upsert_run("e", "p", "r1", {"config": "{}"})
+    rows = [json.dumps({"_step": i}) for i in range(6)]
+    for start in (0, 3):
+        state.stream(
+            run,
+            {
+                "files": {
+                    "wandb-history.jsonl": {"offset": start, "content": rows[start : start + 3]}
+                }
+            },
+        )
+    state.stream(
+        run, {"files": {"wandb-history.jsonl": {"offset": 5, "content": ['{"_step": 5, "x": 1}']}}}
+    )
+    state.save()
+    assert "_step" not in (tmp_path / "state.json").read_text()
+    again = State.load(tmp_path / "state.json")
+    assert again.runs["e/p/r1"]["history"] == [*rows[:5], '{"_step": 5, "x": 1}']

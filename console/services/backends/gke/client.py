@@ -27,6 +27,7 @@ from console.services.backends.gke.kube import (
     ObjectList,
     Resource,
     WatchEvent,
+    WatchType,
     error_from_status,
 )
 
@@ -149,7 +150,7 @@ class AsyncioKubeApi:
                 if not isinstance(event, dict) or "type" not in event:
                     continue
                 obj = event.get("object") or {}
-                if event["type"] == "ERROR":
+                if event["type"] == WatchType.ERROR:
                     raise error_from_status(int(obj.get("code") or 500), obj, "watch error")
                 yield WatchEvent(str(event["type"]), obj)
         finally:

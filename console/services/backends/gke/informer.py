@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from console.services.backends.gke.kube import Expired, KubeApi, KubeError, Obj, Resource
+from console.services.backends.gke.kube import Expired, KubeApi, KubeError, Obj, Resource, WatchType
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +147,12 @@ class Informer:
         for name, obj in fresh.items():
             before = old.get(name)
             if before is None:
-                self._notify("ADDED", obj)
+                self._notify(WatchType.ADDED, obj)
             elif _rv(before) != _rv(obj):
-                self._notify("MODIFIED", obj)
+                self._notify(WatchType.MODIFIED, obj)
         for name, obj in old.items():
             if name not in fresh:
-                self._notify("DELETED", obj)
+                self._notify(WatchType.DELETED, obj)
         self.synced.set()
         self._touch()
 
@@ -165,15 +165,15 @@ class Informer:
         ):
             self.error = ""
             rv = ev.resource_version
-            if ev.type == "BOOKMARK":
+            if ev.type == WatchType.BOOKMARK:
                 self.bookmarks += 1
                 if rv:
                     self.resource_version = rv
                 continue
             name = key_of(ev.obj)
-            if ev.type == "DELETED":
+            if ev.type == WatchType.DELETED:
                 self.items.pop(name, None)
-            elif ev.type in ("ADDED", "MODIFIED"):
+            elif ev.type in (WatchType.ADDED, WatchType.MODIFIED):
                 self.items[name] = ev.obj
             else:
                 continue

@@ -41,6 +41,16 @@ class ObjectList:
     resource_version: str
 
 
+class WatchType(StrEnum):
+    """The ``type`` of one watch line (the API server's words)."""
+
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    BOOKMARK = "BOOKMARK"
+    ERROR = "ERROR"
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     """One line of a watch: ADDED / MODIFIED / DELETED with the object, or a BOOKMARK that

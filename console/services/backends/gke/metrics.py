@@ -31,7 +31,7 @@ from typing import Any
 
 from console.services.cadence.sources import RunObservation
 from console.services.cadence.wandb_files import HistoryPoint
-from console.services.model import RunMetrics
+from console.services.model import JobStatus, RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,12 @@ TAG_DOCS = {tag: doc for doc, tag in DOC_TAGS.items()}
 SERIES_LEN = 120  # values per metric published for a sparkline
 EVENT_FILE_MARK = "events.out.tfevents."
 # Workload status -> the run state the cadence rule reads: only a running workload stalls.
-RUN_STATES = {
-    "RUNNING": "running",
-    "PENDING": "restarting",
-    "SUCCEEDED": "finished",
-    "FAILED": "failed",
-    "STOPPED": "killed",
+RUN_STATES: dict[str, str] = {
+    JobStatus.RUNNING: "running",
+    JobStatus.PENDING: "restarting",
+    JobStatus.SUCCEEDED: "finished",
+    JobStatus.FAILED: "failed",
+    JobStatus.STOPPED: "killed",
 }
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 
 from console.services.backends.gke import status as S
 from console.services.backends.gke.informer import Informer
-from console.services.backends.gke.kube import Obj
+from console.services.backends.gke.kube import Obj, WatchType
 from console.services.backends.gke.observe import Caches
 
 SETTLE_S = 0.25  # a burst of news (a slice's nodes, its pods) lands within this
@@ -67,7 +67,7 @@ class News:
         def listener(kind: str, obj: Obj) -> None:
             name = str(S.meta(obj).get("name") or "")
             before = seen.pop(name, None)
-            now = None if kind == "DELETED" else signature(obj)
+            now = None if kind == WatchType.DELETED else signature(obj)
             if now is not None:
                 seen[name] = now
             if before != now and informer.synced.is_set():

@@ -19,7 +19,7 @@ from typing import Any
 
 from console.services.backends.gke import status as S
 from console.services.backends.gke.informer import Informer
-from console.services.backends.gke.kube import Obj
+from console.services.backends.gke.kube import Obj, WatchType
 from console.services.backends.gke.manifests import (
     RUN_LABEL,
     TEMPLATE_LABEL,
@@ -109,7 +109,7 @@ class GkeObserver:
         if state == HostState.PREEMPTED:
             known.preempted = True
             known.since = known.since or since
-        elif state == HostState.READY and kind != "DELETED":
+        elif state == HostState.READY and kind != WatchType.DELETED:
             known.preempted, known.since = False, None
 
     def observe(self, at: float) -> Observation:
@@ -123,8 +123,8 @@ class GkeObserver:
         recorded = self._recorded()
         workloads = self._workloads(raw_pods, pods, recorded, at)
         jobs = self._jobs(workloads, recorded)
-        states = {str(h.tpu_state) for h in hosts}
-        node_state: str
+        states = {h.tpu_state for h in hosts}
+        node_state: HostState
         if not hosts:
             node_state = HostState.NOT_FOUND if c.synced() else HostState.UNKNOWN
         elif states == {HostState.READY}:
@@ -303,7 +303,7 @@ class GkeObserver:
         name: str,
         kind: str,
         template: str,
-        status: str,
+        status: JobStatus,
         reason: str,
         message: str,
         pods: list[PodStatus],
@@ -405,7 +405,7 @@ def job_info(w: WorkloadStatus, rec: RecordedWorkload | None = None) -> JobInfo:
     )
 
 
-def _absent(rec: RecordedWorkload, status: str, why: str) -> JobInfo:
+def _absent(rec: RecordedWorkload, status: JobStatus, why: str) -> JobInfo:
     return JobInfo(
         job_id=rec.name,
         status=status,

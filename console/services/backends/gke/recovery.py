@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from console.services.model import ActionResult
+from console.services.model import ActionResult, JobStatus
 from console.services.recovery.diagnosis import HostCondition
 from console.services.recovery.runner import Plan, Round, Skip, StepDef
 
@@ -62,7 +62,9 @@ def _failed_workloads(rnd: Round) -> Sequence[str] | Skip:
     failed = rnd.diagnosis.to_resubmit
     if failed:
         return list(failed)
-    restarting = [w.name for w in rnd.observation.workloads if w.restarts and w.status != "FAILED"]
+    restarting = [
+        w.name for w in rnd.observation.workloads if w.restarts and w.status is not JobStatus.FAILED
+    ]
     if restarting:
         return Skip(f"no failed workload: the JobSets restart themselves ({', '.join(restarting)})")
     return Skip("no failed workload of this console")

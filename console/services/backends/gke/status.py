@@ -200,7 +200,7 @@ def node_ip(node: Obj) -> str:
     return ""
 
 
-def node_state(node: Obj) -> tuple[str, str, float | None]:
+def node_state(node: Obj) -> tuple[HostState, str, float | None]:
     """(HostState, health text, since) of a node: Ready -> READY; NotReady because it is
     shutting down (the preemption notice: the kubelet's message, GKE's impending-termination
     taint) -> PREEMPTED; NotReady otherwise -> REPAIRING (GKE auto-repairs it); no Ready
@@ -229,7 +229,7 @@ def expected_pods(jobset: Obj) -> int:
     return total
 
 
-def jobset_status(jobset: Obj, pods: Iterable[PodStatus]) -> tuple[str, str, str]:
+def jobset_status(jobset: Obj, pods: Iterable[PodStatus]) -> tuple[JobStatus, str, str]:
     """(JobStatus, failed reason, message) of a JobSet from its status and its current
     attempt's pods: RUNNING once every expected pod of the attempt runs."""
     st = jobset.get("status") or {}
@@ -253,7 +253,7 @@ def jobset_status(jobset: Obj, pods: Iterable[PodStatus]) -> tuple[str, str, str
     return JobStatus.PENDING, "", "restarting" if restarting else ""
 
 
-def job_status(job: Obj, pods: Iterable[PodStatus]) -> tuple[str, str, str]:
+def job_status(job: Obj, pods: Iterable[PodStatus]) -> tuple[JobStatus, str, str]:
     """(JobStatus, failed reason, message) of a batch Job."""
     for type_, status in (("Complete", JobStatus.SUCCEEDED), ("Failed", JobStatus.FAILED)):
         c = condition(job, type_)

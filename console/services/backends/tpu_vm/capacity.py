@@ -35,6 +35,7 @@ from google.cloud import tpu_v2
 from google.rpc import code_pb2
 
 from console.config import CapacityConfig
+from console.services.model import HostState
 
 if TYPE_CHECKING:
     from console.services.backends.tpu_vm.tpu import GcpTpuProvider
@@ -42,7 +43,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A node in one of these states is (or is becoming) the pod: adopt it, never create another.
-UP_STATES = {"READY", "CREATING", "STARTING", "RESTARTING", "REPAIRING"}
+UP_STATES = {
+    HostState.READY,
+    HostState.CREATING,
+    HostState.STARTING,
+    HostState.RESTARTING,
+    HostState.REPAIRING,
+}
 _QR = tpu_v2.QueuedResourceState.State
 _STOCKOUT_WORDS = ("no more capacity", "resource_exhausted", "resource pool exhausted")
 
@@ -264,7 +271,7 @@ class Capacity:
             await self._delete_queued(z)
         state = mine.get(zone)
         try:
-            if state in ("SUSPENDED", "FAILED"):
+            if state in (_QR.SUSPENDED, _QR.FAILED):
                 await (await client.reset_queued_resource(name=self._qr_path(zone))).result()
             elif state is None:
                 await self._delete_nodes(keep_up=False)  # a bare node of ours holds the name
@@ -282,16 +289,16 @@ class Capacity:
         deadline = self._clock() + wait_s
         waiting = False
         while True:
-            state = dict(await self._find_queued()).get(zone, "gone")
-            if state == "ACTIVE":
+            state = dict(await self._find_queued()).get(zone)
+            if state is _QR.ACTIVE:
                 return None
-            if state in ("FAILED", "gone", "SUSPENDED"):
-                return f"queued resource {state}"
+            if state in (None, _QR.FAILED, _QR.SUSPENDED):
+                return f"queued resource {state.name if state is not None else 'gone'}"
             if self._clock() >= deadline:
-                return f"queued resource still {state} after {wait_s:.0f}s"
-            if state == "WAITING_FOR_RESOURCES" and not waiting:
+                return f"queued resource still {state.name} after {wait_s:.0f}s"
+            if state is _QR.WAITING_FOR_RESOURCES and not waiting:
                 waiting = True
-                self._report(Attempt(zone, n, False, f"queued ({state})", zone, wait_s))
+                self._report(Attempt(zone, n, False, f"queued ({state.name})", zone, wait_s))
             await self._sleep(min(1.0, self.provider.poll_interval_s))
 
     def queued_request(self, zone: str, spec: tpu_v2.Node) -> tpu_v2.QueuedResource:
@@ -303,7 +310,7 @@ class Capacity:
             spot=tpu_v2.QueuedResource.Spot(),
         )
 
-    async def _find_queued(self) -> list[tuple[str, str]]:
+    async def _find_queued(self) -> list[tuple[str, tpu_v2.QueuedResourceState.State]]:
         found = []
         for zone in self.zones:
             try:
@@ -316,7 +323,7 @@ class Capacity:
                 raise CapacityError(
                     f"cannot list queued resources in {zone}: {api_error_text(exc)}"
                 ) from None
-            found.append((zone, _QR(qr.state.state).name))
+            found.append((zone, _QR(qr.state.state)))
         return found
 
     async def _delete_queued(self, zone: str) -> None:

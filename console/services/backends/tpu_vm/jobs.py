@@ -241,7 +241,9 @@ class JobService:
         try:
             return await self.status(job_id)
         except UnknownJobError:  # not visible yet: report what we sent
-            return JobInfo(job_id=job_id, status="PENDING", entrypoint=entrypoint, metadata=meta)
+            return JobInfo(
+                job_id=job_id, status=JobStatus.PENDING, entrypoint=entrypoint, metadata=meta
+            )
 
     async def list(self) -> list[JobInfo]:
         """Every submitted job the cluster knows, oldest first."""
@@ -349,12 +351,13 @@ def _ms(value: Any) -> float | None:
     return None if value is None else float(value) / 1000.0
 
 
-def job_status_of(status: str, message: str) -> str:
-    """Ray's status, except a FAILED entrypoint that exited ``EX_PREEMPTED``: PREEMPTED."""
+def job_status_of(status: str, message: str) -> JobStatus:
+    """Ray's status, except a FAILED entrypoint that exited ``EX_PREEMPTED``: PREEMPTED.
+    A status this console does not know (a newer Ray's) is UNKNOWN."""
     found = _EXIT_CODE.match(message) if status == JobStatus.FAILED else None
     if found and int(found.group(1)) == EX_PREEMPTED:
         return JobStatus.PREEMPTED
-    return status
+    return JobStatus.of(status)
 
 
 def _to_info(details: Any) -> JobInfo:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
+from console.services.model import HostState
 from console.services.record.place import PlaceRecord
 
 if TYPE_CHECKING:
@@ -27,7 +28,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A node in one of these is (or is becoming) the pod: preferred over one that is going.
-_UP = {"READY", "CREATING", "STARTING", "RESTARTING", "REPAIRING"}
+_UP = {
+    HostState.READY,
+    HostState.CREATING,
+    HostState.STARTING,
+    HostState.RESTARTING,
+    HostState.REPAIRING,
+}
 
 
 class Whereabouts:

@@ -64,10 +64,10 @@ class PodObserver:
             p.set_endpoints(node.endpoints)
         eps = p.endpoints
 
-        def state_of(index: int) -> str:
+        def state_of(index: int) -> HostState:
             if node is None:
                 return HostState.DELETED if not tpu_error else HostState.UNKNOWN
-            return str(node.host_states.get(index, HostState.UNKNOWN))
+            return HostState.of(node.host_states.get(index, HostState.UNKNOWN))
 
         states = {ep.name: state_of(ep.index) for ep in eps}
         usable = (HostState.READY, HostState.UNKNOWN)
@@ -161,7 +161,9 @@ class PodObserver:
             jobs=tuple(jobs or ()),
             error=tpu_error,
             node_state=(
-                node.state if node else (HostState.UNKNOWN if tpu_error else HostState.NOT_FOUND)
+                HostState.of(node.state)
+                if node
+                else (HostState.UNKNOWN if tpu_error else HostState.NOT_FOUND)
             ),
             health=node.health if node else "",
             accelerator_type=(node.accelerator_type if node else "") or cfg.accelerator_type,

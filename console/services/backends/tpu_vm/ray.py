@@ -37,7 +37,7 @@ from console.config import Config, RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.ssh import OutputCallback, SshFanout
-from console.services.model import HostResult
+from console.services.model import HostResult, RayState
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def parse_nodes(payload: str | bytes | Mapping[str, Any]) -> list[RayNodeInfo]:
             RayNodeInfo(
                 node_id=str(row.get("node_id", "")),
                 ip=str(row.get("node_ip", "")),
-                alive=str(row.get("state", "")).upper() == "ALIVE",
+                alive=str(row.get("state", "")).upper() == RayState.ALIVE,
                 is_head=bool(row.get("is_head_node", False)),
                 name=str(row.get("node_name", "") or ""),
                 resources={str(k): float(v) for k, v in (row.get("resources_total") or {}).items()},
