@@ -50,6 +50,10 @@ class WandbInfo:
         return {"WANDB_BASE_URL": self.base_url, "WANDB_API_KEY": api_key}
 
 
+# The server is on loopback: never send its status request through an HTTP(S)_PROXY.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _layout(run_dir: Path | str | None) -> L.RunLayout:
     return L.RunLayout(Path(run_dir or L.default_run_dir()).expanduser().absolute())
 
@@ -81,7 +85,7 @@ def _is_our_daemon(pid: int, layout: L.RunLayout) -> bool:
 
 def _get_status(base_url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     try:
-        with urllib.request.urlopen(f"{base_url}/_phantom/status", timeout=timeout) as resp:
+        with _DIRECT.open(f"{base_url}/_phantom/status", timeout=timeout) as resp:
             data: dict[str, Any] = json.loads(resp.read())
             return data
     except (OSError, ValueError):

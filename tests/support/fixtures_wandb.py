@@ -128,7 +128,8 @@ class WandbEmu:
             data=json.dumps({"query": query, "variables": variables or {}}).encode(),
             headers={"Content-Type": "application/json", "Authorization": f"Basic {token}"},
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(req, timeout=10) as resp:
             data: dict[str, Any] = json.loads(resp.read())["data"]
             return data
 
