@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -19,12 +20,15 @@ import grpc
 from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2.types import cloud_tpu
 
+from emulators.tpu_pod import accelerators
+from emulators.tpu_pod.accelerators import Shape
 from emulators.tpu_pod.hosts import (
     CREATING,
     DELETED,
     DELETING,
     LIVE,
     PREEMPTED,
+    STOPPED,
     Host,
     HostLifecycle,
     Runtime,
@@ -164,12 +168,17 @@ class PodState:
         spec: cloud_tpu.Node,
         queued_resource: str = "",
         ignore_capacity: bool = False,
+        hosts: int | None = None,
     ) -> tuple[str, Awaitable[cloud_tpu.Node]]:
         """Check, take a slice and start booting; (target name, awaitable READY node).
 
         A zone without a free slice fails the operation with RESOURCE_EXHAUSTED and
         the Cloud TPU API's message; no node is left behind. ``ignore_capacity``: the
         pod's first node, placed at start-up whatever the stockout schedule says.
+        GCP-faithful: the type and runtime version are checked (INVALID_ARGUMENT), the
+        host count follows from the type, a full zone outside a stockout is a quota
+        refusal (RESOURCE_EXHAUSTED naming the quota) and only a stockout window is a
+        stockout. ``hosts``: the pod's first node, sized by ``--hosts``.
         """
         zone = self.zone_of(parent, allow_all=False)
         if not _NODE_ID.match(node_id):
@@ -181,19 +190,98 @@ class PodState:
         target = f"{parent}/nodes/{node_id}"
         if target in self.nodes:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS, f"node {target!r} already exists")
+        shape = self.shape_of(spec, zone)
+        if self.rt.cfg.faithful and spec.runtime_version not in (
+            "",
+            *accelerators.RUNTIME_VERSIONS,
+        ):
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Cloud TPU received a bad request. runtime version {spec.runtime_version!r} "
+                f"(field runtimeVersion) is not available in zone {zone}; "
+                "see `gcloud compute tpus versions list`",
+            )
         used = self.used()[zone]
-        if not ignore_capacity and self.capacity.free(zone, used) <= 0:
+        full = (
+            self.capacity.in_stockout(zone)
+            if self.rt.cfg.faithful
+            else (self.capacity.free(zone, used) <= 0)
+        )
+        if not ignore_capacity and full:
             self.rt.event("stockout", zone=zone, node=target, used=used)
             return target, _fail(
                 ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, stockout_message(zone))
             )
-        node = self._new_node(zone, node_id, spec, queued_resource)
+        if not ignore_capacity and self.rt.cfg.faithful and shape is not None:
+            self._check_quota(zone, shape, _is_spot(spec), target)
+        node = self._new_node(zone, node_id, spec, queued_resource, shape, hosts)
         self._boot_all(node)
         self.rt.event("create", node=node.path, hosts=[h.name for h in node.hosts])
         return target, self._wait_created(node)
 
+    def shape_of(self, spec: cloud_tpu.Node, zone: str) -> Shape | None:
+        """The shape ``spec`` asks for (acceleratorType, else acceleratorConfig).
+
+        Faithful: a type outside the table is refused with the API's INVALID_ARGUMENT,
+        naming the accelerator type; default mode takes any string (None)."""
+        name = spec.accelerator_type or (
+            "" if "accelerator_config" in spec else self.rt.cfg.accelerator_type
+        )
+        try:
+            if name:
+                return accelerators.parse(name)
+            config = spec.accelerator_config
+            return accelerators.from_config(config.type_.name, config.topology)
+        except ValueError:
+            if not self.rt.cfg.faithful:
+                return None
+            shown = (
+                name or f"{spec.accelerator_config.type_.name} {spec.accelerator_config.topology}"
+            )
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                accelerators.not_found_message(shown, zone, secrets.token_hex(8)),
+            ) from None
+
+    def quota_limit(self, zone: str, shape: Shape) -> int:
+        """``--quota`` for the zone and family, else the zone's capacity in slices of the
+        pod's own type (so by default a zone holds what it did before quotas)."""
+        family = shape.generation.name
+        for key in ((zone, family), ("", family)):
+            if key in self.rt.cfg.quota:
+                return self.rt.cfg.quota[key]
+        try:
+            own = accelerators.parse(self.rt.cfg.accelerator_type).units
+        except ValueError:
+            own = shape.units
+        return self.capacity.zone(zone).capacity * own
+
+    def _check_quota(self, zone: str, shape: Shape, spot: bool, target: str) -> None:
+        used = sum(
+            n.shape.units
+            for n in self.nodes.values()
+            if n.zone.name == zone
+            and n.shape is not None
+            and n.shape.generation is shape.generation
+            and (n.spot or n.preemptible) == spot
+        )
+        limit = self.quota_limit(zone, shape)
+        if used + shape.units > limit:
+            metric = accelerators.quota_metric(shape, spot)
+            self.rt.event("quota", zone=zone, node=target, metric=metric, used=used, limit=limit)
+            raise ApiError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                accelerators.quota_message(metric, limit, zone),
+            )
+
     def _new_node(
-        self, zone: str, node_id: str, spec: cloud_tpu.Node, queued_resource: str
+        self,
+        zone: str,
+        node_id: str,
+        spec: cloud_tpu.Node,
+        queued_resource: str,
+        shape: Shape | None,
+        hosts: int | None,
     ) -> Node:
         z = self.capacity.zone(zone)
         taken = {n.slot for n in self.nodes.values() if n.zone.name == zone}
@@ -203,26 +291,36 @@ class PodState:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the emulator's address plan holds at most {MAX_SLOTS} nodes per zone",
             )
-        external = self.rt.cfg.faithful and bool(spec.network_config.enable_external_ips)
+        faithful = self.rt.cfg.faithful
+        external = faithful and bool(spec.network_config.enable_external_ips)
+        if hosts is None:
+            hosts = shape.hosts if faithful and shape is not None else self.rt.cfg.hosts
+        sched = spec.scheduling_config
         node = Node.build(
             node_id,
             self.project,
             z,
             slot,
-            self.rt.cfg.hosts,
+            hosts,
             external,
-            accelerator_type=spec.accelerator_type or self.rt.cfg.accelerator_type,
+            accelerator_type=shape.type
+            if shape is not None and faithful
+            else (spec.accelerator_type or self.rt.cfg.accelerator_type),
             runtime_version=spec.runtime_version or "tpu-ubuntu2204-base",
             description=spec.description,
             labels=dict(spec.labels),
             metadata=dict(spec.metadata),
-            # Unless told otherwise the emulator's nodes are spot VMs.
-            spot=bool(spec.scheduling_config.spot or spec.scheduling_config.preemptible)
-            if "scheduling_config" in spec
-            else True,
+            # As sent in faithful mode; else, unless told otherwise, spot VMs.
+            spot=bool(sched.spot) if faithful or "scheduling_config" in spec else True,
+            preemptible=bool(sched.preemptible) if faithful else False,
+            shape=shape,
+            faithful=faithful,
             queued_resource=queued_resource,
         )
+        if not faithful and "scheduling_config" in spec and sched.preemptible:
+            node.spot = True  # default mode: any preemptible kind is a spot VM
         node.exists = True
+        node.booting = True
         self.nodes[node.path] = node
         if node_id == self.rt.cfg.node_name:
             self.last = node
@@ -239,6 +337,7 @@ class PodState:
     async def _wait_created(self, node: Node) -> cloud_tpu.Node:
         async with self.rt.changed:
             await self.rt.changed.wait_for(lambda: node.state() not in ("CREATING", "REPAIRING"))
+        node.booting = False
         state = node.state()
         if state != "READY":
             raise ApiError(grpc.StatusCode.ABORTED, f"node became {state} while being created")
@@ -267,6 +366,57 @@ class PodState:
             self.nodes.pop(node.path, None)
             self.life.write_known_hosts(self.all_hosts())
         await self.rt.notify()
+
+    # --- stop and start ---------------------------------------------------------------
+
+    def _check_power(self, node: Node, verb: str, want: str) -> None:
+        # A pod slice cannot be stopped or started, only deleted (Cloud TPU docs,
+        # "Manage TPU resources": stop/start is for single-host TPUs).
+        if len(node.hosts) > 1:
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Cloud TPU received a bad request. {verb} is not supported for TPU Pod "
+                f"slices ({node.accelerator_type} has {len(node.hosts)} workers); "
+                "delete the node instead",
+            )
+        state = node.state()
+        if state != want:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"Cloud TPU received a bad request. {verb} is not supported while in state {state}",
+            )
+
+    def stop_node(self, name: str) -> Awaitable[cloud_tpu.Node]:
+        node = self.node(name)
+        self._check_power(node, "stop", "READY")
+        node.power = "STOPPING"
+        return self._stop(node)
+
+    async def _stop(self, node: Node) -> cloud_tpu.Node:
+        async with self.rt.lock:
+            result = await self.life.kill(node.hosts, STOPPED)
+            node.power = "STOPPED"
+            self.rt.event("stop", node=node.path, hosts=[h.name for h in node.hosts], **result)
+        await self.rt.notify()
+        return node.to_pb(self.rt.ssh_port)
+
+    def start_node(self, name: str) -> Awaitable[cloud_tpu.Node]:
+        node = self.node(name)
+        self._check_power(node, "start", "STOPPED")
+        node.power = "STARTING"
+        for host in node.hosts:
+            self.life.boot(host, host.authorized, fresh=False)
+        self.rt.event("start", node=node.path, hosts=[h.name for h in node.hosts])
+        return self._started(node)
+
+    async def _started(self, node: Node) -> cloud_tpu.Node:
+        async with self.rt.changed:
+            await self.rt.changed.wait_for(
+                lambda: not node.exists or all(h.state != CREATING for h in node.hosts)
+            )
+        if node.power == "STARTING":
+            node.power = ""
+        return node.to_pb(self.rt.ssh_port)
 
     # --- chaos verbs (control channel) --------------------------------------------
 
@@ -339,6 +489,10 @@ class PodState:
         await self.delete_node(node.path)
         _, created = self.create_node(node.parent, node.name, spec, node.queued_resource)
         self.rt.spawn(_quiet(created))
+
+
+def _is_spot(spec: cloud_tpu.Node) -> bool:
+    return bool(spec.scheduling_config.spot or spec.scheduling_config.preemptible)
 
 
 async def _fail(exc: Exception) -> Any:

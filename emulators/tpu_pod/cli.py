@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from emulators.tpu_pod import client
+from emulators.tpu_pod.accelerators import parse_quota
 from emulators.tpu_pod.layout import (
     DEFAULT_ACCELERATOR_TYPE,
     DEFAULT_HOSTS,
@@ -151,6 +152,14 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="N|ZONE:N,...",
         help="slices per zone (default 1 each); a PREEMPTED node holds its slice",
+    )
+    p.add_argument(
+        "--quota",
+        action="append",
+        default=[],
+        metavar="FAMILY:N|ZONE:FAMILY:N,...",
+        help="GCP-faithful quota per zone and family (v4:64 = 64 TensorCores of v4 in every "
+        "zone); default: the zone's capacity in slices of the pod's own type",
     )
     p.add_argument(
         "--stockout",
@@ -331,6 +340,7 @@ def pod_main(argv: list[str]) -> int:
             try:
                 capacity = parse_capacity(args.capacity, zones)
                 stockouts = tuple(parse_stockout(s, zones) for s in args.stockout)
+                quota = parse_quota(args.quota, zones)
             except ValueError as exc:
                 raise client.PodUsageError(str(exc)) from None
         if args.cmd == "serve":
@@ -354,6 +364,7 @@ def pod_main(argv: list[str]) -> int:
                     metadata_port=args.metadata_port,
                     zones=zones,
                     capacity=capacity,
+                    quota=quota,
                     stockouts=stockouts,
                     stockout_seed=args.stockout_seed,
                     stockout_mean=args.stockout_mean or 180.0,
@@ -380,6 +391,7 @@ def pod_main(argv: list[str]) -> int:
                 metadata_port=args.metadata_port,
                 zones=zones if zones != DEFAULT_ZONES else None,
                 capacity=",".join(args.capacity) or None,
+                quota=args.quota,
                 stockouts=args.stockout,
                 stockout_seed=args.stockout_seed,
                 stockout_mean=args.stockout_mean,

@@ -165,6 +165,7 @@ def start_pod(
     metadata_port: int = 0,
     zones: Sequence[str] | None = None,
     capacity: int | str | Mapping[str, int] | None = None,
+    quota: Sequence[str] = (),
     stockouts: Sequence[str] = (),
     stockout_seed: int | None = None,
     stockout_mean: float | None = None,
@@ -183,7 +184,7 @@ def start_pod(
     ``metadata_port`` likewise. ``faithful``: GCP-faithful mode (whole-slice
     preemption, whole-node Delete/Create only, external IPs). ``zones`` (default
     local-a, local-b, local-c), ``capacity`` (slices: one number for every zone or
-    per zone), ``stockouts`` ("local-a:0-180": seconds after start-up) and
+    per zone), ``quota`` (GCP-faithful: "v4:64" or "local-a:v4:64"), ``stockouts`` ("local-a:0-180": seconds after start-up) and
     ``stockout_seed``/``stockout_mean`` (a seeded schedule) shape capacity.
     ``preempt_grace``: the notice ``preempt(..., notice="default")`` gives (30 s);
     ``chaos_notice``: the notice of chaos reclaims (0 = abrupt); ``chaos_faults``:
@@ -202,6 +203,7 @@ def start_pod(
         metadata_port=metadata_port,
         zones=zones,
         capacity=capacity,
+        quota=quota,
         stockouts=stockouts,
         stockout_seed=stockout_seed,
         stockout_mean=stockout_mean,

@@ -31,7 +31,7 @@ import asyncssh
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 
-from emulators.tpu_pod import chaos
+from emulators.tpu_pod import accelerators, chaos
 from emulators.tpu_pod.api_state import PodState
 from emulators.tpu_pod.chaos import FAULT_KINDS, Faults, chaos_schedule, host_fault_status
 from emulators.tpu_pod.children import wait_children_with_pidfds
@@ -432,13 +432,13 @@ class PodDaemon:
                 self.cfg.faithful,
             )
             spec = cloud_tpu.Node(
-                accelerator_type=self.cfg.accelerator_type,
+                accelerator_type=self._first_type(),
                 network_config=cloud_tpu.NetworkConfig(enable_external_ips=self.cfg.faithful),
                 scheduling_config=cloud_tpu.SchedulingConfig(spot=True),
             )
             parent = f"projects/{self.cfg.project}/locations/{self.cfg.zone}"
             _, created = self.pod.create_node(
-                parent, self.cfg.node_name, spec, ignore_capacity=True
+                parent, self.cfg.node_name, spec, ignore_capacity=True, hosts=self.cfg.hosts
             )
             self.rt.spawn(self.queued.run())
             self.rt.spawn(self._chaos_after(created))
@@ -447,6 +447,24 @@ class PodDaemon:
         finally:
             await self._shutdown(control, grpc_server)
         return 0
+
+    def _first_type(self) -> str:
+        """The pod's first node's type. Faithful: one of ``--accelerator-type``'s
+        generation with ``--hosts`` hosts (v4-16 for 2), so that a re-create of the node
+        from its own spec (as the console's recovery does) gets the same hosts back."""
+        name = self.cfg.accelerator_type
+        if not self.cfg.faithful:
+            return name
+        try:
+            shape = accelerators.parse(name)
+        except ValueError:
+            return name
+        same = (
+            accelerators.for_hosts(shape, self.cfg.hosts)
+            if shape.hosts != self.cfg.hosts
+            else shape
+        )
+        return same.type if same is not None else name
 
     async def _chaos_after(self, created: Any) -> None:
         # Chaos starts once the first boot is READY, like spot reclaims of a live VM.

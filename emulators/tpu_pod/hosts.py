@@ -48,13 +48,14 @@ log = logging.getLogger("phantom.pod")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Host (VM) states shown by `pod status`; node states use the real API names.
-CREATING, READY, PREEMPTING, PREEMPTED, DELETING, DELETED = (
+CREATING, READY, PREEMPTING, PREEMPTED, DELETING, DELETED, STOPPED = (
     "CREATING",
     "READY",
     "PREEMPTING",  # notice given: metadata says TRUE, processes have SIGTERM
     "PREEMPTED",
     "DELETING",
     "DELETED",
+    "STOPPED",  # StopNode: processes gone, disk and host key kept
 )
 LIVE = (CREATING, READY, PREEMPTING)
 
@@ -194,15 +195,19 @@ class HostLifecycle:
 
     # --- boot ---------------------------------------------------------------------
 
-    def boot(self, host: Host, authorized: Mapping[str, frozenset[bytes]]) -> None:
-        """A fresh VM for ``host``: new sandbox and host key, CREATING, READY later."""
+    def boot(
+        self, host: Host, authorized: Mapping[str, frozenset[bytes]], fresh: bool = True
+    ) -> None:
+        """A fresh VM for ``host``: new sandbox and host key, CREATING, READY later.
+        ``fresh=False``: a stopped VM started again keeps its disk and host key."""
         host.generation += 1
-        host.host_key = asyncssh.generate_private_key("ssh-ed25519")
+        if fresh or host.host_key is None:
+            host.host_key = asyncssh.generate_private_key("ssh-ed25519")
+            self.wipe(host)
         host.preempted_at = None
         host.notice_at = None
         host.faults.clear()
         host.authorized = authorized
-        self.wipe(host)
         remove_cgroup(host.cgroup)
         host.cgroup = make_host_cgroup(self.rt.run_cgroup, f"{host.key}-g{host.generation}")
         host.state = CREATING

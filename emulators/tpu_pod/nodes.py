@@ -16,6 +16,7 @@ import asyncssh
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 
+from emulators.tpu_pod.accelerators import Shape
 from emulators.tpu_pod.hosts import CREATING, PREEMPTED, PREEMPTING, READY, Host
 from emulators.tpu_pod.layout import host_ip, host_name, node_path
 from emulators.tpu_pod.operations import ApiError, timestamp
@@ -23,6 +24,9 @@ from emulators.tpu_pod.sshd import public_line
 from emulators.tpu_pod.zones import Zone
 
 DEFAULT_RUNTIME_VERSION = "tpu-ubuntu2204-base"
+# What the API reports as every worker's port: the TPU runtime's gRPC port, not SSH's
+# (the console reaches SSH on its own configured port, never reading this one).
+ENDPOINT_PORT = 8470
 
 
 def parse_ssh_keys(text: str) -> dict[str, frozenset[bytes]]:
@@ -71,9 +75,14 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     spot: bool = True
+    preemptible: bool = False
+    shape: Shape | None = None  # None: a type outside the table (default mode only)
+    faithful: bool = False  # no invented per-worker symptoms
     queued_resource: str = ""
     exists: bool = False
     deleting: bool = False
+    booting: bool = False  # being created: CREATING until every host is up, never REPAIRING
+    power: str = ""  # "", STOPPING, STOPPED, STARTING (StopNode/StartNode)
     node_id: int = field(default_factory=lambda: int.from_bytes(secrets.token_bytes(6), "big"))
     create_time: float = field(default_factory=time.time)
 
@@ -110,10 +119,12 @@ class Node:
             return "NOT_FOUND"
         if self.deleting:
             return "DELETING"
+        if self.power:
+            return self.power
         states = [h.state for h in self.hosts]
         if PREEMPTED in states:
             return "PREEMPTED"
-        if all(s == CREATING for s in states):
+        if all(s == CREATING for s in states) or (self.booting and CREATING in states):
             return "CREATING"
         if CREATING in states:
             return "REPAIRING"
@@ -121,6 +132,8 @@ class Node:
 
     def to_pb(self, ssh_port: int) -> cloud_tpu.Node:
         state = self.state()
+        # Default mode marks which worker was taken (it preempts single hosts); the API
+        # has no per-worker preemption symptom, so the faithful mode invents none.
         symptoms = [
             cloud_tpu.Symptom(
                 create_time=timestamp(h.preempted_at or time.time()),
@@ -129,13 +142,19 @@ class Node:
                 worker_id=str(h.index),
             )
             for h in self.hosts
-            if h.state == PREEMPTED
+            if h.state == PREEMPTED and not self.faithful
         ]
         unhealthy = [h.name for h in self.hosts if h.state not in (READY, PREEMPTING)]
         return cloud_tpu.Node(
             name=self.path,
             description=self.description or "phantom local spot pod emulator",
             accelerator_type=self.accelerator_type,
+            accelerator_config=cloud_tpu.AcceleratorConfig(
+                type_=getattr(cloud_tpu.AcceleratorConfig.Type, self.shape.generation.config_type),
+                topology=self.shape.topology,
+            )
+            if self.shape is not None
+            else None,
             state=getattr(cloud_tpu.Node.State, state),
             health=cloud_tpu.Node.Health.HEALTHY
             if state == "READY"
@@ -144,7 +163,9 @@ class Node:
             runtime_version=self.runtime_version,
             cidr_block=f"{self.hosts[0].ip.rsplit('.', 2)[0]}.0.0/16",
             create_time=timestamp(self.create_time),
-            scheduling_config=cloud_tpu.SchedulingConfig(spot=self.spot),
+            scheduling_config=cloud_tpu.SchedulingConfig(
+                spot=self.spot, preemptible=self.preemptible
+            ),
             network_config=cloud_tpu.NetworkConfig(
                 network="default",
                 subnetwork="default",
@@ -153,7 +174,8 @@ class Node:
             network_endpoints=[
                 cloud_tpu.NetworkEndpoint(
                     ip_address=h.ip,
-                    port=ssh_port,
+                    # Default mode keeps its convenience: the port SSH answers on.
+                    port=ENDPOINT_PORT if self.faithful else ssh_port,
                     access_config=cloud_tpu.AccessConfig(external_ip=h.external_ip)
                     if h.external_ip
                     else None,
@@ -218,7 +240,7 @@ class Node:
                 "zone": f"projects/{numeric}/zones/{self.zone.name}",
                 "preempted": "TRUE" if host.notice_at is not None else "FALSE",
                 "maintenance-event": "NONE",
-                "scheduling": {"preemptible": "TRUE" if self.spot else "FALSE"},
+                "scheduling": {"preemptible": "TRUE" if self.spot or self.preemptible else "FALSE"},
                 "network-interfaces": {"0": interface},
                 "attributes": {
                     **self.metadata,

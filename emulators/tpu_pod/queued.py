@@ -244,9 +244,14 @@ class QueuedResources:
             return  # a node of that name (not ours) holds the name: wait for it to go
         if self.pod.capacity.free(item.zone, self.pod.used()[item.zone]) <= 0:
             return
+        spec = item.node_spec
+        if "spot" in item.request and "scheduling_config" not in spec:
+            # A spot queued resource's node is a spot VM (its node_spec need not say so).
+            spec = cloud_tpu.Node.wrap(cloud_tpu.Node.pb(spec).__deepcopy__())
+            spec.scheduling_config = cloud_tpu.SchedulingConfig(spot=True)
         try:
             _, created = self.pod.create_node(
-                item.parent, item.node_id, item.node_spec, queued_resource=item.name
+                item.parent, item.node_id, spec, queued_resource=item.name
             )
         except ApiError as exc:
             self._fail(item, exc.code, str(exc))

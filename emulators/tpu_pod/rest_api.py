@@ -13,7 +13,9 @@ What gcloud 528 calls (seen with ``--log-http`` against this server):
 ``delete``, then ``GET /v2/<operation name>`` until done),
 ``GET|POST /v2/projects/P/locations/Z/queuedResources[?queuedResourceId=Q]``,
 ``GET|DELETE .../queuedResources/Q[?force=True]``, ``POST .../queuedResources/Q:reset``,
-``GET /v1/projects/P/locations`` (``compute tpus locations list``).
+``GET /v1/projects/P/locations`` (``compute tpus locations list``),
+``POST .../nodes/N:stop|:start`` (``tpu-vm stop|start``), ``GET .../acceleratorTypes``
+(``compute tpus accelerator-types list``), ``GET .../runtimeVersions`` (``versions list``).
 """
 
 from __future__ import annotations
@@ -108,6 +110,49 @@ async def _guest_attributes(api: TpuApi, path: str, q: dict[str, str], body: dic
     return await api.call(api.get_guest_attributes, req)
 
 
+async def _stop_node(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    return await api.call(api.stop_node, cloud_tpu.StopNodeRequest(name=path))
+
+
+async def _start_node(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    return await api.call(api.start_node, cloud_tpu.StartNodeRequest(name=path))
+
+
+async def _list_types(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    req = cloud_tpu.ListAcceleratorTypesRequest(parent=path.rsplit("/acceleratorTypes", 1)[0])
+    return await api.call(api.list_accelerator_types, req)
+
+
+async def _get_type(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    req = cloud_tpu.GetAcceleratorTypeRequest(name=path)
+    return await api.call(api.get_accelerator_type, req)
+
+
+async def _list_versions(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    req = cloud_tpu.ListRuntimeVersionsRequest(parent=path.rsplit("/runtimeVersions", 1)[0])
+    return await api.call(api.list_runtime_versions, req)
+
+
+async def _get_version(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    req = cloud_tpu.GetRuntimeVersionRequest(name=path)
+    return await api.call(api.get_runtime_version, req)
+
+
+async def _tf_versions(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
+    # v1's name for the runtime versions (`gcloud compute tpus versions list`).
+    req = cloud_tpu.ListRuntimeVersionsRequest(parent=path.rsplit("/tensorflowVersions", 1)[0])
+    listed = await api.call(api.list_runtime_versions, req)
+    return {
+        "tensorflowVersions": [
+            {
+                "name": v.name.replace("/runtimeVersions/", "/tensorflowVersions/"),
+                "version": v.version,
+            }
+            for v in listed.runtime_versions
+        ]
+    }
+
+
 async def _unsupported(api: TpuApi, path: str, q: dict[str, str], body: dict[str, Any]) -> Any:
     raise ApiError(grpc.StatusCode.UNIMPLEMENTED, f"the emulator does not implement {path!r}")
 
@@ -176,8 +221,13 @@ ROUTES: list[tuple[str, re.Pattern[str], str, Handler]] = [
         ("GET", _LOC + r"/nodes/[^/]+", "", _get_node),
         ("DELETE", _LOC + r"/nodes/[^/]+", "", _delete_node),
         ("POST", _LOC + r"/nodes/[^/]+", "getGuestAttributes", _guest_attributes),
-        ("POST", _LOC + r"/nodes/[^/]+", "start", _unsupported),
-        ("POST", _LOC + r"/nodes/[^/]+", "stop", _unsupported),
+        ("POST", _LOC + r"/nodes/[^/]+", "start", _start_node),
+        ("POST", _LOC + r"/nodes/[^/]+", "stop", _stop_node),
+        ("GET", _LOC + r"/acceleratorTypes", "", _list_types),
+        ("GET", _LOC + r"/acceleratorTypes/[^/]+", "", _get_type),
+        ("GET", _LOC + r"/runtimeVersions", "", _list_versions),
+        ("GET", _LOC + r"/runtimeVersions/[^/]+", "", _get_version),
+        ("GET", _LOC + r"/tensorflowVersions", "", _tf_versions),
         ("PATCH", _LOC + r"/nodes/[^/]+", "", _unsupported),
         ("GET", _LOC + r"/queuedResources", "", _list_qrs),
         ("POST", _LOC + r"/queuedResources", "", _create_qr),
@@ -252,4 +302,4 @@ class RestApi:
         except Exception as exc:  # a bug must show as a 500, not a dropped connection
             log.exception("REST %s %s", request.method, request.path)
             return _error(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
-        return web.json_response(to_json(result))
+        return web.json_response(result if isinstance(result, dict) else to_json(result))

@@ -48,3 +48,6 @@ class DaemonConfig:
     chaos_faults: tuple[str, ...] = ()  # fault kinds the chaos schedule may inject too
     ssh_user: str = SSH_USER
     ssh_key: Path | None = None  # a private key whose public half every host accepts
+    # GCP-faithful quota per (zone or "" = every zone, family), in the type's units;
+    # a family not named gets the zone's capacity in slices of the pod's own type.
+    quota: dict[tuple[str, str], int] = field(default_factory=dict)

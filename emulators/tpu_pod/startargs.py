@@ -7,6 +7,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from emulators.tpu_pod.accelerators import parse_quota
 from emulators.tpu_pod.layout import DEFAULT_ZONES, host_ip
 from emulators.tpu_pod.podinfo import PodUsageError, PortInUse
 from emulators.tpu_pod.zones import parse_capacity, parse_stockout, parse_zones
@@ -59,6 +60,7 @@ def pod_args(
     zones: Sequence[str] | None,
     capacity: int | str | Mapping[str, int] | None,
     stockouts: Sequence[str],
+    quota: Sequence[str] = (),
     stockout_seed: int | None,
     stockout_mean: float | None,
     preempt_grace: float | None,
@@ -89,6 +91,9 @@ def pod_args(
         for item in stockouts:
             parse_stockout(item, names)
             args += ["--stockout", item]
+        for item in quota:
+            parse_quota([item], names)
+            args += ["--quota", item]
     except ValueError as exc:
         raise PodUsageError(str(exc)) from None
     for flag, value in (

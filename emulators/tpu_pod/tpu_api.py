@@ -19,6 +19,7 @@ from google.cloud.tpu_v2.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
+from emulators.tpu_pod import accelerators
 from emulators.tpu_pod.api_state import PodState
 from emulators.tpu_pod.operations import ApiError, OperationStore
 from emulators.tpu_pod.queued import QueuedResources
@@ -73,6 +74,72 @@ class TpuApi:
         return self.ops.start(
             _parent_of(req.name, "nodes"), "delete", req.name, work, lambda _: empty_pb2.Empty()
         )
+
+    async def stop_node(self, req: cloud_tpu.StopNodeRequest) -> operations_pb2.Operation:
+        work = self.pod.stop_node(req.name)
+        parent = _parent_of(req.name, "nodes")
+        return self.ops.start(parent, "stop", req.name, work, cloud_tpu.Node.pb)
+
+    async def start_node(self, req: cloud_tpu.StartNodeRequest) -> operations_pb2.Operation:
+        work = self.pod.start_node(req.name)
+        parent = _parent_of(req.name, "nodes")
+        return self.ops.start(parent, "start", req.name, work, cloud_tpu.Node.pb)
+
+    # --- accelerator types and runtime versions (the zone's offer) ------------------------
+
+    def _accelerator_type(
+        self, parent: str, shape: accelerators.Shape
+    ) -> cloud_tpu.AcceleratorType:
+        config = cloud_tpu.AcceleratorConfig(
+            type_=getattr(cloud_tpu.AcceleratorConfig.Type, shape.generation.config_type),
+            topology=shape.topology,
+        )
+        return cloud_tpu.AcceleratorType(
+            name=f"{parent}/acceleratorTypes/{shape.type}",
+            type_=shape.type,
+            accelerator_configs=[config],
+        )
+
+    async def list_accelerator_types(
+        self, req: cloud_tpu.ListAcceleratorTypesRequest
+    ) -> cloud_tpu.ListAcceleratorTypesResponse:
+        self.pod.zone_of(req.parent, allow_all=False)
+        types = [self._accelerator_type(req.parent, s) for s in accelerators.all_shapes()]
+        return cloud_tpu.ListAcceleratorTypesResponse(accelerator_types=types)
+
+    async def get_accelerator_type(
+        self, req: cloud_tpu.GetAcceleratorTypeRequest
+    ) -> cloud_tpu.AcceleratorType:
+        parent, _, name = req.name.rpartition("/acceleratorTypes/")
+        zone = self.pod.zone_of(parent, allow_all=False)
+        try:
+            return self._accelerator_type(parent, accelerators.parse(name))
+        except ValueError:
+            raise ApiError(
+                grpc.StatusCode.NOT_FOUND,
+                f"accelerator type {name!r} not found in zone {zone}",
+            ) from None
+
+    async def list_runtime_versions(
+        self, req: cloud_tpu.ListRuntimeVersionsRequest
+    ) -> cloud_tpu.ListRuntimeVersionsResponse:
+        self.pod.zone_of(req.parent, allow_all=False)
+        versions = [
+            cloud_tpu.RuntimeVersion(name=f"{req.parent}/runtimeVersions/{v}", version=v)
+            for v in accelerators.RUNTIME_VERSIONS
+        ]
+        return cloud_tpu.ListRuntimeVersionsResponse(runtime_versions=versions)
+
+    async def get_runtime_version(
+        self, req: cloud_tpu.GetRuntimeVersionRequest
+    ) -> cloud_tpu.RuntimeVersion:
+        parent, _, version = req.name.rpartition("/runtimeVersions/")
+        zone = self.pod.zone_of(parent, allow_all=False)
+        if version not in accelerators.RUNTIME_VERSIONS:
+            raise ApiError(
+                grpc.StatusCode.NOT_FOUND, f"runtime version {version!r} not found in zone {zone}"
+            )
+        return cloud_tpu.RuntimeVersion(name=req.name, version=version)
 
     async def unsupported(self, req: Any) -> Any:
         raise ApiError(
@@ -182,8 +249,24 @@ class TpuApi:
                 ),
                 "CreateNode": method(self.create_node, t.CreateNodeRequest),
                 "DeleteNode": method(self.delete_node, t.DeleteNodeRequest),
-                "StopNode": method(self.unsupported, t.StopNodeRequest),
-                "StartNode": method(self.unsupported, t.StartNodeRequest),
+                "StopNode": method(self.stop_node, t.StopNodeRequest),
+                "StartNode": method(self.start_node, t.StartNodeRequest),
+                "ListAcceleratorTypes": method(
+                    self.list_accelerator_types,
+                    t.ListAcceleratorTypesRequest,
+                    t.ListAcceleratorTypesResponse,
+                ),
+                "GetAcceleratorType": method(
+                    self.get_accelerator_type, t.GetAcceleratorTypeRequest, t.AcceleratorType
+                ),
+                "ListRuntimeVersions": method(
+                    self.list_runtime_versions,
+                    t.ListRuntimeVersionsRequest,
+                    t.ListRuntimeVersionsResponse,
+                ),
+                "GetRuntimeVersion": method(
+                    self.get_runtime_version, t.GetRuntimeVersionRequest, t.RuntimeVersion
+                ),
                 "UpdateNode": method(self.unsupported, t.UpdateNodeRequest),
                 "ListQueuedResources": method(
                     self.list_queued_resources,
