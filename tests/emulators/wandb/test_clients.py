@@ -332,6 +332,36 @@ def test_wandb_login_then_sync_of_an_offline_run(wandb_emu: WandbEmu, tmp_path: 
     assert wandb_emu.trap.seen == []
 
 
+IN_PROCESS_AGENT = textwrap.dedent(
+    """
+    import json, wandb
+    config = {"method": "random", "run_cap": 2, "parameters": {"alpha": {"min": 0.0, "max": 1.0}}}
+    sid = wandb.sweep(config, project="seed", entity="lab")
+    def one():
+        run = wandb.init()
+        run.mark_preempting()  # as engine/sweep_wandb.py does
+        run.log({"r": run.config.alpha})
+        run.finish()
+    wandb.agent(sid, function=one, project="seed", entity="lab", count=3)
+    sweep = wandb.Api().sweep(f"lab/seed/{sid}")
+    print(json.dumps([sweep.state, [(r.state, r.config["alpha"]) for r in sweep.runs]]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_in_process_agent_stops_at_run_cap(wandb_emu: WandbEmu, tmp_path: Path) -> None:
+    """The engine's way: wandb.sweep(dict) and wandb.agent(function=...) with runs marked
+    preempting; a random sweep with run_cap 2 ends the agent before its count of 3."""
+    done = run_client([PY, "-c", IN_PROCESS_AGENT], wandb_emu.env(tmp_path / "home"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    state, runs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state == "FINISHED"
+    assert [r[0] for r in runs] == ["finished", "finished"]
+    assert all(0.0 <= r[1] <= 1.0 for r in runs)
+    assert wandb_emu.trap.seen == []
+
+
 def test_no_client_process_outlives_the_tests(wandb_emu: WandbEmu) -> None:
     """wandb-core and agent children were all in the killed process groups."""
     marker = wandb_emu.base_url.encode()
