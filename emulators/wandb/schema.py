@@ -16,7 +16,7 @@ from typing import Any
 from emulators.wandb import layout as L
 from emulators.wandb import sweeps as S
 from emulators.wandb.artifacts import Artifacts
-from emulators.wandb.state import NotFound, Record, State, decode_id, iso, node_id
+from emulators.wandb.state import Record, State, decode_id, iso, node_id
 
 Obj = dict[str, Any]
 
@@ -568,6 +568,3 @@ def _wandb_config(run: Record, keys: Any) -> Obj:
     wb = cfg.get("_wandb", {})
     value = wb.get("value", {}) if isinstance(wb, dict) else {}
     return {k: value.get(k) for k in keys} if keys else value
-
-
-__all__ = ["GraphQLError", "NotFound", "Schema"]

@@ -38,10 +38,6 @@ def decode_id(value: str) -> list[str]:
         return []
 
 
-class NotFound(LookupError):
-    """A named object does not exist (the server answers 404 / a GraphQL error)."""
-
-
 @dataclass
 class State:
     path: Path | None = None

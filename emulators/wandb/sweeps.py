@@ -11,7 +11,6 @@ hands out no new run, a CANCELED one also stops its running runs.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import secrets
@@ -199,7 +198,3 @@ def _requeue(state: State, sweep: Record, agent: Record) -> dict[str, Any] | Non
             "args": {k: {"value": v} for k, v in item["params"].items()},
         }
     return None
-
-
-def summary(sweep: Record) -> str:
-    return json.dumps({"state": sweep["state"], "handed_out": len(sweep["handed_out"])})
