@@ -115,7 +115,7 @@ class Facade:
         self._cadence_at = clock()  # when the last cadence poll finished
         self._cadence_polled = asyncio.Event()  # set by the first one
         self.watchdog = Watchdog(
-            self.backend.recovery_plan(self.submitter.resubmit),
+            self.backend.recovery_plan(self.outcomes.skipping_ended(self.submitter.resubmit)),
             observe=self.observe,
             sink=self.sink,
             publish=self.bus.publish,

@@ -17,17 +17,19 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from console.services.api import UnknownJob
-from console.services.model import JobInfo, JobStatus
+from console.services.model import ActionResult, JobInfo, JobStatus
 from console.services.record.journal import Journal, JournalError
 
 log = logging.getLogger(__name__)
 
 FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
 LOST_MESSAGE = "the cluster no longer knows it (its head was replaced)"
+Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]  # the recovery's resubmit step
 
 
 class JobOutcomes:
@@ -117,6 +119,26 @@ class JobOutcomes:
             return JobInfo(job_id, JobStatus.LOST, message=LOST_MESSAGE)
         self.note([info])
         return info
+
+    def skipping_ended(self, resubmit: Resubmit) -> Resubmit:
+        """``resubmit`` for the jobs that did not end. The recovery picks the jobs that were
+        active on the lost head from its last look at them, which can be a poll older than
+        the job's end: a job seen to finish is not run a second time."""
+
+        async def unfinished(job_ids: Sequence[str]) -> ActionResult:
+            ended = {j: str(info.status) for j in job_ids if (info := self.get(j)) is not None}
+            left = [j for j in job_ids if j not in ended]
+            if not ended:
+                return await resubmit(job_ids)
+            note = "not resubmitted, already ended: " + ", ".join(
+                f"{j} {status}" for j, status in ended.items()
+            )
+            if not left:
+                return ActionResult("resubmit", True, 0.0, message=note, data={"ended": ended})
+            res = await resubmit(left)
+            return replace(res, message=f"{res.message}; {note}", data={**res.data, "ended": ended})
+
+        return unfinished
 
     def _read(self, sql: str, args: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -5,6 +5,7 @@ stand-in is the Ray head's job table (what the Jobs API lists and answers)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from console.services.api import UnknownJob
 from console.services.jobs.registry import JobRegistry, SubmittedJob
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.watcher import JobWatcher
-from console.services.model import JobInfo
+from console.services.model import ActionResult, JobInfo
 from console.services.record.journal import Journal
 from console.services.record.outcomes import JobOutcomes
 
@@ -116,3 +117,27 @@ async def test_the_first_final_state_wins_and_only_final_states_are_kept(tmp_pat
         )
         assert JobOutcomes(journal).get("j2") is None
         assert JobOutcomes(journal).get("j3") is None  # resumable: a resubmission carries on
+
+
+async def test_the_recovery_does_not_run_a_job_again_that_it_saw_finish(tmp_path: Path) -> None:
+    """The recovery's list of jobs active on the lost head can be a poll older than a job's
+    end: a job the console saw SUCCEED is not resubmitted (before: it ran a second time)."""
+    sent: list[list[str]] = []
+
+    async def resubmit(job_ids: Sequence[str]) -> ActionResult:
+        sent.append(list(job_ids))
+        return ActionResult(
+            "resubmit", True, 0.1, data={"resubmitted": {j: "new" for j in job_ids}}
+        )
+
+    with Journal(tmp_path / "j.sqlite") as journal:
+        outcomes = JobOutcomes(journal)
+        step = outcomes.skipping_ended(resubmit)
+        outcomes.note([JobInfo("done", "SUCCEEDED")])
+        res = await step(["done"])
+        assert res.ok and sent == [] and res.data["ended"] == {"done": "SUCCEEDED"}
+        assert "not resubmitted, already ended: done SUCCEEDED" in res.message
+        res = await step(["done", "running"])
+        assert sent == [["running"]] and res.data["resubmitted"] == {"running": "new"}
+        await step(["running"])
+        assert sent == [["running"], ["running"]]
