@@ -94,7 +94,18 @@ def _add_run_dir(p: argparse.ArgumentParser) -> None:
 
 def _add_pod_flags(p: argparse.ArgumentParser) -> None:
     _add_run_dir(p)
-    p.add_argument("--hosts", type=_hosts, default=DEFAULT_HOSTS, help="number of hosts")
+    p.add_argument(
+        "--hosts",
+        type=_hosts,
+        default=None,
+        help=f"number of hosts (default {DEFAULT_HOSTS}; GCP-faithful: the type's)",
+    )
+    p.add_argument(
+        "--accelerator-type",
+        default=None,
+        help=f"the node's TPU type (default {DEFAULT_ACCELERATOR_TYPE}); GCP-faithful, "
+        "its host count is the pod's (v4-8: 1, v4-32: 4, v5p-64: 8)",
+    )
     p.add_argument(
         "--ssh-port",
         type=_port,
@@ -270,7 +281,6 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
     serve.add_argument("--project", default=DEFAULT_PROJECT)
     serve.add_argument("--zone", default=DEFAULT_ZONE)
     serve.add_argument("--node-name", default=DEFAULT_NODE_NAME)
-    serve.add_argument("--accelerator-type", default=DEFAULT_ACCELERATOR_TYPE)
     return parser
 
 
@@ -349,14 +359,14 @@ def pod_main(argv: list[str]) -> int:
             return run_daemon(
                 DaemonConfig(
                     run_dir=run_dir,
-                    hosts=args.hosts,
+                    hosts=args.hosts or DEFAULT_HOSTS,
                     ssh_port=args.ssh_port,
                     api_port=args.api_port,
                     ready_delay=args.ready_delay,
                     project=args.project,
                     zone=args.zone,
                     node_name=args.node_name,
-                    accelerator_type=args.accelerator_type,
+                    accelerator_type=args.accelerator_type or DEFAULT_ACCELERATOR_TYPE,
                     chaos_seed=args.chaos_seed,
                     chaos_interval=args.chaos_interval or None,
                     faithful=args.faithful,
@@ -400,6 +410,7 @@ def pod_main(argv: list[str]) -> int:
                 chaos_faults=args.chaos_faults,
                 ssh_user=args.ssh_user,
                 ssh_key=args.ssh_key,
+                accelerator_type=args.accelerator_type,
             )
             return _print_status(run_dir, args.json) if info else 1
         if args.cmd == "status":

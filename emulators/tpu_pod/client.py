@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from emulators.tpu_pod import accelerators
 from emulators.tpu_pod.layout import (
     DEFAULT_HOSTS,
     DEFAULT_READY_DELAY,
@@ -70,6 +71,28 @@ def _parse_host_count(hosts: int) -> int:
     if not 1 <= hosts <= MAX_HOSTS:
         raise PodUsageError(f"--hosts must be between 1 and {MAX_HOSTS}, got {hosts}")
     return hosts
+
+
+def _hosts_for(hosts: int | None, accelerator_type: str | None, faithful: bool) -> int:
+    """``--hosts``, or (GCP-faithful) the host count of ``--accelerator-type``."""
+    if accelerator_type is not None:
+        try:
+            shape = accelerators.parse(accelerator_type)
+        except ValueError:
+            if faithful:
+                raise PodUsageError(
+                    f"--accelerator-type {accelerator_type!r}: not a Cloud TPU type; use e.g. "
+                    "v4-8, v4-32, v5p-64, v5litepod-16 or v6e-8 (`phantom pod` README)"
+                ) from None
+        else:
+            if faithful and hosts is not None and hosts != shape.hosts:
+                raise PodUsageError(
+                    f"--hosts {hosts} does not match --accelerator-type {accelerator_type} "
+                    f"({shape.hosts} hosts); give one of them"
+                )
+            if faithful:
+                hosts = shape.hosts
+    return _parse_host_count(DEFAULT_HOSTS if hosts is None else hosts)
 
 
 def request(run_dir: Path | str, payload: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
@@ -150,7 +173,7 @@ def _daemon_error(layout: RunLayout) -> str:
 
 def start_pod(
     run_dir: Path | str,
-    hosts: int = DEFAULT_HOSTS,
+    hosts: int | None = None,
     ssh_port: int = DEFAULT_SSH_PORT,
     api_port: int = 0,
     ready_delay: float = DEFAULT_READY_DELAY,
@@ -175,6 +198,7 @@ def start_pod(
     ssh_user: str | None = None,
     ssh_key: Path | str | None = None,
     until_ready: bool = True,
+    accelerator_type: str | None = None,
 ) -> PodInfo:
     """Spawn the daemon detached for ``run_dir`` and wait until the node is READY
     (``until_ready=False``: until the daemon answers with its hosts, still coming up).
@@ -190,9 +214,11 @@ def start_pod(
     ``chaos_notice``: the notice of chaos reclaims (0 = abrupt); ``chaos_faults``:
     fault kinds chaos may inject too. ``ssh_user``/``ssh_key``: the user and private
     key a client logs in with, like a GCP user's (default: user phantom and a key
-    generated in the run dir). Bad values raise PodUsageError before anything starts.
+    generated in the run dir). ``accelerator_type``: the pod's node's type (default
+    v4-32); GCP-faithful, its host count is the type's (``hosts`` None, or the same).
+    Bad values raise PodUsageError before anything starts.
     """
-    _parse_host_count(hosts)
+    hosts = _hosts_for(hosts, accelerator_type, faithful)
     if ready_delay < 0:
         raise PodUsageError(f"--ready-delay must be >= 0 seconds, got {ready_delay}")
     if chaos_interval is not None and chaos_interval <= 0:
@@ -243,6 +269,8 @@ def start_pod(
         argv += ["--chaos-seed", str(chaos_seed)]
     if chaos_interval is not None:
         argv += ["--chaos-interval", str(chaos_interval)]
+    if accelerator_type is not None:
+        argv += ["--accelerator-type", accelerator_type]
     argv += extra + (extra_args or [])
     with open(layout.log_file, "ab") as log:
         proc = subprocess.Popen(

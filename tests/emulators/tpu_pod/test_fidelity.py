@@ -229,3 +229,20 @@ def test_gcloud_quota_refusal_names_the_quota_and_a_stockout_keeps_its_words(
         assert '"code": 8' in res.stderr and "no more capacity in the zone" in res.stderr
     finally:
         client.set_zone(fpod.run_dir, "local-b", clear_stockouts=True)
+
+
+async def test_a_faithful_pod_of_a_type_has_that_types_hosts(tmp_path: Path) -> None:
+    for kwargs, words in (
+        ({"accelerator_type": "banana"}, "--accelerator-type 'banana': not a Cloud TPU type"),
+        ({"accelerator_type": "v4-8", "hosts": 3}, "--hosts 3 does not match"),
+    ):
+        with pytest.raises(client.PodUsageError, match=words):
+            client.start_pod(tmp_path / "bad", faithful=True, **kwargs)  # type: ignore[arg-type]
+    assert client.pod_status(tmp_path / "bad") is None  # nothing started
+    with running_pod(
+        tmp_path / "pod", faithful=True, hosts=None, accelerator_type="v5p-16"
+    ) as info:
+        assert len(info.hosts) == 2 and info.accelerator_type == "v5p-16"
+        async with tpu(info) as api:
+            node = await api.get_node(name=info.node_path)
+        assert node.accelerator_config.topology == "2x2x2" and len(node.network_endpoints) == 2
