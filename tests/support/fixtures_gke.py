@@ -88,7 +88,7 @@ def gke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.GkeInfo]:
         stop_cluster(run_dir)
 
 
-# --- manifests (what xpk's templates produce; see console/emulator/gke/README.md) --------
+# --- manifests (what xpk's templates produce; see emulators/gke/README.md) --------
 
 XPK_WRAPPER = """echo XPK Start: $(date);
 _sigterm() (kill -SIGTERM $! 2>/dev/null;);

@@ -4,7 +4,7 @@ Tunix writes its RL metrics with TensorBoard under ``{base_output_directory}/{ru
 tensorboard/``, one event file per process start. Its logger names each scalar
 ``<prefix>/<mode>/<name>`` (tunix/sft/metrics_logger.py; a metric without "/" gets the
 prefix "global"), so the names the seed's doc uses map to these tags (the emulated trainer,
-``console/emulator/gke/workload/grpo.py``, writes the same ones):
+``emulators/gke/workload/grpo.py``, writes the same ones):
 
     rewards/mean            -> rewards/train/mean
     score/mean              -> rewards/train/score/mean
