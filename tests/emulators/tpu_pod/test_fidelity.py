@@ -171,6 +171,10 @@ def test_gcloud_describes_a_v4_8_with_one_endpoint_and_its_config(
         assert len(node["networkEndpoints"]) == 1
         assert node["networkEndpoints"][0]["port"] == 8470
         assert node["schedulingConfig"] == {"spot": True}
+        table = run_gcloud(fpod, cfg, "compute", "tpus", "tpu-vm", "list", zone).stdout
+        header, row = table.splitlines()[:2]
+        assert header.split()[2:5] == ["ACCELERATOR_TYPE", "TYPE", "TOPOLOGY"]
+        assert row.split()[:5] == ["one", "local-c", "v4-8", "V4", "2x2x1"], table
     finally:
         asyncio.run(delete(fpod, "local-c", "one"))
 
