@@ -27,7 +27,6 @@ import pytest
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
-from console.services.model import Event, RecoveryStatus, Update
 from console.status import collect_status
 from console.wiring import REPO_ROOT, make_services
 from console.wiring.harness import gcp_config, gcp_user_key
@@ -35,6 +34,7 @@ from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from engine.sweep import read_status
 from tests.support.emulator_helpers import running_pod
+from tests.support.recorder import Recorder
 from tests.support.sweep_waits import sweep_ready_to_preempt
 from tests.support.waiting import until
 
@@ -84,25 +84,6 @@ def project(tmp_path: Path) -> Path:
     )
     (wd / "engine" / "sweeps" / f"{SWEEP_KIND}.json").write_text(json.dumps(SWEEP_SPACE))
     return wd
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.updates: list[Update] = []
-
-    def __call__(self, u: Update) -> None:
-        self.updates.append(u)
-
-    def events(self, kind: str) -> list[Event]:
-        return [u for u in self.updates if isinstance(u, Event) and u.kind == kind]
-
-    def recoveries(self) -> list[RecoveryStatus]:
-        out: list[RecoveryStatus] = []
-        for u in self.updates:
-            new = not out or out[-1].started_at != getattr(u, "started_at", None)
-            if isinstance(u, RecoveryStatus) and u.result and new:
-                out.append(u)
-        return out
 
 
 async def job_in(svc: Facade, job_id: str, statuses: set[str]) -> bool:

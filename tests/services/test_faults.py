@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from console.services.facade import Facade
-from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
+from console.services.model import PodSnapshot
 from console.services.recovery.diagnosis import HostCondition
 from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod
+from tests.support.recorder import Recorder
 from tests.support.waiting import until
 
 POLL_S = 0.5
@@ -131,24 +132,6 @@ async def test_slow_api_is_reported_not_waited_for(pod: PodInfo, services: Facad
         await asyncio.to_thread(pod_client.clear_faults, pod.run_dir)
     snap = await bounded_poll(services)
     assert snap.tpu_state == "READY" and not snap.warnings
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.updates: list[Update] = []
-
-    def __call__(self, u: Update) -> None:
-        self.updates.append(u)
-
-    def events(self, kind: str, host: str = "") -> list[Event]:
-        return [
-            u
-            for u in self.updates
-            if isinstance(u, Event) and u.kind == kind and (not host or u.host == host)
-        ]
-
-    def recoveries(self) -> list[RecoveryStatus]:
-        return [u for u in self.updates if isinstance(u, RecoveryStatus) and u.result]
 
 
 @pytest.mark.slow

@@ -18,12 +18,13 @@ import pytest
 from console.config import Config
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
-from console.services.model import Event, PodSnapshot, RecoveryStatus, Update
+from console.services.model import PodSnapshot, RecoveryStatus
 from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from emulators.tpu_pod.procs import find_marked, marker_value
+from tests.support.recorder import Recorder
 from tests.support.waiting import until
 
 POLL_S = 0.5
@@ -88,32 +89,6 @@ def describe(pids: list[int]) -> str:
     return "; ".join(out)
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.updates: list[tuple[float, Update]] = []
-
-    def __call__(self, u: Update) -> None:
-        self.updates.append((time.time(), u))
-
-    def events(self, kind: str, host: str = "") -> list[Event]:
-        return [
-            u
-            for _, u in self.updates
-            if isinstance(u, Event) and u.kind == kind and (not host or u.host == host)
-        ]
-
-    def finished_recoveries(self) -> list[RecoveryStatus]:
-        out: list[RecoveryStatus] = []
-        for _, u in self.updates:
-            if (
-                isinstance(u, RecoveryStatus)
-                and u.result
-                and (not out or out[-1].started_at != u.started_at)
-            ):
-                out.append(u)
-        return out
-
-
 def steps(status: RecoveryStatus) -> dict[str, str]:
     return {s.name: s.state for s in status.steps}
 
@@ -170,10 +145,10 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         assert detected.at - t_preempt <= 2 * POLL_S, detected.at - t_preempt
         assert any(
             isinstance(u, PodSnapshot) and any(w1 in w and "preempted" in w for w in u.warnings)
-            for _, u in rec.updates
+            for u in rec.updates
         )
-        await until(lambda: len(rec.finished_recoveries()) >= 1, 300, "worker recovery")
-        worker_rec = rec.finished_recoveries()[0]
+        await until(lambda: len(rec.recoveries()) >= 1, 300, "worker recovery")
+        worker_rec = rec.recoveries()[0]
         assert worker_rec.result == "ok", worker_rec
         assert worker_rec.detect_s is not None and worker_rec.mttr_s is not None
         st = steps(worker_rec)
@@ -187,8 +162,8 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
 
         # -- the head host is preempted: rebuild and resubmit -------------------------------
         await svc.preempt(w0)
-        await until(lambda: len(rec.finished_recoveries()) >= 2, 420, "head recovery")
-        head_rec = rec.finished_recoveries()[1]
+        await until(lambda: len(rec.recoveries()) >= 2, 420, "head recovery")
+        head_rec = rec.recoveries()[1]
         assert head_rec.result == "ok", head_rec
         assert set(steps(head_rec).values()) == {"ok"}, steps(head_rec)
         resub = rec.events("job_resubmitted")
@@ -227,7 +202,7 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         await svc.refresh()  # the watchdog must not "recover" what the user tore down
         await svc.refresh()
         assert not svc.watchdog.running and not svc.watchdog.armed
-        assert len(rec.finished_recoveries()) == 2
+        assert len(rec.recoveries()) == 2
     finally:
         await svc.stop()
         svc.close_journal()

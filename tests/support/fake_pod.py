@@ -9,7 +9,6 @@ several) behind the real event sink. Time is a manual clock advanced by the inje
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,20 +26,7 @@ from console.services.observation import HostObservation, Observation
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
 from console.services.recovery.watchdog import Watchdog
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.t
-
-    async def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.t += s
-        await asyncio.sleep(0)
+from tests.support.clock import Clock
 
 
 @dataclass

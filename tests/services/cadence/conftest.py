@@ -14,14 +14,6 @@ import pytest
 from console.services.cadence.wandb_files import HistoryPoint, run_files
 
 
-class FakeClock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def pts(*pairs: tuple[int, float]) -> list[HistoryPoint]:
     return [HistoryPoint(step=s, timestamp=t) for s, t in pairs]
 

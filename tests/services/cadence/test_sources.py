@@ -19,8 +19,9 @@ import pytest
 
 from console.services.cadence.sources import CadenceSourceError, OfflineRunSource, OnlineRunSource
 from console.services.cadence.tracker import CadenceTracker
-from tests.services.cadence.conftest import WRITER, FakeClock, writer_env
+from tests.services.cadence.conftest import WRITER, writer_env
 from tests.support import DATA as SUPPORT_DATA
+from tests.support.clock import Clock
 from tests.support.waiting import wait_until
 
 DATA = SUPPORT_DATA / "wandb_graphql"
@@ -153,7 +154,7 @@ def test_online_source_reads_runs_and_history_from_the_api(wandb_server: Any) ->
         "-created_at",
     )
 
-    clock = FakeClock(1795971410.0 + 5.0)
+    clock = Clock(1795971410.0 + 5.0)
     tracker = CadenceTracker([source], stall_factor=3, clock=clock)
     cads = {c.run_id: c for c in tracker.poll()}
     live_cad = cads["live01"]

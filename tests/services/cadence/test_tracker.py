@@ -14,7 +14,8 @@ from console.services.cadence.sources import (
 )
 from console.services.cadence.tracker import CadenceTracker, sources_from_config
 from console.services.cadence.wandb_files import HistoryPoint
-from tests.services.cadence.conftest import FakeClock, pts
+from tests.services.cadence.conftest import pts
+from tests.support.clock import Clock
 
 
 class ScriptedSource:
@@ -34,7 +35,7 @@ class ScriptedSource:
 
 @pytest.mark.parametrize("skew", [0.0, 3600.0, -3600.0])
 def test_tracker_detects_stall_whatever_the_writer_clock(skew: float) -> None:
-    clock = FakeClock(1000.0)
+    clock = Clock(1000.0)
     src = ScriptedSource()
     tracker = CadenceTracker([src], stall_factor=3, clock=clock)
     step = 0
@@ -73,7 +74,7 @@ def test_tracker_detects_stall_whatever_the_writer_clock(skew: float) -> None:
 
 
 def test_tracker_backfill_of_a_dead_run_is_stalled_at_once() -> None:
-    clock = FakeClock(10_000.0)
+    clock = Clock(10_000.0)
     src = ScriptedSource()
     src.next = [
         RunObservation("old", "old", "offline", "running", tuple(pts((0, 10.0), (1, 20.0))))
@@ -84,7 +85,7 @@ def test_tracker_backfill_of_a_dead_run_is_stalled_at_once() -> None:
 
 
 def test_failing_source_is_reported_and_cannot_flip_a_run_to_stalled() -> None:
-    clock = FakeClock(100.0)
+    clock = Clock(100.0)
     src = ScriptedSource()
     src.next = [RunObservation("r", "r", "offline", "running", tuple(pts((0, 98.0), (1, 99.0))))]
     tracker = CadenceTracker([src], stall_factor=2, clock=clock)
@@ -104,7 +105,7 @@ def test_failing_source_is_reported_and_cannot_flip_a_run_to_stalled() -> None:
 def test_runs_that_vanish_from_a_source_are_dropped() -> None:
     src = ScriptedSource()
     src.next = [RunObservation("a", "a", "offline"), RunObservation("b", "b", "offline")]
-    tracker = CadenceTracker([src], stall_factor=2, clock=FakeClock(0.0))
+    tracker = CadenceTracker([src], stall_factor=2, clock=Clock(0.0))
     assert [c.run_id for c in tracker.poll()] == ["a", "b"]
     src.next = [RunObservation("b", "b", "offline")]
     assert [c.run_id for c in tracker.poll()] == ["b"]
