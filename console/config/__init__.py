@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from console.config.alerts import AlertsConfig, parse_alerts
 from console.config.capacity import capacity_cross_problems, capacity_value_problems
 from console.config.gke import ENV_NAME_RE, gke_cross_problems, gke_value_problems
 from console.config.names import NAME_RE as _NAME_RE
@@ -255,6 +256,7 @@ class Config:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     gke: GkeConfig = field(default_factory=GkeConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     bootstrap_command: str = ""
     """[bootstrap] command: run on every worker before Ray starts (the seed's
     "pre-heating"). Empty: check that python and ray import."""
@@ -376,12 +378,17 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config
                 )
             else:
                 sections["storage"] = uri
+        elif key == "alerts":
+            if not isinstance(value, Mapping):
+                problems.append(f"[alerts] must be a table, got {value!r}")
+                continue
+            sections["alerts"] = parse_alerts(value, problems, _check_value, _BAD)
         elif key == "runtime_env":
             env = parse_runtime_env(value, problems)
             if env is not None:
                 sections["runtime_env"] = env
         else:
-            allowed = sorted([*_SECTIONS, *_TOP_LEVEL])
+            allowed = sorted([*_SECTIONS, *_TOP_LEVEL, "alerts"])
             problems.append(f"unknown section or key {key!r}; allowed: {', '.join(allowed)}")
     if not problems:
         _cross_check(sections, problems)

@@ -18,6 +18,7 @@ from typing import Any
 
 from console import config as config_module
 from console.config import Config
+from console.config import alerts as alerts_module
 
 # [runtime_env] is written with a typical value, not its empty default: the example shows
 # how secrets are referenced by name.
@@ -33,14 +34,18 @@ _SKIP = {"source"}
 @cache
 def field_docs() -> dict[str, dict[str, str]]:
     """{class name: {field: doc}} for every settings dataclass in console.config."""
-    tree = ast.parse(inspect.getsource(config_module))
     out: dict[str, dict[str, str]] = {}
-    for node in tree.body:
+    body = [
+        node
+        for module in (config_module, alerts_module)
+        for node in ast.parse(inspect.getsource(module)).body
+    ]
+    for node in body:
         if not isinstance(node, ast.ClassDef):
             continue
         docs: dict[str, str] = {}
-        body = node.body
-        for stmt, nxt in zip(body, [*body[1:], None], strict=True):
+        stmts = node.body
+        for stmt, nxt in zip(stmts, [*stmts[1:], None], strict=True):
             if (
                 isinstance(stmt, ast.AnnAssign)
                 and isinstance(stmt.target, ast.Name)
@@ -103,8 +108,9 @@ def _section_class(f: Any) -> type | None:
 
 def _entry(key: str, value: Any, doc: str) -> list[str]:
     line = f"{key} = {_toml(value)}"
-    # An empty default means "decided for you": shown, but left to the default.
-    return [*_comment(doc), f"# {line}" if value == "" else line]
+    # An empty default means "decided for you" (or "none", a list of tables such as
+    # [[alerts.webhooks]] that an uncommented `key = []` would clash with): shown, left out.
+    return [*_comment(doc), f"# {line}" if value in ("", ()) else line]
 
 
 def _comment(doc: str) -> list[str]:

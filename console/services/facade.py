@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from console.config import Config
 from console.services.api import JobsUnavailable
@@ -67,6 +67,12 @@ log = logging.getLogger(__name__)
 SETTLING_POLL_S = 1.0  # the pod poll's interval at most while VMs come up or go
 
 MakeBackend = Callable[[EventSink], Backend]
+
+
+class BusConsumer(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Facade:
@@ -138,6 +144,8 @@ class Facade:
             accelerator_type=config.cluster.accelerator_type,
         )
         self._env_flags_loaded = False
+        # What else lives off the bus with tasks of its own (alerts): started and stopped here.
+        self.consumers: list[BusConsumer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._action_lock = asyncio.Lock()
         self._started = False
@@ -156,6 +164,8 @@ class Facade:
         except Exception as exc:  # a cluster that is down at start is shown, not fatal
             log.warning("first poll failed: %s", exc)
         await self.backend.start()
+        for consumer in self.consumers:
+            await consumer.start()
         self._tasks = [
             asyncio.create_task(
                 self._loop(self.refresh, "pod", self._wake, self._pod_interval),
@@ -176,6 +186,9 @@ class Facade:
                 await t
         await self.watchdog.close()
         await self.sink.flush()
+        for consumer in self.consumers:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
         with contextlib.suppress(Exception):
             await self.backend.close()
         self.leases.release()

@@ -102,13 +102,20 @@ def make_services(
 
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
-        scrubber=Scrubber([config.wandb.api_key_env, config.gke.hf_token_env]),
+        # A webhook URL carries its token: masked wherever it would appear, like a key.
+        scrubber=Scrubber(
+            [
+                config.wandb.api_key_env,
+                config.gke.hf_token_env,
+                *(w.url_env for w in config.alerts.webhooks),
+            ]
+        ),
         clock=clock,
     )
     try:
         if access is not None:
             _follow_place(config, access, journal)
-        return Facade(
+        facade = Facade(
             config,
             make_backend=backend,
             journal=journal,
@@ -117,9 +124,29 @@ def make_services(
             chaos=chaos,
             clock=clock,
         )
+        _add_alerts(config, facade, clock)
+        return facade
     except BaseException:
         journal.close()
         raise
+
+
+def _add_alerts(config: Config, facade: Facade, clock: Callable[[], float]) -> None:
+    """[alerts]' webhooks, fed from the facade's bus: both front ends send the same alerts."""
+    if not config.alerts.webhooks:
+        return
+    from console.config.alerts import webhook_urls
+    from console.services.alerts.sender import Alerter
+
+    alerter = Alerter(
+        config.alerts,
+        webhook_urls(config.alerts),
+        facade.sink,
+        source=config.cluster.node_name,
+        clock=clock,
+    )
+    facade.bus.subscribe(alerter.offer)
+    facade.consumers.append(alerter)
 
 
 def _pod_key(config: Config) -> str:

@@ -53,8 +53,9 @@ OPENING_KINDS = frozenset(
     }
 )
 _ENDS = (RECOVERED, RECOVERY_FAILED)
-# Never part of an incident: what a user did (other than recovering), switches, summaries.
-_NOT_MEMBERS = frozenset({INCIDENT, "watchdog"})
+# Never part of an incident: what a user did (other than recovering), switches, summaries,
+# the alerts sent about it.
+_NOT_MEMBERS = frozenset({INCIDENT, "watchdog", "alert"})
 LAPSE_S = 180.0
 _WORDS = {
     "preemption_notice": "preemption notice",

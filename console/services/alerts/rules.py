@@ -1,0 +1,141 @@
+"""Which journaled events are alerts, what identifies each one, and the bodies sent.
+
+An alert is derived from one stored row (what the event sink published), so it says what the
+journal says. Its ``key`` is what "the same alert" means: a preemption is one alert per
+incident however many hosts' rows it has, a recovery one per incident (from the incident's
+summary row: trigger, MTTR, result), a capacity wait one per incident (its retries are many
+rows), a job's end one per job and status, anything else one per row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from console.services.model import Event, HostState, JobStatus
+from console.services.record.incidents import INCIDENT, LOSS_KINDS, incident_of
+
+ALERT = "alert"  # the journal's kind for a delivery attempt
+# Event kinds that name a notice no checkpoint followed (the verifying service may not exist
+# yet; accepted by name).
+NOT_HONOURED = frozenset({"notice_not_honoured", "notice_not_honored"})
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # one of config.alerts.ALERT_KINDS
+    key: str  # the same key is never sent twice
+    message: str
+    at: float
+    host: str = ""
+    incident: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def alert_for(event: Event) -> Alert | None:
+    """The alert ``event`` raises, or None."""
+    kind, key = _classify(event)
+    if not kind:
+        return None
+    iid = incident_of(event)
+    details: dict[str, Any] = {"event": event.kind}
+    if event.id is not None:
+        details["event_id"] = event.id
+    d = event.data
+    if event.kind == INCIDENT:
+        details.update(
+            trigger=d.get("trigger", ""),
+            result=d.get("result", ""),
+            mttr_s=d.get("mttr_s"),
+            detect_s=d.get("detect_s"),
+            resubmitted=dict(d.get("resubmitted") or {}),
+            steps_lost=d.get("steps_lost"),
+            # The ledger prices incidents later; until then an incident has no cost.
+            cost=d.get("cost"),
+        )
+    for name in ("job_id", "new_status", "run_id", "zone", "reason", "workload"):
+        if name in d:
+            details[name] = d[name]
+    return Alert(
+        kind=kind,
+        key=key,
+        message=event.message,
+        at=event.at,
+        host=event.host,
+        incident=iid,
+        details=details,
+    )
+
+
+def _classify(e: Event) -> tuple[str, str]:
+    iid = incident_of(e)
+    row = f"row:{e.id}" if e.id is not None else f"at:{e.kind}:{e.at}:{e.message}"
+    if e.kind in LOSS_KINDS or (
+        e.kind == "state_change" and str(e.data.get("to", "")) == HostState.PREEMPTED
+    ):
+        return "preemption", f"preemption:{iid or row}"
+    if e.kind == INCIDENT:
+        result = str(e.data.get("result", ""))
+        if result == "recovered":
+            return "recovered", f"recovered:{iid}"
+        if result.startswith("failed"):
+            return "recovery_failed", f"recovery_failed:{iid}"
+        return "", ""
+    if e.kind == "stalled":
+        return "stall", f"stall:{row}"
+    if (e.kind == "capacity" and e.data.get("ok") is False) or e.kind == "quota_pending":
+        return "no_capacity", f"no_capacity:{iid or row}"
+    if e.kind in NOT_HONOURED:
+        return "notice_not_honoured", f"notice_not_honoured:{row}"
+    if e.kind == "job_state":
+        job, status = str(e.data.get("job_id", "")), str(e.data.get("new_status", ""))
+        if status == JobStatus.FAILED:
+            return "job_failed", f"job_failed:{job}"
+        if status == JobStatus.SUCCEEDED:
+            return "job_finished", f"job_finished:{job}"
+    return "", ""
+
+
+_TITLES = {
+    "preemption": "preemption",
+    "recovered": "recovered",
+    "recovery_failed": "recovery FAILED",
+    "stall": "metrics stalled",
+    "no_capacity": "no capacity",
+    "notice_not_honoured": "preemption notice not honoured",
+    "job_failed": "job failed",
+    "job_finished": "job finished",
+}
+
+
+def json_body(alert: Alert, source: str) -> dict[str, Any]:
+    """The generic body: everything a receiver may want, as plain JSON."""
+    return {
+        "source": "phantom",
+        "cluster": source,
+        "kind": alert.kind,
+        "title": _TITLES.get(alert.kind, alert.kind),
+        "message": alert.message,
+        "at": alert.at,
+        "host": alert.host,
+        "incident": alert.incident,
+        **dict(alert.details),
+    }
+
+
+def slack_body(alert: Alert, source: str) -> dict[str, Any]:
+    """Slack's incoming-webhook body (and Mattermost's, Discord's /slack): one line of text."""
+    title = _TITLES.get(alert.kind, alert.kind)
+    parts = [f"*phantom {source}*: {title}: {alert.message}"]
+    mttr = alert.details.get("mttr_s")
+    if isinstance(mttr, int | float) and alert.kind == "recovered":
+        parts.append(f"MTTR {mttr:.1f}s")
+    if alert.incident:
+        parts.append(f"incident {alert.incident}")
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(alert.at))
+    return {"text": " | ".join(parts) + f" ({stamp})"}
+
+
+BODIES = {"json": json_body, "slack": slack_body}
