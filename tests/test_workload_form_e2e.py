@@ -16,8 +16,8 @@ from console.tui.screens.workload_form import WorkloadFormScreen
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke_module
 from tests.support.gke_services import FAKE_TOKEN, gke_config, gke_services
+from tests.support.tui import settle
 from tests.support.waiting import until
-from tests.tui.test_app import settle
 
 __all__ = ["gke_module"]
 

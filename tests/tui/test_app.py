@@ -11,8 +11,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,30 +44,9 @@ from tests.support.fake_services import (
     host,
     tunix_metrics,
 )
+from tests.support.tui import make_app, settle, wait_for
 
 ROOT = REPO
-
-
-def make_app(fake: FakeServices | None = None, **settings: object) -> PhantomApp:
-    fake = fake or FakeServices()
-    opts = {"tick_s": None, "cursor_blink": False, **settings}
-    return PhantomApp(fake, clock=lambda: T0, settings=TuiSettings(**opts))  # type: ignore[arg-type]
-
-
-async def settle(pilot: Pilot[int]) -> None:
-    """Let messages and workers finish (a live log stream never does: not waited for)."""
-    await pilot.pause()
-    workers = [w for w in pilot.app.workers if w.group != "follow" and not w.is_finished]
-    if workers:  # (an empty list would mean "all workers" to wait_for_complete)
-        await pilot.app.workers.wait_for_complete(workers)
-    await pilot.pause()
-
-
-async def wait_for(pilot: Pilot[int], condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await pilot.pause(0.02)
 
 
 def host_table(app: PhantomApp) -> FastTable:

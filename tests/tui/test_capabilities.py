@@ -12,7 +12,7 @@ from console.services.capabilities import INTENTS, Capability
 from console.tui.screens.palette import PhantomCommands
 from console.tui.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
-from tests.tui.test_app import make_app, settle
+from tests.support.tui import make_app, settle
 
 TPU_ONLY = ("Teardown", "Restart Ray", "Re-open tunnel", "Open dashboard URL", "Relaunch sweep")
 

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 from console.services.model import Event
 from console.services.record.incidents import incident_of
-from console.tui.app import PhantomApp, TuiSettings
+from console.tui.app import PhantomApp
 from console.tui.screens.events import EventsScreen
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled_async, recorded
+from tests.support.tui import make_app
 
 
-def make_app(rows: list[Event]) -> PhantomApp:
+def app_with(rows: list[Event]) -> PhantomApp:
     services = FakeServices("healthy")
     services.events_list = rows
-    return PhantomApp(services, clock=lambda: T0, settings=TuiSettings(tick_s=None))
+    return make_app(services, cursor_blink=True)
 
 
 async def test_incidents_fold_open_and_show_raw_rows_in_time_order() -> None:
     rows = await journaled_async(recorded(start=T0 - 120))
     by_key = {f"e{e.id}": e for e in rows}
     head = next(incident_of(e) for e in rows if e.kind == "head_lost")
-    app = make_app(rows)
+    app = app_with(rows)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4")
         await pilot.app.workers.wait_for_complete()

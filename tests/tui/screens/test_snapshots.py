@@ -8,16 +8,24 @@ times render in UTC, and every worker has finished before the screenshot. Regene
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Input, Select
 
-from console.tui.app import PhantomApp, TuiSettings
+from console.tui.app import PhantomApp
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, recorded
+from tests.support.tui import keys, make_app, wait_for
+from tests.support.tui import settle as settle_workers
+
+
+async def settle(pilot: Pilot[int]) -> None:
+    """Every worker done, the fakes' closing log streams too: what the screenshot shows."""
+    await settle_workers(pilot, streams=True)
+
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 
@@ -31,42 +39,11 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def make_app(scenario: str = "preempted", **kwargs: object) -> PhantomApp:
-    services = FakeServices(scenario, **kwargs)  # type: ignore[arg-type]
-    settings = TuiSettings(tick_s=None, cursor_blink=False)
-    return PhantomApp(services, clock=lambda: T0, settings=settings)
-
-
-async def settle(pilot: Pilot[object]) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-
-
-async def wait_for(
-    pilot: Pilot[object], condition: Callable[[], bool], timeout: float = 30.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
-
-
 def _palette_hits(pilot: Pilot[object]) -> int:
     try:
         return pilot.app.screen.query_one(CommandList).option_count
     except Exception:
         return 0
-
-
-def keys(*presses: str) -> Callable[[Pilot[object]], Awaitable[None]]:
-    async def run(pilot: Pilot[object]) -> None:
-        await settle(pilot)
-        for key in presses:
-            await pilot.press(key)
-            await settle(pilot)
-
-    return run
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -105,7 +82,9 @@ def test_jobs(snap_compare, size):
     """Jobs screen (key 2): three jobs newest first — RUNNING sweep (green, ENV ok), FAILED
     distributed (red, ENV `!` in yellow: it lacked PHANTOM_JAX_PLATFORM), SUCCEEDED smoke
     test (ENV blank: never checked) — with start age and entrypoint (cut with … at 80
-    columns). Summary: 3 jobs, 1 running, 1 failed, 1 without the expected env (ENV !)."""
+    columns). ERR/PRE (errors in a row / preemptions of the job's chain): the sweep 0/2
+    (yellow), the failed job 2/1 (red: one more error and recovery stops resubmitting it), the
+    smoke test 0/0 (dim). Summary: 3 jobs, 1 running, 1 failed, 1 without the expected env."""
     assert snap_compare(make_app(), terminal_size=size, run_before=keys("2"))
 
 

@@ -16,7 +16,7 @@ from console.tui.screens.submit import SubmitScreen
 from console.tui.screens.workload_form import WorkloadFormScreen
 from tests.support.fake_services import FakeServices
 from tests.support.gke_services import FAKE_TOKEN
-from tests.tui.test_app import make_app, settle, wait_for
+from tests.support.tui import make_app, settle, wait_for
 
 ABSENT = "gs://phantom-bucket/absent/0/items"
 

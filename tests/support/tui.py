@@ -1,0 +1,55 @@
+"""The TUI under test: the app on fake services with a fixed clock, and waiting for it.
+
+Deterministic: time is ``T0``, the "ago" ticker is off, cursors do not blink. Tests wait for
+workers and messages, never sleep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from textual.pilot import Pilot
+
+from console.tui.app import PhantomApp, TuiSettings
+from tests.support.fake_services import T0, FakeServices
+
+
+def make_app(services: FakeServices | str | None = None, **settings: object) -> PhantomApp:
+    """The app on ``services`` (a scenario name builds ``FakeServices(scenario)``)."""
+    if services is None or isinstance(services, str):
+        services = FakeServices(services or "preempted")
+    opts = {"tick_s": None, "cursor_blink": False, **settings}
+    return PhantomApp(services, clock=lambda: T0, settings=TuiSettings(**opts))  # type: ignore[arg-type]
+
+
+async def settle(pilot: Pilot[int], *, streams: bool = False) -> None:
+    """Let messages and workers finish. A live log stream never does, so it is not waited
+    for unless ``streams`` (the fakes close theirs: a snapshot waits for its lines)."""
+    await pilot.pause()
+    if streams:
+        await pilot.app.workers.wait_for_complete()
+    else:
+        workers = [w for w in pilot.app.workers if w.group != "follow" and not w.is_finished]
+        if workers:  # (an empty list would mean "all workers" to wait_for_complete)
+            await pilot.app.workers.wait_for_complete(workers)
+    await pilot.pause()
+
+
+async def wait_for(pilot: Pilot[int], condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await pilot.pause(0.02)
+
+
+def keys(*presses: str) -> Callable[[Pilot[int]], Awaitable[None]]:
+    """A snapshot's ``run_before``: settle, then each key and settle again."""
+
+    async def run(pilot: Pilot[int]) -> None:
+        await settle(pilot, streams=True)
+        for key in presses:
+            await pilot.press(key)
+            await settle(pilot, streams=True)
+
+    return run
