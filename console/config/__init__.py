@@ -212,6 +212,9 @@ class RecoveryConfig:
     shown as stale, not waited for (`phantom status --cadence-deadline S` for one call)."""
     step_retries: int = 3
     """Each recovery step is retried this many times (with backoff) before it fails."""
+    max_error_retries: int = 3
+    """A job that failed with an error this many times in a row is no longer resubmitted by
+    recovery (preemptions never count; a success starts the count again)."""
     ready_timeout_s: float = 600.0
     """Seconds a recreated VM may take to be READY."""
     watch_notices: bool = True
@@ -474,6 +477,7 @@ _POSITIVE = {
 _NON_NEGATIVE = {
     "ssh.retries",
     "recovery.step_retries",
+    "recovery.max_error_retries",
     "recovery.notice_grace_s",
     "gke.max_restarts",
     "gke.termination_grace_s",

@@ -32,6 +32,7 @@ from console.services.backends.base import Backend, Chaos, PodActions, SliceChao
 from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
+from console.services.jobs.budget import RetryBudget
 from console.services.jobs.registry import JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.watcher import JobWatcher, env_event
@@ -113,6 +114,9 @@ class Facade:
             clock=clock,
             poll_budget_s=self.poll_budget_s,
         )
+        self.retry_budget = RetryBudget(
+            registry, self.outcomes, self.sink, rec.max_error_retries, clock=clock
+        )
         self.job_watcher = JobWatcher(self.backend.list_jobs)
         self.cadence_tracker = CadenceTracker(
             self.backend.cadence_sources(), rec.stall_factor, clock=clock
@@ -121,7 +125,9 @@ class Facade:
         self._cadence_at = clock()  # when the last cadence poll finished
         self._cadence_polled = asyncio.Event()  # set by the first one
         self.watchdog = Watchdog(
-            self.backend.recovery_plan(self.outcomes.skipping_ended(self.submitter.resubmit)),
+            self.backend.recovery_plan(
+                self.outcomes.skipping_ended(self.retry_budget.guard(self.submitter.resubmit))
+            ),
             observe=self.observe,
             sink=self.sink,
             publish=self.bus.publish,
@@ -251,7 +257,7 @@ class Facade:
         owner = self.sharing.owner  # one journal row per transition, by the pod's watcher
         await self._journal_env_flags(owner)
         for tr in transitions:
-            self.bus.publish(tr.job)
+            self.bus.publish(self.retry_budget.annotate(tr.job))
             if not owner:
                 continue  # the watcher's row reaches this front end through the journal
             ev = tr.to_event(self._clock())
@@ -530,7 +536,8 @@ class Facade:
 
     async def list_jobs(self) -> list[JobInfo]:
         listed = await self.backend.list_jobs()
-        return self.outcomes.with_ended(listed, [j.job_id for j in self.registry.current()])
+        jobs = self.outcomes.with_ended(listed, [j.job_id for j in self.registry.current()])
+        return [self.retry_budget.annotate(j) for j in jobs]
 
     async def job_status(self, job_id: str) -> JobInfo:
         return await self.outcomes.status(

@@ -253,6 +253,9 @@ class JobInfo:
     env: Mapping[str, str] = field(default_factory=dict)
     # What the console expected in ``env`` and did not find (empty: nothing amiss).
     env_problems: tuple[str, ...] = ()
+    # Its resubmission chain (``jobs.budget``): ended with an error, in a row, and preempted.
+    errors_in_row: int = 0
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, JobStatus):  # read back from JSON (journal, jobs.json)

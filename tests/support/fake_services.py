@@ -242,6 +242,7 @@ def jobs() -> list[JobInfo]:
             "random --run-cap 6 --num-nodes 4 --agents-per-node 2 --tpu-per-task 0",
             start_time=T0 - 3720.0,
             env={"PHANTOM_JAX_PLATFORM": "cpu", "WANDB_MODE": "offline"},
+            preemptions=2,  # resubmitted twice after its head was preempted
         ),
         JobInfo(
             "raysubmit_distR4tPz01b",
@@ -253,6 +254,8 @@ def jobs() -> list[JobInfo]:
             message="node 127.0.0.12 died",
             env={"WANDB_MODE": "offline"},
             env_problems=("PHANTOM_JAX_PLATFORM not set",),
+            errors_in_row=2,  # and its predecessor: one more and recovery stops resubmitting
+            preemptions=1,
         ),
         JobInfo(
             "raysubmit_smoke3Hd8vQ2c",

@@ -28,6 +28,7 @@ from console.services.record.journal import Journal, JournalError
 log = logging.getLogger(__name__)
 
 FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
+DONE = frozenset({JobStatus.SUCCEEDED, JobStatus.STOPPED})  # never resubmitted
 LOST_MESSAGE = "the cluster no longer knows it (its head was replaced)"
 Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]  # the recovery's resubmit step
 
@@ -123,10 +124,15 @@ class JobOutcomes:
     def skipping_ended(self, resubmit: Resubmit) -> Resubmit:
         """``resubmit`` for the jobs that did not end. The recovery picks the jobs that were
         active on the lost head from its last look at them, which can be a poll older than
-        the job's end: a job seen to finish is not run a second time."""
+        the job's end: a job seen to succeed (or stopped) is not run a second time. One seen
+        to fail goes on: whether it is tried again is the retry budget's (``jobs.budget``)."""
 
         async def unfinished(job_ids: Sequence[str]) -> ActionResult:
-            ended = {j: str(info.status) for j in job_ids if (info := self.get(j)) is not None}
+            ended = {
+                j: str(info.status)
+                for j in job_ids
+                if (info := self.get(j)) is not None and info.status in DONE
+            }
             left = [j for j in job_ids if j not in ended]
             if not ended:
                 return await resubmit(job_ids)

@@ -2,7 +2,9 @@
 
 The ENV column answers the seed's checklist question "did the job start with the expected
 env vars?": ``!`` when the job's runtime env lacks what the console gives its jobs
-(``phantom status`` names what is missing)."""
+(``phantom status`` names what is missing). ERR/PRE: how the job and the jobs it replaced
+ended, errors in a row / preemptions: recovery stops resubmitting a job whose errors reach
+``recovery.max_error_retries``; preemptions never count."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ STATUS_STYLE = {
     JobStatus.PREEMPTED: "yellow",  # checkpointed on the notice: recovery resumes it
     JobStatus.LOST: "yellow",
 }
-_FIXED = 28 + 11 + 5 + 9 + 4  # id, status, env, started, padding/scrollbar
+_FIXED = 28 + 11 + 9 + 5 + 9 + 4  # id, status, err/pre, env, started, padding/scrollbar
 
 
 def job_cells(job: JobInfo, now: float, entry_width: int) -> tuple[Cell, ...]:
@@ -42,10 +44,17 @@ def job_cells(job: JobInfo, now: float, entry_width: int) -> tuple[Cell, ...]:
     return (
         (job.job_id, "bold"),
         (job.status, STATUS_STYLE.get(job.status, "")),
+        retries_cell(job),
         env,
         (ago(now, job.start_time), ""),
         (entry, ""),
     )
+
+
+def retries_cell(job: JobInfo) -> Cell:
+    """ERR/PRE: errors in a row (red: the retry budget is being spent) / preemptions."""
+    text = f"{job.errors_in_row}/{job.preemptions}"
+    return (text, "bold red" if job.errors_in_row else ("yellow" if job.preemptions else "dim"))
 
 
 def sorted_jobs(jobs: Iterable[JobInfo]) -> list[JobInfo]:
@@ -121,6 +130,7 @@ class JobsScreen(FilteredScreen):
             [
                 ("id", "JOB", 26),
                 ("status", "STATUS", 9),
+                ("retries", "ERR/PRE", 7),
                 ("env", "ENV", 3),
                 ("start", "STARTED", 7),
                 ("entry", "ENTRYPOINT", entry_width),
