@@ -7,10 +7,10 @@ go to stdout, progress and diagnostics to stderr; exit 2 for usage errors.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from emulators.kit import cli as kit
 from emulators.tpu_pod import client
 from emulators.tpu_pod.accelerators import parse_quota
 from emulators.tpu_pod.layout import (
@@ -29,11 +29,7 @@ from emulators.tpu_pod.layout import (
 )
 from emulators.tpu_pod.zones import parse_capacity, parse_stockout, parse_zones
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"{self.prog}: error: {message}") from None
+WORDS = kit.Words("pod emulator", "phantom pod")
 
 
 def _port(text: str) -> int:
@@ -56,16 +52,6 @@ def _hosts(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return value
-
-
 def _zones(text: str) -> tuple[str, ...]:
     try:
         return parse_zones(text)
@@ -84,12 +70,7 @@ def _fault_kinds(text: str) -> tuple[str, ...]:
 
 
 def _add_run_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--run-dir",
-        type=Path,
-        default=None,
-        help=f"state directory of the emulator (default {default_run_dir()})",
-    )
+    kit.add_run_dir(p, default_run_dir())
 
 
 def _add_pod_flags(p: argparse.ArgumentParser) -> None:
@@ -115,20 +96,20 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-port", type=_port, default=0, help="TPU API port (0 = a free one)")
     p.add_argument(
         "--ready-delay",
-        type=_seconds,
+        type=kit.seconds,
         default=DEFAULT_READY_DELAY,
         help="seconds a created/recreated host spends in CREATING",
     )
     p.add_argument("--chaos-seed", type=int, default=None, help="seed of the random preemptions")
     p.add_argument(
         "--chaos-interval",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         help="mean seconds between random preemptions (off unless given)",
     )
     p.add_argument(
         "--chaos-notice",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         help="preemption notice of chaos reclaims, seconds (default 0: abrupt SIGKILL)",
     )
@@ -182,13 +163,13 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stockout-seed", type=int, default=None, help="seeded stockout schedule")
     p.add_argument(
         "--stockout-mean",
-        type=_seconds,
+        type=kit.seconds,
         default=180.0,
         help="mean length of seeded stockouts, seconds (gaps 3x as long)",
     )
     p.add_argument(
         "--preempt-grace",
-        type=_seconds,
+        type=kit.seconds,
         default=DEFAULT_PREEMPT_GRACE,
         help="notice of `preempt --notice` without a value, seconds",
     )
@@ -203,11 +184,11 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description="Local emulated spot TPU pod on loopback.")
-    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    parser = kit.Parser(prog=prog, description="Local emulated spot TPU pod on loopback.")
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=kit.Parser)
     up = sub.add_parser("up", help="start the emulator and wait until the node is READY")
     _add_pod_flags(up)
-    up.add_argument("--timeout", type=_seconds, default=120.0, help="seconds to wait for READY")
+    up.add_argument("--timeout", type=kit.seconds, default=120.0, help="seconds to wait for READY")
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show node and hosts")
     _add_run_dir(st)
@@ -225,7 +206,7 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
         else:
             p.add_argument(
                 "--notice",
-                type=_seconds,
+                type=kit.seconds,
                 nargs="?",
                 const=-1.0,
                 default=None,
@@ -249,14 +230,14 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
     )
     f.add_argument(
         "--seconds",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         help="hang/stale-api: how long (hang default: until cleared; stale-api 30); "
         "slow-api: the delay of every call (default 5)",
     )
     f.add_argument(
         "--duration",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         help="slow-api: how long (default: until cleared)",
     )
@@ -267,7 +248,7 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
     z.add_argument("--capacity", type=int, default=None, help="slices the zone has")
     z.add_argument(
         "--stockout",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         metavar="S",
         help="no capacity from now for S seconds (0 = until cleared)",
@@ -320,30 +301,18 @@ def format_status(info: client.PodInfo) -> str:
 
 
 def _print_status(run_dir: Path, as_json: bool) -> int:
-    status = client.status_json(run_dir)
-    if status is None:
-        print(
-            f"no pod emulator is running for {run_dir}; start one with `phantom pod up`",
-            file=sys.stderr,
-        )
-        return 1
-    if as_json:
-        print(json.dumps(status, indent=2))
-    else:
-        print(format_status(client.PodInfo.from_json(status)))
-    return 0
+    data = client.status_json(run_dir)
+    return kit.print_status(
+        WORDS, run_dir, data, as_json, lambda d: format_status(client.PodInfo.from_json(d))
+    )
 
 
 def pod_main(argv: list[str]) -> int:
     """Entry point of ``phantom pod ...``; returns the exit code."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 2
-        return int(exc.code or 0)
-    run_dir: Path = (args.run_dir or default_run_dir()).expanduser().absolute()
+    args = kit.parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    run_dir = kit.run_dir_of(args, default_run_dir)
     try:
         if args.cmd in ("serve", "up"):
             zones = args.zones
@@ -432,19 +401,15 @@ def pod_main(argv: list[str]) -> int:
             client.set_zone(run_dir, args.zone, args.capacity, args.stockout, args.clear_stockouts)
             return _print_status(run_dir, args.json)
         if args.cmd == "down":
-            if client.stop_pod(run_dir):
-                print(f"pod emulator for {run_dir} stopped", file=sys.stderr)
-            else:
-                print(f"no pod emulator was running for {run_dir}", file=sys.stderr)
-            return 0
+            return kit.report_down(WORDS, run_dir, client.stop_pod(run_dir))
     except client.PodNotRunning as exc:
-        print(f"error: {exc}; start one with `phantom pod up`", file=sys.stderr)
+        kit.error(f"{exc}; {WORDS.hint}")
         return 1
     except client.PodError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        kit.error(exc)
         return exc.exit_code
     except TimeoutError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        kit.error(exc)
         return 1
     raise AssertionError(f"unhandled command {args.cmd}")
 

@@ -8,18 +8,14 @@ spawns it detached and talks to it over a JSON-lines unix socket.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from emulators.kit import control
+from emulators.kit.layout import absolute, read_path, read_text
 from emulators.tpu_pod import accelerators
 from emulators.tpu_pod.layout import (
     DEFAULT_HOSTS,
@@ -65,6 +61,7 @@ __all__ = [
 ]
 
 Notice = float | Literal["default"] | None
+ERRORS = control.Errors("pod emulator", PodError, PodUsageError, PodNotRunning)
 
 
 def _parse_host_count(hosts: int) -> int:
@@ -101,30 +98,8 @@ def request(run_dir: Path | str, payload: dict[str, Any], timeout: float = 30.0)
     Raises PodNotRunning if no daemon serves ``run_dir``; PodError/PodUsageError
     if the daemon reports a failure.
     """
-    layout = RunLayout(Path(run_dir))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        try:
-            sock.connect(layout.control_address)
-        except (ConnectionRefusedError, FileNotFoundError) as exc:
-            raise PodNotRunning(f"no pod emulator is running for {run_dir}") from exc
-        sock.sendall(json.dumps(payload).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        sock.close()
-    if not buf:
-        raise PodNotRunning(f"the pod emulator for {run_dir} closed the connection")
-    reply: dict[str, Any] = json.loads(buf)
-    if not reply.get("ok"):
-        cls = PodUsageError if reply.get("code") == 2 else PodError
-        raise cls(str(reply.get("error", "unknown error")))
-    return reply
+    address = RunLayout(Path(run_dir)).control_address
+    return control.request(address, payload, timeout, ERRORS, run_dir)
 
 
 def pod_status(run_dir: Path | str) -> PodInfo | None:
@@ -143,32 +118,6 @@ def status_json(run_dir: Path | str) -> dict[str, Any] | None:
         return None
     status: dict[str, Any] = reply["status"]
     return status
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            # Field 3 is the state; a zombie has exited already.
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _log_tail(layout: RunLayout, lines: int = 20) -> str:
-    try:
-        text = layout.log_file.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _daemon_error(layout: RunLayout) -> str:
-    """The daemon's own ``error:`` line from its log, else the log tail."""
-    tail = _log_tail(layout)
-    for line in reversed(tail.splitlines()):
-        if "error: " in line:
-            return line.split("error: ", 1)[1]
-    return tail or "the emulator daemon exited without a message"
 
 
 def start_pod(
@@ -239,7 +188,7 @@ def start_pod(
         ssh_user=ssh_user,
         ssh_key=ssh_key,
     )
-    layout = RunLayout(Path(run_dir).expanduser().absolute())
+    layout = RunLayout(absolute(run_dir))
     running = pod_status(layout.run_dir)
     if running is not None:
         raise PodAlreadyRunning(
@@ -272,39 +221,34 @@ def start_pod(
     if accelerator_type is not None:
         argv += ["--accelerator-type", accelerator_type]
     argv += extra + (extra_args or [])
-    with open(layout.log_file, "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            cwd=str(layout.run_dir),
-        )
-    deadline = time.monotonic() + timeout
+    proc = control.spawn(argv, layout)
     last_state = ""
-    while True:
-        if proc.poll() is not None:
-            raise PodError(f"the pod emulator failed to start: {_daemon_error(layout)}")
+
+    def ready() -> PodInfo | None:
+        nonlocal last_state
         info = pod_status(layout.run_dir)
-        if info is not None:
-            summary = _progress_line(info)
-            if summary != last_state and progress is not None:
-                progress(summary)
-            last_state = summary
-            if info.state == "READY" or (not until_ready and info.hosts):
-                return info
-        if time.monotonic() > deadline:
-            stop_pod(layout.run_dir)
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            raise PodError(
-                f"the pod did not become READY within {timeout:.0f}s "
-                f"(last: {last_state or 'no answer'}); see {layout.log_file}"
-            )
-        time.sleep(0.05)
+        if info is None:
+            return None
+        summary = _progress_line(info)
+        if summary != last_state and progress is not None:
+            progress(summary)
+        last_state = summary
+        return info if info.state == "READY" or (not until_ready and info.hosts) else None
+
+    def exited(_code: int) -> PodError:
+        return PodError(f"the pod emulator failed to start: {control.daemon_error(layout)}")
+
+    def timed_out() -> PodError:
+        stop_pod(layout.run_dir)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        return PodError(
+            f"the pod did not become READY within {timeout:.0f}s "
+            f"(last: {last_state or 'no answer'}); see {layout.log_file}"
+        )
+
+    return control.wait_up(proc, ready, timeout, exited, timed_out)
 
 
 def _progress_line(info: PodInfo) -> str:
@@ -317,63 +261,33 @@ def _progress_line(info: PodInfo) -> str:
     return f"{info.state} " + " ".join(f"{n} {s}" for s, n in counts.items()) + " hosts"
 
 
-def _read_pid(layout: RunLayout) -> int | None:
-    try:
-        return int(layout.pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def stop_pod(run_dir: Path | str, timeout: float = 30.0) -> bool:
     """Stop the daemon and every process of every host. True if one was running.
 
     Falls back to SIGKILL of the daemon and a marker sweep, so nothing is left
     behind even if the daemon is wedged.
     """
-    layout = RunLayout(Path(run_dir).expanduser().absolute())
-    pid = _read_pid(layout)
-    was_running = False
-    with contextlib.suppress(PodNotRunning):
-        reply = request(layout.run_dir, {"op": "shutdown"}, timeout=timeout)
-        pid = int(reply.get("pid", pid or 0)) or pid
-        was_running = True
-    if pid is not None and pid > 0:
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if _pid_alive(pid) and _is_our_daemon(pid, layout):
-            os.kill(pid, signal.SIGKILL)
-            was_running = True
+    layout = RunLayout(absolute(run_dir))
+    was_running = control.shut_down(
+        layout,
+        "emulators.tpu_pod",
+        lambda: request(layout.run_dir, {"op": "shutdown"}, timeout=timeout),
+        PodNotRunning,
+        timeout,
+    )
     run_id = read_run_id(layout.run_dir)
     if run_id:
         kill_marked(marker_value(run_id), read_cgroup(layout.run_dir))
     return was_running
 
 
-def _is_our_daemon(pid: int, layout: RunLayout) -> bool:
-    """Guard against pid reuse: only kill a process serving this run dir."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return b"emulators.tpu_pod" in argv and str(layout.run_dir).encode() in argv
-
-
 def read_run_id(run_dir: Path | str) -> str:
-    try:
-        return RunLayout(Path(run_dir)).run_id_file.read_text().strip()
-    except OSError:
-        return ""
+    return read_text(RunLayout(Path(run_dir)).run_id_file)
 
 
 def read_cgroup(run_dir: Path | str) -> Path | None:
     """The run's cgroup directory if the daemon uses one."""
-    try:
-        text = RunLayout(Path(run_dir)).cgroup_file.read_text().strip()
-    except OSError:
-        return None
-    return Path(text) if text else None
+    return read_path(RunLayout(Path(run_dir)).cgroup_file)
 
 
 def leftover_pids(run_dir: Path | str) -> list[int]:

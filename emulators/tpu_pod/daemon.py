@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -31,6 +30,8 @@ import asyncssh
 import grpc
 from google.cloud.tpu_v2.types import cloud_tpu
 
+from emulators.kit.control import start_control_server
+from emulators.kit.layout import read_path
 from emulators.tpu_pod import accelerators, chaos
 from emulators.tpu_pod.api_state import PodState
 from emulators.tpu_pod.chaos import FAULT_KINDS, Faults, chaos_schedule, host_fault_status
@@ -292,18 +293,6 @@ class PodDaemon:
 
     # --- control channel -----------------------------------------------------------------
 
-    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await reader.readline()
-            reply = await self._dispatch(json.loads(line or b"{}"))
-        except json.JSONDecodeError as exc:
-            reply = {"ok": False, "code": 2, "error": f"bad request: {exc}"}
-        try:
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        finally:
-            writer.close()
-
     async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         try:
@@ -338,7 +327,7 @@ class PodDaemon:
         if old.exists():
             # A previous daemon died without cleaning up: its hosts' processes go now.
             old_id = old.read_text().strip()
-            old_cg = self._read_cgroup_file()
+            old_cg = read_path(self.layout.cgroup_file)
             if old_id:
                 kill_marked(marker_value(old_id), old_cg)
             remove_cgroup(old_cg)
@@ -374,13 +363,6 @@ class PodDaemon:
             user_key = _public_key(self.cfg.ssh_key)
         self.rt.base_authorized = {self.cfg.ssh_user: frozenset([user_key.public_data])}
 
-    def _read_cgroup_file(self) -> Path | None:
-        try:
-            text = self.layout.cgroup_file.read_text().strip()
-        except OSError:
-            return None
-        return Path(text) if text else None
-
     def _reserve_ports(self) -> None:
         """The first node's SSH and metadata ports on each of its addresses."""
         z = self.capacity.zone(self.cfg.zone).index
@@ -400,9 +382,7 @@ class PodDaemon:
         loop = asyncio.get_running_loop()
         wait_children_with_pidfds()
         try:
-            control = await asyncio.start_unix_server(
-                self._control, path=self.layout.control_address
-            )
+            control = await start_control_server(self.layout.control_address, self._dispatch)
         except OSError as exc:
             raise StartupError(
                 f"the pod emulator is already running for {self.cfg.run_dir}"

@@ -6,10 +6,11 @@ by the daemon, so it must stay cheap to import.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from emulators.kit.layout import ControlledLayout
+from emulators.kit.layout import default_run_dir as _kit_run_dir
 
 DEFAULT_HOSTS = 4
 MAX_HOSTS = 1024  # a v4-4096 slice has 1,024 hosts
@@ -42,8 +43,7 @@ MARKER_ENV = "_PHANTOM_POD_MARKER"
 
 
 def default_run_dir() -> Path:
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state_home) / "phantom" / "pod"
+    return _kit_run_dir("pod")
 
 
 def host_ip(index: int, zone: int = 0, slot: int = 0, external: bool = False) -> str:
@@ -62,10 +62,11 @@ def node_path(project: str, zone: str, node_name: str) -> str:
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Where everything of one emulator instance lives."""
+class RunLayout(ControlledLayout):
+    """Where everything of one emulator instance lives (log, pid, run id, cgroup and
+    control socket from the kit)."""
 
-    run_dir: Path
+    CONTROL_PREFIX = "phantom-pod"
 
     @property
     def client_key(self) -> Path:
@@ -84,40 +85,12 @@ class RunLayout:
         return self.run_dir / "hosts"
 
     @property
-    def log_file(self) -> Path:
-        return self.run_dir / "daemon.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.run_dir / "daemon.pid"
-
-    @property
-    def run_id_file(self) -> Path:
-        return self.run_dir / "run_id"
-
-    @property
-    def cgroup_file(self) -> Path:
-        """Holds the run's cgroup directory while the daemon uses one."""
-        return self.run_dir / "cgroup"
-
-    @property
     def shim_bin(self) -> Path:
         """Commands put first on every host's PATH (the host-scoped ``ray`` wrapper)."""
         return self.run_dir / "bin"
 
     def sandbox(self, name: str) -> Path:
         return self.hosts_dir / name / "home"
-
-    @property
-    def control_address(self) -> str:
-        """Abstract unix socket name for the control channel.
-
-        Abstract (leading NUL) so deep pytest tmp dirs never hit the 108-byte
-        sun_path limit; derived from the resolved run dir so exactly one daemon
-        can own a run dir.
-        """
-        digest = hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:24]
-        return f"\0phantom-pod-{digest}"
 
 
 def resolve_host_ref(
