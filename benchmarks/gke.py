@@ -40,7 +40,7 @@ from typing import Any
 from console.config import Config, parse_config
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader
 from console.services.jobs.workload import WorkloadSpec
-from console.services.model import Event, JobStatus, Update, WorkloadStatus
+from console.services.model import Event, EventKind, JobStatus, Update, WorkloadStatus
 from console.wiring import make_services
 from console.wiring.gke import LocalGkeControl
 
@@ -180,16 +180,21 @@ async def bench_preemption(rounds: int, poll_s: float, recreate_delay: float) ->
         backs: list[float] = []
         reported: list[float] = []
         for i in range(rounds):
-            before = len([u for u in seen if isinstance(u, Event) and u.kind == "preempted"])
+            before = len(
+                [u for u in seen if isinstance(u, Event) and u.kind == EventKind.PREEMPTED]
+            )
             await asyncio.sleep(2 * poll_s)  # a steady state: the last poll saw it healthy
             t0 = time.perf_counter()
             await svc.preempt_slice("0", 0.0, "bench")
 
             def detected(n: int = before) -> bool:
-                return len([u for u in seen if isinstance(u, Event) and u.kind == "preempted"]) > n
+                return (
+                    len([u for u in seen if isinstance(u, Event) and u.kind == EventKind.PREEMPTED])
+                    > n
+                )
 
             detects.append(await _until(detected, 60, "preempted event") - t0)
-            ev = [u for u in seen if isinstance(u, Event) and u.kind == "preempted"][-1]
+            ev = [u for u in seen if isinstance(u, Event) and u.kind == EventKind.PREEMPTED][-1]
             if isinstance(ev.data.get("detect_s"), int | float):
                 reported.append(float(ev.data["detect_s"]))
             await _until(lambda: not running(), 60, "the workload leaving RUNNING")

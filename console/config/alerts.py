@@ -19,21 +19,26 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from enum import StrEnum
 from typing import Any, Literal
 
 from console.config.names import ENV_NAME_RE
 
-# What can be sent: the alert kinds (``console.services.alerts.rules`` maps events to them).
-ALERT_KINDS = (
-    "preemption",
-    "recovered",
-    "recovery_failed",
-    "stall",
-    "no_capacity",
-    "notice_not_honoured",
-    "job_failed",
-    "job_finished",
-)
+
+class AlertKind(StrEnum):
+    """What can be sent (``console.services.alerts.rules`` maps journal events to them)."""
+
+    PREEMPTION = "preemption"
+    RECOVERED = "recovered"
+    RECOVERY_FAILED = "recovery_failed"
+    STALL = "stall"
+    NO_CAPACITY = "no_capacity"
+    NOTICE_NOT_HONOURED = "notice_not_honoured"
+    JOB_FAILED = "job_failed"
+    JOB_FINISHED = "job_finished"
+
+
+ALERT_KINDS: tuple[str, ...] = tuple(AlertKind)
 FORMATS = ("json", "slack")
 
 

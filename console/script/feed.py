@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from console.services.model import TERMINAL_JOBS, Event, JobInfo, RunCadence, Update
+from console.services.model import TERMINAL_JOBS, Event, EventKind, JobInfo, RunCadence, Update
 
 
 class EventFeed:
@@ -48,28 +48,28 @@ class EventFeed:
             self._on_cadence(update)
 
     def _on_event(self, update: Event) -> None:
-        if update.kind == "action":
+        if update.kind == EventKind.ACTION:
             return  # the script's own steps are step lines; others' actions are not events
         data = dict(update.data)
         obj = {"type": "event", **update.to_json()}
         status = data.get("new_status") or data.get("status")
         key: Any = ("id", update.id) if update.id is not None else None
-        if update.kind == "job_state" and "job_id" in data and status:
+        if update.kind == EventKind.JOB_STATE and "job_id" in data and status:
             # Same key as transitions seen by our own polling: one line per transition.
-            key = ("job_state", data["job_id"], status)
+            key = (EventKind.JOB_STATE, data["job_id"], status)
             obj["status"] = status
             with self._lock:
                 self.job_status[str(data["job_id"])] = str(status)
-        elif update.kind == "stalled" and "run_id" in data:
+        elif update.kind == EventKind.STALLED and "run_id" in data:
             # One line per stall episode, whether the journal or the cadence feed says so.
             with self._lock:
                 if str(data["run_id"]) in self._stalled_runs:
                     return
                 self._stalled_runs.add(str(data["run_id"]))
-        elif update.kind == "cadence_resumed" and "run_id" in data:
+        elif update.kind == EventKind.CADENCE_RESUMED and "run_id" in data:
             with self._lock:
                 self._stalled_runs.discard(str(data["run_id"]))
-        elif update.kind == "job_resubmitted":
+        elif update.kind == EventKind.JOB_RESUBMITTED:
             old, new = data.get("old_job_id"), data.get("new_job_id")
             if old and new:
                 with self._lock:
@@ -87,10 +87,10 @@ class EventFeed:
                 self._stalled_runs.discard(update.run_id)
         if new_stall:
             self.record(
-                ("stalled", update.run_id, "cadence"),
+                (EventKind.STALLED, update.run_id, "cadence"),
                 {
                     "type": "event",
-                    "kind": "stalled",
+                    "kind": EventKind.STALLED,
                     "host": "",
                     "at": self._clock(),
                     "message": f"run {update.run_id}: metrics stalled",
@@ -109,10 +109,10 @@ class EventFeed:
             return
         ended = info.message and info.status in TERMINAL_JOBS
         self.record(
-            ("job_state", info.job_id, info.status),
+            (EventKind.JOB_STATE, info.job_id, info.status),
             {
                 "type": "event",
-                "kind": "job_state",
+                "kind": EventKind.JOB_STATE,
                 "host": "",
                 "at": self._clock(),
                 "message": f"job {info.job_id} {before or 'new'} -> {info.status}"

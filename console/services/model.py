@@ -343,12 +343,62 @@ class RunMetrics:
     at: float | None = None  # the writer's time of the newest value
 
 
+class EventKind(StrEnum):
+    """What a journal row is about: the one list of the words, each made and matched by name.
+
+    Rows read back from the journal carry the same words as plain strings, which compare
+    equal (a StrEnum), so a reader matches ``event.kind == EventKind.PREEMPTED`` either way.
+    """
+
+    # a host or node, as detection sees it
+    PREEMPTION_NOTICE = "preemption_notice"
+    PREEMPTED = "preempted"
+    HOST_LOST = "host_lost"
+    HOST_UNREACHABLE = "host_unreachable"
+    HOST_UNKNOWN = "host_unknown"
+    NOT_READY = "not_ready"
+    SSH_DOWN = "ssh_down"
+    RAY_NODE_DOWN = "ray_node_down"
+    DUPLICATE_RAY_NODE = "duplicate_ray_node"
+    STATE_CHANGE = "state_change"  # a slice's nodes changed TPU state (GKE)
+    HEAD_LOST = "head_lost"
+    TUNNEL_UP = "tunnel_up"
+    TUNNEL_DOWN = "tunnel_down"
+    HOST_KEY = "host_key"
+    CAPACITY = "capacity"  # one try for TPU capacity (a zone, an attempt, its reason)
+    # GKE workloads
+    QUOTA_PENDING = "quota_pending"
+    JOBSET_RESTARTED = "jobset_restarted"
+    JOBSET_FAILED = "jobset_failed"
+    WORKER_REPLACED = "worker_replaced"
+    HEAD_FAILED = "head_failed"
+    # jobs and their metrics
+    JOB_STATE = "job_state"
+    JOB_ENV = "job_env"
+    JOB_RESUBMITTED = "job_resubmitted"
+    STALLED = "stalled"
+    CADENCE_RESUMED = "cadence_resumed"
+    # recovery
+    RECOVERY_REQUESTED = "recovery_requested"
+    RECOVERY_STARTED = "recovery_started"
+    RECOVERED = "recovered"
+    RECOVERY_FAILED = "recovery_failed"
+    WATCHDOG = "watchdog"
+    INCIDENT = "incident"  # one preemption and its recovery, summed up
+    # what was done, and told
+    RETRY_BUDGET_SPENT = "retry_budget_spent"  # a resubmission the retry budget stopped
+    NOTICE_NOT_HONOURED = "notice_not_honoured"  # a notice no checkpoint followed
+    ACTION = "action"
+    ALERT = "alert"
+    STARTING = "starting"  # the front end's services coming up (never journaled)
+
+
 @dataclass(frozen=True)
 class Event:
     """A journal row: something observed or done. ``actor`` is who started an action."""
 
     at: float
-    kind: str  # preempted recovered stalled job_state state_change action duplicate_ray_node ...
+    kind: str  # an EventKind (a plain str when read back from the journal)
     message: str
     host: str = ""
     actor: str = ""

@@ -14,18 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.services.model import Event, HostState, JobStatus
+from console.config.alerts import AlertKind
+from console.services.model import Event, EventKind, HostState, JobStatus
 from console.services.record.incidents import INCIDENT, LOSS_KINDS, incident_of
 
-ALERT = "alert"  # the journal's kind for a delivery attempt
-# Event kinds that name a notice no checkpoint followed (the verifying service may not exist
-# yet; accepted by name).
-NOT_HONOURED = frozenset({"notice_not_honoured", "notice_not_honored"})
+ALERT = EventKind.ALERT  # the journal's kind for a delivery attempt
+# The event of a notice no checkpoint followed (its verifying service is still to come).
+NOT_HONOURED = frozenset({EventKind.NOTICE_NOT_HONOURED})
 
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # one of config.alerts.ALERT_KINDS
+    kind: AlertKind
     key: str  # the same key is never sent twice
     message: str
     at: float
@@ -37,7 +37,7 @@ class Alert:
 def alert_for(event: Event) -> Alert | None:
     """The alert ``event`` raises, or None."""
     kind, key = _classify(event)
-    if not kind:
+    if kind is None:
         return None
     iid = incident_of(event)
     details: dict[str, Any] = {"event": event.kind}
@@ -69,44 +69,46 @@ def alert_for(event: Event) -> Alert | None:
     )
 
 
-def _classify(e: Event) -> tuple[str, str]:
+def _classify(e: Event) -> tuple[AlertKind | None, str]:
     iid = incident_of(e)
     row = f"row:{e.id}" if e.id is not None else f"at:{e.kind}:{e.at}:{e.message}"
     if e.kind in LOSS_KINDS or (
-        e.kind == "state_change" and str(e.data.get("to", "")) == HostState.PREEMPTED
+        e.kind == EventKind.STATE_CHANGE and str(e.data.get("to", "")) == HostState.PREEMPTED
     ):
-        return "preemption", f"preemption:{iid or row}"
+        return AlertKind.PREEMPTION, f"preemption:{iid or row}"
     if e.kind == INCIDENT:
         result = str(e.data.get("result", ""))
-        if result == "recovered":
-            return "recovered", f"recovered:{iid}"
+        if result == EventKind.RECOVERED:
+            return AlertKind.RECOVERED, f"recovered:{iid}"
         if result.startswith("failed"):
-            return "recovery_failed", f"recovery_failed:{iid}"
-        return "", ""
-    if e.kind == "stalled":
-        return "stall", f"stall:{row}"
-    if (e.kind == "capacity" and e.data.get("ok") is False) or e.kind == "quota_pending":
-        return "no_capacity", f"no_capacity:{iid or row}"
+            return AlertKind.RECOVERY_FAILED, f"recovery_failed:{iid}"
+        return None, ""
+    if e.kind == EventKind.STALLED:
+        return AlertKind.STALL, f"stall:{row}"
+    if (e.kind == EventKind.CAPACITY and e.data.get("ok") is False) or (
+        e.kind == EventKind.QUOTA_PENDING
+    ):
+        return AlertKind.NO_CAPACITY, f"no_capacity:{iid or row}"
     if e.kind in NOT_HONOURED:
-        return "notice_not_honoured", f"notice_not_honoured:{row}"
-    if e.kind == "job_state":
+        return AlertKind.NOTICE_NOT_HONOURED, f"notice_not_honoured:{row}"
+    if e.kind == EventKind.JOB_STATE:
         job, status = str(e.data.get("job_id", "")), str(e.data.get("new_status", ""))
         if status == JobStatus.FAILED:
-            return "job_failed", f"job_failed:{job}"
+            return AlertKind.JOB_FAILED, f"job_failed:{job}"
         if status == JobStatus.SUCCEEDED:
-            return "job_finished", f"job_finished:{job}"
-    return "", ""
+            return AlertKind.JOB_FINISHED, f"job_finished:{job}"
+    return None, ""
 
 
 _TITLES = {
-    "preemption": "preemption",
-    "recovered": "recovered",
-    "recovery_failed": "recovery FAILED",
-    "stall": "metrics stalled",
-    "no_capacity": "no capacity",
-    "notice_not_honoured": "preemption notice not honoured",
-    "job_failed": "job failed",
-    "job_finished": "job finished",
+    AlertKind.PREEMPTION: "preemption",
+    AlertKind.RECOVERED: "recovered",
+    AlertKind.RECOVERY_FAILED: "recovery FAILED",
+    AlertKind.STALL: "metrics stalled",
+    AlertKind.NO_CAPACITY: "no capacity",
+    AlertKind.NOTICE_NOT_HONOURED: "preemption notice not honoured",
+    AlertKind.JOB_FAILED: "job failed",
+    AlertKind.JOB_FINISHED: "job finished",
 }
 
 
@@ -130,7 +132,7 @@ def slack_body(alert: Alert, source: str) -> dict[str, Any]:
     title = _TITLES.get(alert.kind, alert.kind)
     parts = [f"*phantom {source}*: {title}: {alert.message}"]
     mttr = alert.details.get("mttr_s")
-    if isinstance(mttr, int | float) and alert.kind == "recovered":
+    if isinstance(mttr, int | float) and alert.kind == AlertKind.RECOVERED:
         parts.append(f"MTTR {mttr:.1f}s")
     if alert.incident:
         parts.append(f"incident {alert.incident}")

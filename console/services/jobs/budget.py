@@ -24,11 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from console.services.jobs.registry import JobRegistry
-from console.services.model import ActionResult, Event, JobInfo, JobStatus
+from console.services.model import ActionResult, Event, EventKind, JobInfo, JobStatus
 from console.services.record.outcomes import JobOutcomes, Resubmit
 from console.services.record.sink import EventSink
 
-SPENT = "retry_budget_spent"  # the journal's kind for a resubmission the budget stopped
+SPENT = EventKind.RETRY_BUDGET_SPENT  # the journal's kind for a resubmission it stopped
 SETTING = "recovery.max_error_retries"
 
 

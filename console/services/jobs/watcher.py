@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import NamedTuple
 
 from console.services.jobs.spec import META_MODE, META_SWEEP_ID
-from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus
+from console.services.model import ACTIVE_JOBS, Event, EventKind, JobInfo, JobStatus
 from console.services.recovery.diagnosis import job_env_text
 
 
@@ -28,7 +28,7 @@ class JobTransition(NamedTuple):
         old = self.old_status or "new"
         return Event(
             at=at,
-            kind="job_state",
+            kind=EventKind.JOB_STATE,
             message=f"job {self.job.job_id} {old} -> {self.new_status}",
             data={
                 "job_id": self.job.job_id,
@@ -88,7 +88,7 @@ def env_event(job: JobInfo, at: float) -> Event:
     """The journal row for a job started without the env the console expected."""
     return Event(
         at=at,
-        kind="job_env",
+        kind=EventKind.JOB_ENV,
         message=job_env_text(job.job_id, job.env_problems),
         actor="jobs",
         data={"job_id": job.job_id, "problems": list(job.env_problems)},

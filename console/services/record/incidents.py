@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.services.model import Event, HostState
+from console.services.model import Event, EventKind, HostState
 from console.services.record.journal import (
     ACTION,
     RECOVERED,
@@ -35,27 +35,33 @@ from console.services.record.journal import (
     Journal,
 )
 
-INCIDENT = "incident"  # the summary row's kind
+INCIDENT = EventKind.INCIDENT  # the summary row's kind
 KEY = "incident"  # where a row carries its incident id (``data[KEY]``)
 # Rows that start an incident when none is open: losses first, then the softer trouble the
 # watchdog recovers (a Ray node down, a duplicate node, an unreachable host), GKE's own.
-LOSS_KINDS = ("preemption_notice", "preempted", "host_lost", "head_lost", "head_failed")
+LOSS_KINDS = (
+    EventKind.PREEMPTION_NOTICE,
+    EventKind.PREEMPTED,
+    EventKind.HOST_LOST,
+    EventKind.HEAD_LOST,
+    EventKind.HEAD_FAILED,
+)
 OPENING_KINDS = frozenset(
     {
         *LOSS_KINDS,
-        "ray_node_down",
-        "duplicate_ray_node",
-        "host_unreachable",
-        "ssh_down",
-        "jobset_failed",
-        "worker_replaced",
+        EventKind.RAY_NODE_DOWN,
+        EventKind.DUPLICATE_RAY_NODE,
+        EventKind.HOST_UNREACHABLE,
+        EventKind.SSH_DOWN,
+        EventKind.JOBSET_FAILED,
+        EventKind.WORKER_REPLACED,
         RECOVERY_STARTED,
     }
 )
 _ENDS = (RECOVERED, RECOVERY_FAILED)
 # Never part of an incident: what a user did (other than recovering), switches, summaries,
 # the alerts sent about it.
-_NOT_MEMBERS = frozenset({INCIDENT, "watchdog", "alert"})
+_NOT_MEMBERS = frozenset({INCIDENT, EventKind.WATCHDOG, EventKind.ALERT})
 LAPSE_S = 180.0
 _WORDS = {
     "preemption_notice": "preemption notice",
@@ -78,7 +84,7 @@ def new_id(at: float) -> str:
 def opens(kind: str, data: Mapping[str, Any]) -> bool:
     if kind in OPENING_KINDS:
         return True
-    return kind == "state_change" and str(data.get("to", "")) == HostState.PREEMPTED
+    return kind == EventKind.STATE_CHANGE and str(data.get("to", "")) == HostState.PREEMPTED
 
 
 def member(event: Event) -> bool:
@@ -123,7 +129,7 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
                     "duration_s": _num(e.data.get("duration_s")),
                 }
             )
-        elif e.kind == "job_resubmitted":
+        elif e.kind == EventKind.JOB_RESUBMITTED:
             old, new = e.data.get("old_job_id"), e.data.get("new_job_id")
             if old and new:
                 resubmitted[str(old)] = str(new)
@@ -139,7 +145,11 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
     if end is None:
         result = "recovering" if started is not None else "no recovery"
     elif end.kind == RECOVERED:
-        result = "recovered" if _num(end.data.get("mttr_s")) is not None else "nothing to recover"
+        result = (
+            EventKind.RECOVERED
+            if _num(end.data.get("mttr_s")) is not None
+            else "nothing to recover"
+        )
     else:
         result = f"failed at {end.data.get('step') or '?'}"
     return {
@@ -148,7 +158,7 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
         "trigger_kind": first.kind if first is not None else "",
         "host": first.host if first is not None else "",
         "hosts": hosts,
-        "head": any(e.kind in ("head_lost", "head_failed") for e in rows),
+        "head": any(e.kind in (EventKind.HEAD_LOST, EventKind.HEAD_FAILED) for e in rows),
         "opened_at": rows[0].at if rows else None,
         "ended_at": end.at if end is not None else None,
         "detect_s": detect,
@@ -164,7 +174,7 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
 
 def summary_text(data: Mapping[str, Any]) -> str:
     """One line for a person: what happened, and how it ended."""
-    kind = str(data.get("trigger_kind") or "incident")
+    kind = str(data.get("trigger_kind") or INCIDENT)
     what = _WORDS.get(kind, kind.replace("_", " "))
     if data.get("head") and not what.startswith("head"):
         what = "head " + what
@@ -173,7 +183,7 @@ def summary_text(data: Mapping[str, Any]) -> str:
         what += f" ({', '.join(str(h) for h in hosts)})"
     result = str(data.get("result", ""))
     mttr = _num(data.get("mttr_s"))
-    if result == "recovered" and mttr is not None:
+    if result == EventKind.RECOVERED and mttr is not None:
         result = f"recovered in {mttr:.1f}s"
     parts = [f"{what}: {result}"]
     resub = data.get("resubmitted") or {}

@@ -33,16 +33,16 @@ from typing import Any
 
 from console.config import default_state_dir
 from console.secrets import Scrubber
-from console.services.model import ActionResult, Event, HostResult
+from console.services.model import ActionResult, Event, EventKind, HostResult
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 4
-ACTION = "action"
+ACTION = EventKind.ACTION
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
-RECOVERY_STARTED = "recovery_started"
-RECOVERED = "recovered"
-RECOVERY_FAILED = "recovery_failed"
+RECOVERY_STARTED = EventKind.RECOVERY_STARTED
+RECOVERED = EventKind.RECOVERED
+RECOVERY_FAILED = EventKind.RECOVERY_FAILED
 
 _MIGRATIONS: dict[int, str] = {
     1: """

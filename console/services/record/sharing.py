@@ -17,13 +17,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from console.services.model import (
-    Event,
-    RecoveryStatus,
-    RecoveryStep,
-    StepState,
-    Update,
-)
+from console.services.model import Event, EventKind, RecoveryStatus, RecoveryStep, StepState, Update
 from console.services.record.journal import (
     ACTION,
     RECOVERED,
@@ -34,7 +28,7 @@ from console.services.record.journal import (
 from console.services.record.lease import PodLeases
 from console.services.recovery.watchdog import Watchdog
 
-RECOVERY_REQUESTED = "recovery_requested"
+RECOVERY_REQUESTED = EventKind.RECOVERY_REQUESTED
 _ENDS = (RECOVERED, RECOVERY_FAILED)
 
 
@@ -172,13 +166,13 @@ class Sharing:
         wd = self.watchdog
         if ev.kind == RECOVERY_REQUESTED:
             wd.start_recovery(actor=ev.actor or "user", trigger=ev.message)
-        elif ev.kind == "action" and ev.data.get("ok"):
+        elif ev.kind == EventKind.ACTION and ev.data.get("ok"):
             action = ev.data.get("action")
             if action == "teardown":
                 wd.disarm()
             elif action == "ray_up":
                 wd.arm()
-        elif ev.kind == "watchdog" and isinstance(ev.data.get("auto"), bool):
+        elif ev.kind == EventKind.WATCHDOG and isinstance(ev.data.get("auto"), bool):
             wd.set_auto(bool(ev.data["auto"]), actor=ev.actor, journal=False)
 
     def status(self) -> RecoveryStatus:

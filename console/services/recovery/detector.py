@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.services.model import ACTIVE_JOBS, Event, JobInfo, JobStatus, WorkloadStatus
+from console.services.model import ACTIVE_JOBS, Event, EventKind, JobInfo, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
 from console.services.record.sink import EventSink
 from console.services.recovery.diagnosis import (
@@ -181,7 +181,7 @@ class Detector:
             before_state = self._tpu_states.get(h.name)
             if before_state is not None and before_state != h.tpu_state:
                 await emit(
-                    "state_change",
+                    EventKind.STATE_CHANGE,
                     f"{h.name}: TPU state {before_state} -> {h.tpu_state}",
                     host=h.name,
                     data={"from": before_state, "to": str(h.tpu_state)},
@@ -197,7 +197,7 @@ class Detector:
                 # A notice always ends the VM; a recovery that replaced it between two polls
                 # left no poll to see it PREEMPTED. Its end is still one row of the journal.
                 await emit(
-                    "preempted",
+                    EventKind.PREEMPTED,
                     f"{h.name}: preempted after its notice (replaced before a poll saw it go)",
                     host=h.name,
                     data={"tpu_state": str(h.tpu_state), "ip": h.ip, "after_notice": True},
@@ -223,16 +223,18 @@ class Detector:
                 event_kind(cond, h), f"{h.name}: {condition_text(cond, h)}", host=h.name, data=data
             )
         if diag.head_lost and not self._head_lost and self.armed:
-            await emit("head_lost", diag.head_reason, host=diag.head)
+            await emit(EventKind.HEAD_LOST, diag.head_reason, host=diag.head)
         self._head_lost = diag.head_lost
         if diag.tunnel_down and not self._tunnel_down and self.armed:
-            await emit("tunnel_down", "dashboard tunnel is down")
+            await emit(EventKind.TUNNEL_DOWN, "dashboard tunnel is down")
         self._tunnel_down = diag.tunnel_down
         if self.emit_stall_events:
             for run in sorted(set(diag.stalled_runs) - self._stalled):
-                await emit("stalled", f"run {run}: metrics stalled", data={"run_id": run})
+                await emit(EventKind.STALLED, f"run {run}: metrics stalled", data={"run_id": run})
             for run in sorted(self._stalled - set(diag.stalled_runs)):
-                await emit("cadence_resumed", f"run {run}: metrics resumed", data={"run_id": run})
+                await emit(
+                    EventKind.CADENCE_RESUMED, f"run {run}: metrics resumed", data={"run_id": run}
+                )
         self._stalled = set(diag.stalled_runs)
 
     async def _emit_slices(
@@ -256,7 +258,7 @@ class Detector:
             entered.setdefault((h.pool, cond), []).append(h)
         for (pool, old, new), names in changes.items():
             await emit(
-                "state_change",
+                EventKind.STATE_CHANGE,
                 slice_state_text(pool, old, new, len(names)),
                 host=pool,
                 data={"from": old, "to": new, "nodes": names},
@@ -288,8 +290,8 @@ class Detector:
             blocked = diag.workloads.get(w.name) is WorkloadCondition.CAPACITY
             if blocked and w.name not in self._blocked:
                 await emit(
-                    "quota_pending",
-                    workload_event("quota_pending", w, before or w, obs),
+                    EventKind.QUOTA_PENDING,
+                    workload_event(EventKind.QUOTA_PENDING, w, before or w, obs),
                     host=w.name,
                     data={"workload": w.name, "pods": w.unschedulable},
                 )
@@ -302,29 +304,29 @@ class Detector:
             data: dict[str, Any] = {"workload": w.name, "restarts": w.restarts}
             if w.restarts > before.restarts:
                 await emit(
-                    "jobset_restarted",
-                    workload_event("jobset_restarted", w, before, obs),
+                    EventKind.JOBSET_RESTARTED,
+                    workload_event(EventKind.JOBSET_RESTARTED, w, before, obs),
                     host=w.name,
                     data={**data, "previous": before.restarts},
                 )
             if w.status == JobStatus.FAILED and before.status != JobStatus.FAILED:
                 await emit(
-                    "jobset_failed",
-                    workload_event("jobset_failed", w, before, obs),
+                    EventKind.JOBSET_FAILED,
+                    workload_event(EventKind.JOBSET_FAILED, w, before, obs),
                     host=w.name,
                     data={**data, "reason": w.failed_reason, "owned": w.owned},
                 )
             if w.worker_replacements > before.worker_replacements:
                 await emit(
-                    "worker_replaced",
-                    workload_event("worker_replaced", w, before, obs),
+                    EventKind.WORKER_REPLACED,
+                    workload_event(EventKind.WORKER_REPLACED, w, before, obs),
                     host=w.name,
                     data={**data, "replaced": w.worker_replacements - before.worker_replacements},
                 )
             if w.head_failed and not before.head_failed:
                 await emit(
-                    "head_failed",
-                    workload_event("head_failed", w, before, obs),
+                    EventKind.HEAD_FAILED,
+                    workload_event(EventKind.HEAD_FAILED, w, before, obs),
                     host=w.name,
                     data=data,
                 )

@@ -43,6 +43,7 @@ from enum import StrEnum
 from console.services.model import (
     LOST_STATES,
     TRANSITIONAL_STATES,
+    EventKind,
     HostState,
     JobStatus,
     WorkloadStatus,
@@ -54,11 +55,11 @@ class HostCondition(StrEnum):
     OK = "ok"
     NOTICE = "notice"
     LOST = "lost"
-    NOT_READY = "not_ready"
+    NOT_READY = EventKind.NOT_READY
     UNREACHABLE = "unreachable"
     RAY_DOWN = "ray_down"
     DUPLICATE = "duplicate"
-    SSH_DOWN = "ssh_down"
+    SSH_DOWN = EventKind.SSH_DOWN
     UNKNOWN = "unknown"
 
 
@@ -68,12 +69,12 @@ SOFT_CONDITIONS = frozenset(
 )
 # The journal's event kind for a host entering a condition (see ``event_kind``).
 _CONDITION_EVENTS = {
-    HostCondition.NOTICE: "preemption_notice",
-    HostCondition.UNREACHABLE: "host_unreachable",
-    HostCondition.RAY_DOWN: "ray_node_down",
-    HostCondition.DUPLICATE: "duplicate_ray_node",
-    HostCondition.SSH_DOWN: "ssh_down",
-    HostCondition.UNKNOWN: "host_unknown",
+    HostCondition.NOTICE: EventKind.PREEMPTION_NOTICE,
+    HostCondition.UNREACHABLE: EventKind.HOST_UNREACHABLE,
+    HostCondition.RAY_DOWN: EventKind.RAY_NODE_DOWN,
+    HostCondition.DUPLICATE: EventKind.DUPLICATE_RAY_NODE,
+    HostCondition.SSH_DOWN: EventKind.SSH_DOWN,
+    HostCondition.UNKNOWN: EventKind.HOST_UNKNOWN,
 }
 
 
@@ -82,7 +83,7 @@ class WorkloadCondition(StrEnum):
     RESTARTING = "restarting"
     FAILED = "failed"
     CAPACITY = "capacity"
-    HEAD_FAILED = "head_failed"
+    HEAD_FAILED = EventKind.HEAD_FAILED
 
 
 @dataclass(frozen=True)
@@ -265,21 +266,21 @@ def workload_text(cond: WorkloadCondition, w: WorkloadStatus, obs: Observation) 
 def workload_event(kind: str, w: WorkloadStatus, before: WorkloadStatus, obs: Observation) -> str:
     """The journal's message for a workload event (``detector``)."""
     name = f"workload {w.name}"
-    if kind == "jobset_restarted":
+    if kind == EventKind.JOBSET_RESTARTED:
         why = f" ({w.disrupted} pod(s) disrupted: slice preempted)" if w.disrupted else ""
         return f"{name}: JobSet restarted ({before.restarts} -> {w.restarts}){why}"
-    if kind == "jobset_failed":
+    if kind == EventKind.JOBSET_FAILED:
         why = f" ({w.failed_reason})" if w.failed_reason else ""
         return f"{name}: JobSet Failed{why}: {w.message}".rstrip(": ")
-    if kind == "quota_pending":
+    if kind == EventKind.QUOTA_PENDING:
         return workload_text(WorkloadCondition.CAPACITY, w, obs)
-    if kind == "worker_replaced":
+    if kind == EventKind.WORKER_REPLACED:
         n = w.worker_replacements - before.worker_replacements
         return (
             f"{name}: {n} Pathways worker pod(s) replaced by their Job while the JobSet "
             f"reports no restart (restarts still {w.restarts})"
         )
-    if kind == "head_failed":
+    if kind == EventKind.HEAD_FAILED:
         return f"{name}: head failing: {w.head_failed}"
     return f"{name}: {kind}"
 
@@ -340,7 +341,9 @@ def layer_silent_text(layer: str, budget_s: float) -> str:
 def event_kind(cond: HostCondition, h: HostObservation) -> str:
     """The journal's kind for a host entering ``cond`` (a preemption is ``preempted``)."""
     if cond is HostCondition.LOST:
-        return "preempted" if str(h.tpu_state) == HostState.PREEMPTED else "host_lost"
+        return (
+            EventKind.PREEMPTED if str(h.tpu_state) == HostState.PREEMPTED else EventKind.HOST_LOST
+        )
     return _CONDITION_EVENTS.get(cond, str(cond))
 
 

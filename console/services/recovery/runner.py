@@ -32,6 +32,7 @@ from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
     Event,
+    EventKind,
     HostResult,
     JobInfo,
     RecoveryStatus,
@@ -192,7 +193,7 @@ class RecoveryRunner:
         failed: StepFailed | None = None
         try:
             await self._event(
-                "recovery_started",
+                EventKind.RECOVERY_STARTED,
                 f"recovery started: {run.trigger}",
                 actor=run.actor,
                 data={"detect_s": run.detect_s} if run.detect_s is not None else None,
@@ -215,7 +216,7 @@ class RecoveryRunner:
         except asyncio.CancelledError:
             run.result = "failed: cancelled"
             self.publish_status()
-            await self._event("recovery_failed", "recovery cancelled", actor=run.actor)
+            await self._event(EventKind.RECOVERY_FAILED, "recovery cancelled", actor=run.actor)
             raise
         except Exception as exc:  # a bug in a step must surface as a failed recovery
             log.exception("recovery crashed")
@@ -228,7 +229,7 @@ class RecoveryRunner:
             run.result = f"failed: {failed.step}"
             self.publish_status()
             await self._event(
-                "recovery_failed",
+                EventKind.RECOVERY_FAILED,
                 f"recovery failed at {failed.step}: {failed}",
                 actor=run.actor,
                 data={"step": failed.step},
@@ -245,7 +246,10 @@ class RecoveryRunner:
             else "cluster healthy: nothing to recover"
         )
         await self._event(
-            "recovered", msg, actor=run.actor, data={"mttr_s": run.mttr_s, "detect_s": run.detect_s}
+            EventKind.RECOVERED,
+            msg,
+            actor=run.actor,
+            data={"mttr_s": run.mttr_s, "detect_s": run.detect_s},
         )
         return True
 
@@ -314,7 +318,7 @@ class RecoveryRunner:
         for old, new in rnd.resubmitted.items():
             if before.get(old) != new:
                 await self._event(
-                    "job_resubmitted",
+                    EventKind.JOB_RESUBMITTED,
                     dx.resubmitted_text(old, new),
                     actor=run.actor,
                     data={"old_job_id": old, "new_job_id": new},

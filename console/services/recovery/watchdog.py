@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 
-from console.services.model import Event, JobInfo, RecoveryStatus, Update
+from console.services.model import Event, EventKind, JobInfo, RecoveryStatus, Update
 from console.services.observation import Observation
 from console.services.record.lease import FileLease
 from console.services.record.sink import EventSink
@@ -122,7 +122,7 @@ class Watchdog:
             self._sink.emit_soon(
                 Event(
                     at=self._clock(),
-                    kind="watchdog",
+                    kind=EventKind.WATCHDOG,
                     message=f"auto recovery {'on' if enabled else 'off'}",
                     actor=actor,
                     data={"auto": enabled},

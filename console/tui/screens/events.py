@@ -18,38 +18,38 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from console.services.model import Event
+from console.services.model import Event, EventKind
 from console.services.record.incidents import Incident, group, in_time_order, incident_of
 from console.tui.screens.base import FilteredScreen
 from console.tui.state import clock_time, duration, short_host
 from console.tui.widgets.table import Cell
 
-KIND_STYLE = {
-    "preempted": "bold red",
-    "recovered": "bold green",
-    "recovery_failed": "bold red",
-    "stalled": "yellow",
-    "duplicate_ray_node": "yellow",
-    "action": "cyan",
-    "job_state": "blue",
-    "state_change": "",
-    "incident": "bold",
+KIND_STYLE: dict[str, str] = {
+    EventKind.PREEMPTED: "bold red",
+    EventKind.RECOVERED: "bold green",
+    EventKind.RECOVERY_FAILED: "bold red",
+    EventKind.STALLED: "yellow",
+    EventKind.DUPLICATE_RAY_NODE: "yellow",
+    EventKind.ACTION: "cyan",
+    EventKind.JOB_STATE: "blue",
+    EventKind.STATE_CHANGE: "",
+    EventKind.INCIDENT: "bold",
 }
-KIND_LABEL = {
-    "duplicate_ray_node": "dup ray node",
-    "recovery_failed": "recov failed",
-    "preemption_notice": "notice",
-    "recovery_started": "recovering",
-    "job_resubmitted": "resubmitted",
-    "state_change": "tpu state",
-    "host_unreachable": "unreachable",
-    "ray_node_down": "ray down",
+KIND_LABEL: dict[str, str] = {
+    EventKind.DUPLICATE_RAY_NODE: "dup ray node",
+    EventKind.RECOVERY_FAILED: "recov failed",
+    EventKind.PREEMPTION_NOTICE: "notice",
+    EventKind.RECOVERY_STARTED: "recovering",
+    EventKind.JOB_RESUBMITTED: "resubmitted",
+    EventKind.STATE_CHANGE: "tpu state",
+    EventKind.HOST_UNREACHABLE: "unreachable",
+    EventKind.RAY_NODE_DOWN: "ray down",
 }
 
 
 def kind_label(event: Event) -> str:
     """A recovery step's row is labelled with the step it records (``recovery.head``: head)."""
-    action = str(event.data.get("action", "")) if event.kind == "action" else ""
+    action = str(event.data.get("action", "")) if event.kind == EventKind.ACTION else ""
     if action.startswith("recovery."):
         return action.removeprefix("recovery.")
     return KIND_LABEL.get(event.kind, event.kind)
@@ -87,7 +87,7 @@ def incident_message(data: Mapping[str, Any]) -> str:
     """The incident row's message: how it ended first (the kind and host have columns)."""
     result = str(data.get("result") or "open")
     mttr = data.get("mttr_s")
-    if result == "recovered" and isinstance(mttr, int | float):
+    if result == EventKind.RECOVERED and isinstance(mttr, int | float):
         result = f"MTTR {duration(float(mttr))}"  # only a recovery has one: it came back
     parts = [("head: " if data.get("head") else "") + result]
     resub = data.get("resubmitted") or {}
@@ -105,17 +105,22 @@ def incident_cells(
 ) -> tuple[Cell, ...]:
     data = incident.summary.data
     result = str(data.get("result", ""))
-    style = "bold green" if result == "recovered" else "bold yellow"
+    style = "bold green" if result == EventKind.RECOVERED else "bold yellow"
     if result.startswith("failed"):
         style = "bold red"
-    kind = str(data.get("trigger_kind") or "incident")
+    kind = str(data.get("trigger_kind") or EventKind.INCIDENT)
     label = ("▾ " if expanded else "▸ ") + KIND_LABEL.get(kind, kind)
     message = incident_message(data)
     if len(message) > message_width:
         message = message[: message_width - 1] + "…"
     return (
         (clock_time(incident.at), "dim"),
-        (label[:13], "bold red" if kind in ("preempted", "host_lost", "head_lost") else style),
+        (
+            label[:13],
+            "bold red"
+            if kind in (EventKind.PREEMPTED, EventKind.HOST_LOST, EventKind.HEAD_LOST)
+            else style,
+        ),
         (short_host(incident.summary.host, node_name) or "-", ""),
         (incident.summary.actor or "-", ""),
         (message, style),
@@ -252,8 +257,8 @@ class EventsScreen(FilteredScreen):
         summary.append(f"{len(events)} events", "bold")
         if incidents:
             summary.append(f"  {incidents} incident{'s' if incidents > 1 else ''}", "bold")
-        preempted = sum(1 for e in events if e.kind == "preempted")
-        recovered = [e for e in events if e.kind == "recovered"]
+        preempted = sum(1 for e in events if e.kind == EventKind.PREEMPTED)
+        recovered = [e for e in events if e.kind == EventKind.RECOVERED]
         if preempted:
             summary.append(f"  {preempted} preemptions", "red")
         if recovered:

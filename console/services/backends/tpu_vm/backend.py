@@ -39,6 +39,7 @@ from console.services.model import (
     ACTIVE_JOBS,
     ActionResult,
     Event,
+    EventKind,
     HostResult,
     HostState,
     JobInfo,
@@ -143,7 +144,7 @@ class TpuVmBackend:
         self._sink.emit_soon(
             Event(
                 at=self._clock(),
-                kind="capacity",
+                kind=EventKind.CAPACITY,
                 message=attempt.text,
                 actor="watchdog",
                 data=attempt.to_json(),
@@ -477,7 +478,7 @@ class TpuVmBackend:
         self._sink.emit_soon(
             Event(
                 at=self._clock(),
-                kind="host_key",
+                kind=EventKind.HOST_KEY,
                 message=ev.message,
                 host=ev.host,
                 actor="ssh",
@@ -501,7 +502,7 @@ class TpuVmBackend:
         self._sink.emit_soon(
             Event(
                 at=self._clock(),
-                kind="tunnel_up" if up else "tunnel_down",
+                kind=EventKind.TUNNEL_UP if up else EventKind.TUNNEL_DOWN,
                 message=reason,
                 host=self.parts.head.name,
                 actor="tunnel",
