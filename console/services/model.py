@@ -390,7 +390,6 @@ class EventKind(StrEnum):
     NOTICE_NOT_HONOURED = "notice_not_honoured"  # a notice no checkpoint followed
     ACTION = "action"
     ALERT = "alert"
-    STARTING = "starting"  # the front end's services coming up (never journaled)
 
 
 @dataclass(frozen=True)
@@ -446,6 +445,15 @@ class RecoveryStatus:
     owner: str = ""  # who runs recovery for this pod when it is another process ("pid 7 on h")
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A step of the services coming up, before there is a journal to write to: shown, never
+    journaled (an ``Event`` is a journal row, and every one enters through the sink)."""
+
+    at: float
+    message: str
+
+
 Update = (
     PodSnapshot
     | JobInfo
@@ -455,6 +463,7 @@ Update = (
     | RunMetrics
     | Event
     | RecoveryStatus
+    | Progress
 )
 
 

@@ -24,19 +24,19 @@ from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
     ActionResult,
     Event,
-    EventKind,
     JobInfo,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
+    Progress,
     RecoveryStatus,
     RunCadence,
     Update,
     UpdateBus,
 )
 
-Progress = Callable[[str], None]
-Build = Callable[[Progress], ConsoleServices]
+Report = Callable[[str], None]
+Build = Callable[[Report], ConsoleServices]
 
 
 class PendingServices:
@@ -114,7 +114,7 @@ class PendingServices:
     def _progress(self, line: str) -> None:
         self._snapshot = self._note(f"{self._what}: {line}")
         self._bus.publish(self._snapshot)
-        self._bus.publish(Event(at=self._clock(), kind=EventKind.STARTING, message=line))
+        self._bus.publish(Progress(at=self._clock(), message=line))
 
     async def stop(self) -> None:
         if self._building is not None and not self._building.done():

@@ -10,7 +10,7 @@ import pytest
 
 from console.config import Config
 from console.services.jobs.workload import WorkloadSpec
-from console.services.model import Event, PodSnapshot, Update
+from console.services.model import Event, PodSnapshot, Progress, Update
 from console.services.pending import PendingServices
 from tests.support.fake_services import FakeServices, healthy_pod
 
@@ -50,8 +50,9 @@ async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happen
     start = asyncio.create_task(svc.start())
     await settle()
     assert not start.done() and gate.threads and gate.threads[0] != "MainThread"
-    progress = [u for u in seen if isinstance(u, Event)]
+    progress = [u for u in seen if isinstance(u, Progress)]
     assert [e.message for e in progress] == ["starting the local pod emulator (4 hosts)"]
+    assert not [u for u in seen if isinstance(u, Event)]  # nothing journaled went past the sink
     snap = [u for u in seen if isinstance(u, PodSnapshot)][-1]
     assert "starting the local pod emulator (4 hosts)" in snap.warnings[0]
 
