@@ -100,7 +100,12 @@ class Detector:
 
     # -- one observation ----------------------------------------------------------------------
     async def update(
-        self, obs: Observation, *, recovering: bool = False, silent: bool = False
+        self,
+        obs: Observation,
+        diag: Diagnosis | None = None,
+        *,
+        recovering: bool = False,
+        silent: bool = False,
     ) -> Verdict:
         """Feed one observation: journal what changed and keep the detection bookkeeping.
 
@@ -108,8 +113,9 @@ class Detector:
         new head, which knows no jobs yet, must not erase the list of jobs to resubmit);
         transitions are still journaled. ``silent``: another process journals for this pod;
         keep the memory (so taking over later repeats nothing) but journal nothing.
+        ``diag``: the observation's diagnosis when the caller made it (one per observation).
         """
-        diag = diagnose(obs)
+        diag = diagnose(obs) if diag is None else diag
         self.last_diagnosis = diag
         await self._emit_transitions(obs, diag, silent=silent)
         if recovering:

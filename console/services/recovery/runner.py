@@ -49,6 +49,8 @@ from console.services.recovery.notes import STEP_NOTE
 log = logging.getLogger(__name__)
 
 DETECT, VERIFY = "detect", "verify"
+# What the poller saw when it asked for the recovery, and its diagnosis (None: not made yet).
+Seen = tuple[Observation, "dx.Diagnosis | None"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,7 @@ class RecoveryRunner:
         self.publish_status()
         return run
 
-    async def run(self, run: Run, observation: Observation | None) -> bool:
+    async def run(self, run: Run, seen: Seen | None) -> bool:
         """Run the recovery to its end; True when verified. Cancellation propagates."""
         failed: StepFailed | None = None
         try:
@@ -204,7 +206,7 @@ class RecoveryRunner:
                         s: RecoveryStep(name=s, message=f"round {rnd}") for s in self.plan.names
                     }
                     self.publish_status()
-                again = await self._round(run, observation if rnd == 1 else None)
+                again = await self._round(run, seen if rnd == 1 else None)
                 if not again:
                     break
             else:
@@ -254,13 +256,13 @@ class RecoveryRunner:
         return True
 
     # -- one round --------------------------------------------------------------------------------
-    async def _round(self, run: Run, observation: Observation | None) -> bool:
-        """One pass over the steps. True means VERIFY saw a new loss: run another round."""
+    async def _round(self, run: Run, seen: Seen | None) -> bool:
+        """One pass over the steps. True means VERIFY saw a new loss: run another round.
+        ``seen``: the observation (and its diagnosis, when made) that started the recovery."""
         self._set(run, DETECT, state=StepState.RUNNING, started_at=self._clock(), attempts=1)
-        if observation is None:
-            observation = await self._retry_observe(run)
+        observation, made = seen if seen is not None else (await self._retry_observe(run), None)
         # Whatever this observation shows is journaled (a preemption seen first here too).
-        diag = (await self._detector.update(observation, recovering=True)).diagnosis
+        diag = (await self._detector.update(observation, made, recovering=True)).diagnosis
         if observation.ray_reachable and not diag.head_lost:
             self._detector.active_jobs = {
                 j.job_id: j for j in observation.jobs if j.status in ACTIVE_JOBS

@@ -25,7 +25,7 @@ from console.services.record.lease import FileLease
 from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
 from console.services.recovery.diagnosis import Diagnosis, diagnose
-from console.services.recovery.runner import Plan, RecoveryRunner, Run, RunnerSettings
+from console.services.recovery.runner import Plan, RecoveryRunner, Run, RunnerSettings, Seen
 
 
 class Watchdog:
@@ -149,9 +149,10 @@ class Watchdog:
         self.detector.disarm()
 
     # -- detection ------------------------------------------------------------------------------
-    async def on_observation(self, obs: Observation) -> Diagnosis:
-        """Feed one poll: events for what changed; a recovery when auto and confirmed."""
-        verdict = await self.detector.update(obs, recovering=self.running)
+    async def on_observation(self, obs: Observation, diag: Diagnosis | None = None) -> Diagnosis:
+        """Feed one poll (and its diagnosis, when the caller made it): events for what
+        changed; a recovery when auto and confirmed."""
+        verdict = await self.detector.update(obs, diag, recovering=self.running)
         if not verdict.trouble or self.running:
             return verdict.diagnosis
         if not (self.auto and self.armed) or self.detector.held:
@@ -160,40 +161,50 @@ class Watchdog:
             if self._action_lease is not None and self._action_lease.busy_elsewhere():
                 return verdict.diagnosis  # another process is reshaping the cluster
             self.start_recovery(
-                actor="watchdog", trigger=verdict.diagnosis.summary(), observation=obs
+                actor="watchdog",
+                trigger=verdict.diagnosis.summary(),
+                observation=obs,
+                diagnosis=verdict.diagnosis,
             )
         return verdict.diagnosis
 
-    async def follow(self, obs: Observation) -> Diagnosis:
+    async def follow(self, obs: Observation, diag: Diagnosis | None = None) -> Diagnosis:
         """Another process watches this pod: keep the memory, journal and recover nothing."""
-        return (await self.detector.update(obs, silent=True)).diagnosis
+        return (await self.detector.update(obs, diag, silent=True)).diagnosis
 
     # -- recovery -------------------------------------------------------------------------------
     def start_recovery(
-        self, actor: str = "user", trigger: str = "", observation: Observation | None = None
+        self,
+        actor: str = "user",
+        trigger: str = "",
+        observation: Observation | None = None,
+        diagnosis: Diagnosis | None = None,
     ) -> asyncio.Task[RecoveryStatus]:
         """Start the loop, or return the running one (one recovery at a time)."""
         if self._task is not None and not self._task.done():
             return self._task
         det = self.detector
         detected_at, detect_s = self._clock(), None
+        diag = diagnosis
         if det.unhealthy_since is not None:
             # The poller saw the problem first: MTTR counts from then, not from the request.
             detected_at, detect_s = det.unhealthy_since, det.detect_s
         elif observation is not None:
             detected_at = observation.at
-            detect_s = det.detect_delay(observation, diagnose(observation))
+            diag = diag if diag is not None else diagnose(observation)
+            detect_s = det.detect_delay(observation, diag)
         run = self.runner.new_run(actor, trigger, detected_at, detect_s)
-        self._task = asyncio.create_task(self._recover(run, observation))
+        seen = (observation, diag) if observation is not None else None
+        self._task = asyncio.create_task(self._recover(run, seen))
         return self._task
 
-    async def _recover(self, run: Run, observation: Observation | None) -> RecoveryStatus:
+    async def _recover(self, run: Run, seen: Seen | None) -> RecoveryStatus:
         lease = self._action_lease
         if lease is None:
-            ok = await self.runner.run(run, observation)
+            ok = await self.runner.run(run, seen)
         else:
             async with lease.hold():
-                ok = await self.runner.run(run, observation)
+                ok = await self.runner.run(run, seen)
         if ok:
             self._auto_failures = 0
         else:
