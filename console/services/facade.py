@@ -314,9 +314,10 @@ class Facade:
     async def refresh(self) -> PodSnapshot:
         await self.sharing.follow_journal()  # first: what the other front ends did
         obs = await self.observe()
+        diag = diagnose(obs)  # once per observation: the snapshot and the watchdog share it
         self._snapshot = pod_snapshot(
             obs,
-            diagnose(obs),
+            diag,
             provider=self.config.cluster.provider,
             node_name=self.config.cluster.node_name,
             ray_expected=self.watchdog.armed,
@@ -324,10 +325,10 @@ class Facade:
         self.bus.publish(self._snapshot)
         if self.sharing.owner:
             self._took_over()
-            await self.watchdog.on_observation(obs)
+            await self.watchdog.on_observation(obs, diag)
         else:
             self._was_owner = False
-            await self.watchdog.follow(obs)
+            await self.watchdog.follow(obs, diag)
         return self._snapshot
 
     def _took_over(self) -> None:
