@@ -63,3 +63,9 @@ class Observation:
 
     def host(self, name: str) -> HostObservation | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+
+def layer_silent_text(layer: str, budget_s: float) -> str:
+    """What an observation says of a layer that did not answer within the poll's budget (a
+    slow or hung API): the backend writes it into the observation's ``error``."""
+    return f"{layer} did not answer within {budget_s:g}s"

@@ -333,11 +333,6 @@ def condition_text(cond: HostCondition, h: HostObservation) -> str:
     }[cond]
 
 
-def layer_silent_text(layer: str, budget_s: float) -> str:
-    """A layer that did not answer within the poll's budget (a slow or hung API)."""
-    return f"{layer} did not answer within {budget_s:g}s"
-
-
 def event_kind(cond: HostCondition, h: HostObservation) -> str:
     """The journal's kind for a host entering ``cond`` (a preemption is ``preempted``)."""
     if cond is HostCondition.LOST:

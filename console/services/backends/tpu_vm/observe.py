@@ -20,8 +20,7 @@ from console.services.backends.tpu_vm.probes import ProbePlanner
 from console.services.backends.tpu_vm.ray import RayError, RayNodeInfo, alive_by_ip
 from console.services.backends.tpu_vm.tpu import NodeInfo, TpuApiError
 from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
-from console.services.observation import HostObservation, Observation
-from console.services.recovery.diagnosis import layer_silent_text
+from console.services.observation import HostObservation, Observation, layer_silent_text
 
 
 @dataclass
