@@ -9,68 +9,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from emulators.gke import client
 from emulators.gke import layout as L
+from emulators.kit import cli as kit
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"{self.prog}: error: {message}") from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return value
-
-
-def _count(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be {lo}..{hi}, got {value}")
-        return value
-
-    return parse
+WORDS = kit.Words("GKE emulator", "phantom gke")
 
 
 def _run_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--run-dir",
-        type=Path,
-        default=None,
-        help=f"state directory of the emulator (default {L.default_run_dir()})",
-    )
+    kit.add_run_dir(p, L.default_run_dir())
 
 
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
     _run_dir(p)
     p.add_argument(
         "--slices",
-        type=_count(1, L.MAX_SLICES),
+        type=kit.count(1, L.MAX_SLICES),
         default=L.DEFAULT_SLICES,
         help="v5p-64 slices (8 TPU nodes each) besides the cpu-np pool",
     )
     p.add_argument(
         "--port",
-        type=_count(0, 65535),
+        type=kit.count(0, 65535),
         default=0,
         help="API server port on 127.0.0.1 (0 = a free one)",
     )
     p.add_argument(
         "--recreate-delay",
-        type=_seconds,
+        type=kit.seconds,
         default=L.DEFAULT_RECREATE_DELAY,
         help="seconds before a preempted slice's nodes come back",
     )
@@ -84,65 +52,65 @@ def _cluster_flags(p: argparse.ArgumentParser) -> None:
 def _daemon_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shutdown-grace",
-        type=_seconds,
+        type=kit.seconds,
         default=L.DEFAULT_SHUTDOWN_GRACE,
         help="node shutdown grace cap on preemption (seconds)",
     )
     p.add_argument(
         "--bookmark-interval",
-        type=_seconds,
+        type=kit.seconds,
         default=L.DEFAULT_BOOKMARK_INTERVAL,
         help="seconds between watch BOOKMARKs (allowWatchBookmarks=true)",
     )
     p.add_argument(
         "--log-idle-timeout",
-        type=_seconds,
+        type=kit.seconds,
         default=L.DEFAULT_LOG_IDLE_TIMEOUT,
         help="close a log follow idle this long (0 = never)",
     )
     p.add_argument(
         "--log-max-duration",
-        type=_seconds,
+        type=kit.seconds,
         default=0.0,
         help="close any log follow after this long (0 = never)",
     )
     p.add_argument(
         "--watch-history",
-        type=_count(1, 10_000_000),
+        type=kit.count(1, 10_000_000),
         default=L.DEFAULT_WATCH_HISTORY,
         help="change events kept for watch resume (older ones get 410 Gone)",
     )
     p.add_argument(
         "--job-backoff",
-        type=_seconds,
+        type=kit.seconds,
         default=10.0,
         help="base of the Job controller's replacement back-off (seconds)",
     )
     p.add_argument(
         "--crash-backoff",
-        type=_seconds,
+        type=kit.seconds,
         default=10.0,
         help="base of the kubelet's CrashLoopBackOff (seconds)",
     )
     p.add_argument(
         "--schedule-retry",
-        type=_seconds,
+        type=kit.seconds,
         default=10.0,
         help="seconds between FailedScheduling events of a pending pod",
     )
 
 
 def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = kit.Parser(
         prog=prog,
         description="Emulated GKE cluster (v5p-64 spot slices) on "
         "loopback, for kubectl and kubernetes-asyncio.",
     )
-    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=kit.Parser)
     up = sub.add_parser("up", help="start the emulator and wait until its API answers")
     _cluster_flags(up)
     _daemon_flags(up)
-    up.add_argument("--timeout", type=_seconds, default=60.0)
+    up.add_argument("--timeout", type=kit.seconds, default=60.0)
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show the server, kubeconfig and slices")
     _run_dir(st)
@@ -152,7 +120,7 @@ def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentPars
     pre.add_argument("slice", metavar="SLICE", help="slice index or node pool name")
     pre.add_argument(
         "--grace",
-        type=_seconds,
+        type=kit.seconds,
         default=None,
         help="node shutdown grace (pods get min(their grace, this); default 30)",
     )
@@ -198,25 +166,16 @@ def format_status(info: client.GkeInfo) -> str:
 
 def _print_status(run_dir: Path, as_json: bool) -> int:
     data = client.status_json(run_dir)
-    if data is None:
-        print(
-            f"no GKE emulator is running for {run_dir}; start one with `phantom gke up`",
-            file=sys.stderr,
-        )
-        return 1
-    print(json.dumps(data, indent=2) if as_json else format_status(client.GkeInfo.from_json(data)))
-    return 0
+    return kit.print_status(
+        WORDS, run_dir, data, as_json, lambda d: format_status(client.GkeInfo.from_json(d))
+    )
 
 
 def gke_main(argv: list[str]) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 2
-        return int(exc.code or 0)
-    run_dir: Path = (args.run_dir or L.default_run_dir()).expanduser().absolute()
+    args = kit.parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    run_dir = kit.run_dir_of(args, L.default_run_dir)
     extra: list[str] = []
     if args.cmd in ("up", "serve"):
         for key in _DAEMON_KEYS:
@@ -261,16 +220,12 @@ def gke_main(argv: list[str]) -> int:
                 )
             return 0
         if args.cmd == "down":
-            if client.stop(run_dir):
-                print(f"GKE emulator for {run_dir} stopped", file=sys.stderr)
-            else:
-                print(f"no GKE emulator was running for {run_dir}", file=sys.stderr)
-            return 0
+            return kit.report_down(WORDS, run_dir, client.stop(run_dir))
     except client.GkeNotRunning as exc:
-        print(f"error: {exc}; start one with `phantom gke up`", file=sys.stderr)
+        kit.error(f"{exc}; {WORDS.hint}")
         return 1
     except client.GkeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        kit.error(exc)
         return exc.exit_code
     raise AssertionError(f"unhandled command {args.cmd}")
 

@@ -9,14 +9,8 @@ container process it started. Async variants run the same calls in a thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from emulators.gke import layout as L
+from emulators.kit import control
+from emulators.kit.layout import absolute, read_path, read_text
 from emulators.tpu_pod.procs import find_marked, kill_marked
 
 
@@ -87,37 +83,18 @@ class GkeInfo:
         )
 
 
+ERRORS = control.Errors("GKE emulator", GkeError, GkeUsageError, GkeNotRunning)
+
+
 def _layout(run_dir: Path | str | None) -> L.RunLayout:
-    return L.RunLayout(Path(run_dir or L.default_run_dir()).expanduser().absolute())
+    return L.RunLayout(absolute(run_dir or L.default_run_dir()))
 
 
 def request(
     run_dir: Path | str | None, payload: dict[str, Any], timeout: float = 60.0
 ) -> dict[str, Any]:
     layout = _layout(run_dir)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    buf = b""
-    try:
-        try:
-            sock.connect(layout.control_address)
-        except (ConnectionRefusedError, FileNotFoundError) as exc:
-            raise GkeNotRunning(f"no GKE emulator is running for {layout.run_dir}") from exc
-        sock.sendall(json.dumps(payload).encode() + b"\n")
-        while not buf.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    finally:
-        sock.close()
-    if not buf:
-        raise GkeNotRunning(f"the GKE emulator for {layout.run_dir} closed the connection")
-    reply: dict[str, Any] = json.loads(buf)
-    if not reply.get("ok"):
-        cls = GkeUsageError if reply.get("code") == 2 else GkeError
-        raise cls(str(reply.get("error", "unknown error")))
-    return reply
+    return control.request(layout.control_address, payload, timeout, ERRORS, layout.run_dir)
 
 
 def status(run_dir: Path | str | None = None) -> GkeInfo | None:
@@ -134,17 +111,6 @@ def status_json(run_dir: Path | str | None = None) -> dict[str, Any] | None:
     except GkeNotRunning:
         return None
     return data
-
-
-def _daemon_error(layout: L.RunLayout) -> str:
-    try:
-        lines = layout.log_file.read_text(errors="replace").splitlines()[-20:]
-    except OSError:
-        return "the emulator daemon exited without a message"
-    for line in reversed(lines):
-        if "error: " in line:
-            return line.split("error: ", 1)[1]
-    return "\n".join(lines) or "the emulator daemon exited without a message"
 
 
 def start(
@@ -192,33 +158,26 @@ def start(
         argv.append("--quota-stall")
     argv += extra_args or []
     env = {**os.environ, "NO_GCE_CHECK": "True"}
-    with open(layout.log_file, "ab") as logf:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=logf,
-            start_new_session=True,
-            close_fds=True,
-            cwd=str(layout.run_dir),
-            env=env,
-        )
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            code = GkeUsageError if proc.returncode == 2 else GkeError
-            raise code(f"the GKE emulator failed to start: {_daemon_error(layout)}")
+    proc = control.spawn(argv, layout, env)
+
+    def ready() -> GkeInfo | None:
         info = status(layout.run_dir)
-        if info is not None and _answers(info.server):
-            if progress is not None:
-                progress(f"API server {info.server} ready; kubeconfig {info.kubeconfig}")
-            return info
-        if time.monotonic() > deadline:
-            stop(layout.run_dir)
-            raise GkeError(
-                f"the GKE emulator did not answer within {timeout:.0f}s; see {layout.log_file}"
-            )
-        time.sleep(0.05)
+        return info if info is not None and _answers(info.server) else None
+
+    def exited(returncode: int) -> GkeError:
+        code = GkeUsageError if returncode == 2 else GkeError
+        return code(f"the GKE emulator failed to start: {control.daemon_error(layout)}")
+
+    def timed_out() -> GkeError:
+        stop(layout.run_dir)
+        return GkeError(
+            f"the GKE emulator did not answer within {timeout:.0f}s; see {layout.log_file}"
+        )
+
+    info = control.wait_up(proc, ready, timeout, exited, timed_out)
+    if progress is not None:
+        progress(f"API server {info.server} ready; kubeconfig {info.kubeconfig}")
+    return info
 
 
 def _answers(server: str) -> bool:
@@ -229,63 +188,30 @@ def _answers(server: str) -> bool:
         return False
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _is_our_daemon(pid: int, layout: L.RunLayout) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return b"emulators.gke" in argv and str(layout.run_dir).encode() in argv
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
 def stop(run_dir: Path | str | None = None, timeout: float = 30.0) -> bool:
     """Stop the daemon and every container process. True if one was running.
 
     Falls back to SIGKILL of the daemon and a sweep of the run's process markers.
     """
     layout = _layout(run_dir)
-    pid_text = _read(layout.pid_file)
-    pid = int(pid_text) if pid_text.isdigit() else None
-    was_running = False
-    with contextlib.suppress(GkeNotRunning):
-        reply = request(layout.run_dir, {"op": "shutdown"}, timeout=timeout)
-        pid = int(reply.get("pid", pid or 0)) or pid
-        was_running = True
-    if pid:
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if _pid_alive(pid) and _is_our_daemon(pid, layout):
-            os.kill(pid, signal.SIGKILL)
-            was_running = True
-    run_id = _read(layout.run_id_file)
+    was_running = control.shut_down(
+        layout,
+        "emulators.gke",
+        lambda: request(layout.run_dir, {"op": "shutdown"}, timeout=timeout),
+        GkeNotRunning,
+        timeout,
+    )
+    run_id = read_text(layout.run_id_file)
     if run_id:
-        cg = _read(layout.cgroup_file)
-        kill_marked(f"{run_id}:", Path(cg) if cg else None)
+        kill_marked(f"{run_id}:", read_path(layout.cgroup_file))
     return was_running
 
 
 def leftover_pids(run_dir: Path | str | None = None) -> list[int]:
     """Pids of this run's container processes still alive ([] after ``stop``)."""
     layout = _layout(run_dir)
-    run_id = _read(layout.run_id_file)
-    cg = _read(layout.cgroup_file)
-    return find_marked(f"{run_id}:", Path(cg) if cg else None) if run_id else []
+    run_id = read_text(layout.run_id_file)
+    return find_marked(f"{run_id}:", read_path(layout.cgroup_file)) if run_id else []
 
 
 def preempt_slice(

@@ -42,6 +42,8 @@ from emulators.gke.nodes import (
 from emulators.gke.services import kubernetes_service
 from emulators.gke.store import Obj, Store
 from emulators.gke.workload.scripts import install_scripts
+from emulators.kit.control import start_control_server
+from emulators.kit.layout import read_path
 from emulators.tpu_pod.procs import kill_marked, make_run_cgroup, remove_cgroup
 
 log = logging.getLogger("phantom.gke")
@@ -301,18 +303,6 @@ class Cluster:
             },
         }
 
-    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await reader.readline()
-            reply = await self._dispatch(json.loads(line or b"{}"))
-        except json.JSONDecodeError as exc:
-            reply = {"ok": False, "code": 2, "error": f"bad request: {exc}"}
-        try:
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        finally:
-            writer.close()
-
     async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         try:
@@ -350,7 +340,7 @@ class Cluster:
         if old.exists():
             # A previous daemon died without cleaning up: its containers go now.
             old_id = old.read_text().strip()
-            old_cg = _read_path(self.layout.cgroup_file)
+            old_cg = read_path(self.layout.cgroup_file)
             if old_id:
                 kill_marked(f"{old_id}:", old_cg)
             remove_cgroup(old_cg)
@@ -402,9 +392,7 @@ class Cluster:
 
     async def run(self) -> int:
         try:
-            control = await asyncio.start_unix_server(
-                self._control, path=self.layout.control_address
-            )
+            control = await start_control_server(self.layout.control_address, self._dispatch)
         except OSError as exc:
             log.error(
                 "error: the GKE emulator is already running for %s (%s)", self.cfg.run_dir, exc
@@ -487,14 +475,6 @@ class Cluster:
         with contextlib.suppress(FileNotFoundError):
             self.layout.pid_file.unlink()
         log.info("stopped")
-
-
-def _read_path(p: Path) -> Path | None:
-    try:
-        text = p.read_text().strip()
-    except OSError:
-        return None
-    return Path(text) if text else None
 
 
 def run_daemon(cfg: DaemonConfig) -> int:

@@ -5,10 +5,11 @@ Stdlib only: imported by the thin client as well as by the daemon.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from emulators.kit.layout import ControlledLayout
+from emulators.kit.layout import default_run_dir as _kit_run_dir
 
 # A GKE 1.33 build string as `kubectl version` shows it for a GKE control plane.
 GIT_VERSION = "v1.33.4-gke.1245000"
@@ -42,8 +43,7 @@ MARKER_ENV = "_PHANTOM_POD_MARKER"
 
 
 def default_run_dir() -> Path:
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state_home) / "phantom" / "gke"
+    return _kit_run_dir("gke")
 
 
 def slice_pool(index: int) -> str:
@@ -57,30 +57,15 @@ def context_name() -> str:
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Where everything of one emulated cluster lives."""
+class RunLayout(ControlledLayout):
+    """Where everything of one emulated cluster lives (log, pid, run id, cgroup and
+    control socket from the kit)."""
 
-    run_dir: Path
+    CONTROL_PREFIX = "phantom-gke"
 
     @property
     def kubeconfig(self) -> Path:
         return self.run_dir / "kubeconfig"
-
-    @property
-    def log_file(self) -> Path:
-        return self.run_dir / "daemon.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.run_dir / "daemon.pid"
-
-    @property
-    def run_id_file(self) -> Path:
-        return self.run_dir / "run_id"
-
-    @property
-    def cgroup_file(self) -> Path:
-        return self.run_dir / "cgroup"
 
     @property
     def pods_dir(self) -> Path:
@@ -101,12 +86,6 @@ class RunLayout:
     def bin_dir(self) -> Path:
         """Put on every container's PATH: the image's scripts (run_gptoss_20b_rl.sh, ...)."""
         return self.run_dir / "bin"
-
-    @property
-    def control_address(self) -> str:
-        """Abstract unix socket of the control channel (one daemon per run dir)."""
-        digest = hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:24]
-        return f"\0phantom-gke-{digest}"
 
     @property
     def hosts_file(self) -> Path:
