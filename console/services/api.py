@@ -30,15 +30,6 @@ from console.services.model import (
 )
 
 
-class JobsUnavailable(Exception):
-    """The cluster's jobs cannot be asked now (Ray not running, no tunnel to the head): an
-    expected state to show, not an error to report. The message says how to get there."""
-
-
-class UnknownJob(LookupError):
-    """The cluster has no job with that id (never had, or lost it with its head)."""
-
-
 class ConsoleServices(Protocol):
     config: Config
     #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every

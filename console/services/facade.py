@@ -27,11 +27,11 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from console.config import Config
-from console.services.api import JobsUnavailable
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
+from console.services.errors import JobsUnavailable
 from console.services.jobs.budget import RetryBudget
 from console.services.jobs.registry import JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
@@ -119,7 +119,10 @@ class Facade:
         )
         self.job_watcher = JobWatcher(self.backend.list_jobs)
         self.cadence_tracker = CadenceTracker(
-            self.backend.cadence_sources(), rec.stall_factor, clock=clock
+            self.backend.cadence_sources(),
+            rec.stall_factor,
+            clock=clock,
+            source_deadline_s=rec.cadence_deadline_s,
         )
         self._cadence: list[RunCadence] = []
         self._cadence_at = clock()  # when the last cadence poll finished

@@ -26,8 +26,9 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from console.services.api import ConsoleServices, JobsUnavailable
+from console.services.api import ConsoleServices
 from console.services.capabilities import Capability, can
+from console.services.errors import JobsUnavailable
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import (

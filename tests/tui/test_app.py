@@ -20,7 +20,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Select
 
 from console.config import parse_config
-from console.services.api import JobsUnavailable
+from console.services.errors import JobsUnavailable
 from console.services.model import HostStatus, LogLine
 from console.tui.app import PhantomApp, TuiSettings
 from console.tui.messages import LatestPod, LogInbox, PodUpdated

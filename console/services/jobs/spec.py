@@ -20,6 +20,7 @@ from typing import Any
 
 from console.config.runtime_env import validate_runtime_env
 from console.secrets import mask_env
+from console.services.errors import ConsoleError
 
 MODES = ("single", "distributed", "sweep")
 SWEEP_METHODS = ("random", "grid")  # what engine.sweep implements
@@ -29,7 +30,7 @@ DEFAULT_TRAIN_ARGS = "--algo ppo --total-timesteps 5000 --alpha 0.3 --device cpu
 WORKING_DIR_EXCLUDES = [".venv", ".git", "runs", "wandb", "tests/__snapshots__", "*.egg-info"]
 
 
-class SpecError(ValueError):
+class SpecError(ConsoleError, ValueError):
     def __init__(self, problems: Mapping[str, str]) -> None:
         self.problems = dict(problems)
         super().__init__("; ".join(f"{k}: {v}" for k, v in self.problems.items()))

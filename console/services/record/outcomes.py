@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from console.services.api import UnknownJob
+from console.services.errors import UnknownJob
 from console.services.model import ActionResult, JobInfo, JobStatus
 from console.services.record.journal import Journal, JournalError
 

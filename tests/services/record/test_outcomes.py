@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from console.services.api import UnknownJob
+from console.services.errors import UnknownJob
 from console.services.jobs.registry import JobRegistry, SubmittedJob
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.watcher import JobWatcher

@@ -20,7 +20,6 @@ from dataclasses import replace
 import yaml
 
 from console.config import Config
-from console.services.api import JobsUnavailable, UnknownJob
 from console.services.backends.base import Resubmit
 from console.services.backends.gke import CAPABILITIES
 from console.services.backends.gke import manifests as M
@@ -50,6 +49,7 @@ from console.services.backends.gke.registry import (
 )
 from console.services.backends.gke.storage import StorageError, exists, readable_uri
 from console.services.cadence.sources import CadenceSource
+from console.services.errors import JobsUnavailable, UnknownJob
 from console.services.jobs.spec import SpecError, SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from console.services.errors import BackendError
+
 Obj = dict[str, Any]
 
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -64,7 +66,7 @@ class WatchEvent:
         return str((self.obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-class KubeError(Exception):
+class KubeError(BackendError):
     """The API server refused a call; ``status`` is its HTTP code, ``reason`` the Status
     reason (NotFound, AlreadyExists, Invalid, Expired ...)."""
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
+from console.services.errors import BackendError
 
-class StorageError(Exception):
+
+class StorageError(BackendError):
     """A location that cannot be checked (names it, why and the fix)."""
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
-from console.services.api import JobsUnavailable
 from console.services.backends.base import Resubmit
 from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
@@ -33,6 +32,7 @@ from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
+from console.services.errors import JobsUnavailable
 from console.services.jobs.env import check_job_env, console_job_env
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import (

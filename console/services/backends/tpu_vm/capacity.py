@@ -35,6 +35,7 @@ from google.cloud import tpu_v2
 from google.rpc import code_pb2
 
 from console.config import CapacityConfig
+from console.services.errors import BackendError
 from console.services.model import HostState
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class Attempt:
         }
 
 
-class CapacityError(Exception):
+class CapacityError(BackendError):
     """The slice could not be had within ``timeout_s`` (or the API refused for good)."""
 
 

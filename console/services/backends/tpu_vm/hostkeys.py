@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
+from console.services.errors import BackendError
+
 if TYPE_CHECKING:
     from console.services.backends.tpu_vm.endpoints import HostEndpoint
 
@@ -67,7 +69,7 @@ class HostKeyEvent:
         return f"host key for {self.host} ({self.ip}) recorded: {self.new_fingerprint}"
 
 
-class HostKeyError(Exception):
+class HostKeyError(BackendError):
     """A host key was refused. ``str()`` is one line naming host, IP, fingerprints and the fix."""
 
     def __init__(self, message: str, *, host: str, ip: str) -> None:

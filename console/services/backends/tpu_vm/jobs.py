@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from console.secrets import Scrubber
-from console.services.api import UnknownJob
+from console.services.errors import BackendError, UnknownJob
 from console.services.jobs.env import masked_env
 from console.services.jobs.spec import SubmitSpec, new_job_id, spec_metadata
 from console.services.model import (
@@ -50,7 +50,7 @@ T = TypeVar("T")
 _EXIT_CODE = re.compile(r"^Job entrypoint command failed with exit code (\d+)\b")
 
 
-class JobError(Exception):
+class JobError(BackendError):
     """A jobs operation failed; the message names what and how to fix it."""
 
     def __init__(self, message: str, *, address: str = "", job_id: str = "") -> None:

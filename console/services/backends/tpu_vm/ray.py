@@ -37,6 +37,7 @@ from console.config import Config, RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.ssh import OutputCallback, SshFanout
+from console.services.errors import BackendError
 from console.services.model import HostResult, RayState
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def default_bootstrap_command(config: Config) -> str:
     return LOCAL_BOOTSTRAP if config.is_local else GCP_BOOTSTRAP
 
 
-class RayError(Exception):
+class RayError(BackendError):
     """A Ray step failed; one line naming what and why."""
 
 

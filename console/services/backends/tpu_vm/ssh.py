@@ -39,6 +39,7 @@ from console.services.backends.tpu_vm.hostkeys import (
     HostKeyError,
     HostKeyPolicy,
 )
+from console.services.errors import BackendError
 from console.services.model import HostResult
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ _CIPHERS = [
 ]
 
 
-class SshError(Exception):
+class SshError(BackendError):
     """A host could not be reached or refused us; ``str()`` is the one-line reason."""
 
     def __init__(

@@ -41,6 +41,7 @@ from console.services.backends.tpu_vm.capacity import (
 )
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.locate import Whereabouts
+from console.services.errors import BackendError
 from console.services.model import HostState
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ HOSTKEYS_QUERY = "hostkeys/"
 ProgressCallback = Callable[[Any], Awaitable[None] | None]
 
 
-class TpuApiError(Exception):
+class TpuApiError(BackendError):
     """A TPU API call failed; ``str()`` is one line: node, call and cause."""
 
 

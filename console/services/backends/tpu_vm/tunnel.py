@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import asyncssh
 
 from console.config import RayConfig
+from console.services.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ Forward = tuple[str, int, str, int]  # local_host, local_port, remote_host, remo
 ChangeCallback = Callable[[bool, str], None]
 
 
-class TunnelError(Exception):
+class TunnelError(BackendError):
     """The tunnel could not be opened; one line naming the forward and the cause."""
 
 
