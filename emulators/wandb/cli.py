@@ -8,60 +8,31 @@ variable it was read from, or the file a generated one is kept in.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from emulators.kit import cli as kit
 from emulators.wandb import client
 from emulators.wandb import layout as L
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"{self.prog}: error: {message}") from None
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
-    return value
+WORDS = kit.Words("W&B emulator", "phantom wandb")
 
 
 def _run_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--run-dir",
-        type=Path,
-        default=None,
-        help=f"state directory of the emulator (default {L.default_run_dir()})",
-    )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
-    return value
+    kit.add_run_dir(p, L.default_run_dir())
 
 
 def _server_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--crash-after",
-        type=_seconds,
+        type=kit.positive_seconds,
         default=300.0,
         metavar="S",
         help="a running run with no heartbeat for S seconds shows as crashed (default 300)",
     )
     p.add_argument(
         "--agent-timeout",
-        type=_seconds,
+        type=kit.positive_seconds,
         default=60.0,
         metavar="S",
         help="a sweep agent silent for S seconds loses its preempted run to another agent "
@@ -70,15 +41,17 @@ def _server_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = kit.Parser(
         prog=prog,
         description="Emulated W&B server on loopback for the wandb SDK and CLI "
         "(WANDB_BASE_URL=<its URL>).",
     )
-    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=kit.Parser)
     up = sub.add_parser("up", help="start the server and wait until it answers")
     _run_dir(up)
-    up.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (0 = a free one)")
+    up.add_argument(
+        "--port", type=kit.count(0, 65535), default=0, help="port on 127.0.0.1 (0 = a free one)"
+    )
     up.add_argument(
         "--api-key-env",
         default=L.API_KEY_ENV,
@@ -96,7 +69,7 @@ def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentPa
     _run_dir(down)
     serve = sub.add_parser("serve", help="run the server in the foreground (used by `up`)")
     _run_dir(serve)
-    serve.add_argument("--port", type=_port, default=0)
+    serve.add_argument("--port", type=kit.count(0, 65535), default=0)
     _server_flags(serve)
     return parser
 
@@ -120,26 +93,14 @@ def format_status(data: dict[str, object]) -> str:
 
 
 def _print_status(run_dir: Path, as_json: bool) -> int:
-    data = client.status_json(run_dir)
-    if data is None:
-        print(
-            f"no W&B emulator is running for {run_dir}; start one with `phantom wandb up`",
-            file=sys.stderr,
-        )
-        return 1
-    print(json.dumps(data, indent=2) if as_json else format_status(data))
-    return 0
+    return kit.print_status(WORDS, run_dir, client.status_json(run_dir), as_json, format_status)
 
 
 def wandb_main(argv: list[str]) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 2
-        return int(exc.code or 0)
-    run_dir: Path = (args.run_dir or L.default_run_dir()).expanduser().absolute()
+    args = kit.parse(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    run_dir = kit.run_dir_of(args, L.default_run_dir)
     try:
         if args.cmd == "serve":
             from emulators.wandb.server import ServerConfig, run_server
@@ -170,13 +131,9 @@ def wandb_main(argv: list[str]) -> int:
         if args.cmd == "status":
             return _print_status(run_dir, args.json)
         if args.cmd == "down":
-            if client.stop(run_dir):
-                print(f"W&B emulator for {run_dir} stopped", file=sys.stderr)
-            else:
-                print(f"no W&B emulator was running for {run_dir}", file=sys.stderr)
-            return 0
+            return kit.report_down(WORDS, run_dir, client.stop(run_dir))
     except client.WandbEmuError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        kit.error(exc)
         return exc.exit_code
     raise AssertionError(f"unhandled command {args.cmd}")
 

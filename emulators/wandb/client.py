@@ -11,16 +11,15 @@ import contextlib
 import json
 import os
 import secrets
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulators.kit import control
+from emulators.kit.layout import absolute, read_pid
 from emulators.wandb import layout as L
 
 
@@ -55,7 +54,7 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _layout(run_dir: Path | str | None) -> L.RunLayout:
-    return L.RunLayout(Path(run_dir or L.default_run_dir()).expanduser().absolute())
+    return L.RunLayout(absolute(run_dir or L.default_run_dir()))
 
 
 def _read_info(layout: L.RunLayout) -> dict[str, Any] | None:
@@ -64,23 +63,6 @@ def _read_info(layout: L.RunLayout) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _is_our_daemon(pid: int, layout: L.RunLayout) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return b"emulators.wandb" in argv and str(layout.run_dir).encode() in argv
 
 
 def _get_status(base_url: str, timeout: float = 2.0) -> dict[str, Any] | None:
@@ -106,7 +88,7 @@ def status(run_dir: Path | str | None = None) -> WandbInfo | None:
     """The running emulator, or None if none runs for ``run_dir``."""
     layout = _layout(run_dir)
     info = _read_info(layout)
-    if info is None or not _pid_alive(int(info["pid"])):
+    if info is None or not control.pid_alive(int(info["pid"])):
         return None
     live = _get_status(str(info["base_url"]))
     if live is None:
@@ -199,65 +181,39 @@ def start(
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(Path(__file__).resolve().parents[2]), env_in.get("PYTHONPATH")) if p
     )
-    with open(layout.log_file, "ab") as logf:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=logf,
-            start_new_session=True,
-            close_fds=True,
-            cwd=str(layout.run_dir),
-            env=env,
+    proc = control.spawn(argv, layout, env)
+
+    def exited(returncode: int) -> WandbEmuError:
+        code = WandbEmuUsageError if returncode == 2 else WandbEmuError
+        error = control.daemon_error(layout, show=3, silent="the daemon exited without a message")
+        return code(f"the W&B emulator failed to start: {error}")
+
+    def timed_out() -> WandbEmuError:
+        stop(layout.run_dir)
+        return WandbEmuError(
+            f"the W&B emulator did not answer within {timeout:.0f}s; see {layout.log_file}"
         )
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            code = WandbEmuUsageError if proc.returncode == 2 else WandbEmuError
-            raise code(f"the W&B emulator failed to start: {_daemon_error(layout)}")
-        info = status(layout.run_dir)
-        if info is not None:
-            if progress is not None:
-                progress(f"W&B emulator ready at {info.base_url}")
-            return info
-        if time.monotonic() > deadline:
-            stop(layout.run_dir)
-            raise WandbEmuError(
-                f"the W&B emulator did not answer within {timeout:.0f}s; see {layout.log_file}"
-            )
-        time.sleep(0.05)
 
-
-def _daemon_error(layout: L.RunLayout) -> str:
-    try:
-        lines = layout.log_file.read_text(errors="replace").splitlines()[-20:]
-    except OSError:
-        return "the daemon exited without a message"
-    for line in reversed(lines):
-        if "error: " in line:
-            return line.split("error: ", 1)[1]
-    return "\n".join(lines[-3:]) or "the daemon exited without a message"
+    info = control.wait_up(proc, lambda: status(layout.run_dir), timeout, exited, timed_out)
+    if progress is not None:
+        progress(f"W&B emulator ready at {info.base_url}")
+    return info
 
 
 def stop(run_dir: Path | str | None = None, timeout: float = 15.0) -> bool:
     """Stop the daemon of ``run_dir`` (its state is saved first). True if one was running."""
     layout = _layout(run_dir)
-    try:
-        pid_text = layout.pid_file.read_text().strip()
-    except OSError:
-        pid_text = ""
     info = _read_info(layout)
-    pid = int(pid_text) if pid_text.isdigit() else int(info["pid"]) if info else 0
-    if not pid or not _pid_alive(pid) or not _is_our_daemon(pid, layout):
+    pid = read_pid(layout.pid_file)
+    if pid is None:
+        pid = int(info["pid"]) if info else 0
+    if not pid or not control.pid_alive(pid):
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if _pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    if not control.is_our_daemon(pid, "emulators.wandb", layout.run_dir):
+        return False
+    control.terminate(pid, timeout)
     return True
 
 
 def pid_alive(pid: int) -> bool:
-    return _pid_alive(pid)
+    return control.pid_alive(pid)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from emulators.kit.layout import DaemonLayout
+from emulators.kit.layout import default_run_dir as _kit_run_dir
 
 # The accepted API key is read from this variable (of `up`'s environment) and handed to
 # the daemon in its environment, never on its command line. Unset: `up` makes one and
@@ -16,23 +18,16 @@ SERVER_VERSION = "0.76.0"  # a W&B Server release new enough for every wandb 0.3
 
 
 def default_run_dir() -> Path:
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state_home) / "phantom" / "wandb"
+    return _kit_run_dir("wandb")
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Where everything of one emulated W&B server lives."""
+class RunLayout(DaemonLayout):
+    """Where everything of one emulated W&B server lives (log and pid file from the kit).
 
-    run_dir: Path
-
-    @property
-    def log_file(self) -> Path:
-        return self.run_dir / "daemon.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.run_dir / "daemon.pid"
+    No control socket: the server's own HTTP ``/_phantom/status`` answers for it, and
+    it is stopped by pid (SIGTERM saves its state first).
+    """
 
     @property
     def info_file(self) -> Path:
