@@ -144,6 +144,12 @@ class WandbConfig:
     dir: str = ""
     """Where offline runs live locally (cadence reads them); empty: the state dir on the
     emulator, ./wandb otherwise."""
+    base_url: str = ""
+    """Online: the W&B server (e.g. the emulator's http://127.0.0.1:PORT from `phantom
+    wandb up`); empty: $WANDB_BASE_URL, else api.wandb.ai."""
+    online_lag_s: float = 15.0
+    """Online: how late history reaches the server (the SDK's file-stream interval, 15 s),
+    added to the stall threshold."""
 
 
 @dataclass(frozen=True)
@@ -482,6 +488,7 @@ _NON_NEGATIVE = {
     "gke.max_restarts",
     "gke.termination_grace_s",
     "gke.metrics_lag_s",
+    "wandb.online_lag_s",
 }
 _PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
 _PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
@@ -518,6 +525,8 @@ def _check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: must be 0 or more")
     elif key.startswith("gke."):
         problems += gke_value_problems(key, value)
+    elif key == "wandb.base_url" and value and not value.startswith(("http://", "https://")):
+        problems.append(f"{key} = {value!r}: a URL such as http://127.0.0.1:PORT, or empty")
     elif key == "wandb.api_key_env":
         if not ENV_NAME_RE.match(value):
             problems.append(

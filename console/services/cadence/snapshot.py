@@ -71,7 +71,7 @@ def read_cadence(
     late = f"no answer within {deadline_s:g}s ({DEADLINE_SETTING}); not waited for"
     out: list[RunCadence] = []
     listings = [(s.kind, in_daemon_thread(functools.partial(_parts, s))) for s in sources]
-    reading: list[tuple[_Part, Future[list[RunObservation]]]] = []
+    reading: list[tuple[_Part, Future[tuple[float, list[RunObservation]]]]] = []
     for kind, listing in listings:
         try:
             parts = listing.result(timeout=left())
@@ -81,18 +81,21 @@ def read_cadence(
         except Exception as exc:
             out.append(stale_entry(kind, "", _why(exc)))
             continue
-        reading += [(part, in_daemon_thread(part.poll)) for part in parts]
+        reading += [
+            (part, in_daemon_thread(functools.partial(_timed, part, clock))) for part in parts
+        ]
     for part, future in reading:
         try:
-            observations = future.result(timeout=left())
+            started, observations = future.result(timeout=left())
         except FutureTimeout:
             out.append(stale_entry(part.kind, part.run_id, late))
             continue
         except Exception as exc:
             out.append(stale_entry(part.kind, part.run_id, _why(exc)))
             continue
-        now = clock()
-        out += [_judge(obs, now, stall_factor) for obs in observations]
+        # Judged as of when the read began: a row it did not see was not there then, but may
+        # be by the time a slow read (a W&B server's answer) returns.
+        out += [_judge(obs, started, stall_factor) for obs in observations]
     out.sort(key=lambda c: (c.source, c.name, c.run_id))
     return out
 
@@ -135,6 +138,11 @@ def _run_name(entrypoint: str) -> str:
         if arg.startswith("--run-name="):
             return arg.split("=", 1)[1]
     return ""
+
+
+def _timed(part: _Part, clock: Callable[[], float]) -> tuple[float, list[RunObservation]]:
+    started = clock()
+    return started, part.poll()
 
 
 def _parts(source: CadenceSource) -> list[_Part]:

@@ -202,6 +202,12 @@ class OnlineRunSource:
     def path(self) -> str:
         return f"{self.entity}/{self.project}" if self.entity else self.project
 
+    def prepare(self) -> None:
+        """Load the W&B public API (an import of wandb, ~3 s on a busy machine), so that a
+        one-shot read's deadline measures the server, not our own start-up."""
+        if self._api_factory is None:
+            import wandb.apis.public  # noqa: F401
+
     def _make_api(self) -> Any:
         if self._api_factory is not None:
             return self._api_factory()
@@ -238,8 +244,9 @@ class OnlineRunSource:
             )
         except Exception as exc:
             self._api = None  # re-login next time (server back, key rotated)
+            why = self._scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
             raise CadenceSourceError(
-                f"online cadence: listing runs of {self.path!r} failed: {exc}"
+                f"online cadence: listing runs of {self.path!r} failed: {why}"
             ) from None
         out = []
         for run in runs:
@@ -278,6 +285,10 @@ class OnlineRunSource:
                 )
             )
         return out
+
+    def _scrub(self, text: str) -> str:
+        environ = os.environ if self._environ is None else self._environ
+        return Scrubber(names=[self.api_key_env], environ=environ).text(text)
 
 
 def _attr(run: Any, key: str) -> Any:

@@ -9,12 +9,15 @@ in ``rules`` (seed 000's "are metrics arriving in W&B at steady cadence?"), over
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +31,7 @@ from console.services.cadence.rules import (
     skew_window,
     stall_threshold,
 )
-from console.services.cadence.snapshot import in_daemon_thread
+from console.services.cadence.snapshot import in_daemon_thread, stale_entry
 from console.services.cadence.sources import (
     CadenceSource,
     CadenceSourceError,
@@ -111,6 +114,7 @@ class CadenceTracker:
         sources: Sequence[CadenceSource],
         stall_factor: float,
         clock: Callable[[], float] = time.time,
+        source_deadline_s: float | None = None,
     ) -> None:
         if stall_factor <= 1:
             raise ValueError(
@@ -126,6 +130,13 @@ class CadenceTracker:
         self._latest: list[RunCadence] = []
         self._metrics: list[RunMetrics] = []
         self.errors: dict[str, str] = {}
+        # With a deadline each source is read in a thread of its own: one that hangs (a W&B
+        # server that is slow or down, a stuck mount) is reported stale after the deadline
+        # instead of holding up the others and the poll; it is not read again until its
+        # previous read has returned (sources are not re-entrant).
+        self.source_deadline_s = source_deadline_s
+        # kind -> (our clock, monotonic) when its read started, and the read
+        self._inflight: dict[int, tuple[float, float, Future[list[RunObservation]]]] = {}
         self._lock = threading.Lock()  # state
         self._poll_lock = threading.Lock()  # one poll at a time
 
@@ -137,10 +148,9 @@ class CadenceTracker:
     def poll(self) -> list[RunCadence]:
         with self._poll_lock:
             failing: set[str] = set()
-            for source in self.sources:
-                started = self._clock()
+            for source, started, read in self._read_all():
                 try:
-                    observations = source.poll()
+                    observations = read()
                 except Exception as exc:  # one broken source must not blind the others
                     failing.add(source.kind)
                     msg = str(exc) if isinstance(exc, CadenceSourceError) else repr(exc)
@@ -164,6 +174,38 @@ class CadenceTracker:
                 self._metrics = metrics
                 self._latest = self._compute(now, failing)
                 return list(self._latest)
+
+    def _read_all(
+        self,
+    ) -> list[tuple[CadenceSource, float, Callable[[], list[RunObservation]]]]:
+        """Each source with when its read started and a call that gives its rows or raises
+        (``SourceLate`` past the deadline)."""
+        if self.source_deadline_s is None:
+            return [(s, self._clock(), s.poll) for s in self.sources]
+        deadline = self.source_deadline_s
+        started = self._clock()
+        end = time.monotonic() + deadline
+        pending = []
+        for i, source in enumerate(self.sources):
+            busy = self._inflight.get(i)
+            if busy is None or busy[2].done():
+                busy = (started, time.monotonic(), in_daemon_thread(source.poll))
+                self._inflight[i] = busy
+            pending.append((i, source, *busy))
+        out: list[tuple[CadenceSource, float, Callable[[], list[RunObservation]]]] = []
+        for i, source, began, began_mono, future in pending:
+            try:
+                future.result(timeout=max(0.0, end - time.monotonic()))
+            except FutureTimeout:
+                waited = time.monotonic() - began_mono
+                why = SourceLate(f"{source.kind} cadence: no answer for {waited:.0f}s")
+                out.append((source, began, functools.partial(_raise, why)))
+                continue
+            except Exception:
+                pass  # raised again by .result below, in the caller's try
+            self._inflight.pop(i, None)
+            out.append((source, began, functools.partial(future.result, None)))
+        return out
 
     def _apply(self, kind: str, observations: Sequence[RunObservation], seen_at: float) -> None:
         prev_poll = self._prev_poll.get(kind)
@@ -222,8 +264,9 @@ class CadenceTracker:
                 lag_s=st.lag_s,
                 last_anchor=st.anchor,
             )
-            if st.source in failing and cad.stalled != st.stalled:
-                cad = _with_stalled(cad, st.stalled)  # hold the last verdict while blind
+            if st.source in failing:
+                # Hold the last verdict while blind, and say the numbers are not current.
+                cad = replace(cad, stalled=st.stalled, stale=self.errors.get(st.source, ""))
             if cad.stalled != st.stalled:
                 self._transitions.append(
                     StallTransition(
@@ -241,6 +284,9 @@ class CadenceTracker:
                 )
                 st.stalled = cad.stalled
             out.append(cad)
+        sources_with_runs = {st.source for st in self._runs.values()}
+        for kind in sorted(failing - sources_with_runs):
+            out.append(stale_entry(kind, "", self.errors.get(kind, "")))
         out.sort(key=lambda c: (c.source, c.name, c.run_id))
         return out
 
@@ -260,8 +306,12 @@ class CadenceTracker:
             return list(self._latest)
 
 
-def _with_stalled(cad: RunCadence, stalled: bool) -> RunCadence:
-    return replace(cad, stalled=stalled)
+class SourceLate(CadenceSourceError):
+    """A source did not answer within the tracker's deadline (it is still being read)."""
+
+
+def _raise(exc: Exception) -> list[RunObservation]:
+    raise exc
 
 
 def sources_from_config(
@@ -279,7 +329,9 @@ def sources_from_config(
             OnlineRunSource(
                 wandb_cfg.project,
                 wandb_cfg.entity,
+                base_url=wandb_cfg.base_url or None,
                 api_key_env=wandb_cfg.api_key_env,
+                lag_s=wandb_cfg.online_lag_s,
                 environ=environ,
             )
         )

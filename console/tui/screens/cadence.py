@@ -41,6 +41,8 @@ def _num(value: float | None, fmt: str) -> str:
 def run_cells(run: RunCadence) -> tuple[Cell, ...]:
     base = "bold red" if run.stalled else ""
     state = "STALLED" if run.stalled else (run.state or "-")
+    if run.stale and not run.stalled:
+        state = "STALE"  # its source is slow or down: the numbers are its last ones
     name = run.name if len(run.name) <= 18 else run.name[:17] + "…"
     return (
         (name, base or "bold"),
@@ -49,8 +51,16 @@ def run_cells(run: RunCadence) -> tuple[Cell, ...]:
         (_num(run.steps_per_min, ".0f"), base),
         ("-" if run.last_step is None else str(run.last_step), base),
         (spark(run.recent_intervals, SPARK_WIDTH), "red" if run.stalled else "cyan"),
-        (state, "bold red reverse" if run.stalled else ("green" if state == "running" else "dim")),
+        (state, _state_style(run, state)),
     )
+
+
+def _state_style(run: RunCadence, state: str) -> str:
+    if run.stalled:
+        return "bold red reverse"
+    if state == "STALE":
+        return "yellow"
+    return "green" if state == "running" else "dim"
 
 
 # The seed's Tunix metrics, in the order its tutorial lists them; others follow by name.
@@ -109,6 +119,8 @@ def run_detail(run: RunCadence | None) -> Text:
     if run.stalled and run.seconds_since and run.median_interval_s:
         ratio = run.seconds_since / run.median_interval_s
         out.append(f"\nSTALLED: nothing for {ratio:.0f}× its median interval", "bold red")
+    if run.stale:
+        out.append(f"\nSTALE: {run.stale}", "yellow")
     return out
 
 

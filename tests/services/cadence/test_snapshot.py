@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -249,7 +250,12 @@ def test_the_scripts_status_shows_the_pollers_cadence_and_exits_past_a_hung_file
         job.fifo.unlink()
         seen = _script_status(job.cfg, job.env)
     assert [(c["source"], c["verdict"]) for c in blind] == [("offline", "stale")]
-    assert "the first cadence poll has not finished within 5s" in blind[0]["stale"]
+    # The tracker gives up on the hung read after the deadline (5 s) and marks the source
+    # stale; or the status call's own wait for that first poll ran out first.
+    assert re.search(
+        r"offline cadence: no answer for \d+s|the first cadence poll has not finished within 5s",
+        blind[0]["stale"],
+    ), blind[0]["stale"]
     (run,) = seen
     assert run["name"] == "ppo-cadence-s0" and run["verdict"] == "ok"
     assert run["last_step"] >= job.rows_seen - 1 and run["median_interval_s"] > 0

@@ -3,6 +3,7 @@ which sources a config asks for."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,44 @@ def test_sources_from_config(tmp_path: Path) -> None:
     )
     assert [s.kind for s in online] == ["offline", "online"]
     assert sources_from_config(WandbConfig(mode="disabled")) == []
+
+
+class HangingSource:
+    """A source whose read blocks until released (a W&B server that does not answer)."""
+
+    kind = "online"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.reads = 0
+        self.next: list[RunObservation] = []
+
+    def poll(self) -> list[RunObservation]:
+        self.reads += 1
+        self.release.wait(60)
+        return self.next
+
+
+def test_a_source_that_hangs_is_stale_by_the_deadline_and_blinds_no_other() -> None:
+    clock = Clock(100.0)
+    files, api = ScriptedSource(), HangingSource()
+    files.next = [RunObservation("f", "f", "offline", "running", tuple(pts((0, 98.0), (1, 99.0))))]
+    api.next = [RunObservation("a", "a", "online", "running", tuple(pts((0, 98.0), (1, 99.0))))]
+    tracker = CadenceTracker([files, api], stall_factor=2, clock=clock, source_deadline_s=0.2)
+    cads = {c.source: c for c in tracker.poll()}  # returns although the API never answered
+    assert cads["offline"].verdict == "ok"
+    assert cads["online"].verdict == "stale" and cads["online"].name == "every online run"
+    assert "online cadence: no answer" in tracker.errors["online"]
+    tracker.poll()
+    assert api.reads == 1  # not read again while its previous read hangs
+    api.release.set()  # the server answers: the next read counts
+    for _ in range(50):
+        cads = {c.source: c for c in tracker.poll()}
+        if "online" not in tracker.errors:
+            break
+    assert cads["online"].run_id == "a" and cads["online"].verdict == "ok"
+    # a run it knew keeps its numbers, marked stale, while its source hangs again
+    api.release.clear()
+    (online,) = [c for c in tracker.poll() if c.source == "online"]
+    assert online.run_id == "a" and online.verdict == "stale" and online.last_step == 1
+    api.release.set()
