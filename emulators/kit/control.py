@@ -177,11 +177,20 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return not pid_alive(pid)
 
 
+KILL_WAIT_S = 5.0  # SIGKILL is not instant: a stopped daemon must be gone on return
+
+
+def kill(pid: int) -> None:
+    """SIGKILL, and wait until the process is gone (a big one takes a moment to unmap)."""
+    os.kill(pid, signal.SIGKILL)
+    wait_gone(pid, KILL_WAIT_S)
+
+
 def terminate(pid: int, timeout: float) -> None:
     """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
     os.kill(pid, signal.SIGTERM)
     if not wait_gone(pid, timeout):
-        os.kill(pid, signal.SIGKILL)
+        kill(pid)
 
 
 def shut_down(
@@ -211,6 +220,6 @@ def shut_down(
     if pid:
         wait_gone(pid, timeout)
         if pid_alive(pid) and is_our_daemon(pid, module, layout.run_dir):
-            os.kill(pid, signal.SIGKILL)
+            kill(pid)
             was_running = True
     return was_running

@@ -115,12 +115,20 @@ def test_stop_by_pid_when_the_control_socket_is_gone(run_dir: Path) -> None:
     assert toy.status(run_dir) is None and control.pid_alive(pid)
     # No socket answers: the pid file finds it, and it is SIGKILLed once the wait is over.
     assert toy.stop(run_dir, timeout=0.5)
-    wait_until(lambda: not control.pid_alive(pid), 10, "the deaf daemon killed")
+    assert not control.pid_alive(pid)
 
 
 def test_terminate_by_pid(run_dir: Path) -> None:
     pid = toy.start(run_dir)["pid"]
     control.terminate(pid, timeout=10.0)
+    assert not control.pid_alive(pid)
+
+
+def test_terminate_returns_once_a_daemon_that_ignores_sigterm_is_gone(run_dir: Path) -> None:
+    """SIGKILL is not instant: ``terminate`` (a W&B ``down``) returns only once it is gone."""
+    pid = toy.start(run_dir)["pid"]
+    toy.request(run_dir, {"op": "stubborn"})
+    control.terminate(pid, timeout=0.2)
     assert not control.pid_alive(pid)
 
 

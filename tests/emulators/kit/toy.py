@@ -3,7 +3,8 @@ its thin client and its ``up|status|down`` CLI, each a few lines over ``emulator
 
 ``python -m tests.emulators.kit.toy serve --run-dir D`` is the daemon. Its control ops
 besides ``status`` and ``shutdown``: ``crash`` (SIGKILL itself: no clean-up, the pid file
-stays) and ``deaf`` (close the control socket and keep running).
+stays), ``deaf`` (close the control socket and keep running) and ``stubborn`` (ignore
+SIGTERM).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ async def _serve(lay: ToyLayout) -> int:
             return {"ok": True, "pid": os.getpid()}
         if op == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
+        if op == "stubborn":  # SIGTERM is ignored: only SIGKILL ends it
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            return {"ok": True, "pid": os.getpid()}
         if op == "deaf":  # the socket goes, the process stays: only its pid reaches it
             server.close()
             return {"ok": True, "pid": os.getpid()}
