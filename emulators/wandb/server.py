@@ -41,6 +41,7 @@ class ServerConfig:
     port: int = 0
     crash_after: float = 300.0
     agent_timeout: float = 60.0
+    delay: float = 0.0
 
 
 class WandbServer:
@@ -53,6 +54,9 @@ class WandbServer:
         self.schema = Schema(self.state, lambda: self.base_url, cfg.crash_after, cfg.agent_timeout)
         self.requests = 0
         self.started = time.time()
+        # Seconds every GraphQL and file-stream answer is held back (POST /_phantom/delay):
+        # a slow W&B server, for the clients' deadlines.
+        self.delay_s = cfg.delay
 
     @property
     def base_url(self) -> str:
@@ -67,6 +71,7 @@ class WandbServer:
         app.router.add_put("/_artifacts/{num}/{path:.+}", self.put_artifact_file)
         app.router.add_get("/_artifacts/{num}/{path:.+}", self.get_artifact_file)
         app.router.add_get("/_phantom/status", self.status)
+        app.router.add_post("/_phantom/delay", self.set_delay)
         app.router.add_get("/healthz", self.health)
         app.router.add_get("/", self.health)
         # The SDK's own telemetry export (OTLP) goes to the base URL: take it and drop it.
@@ -88,11 +93,13 @@ class WandbServer:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.requests += 1
-        open_paths = ("/_storage/", "/_artifacts/", "/_phantom/", "/healthz", "/sdk/otel/")
+        open_paths = ("/_storage/", "/_artifacts/", "/_phantom/status", "/healthz", "/sdk/otel/")
         guarded = request.path != "/" and not request.path.startswith(open_paths)
         if guarded and not self._authorized(request):
             log.info("401 %s %s (wrong or missing API key)", request.method, request.path)
             return web.json_response(_UNAUTHORIZED, status=401)
+        if self.delay_s > 0 and (request.path == "/graphql" or request.path.startswith("/files/")):
+            await asyncio.sleep(self.delay_s)
         resp: web.StreamResponse = await handler(request)
         return resp
 
@@ -111,10 +118,24 @@ class WandbServer:
             "sweeps": len(self.state.sweeps),
             "agents": len(self.state.agents),
             "requests": self.requests,
+            "delay_s": self.delay_s,
         }
 
     async def status(self, request: web.Request) -> web.Response:
         return web.json_response(self.status_json())
+
+    async def set_delay(self, request: web.Request) -> web.Response:
+        """``{"seconds": S}``: hold every later GraphQL and file-stream answer S seconds (0:
+        none). Needs the API key, like the API itself."""
+        try:
+            seconds = float((await request.json())["seconds"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": 'body must be {"seconds": S}'}, status=400)
+        if not seconds >= 0:
+            return web.json_response({"error": "seconds must be >= 0"}, status=400)
+        self.delay_s = seconds
+        log.info("answers are now held back %gs", seconds)
+        return web.json_response({"delay_s": seconds})
 
     async def graphql(self, request: web.Request) -> web.Response:
         try:

@@ -1,7 +1,7 @@
 """The environment the console gives the jobs it submits, and what it expects to find there.
 
 Every job gets the console's W&B settings (``WANDB_MODE``/``WANDB_PROJECT``/``WANDB_ENTITY``,
-and the key as a ``$NAME`` reference when online: resolved from the submitting machine's
+``WANDB_BASE_URL`` when ``wandb.base_url`` is set, and the key as a ``$NAME`` reference when online: resolved from the submitting machine's
 environment at submit time, never stored) and ``PHANTOM_JAX_PLATFORM``, plus what the
 backend adds (the emulator's ``WANDB_DIR``). A job's own ``runtime_env.env_vars`` win.
 
@@ -33,6 +33,8 @@ def console_job_env(config: Config, extra: Mapping[str, str] | None = None) -> d
         env["WANDB_ENTITY"] = w.entity
     if w.mode == "online":
         env["WANDB_API_KEY"] = f"${w.api_key_env}"
+        if w.base_url:  # another W&B server (the emulator's): the jobs log where we read
+            env["WANDB_BASE_URL"] = w.base_url
     if config.ray.jax_platform:
         env[JAX_PLATFORM] = config.ray.jax_platform
     env.update(extra or {})

@@ -32,6 +32,14 @@ def test_the_console_w_and_b_settings_and_jax_platform_reach_every_job() -> None
     assert console_job_env(offline) == {"WANDB_MODE": "offline", "WANDB_PROJECT": "phantom"}
 
 
+def test_jobs_log_to_the_w_and_b_server_the_console_reads_when_one_is_configured() -> None:
+    emu = "http://127.0.0.1:8081"
+    cfg = parse_config({"wandb": {"mode": "online", "base_url": emu}, "ray": {"jax_platform": ""}})
+    assert console_job_env(cfg)["WANDB_BASE_URL"] == emu
+    offline = parse_config({"wandb": {"base_url": emu}, "ray": {"jax_platform": ""}})
+    assert "WANDB_BASE_URL" not in console_job_env(offline)  # offline logs nowhere
+
+
 DEFAULTS = {
     "WANDB_MODE": "online",
     "WANDB_PROJECT": "capstone",
