@@ -133,7 +133,8 @@ class CadenceTracker:
         # With a deadline each source is read in a thread of its own: one that hangs (a W&B
         # server that is slow or down, a stuck mount) is reported stale after the deadline
         # instead of holding up the others and the poll; it is not read again until its
-        # previous read has returned (sources are not re-entrant).
+        # previous read has returned (sources are not re-entrant), and a read that returns
+        # late is used by the next poll (a server slower than the deadline still shows).
         self.source_deadline_s = source_deadline_s
         # kind -> (our clock, monotonic) when its read started, and the read
         self._inflight: dict[int, tuple[float, float, Future[list[RunObservation]]]] = {}
@@ -188,7 +189,7 @@ class CadenceTracker:
         pending = []
         for i, source in enumerate(self.sources):
             busy = self._inflight.get(i)
-            if busy is None or busy[2].done():
+            if busy is None:  # else a read that overran an earlier poll: its rows, when done
                 busy = (started, time.monotonic(), in_daemon_thread(source.poll))
                 self._inflight[i] = busy
             pending.append((i, source, *busy))
