@@ -40,7 +40,7 @@ from console.services.cadence.sources import (
     RunObservation,
 )
 from console.services.cadence.wandb_files import HistoryPoint
-from console.services.model import Event, RunCadence, RunMetrics
+from console.services.model import Event, EventKind, RunCadence, RunMetrics
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,9 @@ class StallTransition:
                 f"{_fmt(self.silence_s)} (median interval {_fmt(self.median_interval_s)}, "
                 f"limit {_fmt(self.threshold_s)})"
             )
-            return Event(at=self.at, kind="stalled", message=msg, data=data)
+            return Event(at=self.at, kind=EventKind.STALLED, message=msg, data=data)
         msg = f"run {self.name} ({self.run_id}) logging again"
-        return Event(at=self.at, kind="cadence_resumed", message=msg, data=data)
+        return Event(at=self.at, kind=EventKind.CADENCE_RESUMED, message=msg, data=data)
 
 
 def _round(x: float | None) -> float | None:
