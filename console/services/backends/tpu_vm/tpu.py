@@ -32,7 +32,8 @@ from typing import Any, Protocol
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
-from console.config import Config, loopback_endpoint
+from console.config import Config
+from console.config.checks import loopback_endpoint
 from console.services.backends.tpu_vm.capacity import (
     Capacity,
     CapacityError,
