@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from console.services.jobs.registry import JobRegistry
 from console.services.model import ActionResult, Event, EventKind, JobInfo, JobStatus
-from console.services.record.outcomes import JobOutcomes, Resubmit
+from console.services.record.outcomes import JobOutcomes, Resubmit, resubmit_except
 from console.services.record.sink import EventSink
 
 SPENT = EventKind.RETRY_BUDGET_SPENT  # the journal's kind for a resubmission it stopped
@@ -114,15 +114,8 @@ class RetryBudget:
                         },
                     )
                 )
-            left = [j for j in job_ids if j not in spent]
-            if not spent:
-                return await resubmit(job_ids)
-            note = "not resubmitted, retry budget spent: " + ", ".join(
-                f"{j} ({n} errors in a row)" for j, n in spent.items()
-            )
-            if not left:
-                return ActionResult("resubmit", True, 0.0, message=note, data={"spent": spent})
-            res = await resubmit(left)
-            return replace(res, message=f"{res.message}; {note}", data={**res.data, "spent": spent})
+            said = {j: f"({n} errors in a row)" for j, n in spent.items()}
+            res = await resubmit_except(resubmit, job_ids, said, "retry budget spent", "spent")
+            return replace(res, data={**res.data, "spent": spent}) if spent else res
 
         return within_budget

@@ -33,6 +33,26 @@ LOST_MESSAGE = "the cluster no longer knows it (its head was replaced)"
 Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]  # the recovery's resubmit step
 
 
+async def resubmit_except(
+    resubmit: Resubmit,
+    job_ids: Sequence[str],
+    held: dict[str, Any],
+    why: str,
+    key: str,
+) -> ActionResult:
+    """Resubmit ``job_ids`` but those ``held`` back (job -> what to say of it), and say so in
+    the result's message and under ``data[key]``: a step that held every job still succeeds
+    (the cluster is back; those jobs need no run, or a person)."""
+    if not held:
+        return await resubmit(job_ids)
+    note = f"not resubmitted, {why}: " + ", ".join(f"{j} {v}" for j, v in held.items())
+    left = [j for j in job_ids if j not in held]
+    if not left:
+        return ActionResult("resubmit", True, 0.0, message=note, data={key: held})
+    res = await resubmit(left)
+    return replace(res, message=f"{res.message}; {note}", data={**res.data, key: held})
+
+
 class JobOutcomes:
     """Final job states in the journal's ``job_outcomes`` table."""
 
@@ -133,16 +153,7 @@ class JobOutcomes:
                 for j in job_ids
                 if (info := self.get(j)) is not None and info.status in DONE
             }
-            left = [j for j in job_ids if j not in ended]
-            if not ended:
-                return await resubmit(job_ids)
-            note = "not resubmitted, already ended: " + ", ".join(
-                f"{j} {status}" for j, status in ended.items()
-            )
-            if not left:
-                return ActionResult("resubmit", True, 0.0, message=note, data={"ended": ended})
-            res = await resubmit(left)
-            return replace(res, message=f"{res.message}; {note}", data={**res.data, "ended": ended})
+            return await resubmit_except(resubmit, job_ids, ended, "already ended", "ended")
 
         return unfinished
 
