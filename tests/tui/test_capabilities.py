@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from console.config import parse_config
 from console.services.capabilities import INTENTS, Capability
+from console.tui.screens.help import HelpScreen
+from console.tui.screens.overview import OverviewScreen
 from console.tui.screens.palette import PhantomCommands
+from console.tui.screens.workloads import WorkloadsScreen
 from console.tui.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle
@@ -87,3 +90,20 @@ async def test_the_overview_on_gke_lists_nodes_apart_without_ray_or_ssh_columns(
         assert "RAY" not in headers and "SSH" not in headers and "NODE" in headers
         names = [table.cell_texts(key)[0] for key in table.row_keys]
         assert len(set(names)) == len(fake.pod.hosts) == 8, names
+
+
+async def test_help_on_gke_lists_only_what_gke_can_do() -> None:
+    """The help screen's keys and intro follow the same declaration as the footer."""
+    for fake, tpu in ((FakeServices("gke"), False), (FakeServices("healthy"), True)):
+        app = make_app(fake)
+        async with app.run_test(size=(120, 60)) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            await settle(pilot)
+            shown = app.screen
+            assert isinstance(shown, HelpScreen)
+            listed = {b.action for b in shown.offered(OverviewScreen, OverviewScreen.BINDINGS)}
+            workloads = {b.action for b in shown.offered(WorkloadsScreen, WorkloadsScreen.BINDINGS)}
+            assert ("app.bring_up" in listed) is tpu
+            assert ("preempt_slice" in workloads) is not tpu  # the GKE emulator's key
+            assert ("teardown" in shown.intro()) is tpu

@@ -14,6 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
+from console.services.capabilities import can
 from console.tui.screens.cadence import CadenceScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.events import EventsScreen
@@ -30,8 +31,16 @@ from console.tui.widgets.table import PhantomTable
 INTRO = (
     "Phantom Console shows what is alive on the pod, what was preempted, what each job "
     "prints and whether metrics still arrive. ctrl+p opens the command palette for rare "
-    "actions: teardown, re-open tunnel, re-bootstrap one host, open the dashboard URL."
+    "actions: {rare}."
 )
+# What the intro names as the palette's rare actions, where the cluster can do them.
+RARE = (
+    ("teardown", "teardown"),
+    ("open_tunnel", "re-open tunnel"),
+    ("bootstrap", "re-bootstrap one host"),
+    ("open_dashboard", "open the dashboard URL"),
+)
+RARE_ELSE = "recover now, toggle auto-recovery"  # a cluster with none of those (GKE)
 SCREENS: Sequence[type[Screen[Any]]] = (
     OverviewScreen,
     JobsScreen,
@@ -76,6 +85,26 @@ class HelpScreen(ModalScreen[None]):
             for key in binding.key.split(",")
         )
 
+    def offered(
+        self, screen: type[Screen[Any]] | None, bindings: Sequence[Binding]
+    ) -> list[Binding]:
+        """The keys of what this cluster can do (its backend's capabilities): a key for
+        another kind of cluster is not listed, as the footer does not show it."""
+        caps = getattr(self.app, "services", None)
+        caps = getattr(caps, "capabilities", None)
+        if caps is None:
+            return list(bindings)
+        aliases: dict[str, str] = getattr(screen, "INTENT_OF", {}) if screen else {}
+        return [
+            b for b in bindings if can(aliases.get(b.action, b.action.removeprefix("app.")), caps)
+        ]
+
+    def intro(self) -> str:
+        services = getattr(self.app, "services", None)
+        caps = getattr(services, "capabilities", None)
+        rare = [words for i, words in RARE if caps is None or can(i, caps)]
+        return INTRO.format(rare=", ".join(rare) or RARE_ELSE)
+
     def section(self, title: str, bindings: Sequence[Binding]) -> Table:
         table = Table.grid(padding=(0, 2))
         table.add_column(width=10, style="bold cyan", no_wrap=True)
@@ -89,13 +118,14 @@ class HelpScreen(ModalScreen[None]):
         return table
 
     def compose(self) -> ComposeResult:
-        parts: list[Table | Text] = [Text(INTRO), Text("")]
-        parts.append(self.section("Everywhere", self.app_bindings))
+        parts: list[Table | Text] = [Text(self.intro()), Text("")]
+        parts.append(self.section("Everywhere", self.offered(None, self.app_bindings)))
         parts.append(self.section("Tables", _bindings(PhantomTable.BINDINGS)))
         for screen in SCREENS:
             parts.append(
                 self.section(
-                    screen.BINDING_GROUP_TITLE or screen.__name__, _bindings(screen.BINDINGS)
+                    screen.BINDING_GROUP_TITLE or screen.__name__,
+                    self.offered(screen, _bindings(screen.BINDINGS)),
                 )
             )
         with VerticalScroll(id="dialog", classes="help", can_focus=True):

@@ -30,8 +30,6 @@ from console.tui.state import ago
 from console.tui.widgets.table import Cell, PhantomTable
 
 WIDE = 110  # from this many columns on, every `kubectl get jobset` column has room
-# This screen's actions, by the intent each one is (``capabilities.INTENTS``).
-_INTENTS = {"logs": "workload_logs", "delete": "delete_workload", "preempt_slice": "preempt_slice"}
 _NAME_W = (16, 28)  # narrow, wide: xpk's pod names are the workload's plus ~15 characters
 _POD_W = (26, 42)
 # DataTable pads every cell by one on each side; plus the vertical scrollbar.
@@ -142,6 +140,12 @@ class WorkloadsScreen(FilteredScreen):
     MODE = "workloads"
     WATCHES = frozenset({"pod", "tick"})
     CSS_PATH = "workloads.tcss"
+    # This screen's actions, by the intent each one is (``capabilities.INTENTS``).
+    INTENT_OF: ClassVar[dict[str, str]] = {
+        "logs": "workload_logs",
+        "delete": "delete_workload",
+        "preempt_slice": "preempt_slice",
+    }
     BINDING_GROUP_TITLE = "Workloads (GKE)"
     FILTER_PLACEHOLDER = "filter workloads: text in any column (grpo, Failed, disrupted)"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -357,7 +361,7 @@ class WorkloadsScreen(FilteredScreen):
     # actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        intent = _INTENTS.get(action)
+        intent = self.INTENT_OF.get(action)
         if intent is not None and not can(intent, self.phantom.services.capabilities):
             return False
         return super().check_action(action, parameters)
