@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -452,6 +452,11 @@ class Progress:
 
     at: float
     message: str
+
+
+# The recovery's resubmit step: the job ids to run again -> the step's result (a backend
+# makes it; the retry budget and the ended-job filter wrap it).
+Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]
 
 
 Update = (

@@ -10,21 +10,18 @@ builds the backend, real or emulated, from the config.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
-from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed
+from console.services.model import ActionResult, JobInfo, LogLine, LogStreamClosed, Resubmit
 from console.services.observation import Observation
 
 if TYPE_CHECKING:
     from console.services.cadence.sources import CadenceSource
     from console.services.recovery.runner import Plan
-
-
-Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]
 
 
 class Backend(Protocol):

@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from console.services.jobs.registry import JobRegistry
-from console.services.model import ActionResult, Event, EventKind, JobInfo, JobStatus
-from console.services.record.outcomes import JobOutcomes, Resubmit, resubmit_except
+from console.services.model import ActionResult, Event, EventKind, JobInfo, JobStatus, Resubmit
+from console.services.record.outcomes import JobOutcomes, resubmit_except
 from console.services.record.sink import EventSink
 
 SPENT = EventKind.RETRY_BUDGET_SPENT  # the journal's kind for a resubmission it stopped

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from console.services.errors import UnknownJob
-from console.services.model import ActionResult, JobInfo, JobStatus
+from console.services.model import ActionResult, JobInfo, JobStatus, Resubmit
 from console.services.record.journal import Journal, JournalError
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED})
 DONE = frozenset({JobStatus.SUCCEEDED, JobStatus.STOPPED})  # never resubmitted
 LOST_MESSAGE = "the cluster no longer knows it (its head was replaced)"
-Resubmit = Callable[[Sequence[str]], Awaitable[ActionResult]]  # the recovery's resubmit step
 
 
 async def resubmit_except(

@@ -20,7 +20,6 @@ from dataclasses import replace
 import yaml
 
 from console.config import Config
-from console.services.backends.base import Resubmit
 from console.services.backends.gke import CAPABILITIES
 from console.services.backends.gke import manifests as M
 from console.services.backends.gke import status as S
@@ -61,6 +60,7 @@ from console.services.model import (
     JobStatus,
     LogLine,
     LogStreamClosed,
+    Resubmit,
     WorkloadStatus,
 )
 from console.services.observation import Observation

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
-from console.services.backends.base import Resubmit
 from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
@@ -45,6 +44,7 @@ from console.services.model import (
     JobInfo,
     LogLine,
     LogStreamClosed,
+    Resubmit,
 )
 from console.services.observation import Observation
 from console.services.record.sink import EventSink

@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from console.services.backends.base import Resubmit
-from console.services.model import ActionResult
+from console.services.model import ActionResult, Resubmit
 from console.services.observation import Observation
 from console.services.recovery.diagnosis import HostCondition
 from console.services.recovery.runner import Plan, Round, Skip, StepDef, union
