@@ -71,9 +71,17 @@ MakeBackend = Callable[[EventSink], Backend]
 
 
 class BusConsumer(Protocol):
+    """Something fed from the bus on its own task (the alerts): offered every update, never
+    on the recovery's path; started and stopped with the services."""
+
+    def offer(self, update: Update) -> None: ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+MakeConsumer = Callable[[EventSink], BusConsumer]
 
 
 class Facade(ClusterActions):
@@ -88,6 +96,7 @@ class Facade(ClusterActions):
         registry: JobRegistry,
         leases: PodLeases,
         chaos: Callable[[Backend], Chaos] | None = None,
+        consumers: Sequence[MakeConsumer] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -154,7 +163,9 @@ class Facade(ClusterActions):
         )
         self._env_flags_loaded = False
         # What else lives off the bus with tasks of its own (alerts): started and stopped here.
-        self.consumers: list[BusConsumer] = []
+        self.consumers: list[BusConsumer] = [make(self.sink) for make in consumers]
+        for consumer in self.consumers:
+            self.bus.subscribe(consumer.offer)
         self._tasks: list[asyncio.Task[None]] = []
         self._action_lock = asyncio.Lock()
         self._started = False

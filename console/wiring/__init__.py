@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
-    from console.services.facade import Facade
+    from console.services.facade import Facade, MakeConsumer
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
     from console.services.record.sink import EventSink
@@ -115,38 +115,34 @@ def make_services(
     try:
         if access is not None:
             _follow_place(config, access, journal)
-        facade = Facade(
+        return Facade(
             config,
             make_backend=backend,
             journal=journal,
             registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
             leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
+            consumers=_alerts(config, clock),
             clock=clock,
         )
-        _add_alerts(config, facade, clock)
-        return facade
     except BaseException:
         journal.close()
         raise
 
 
-def _add_alerts(config: Config, facade: Facade, clock: Callable[[], float]) -> None:
+def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
     """[alerts]' webhooks, fed from the facade's bus: both front ends send the same alerts."""
     if not config.alerts.webhooks:
-        return
+        return []
     from console.config.alerts import webhook_urls
     from console.services.alerts.sender import Alerter
 
-    alerter = Alerter(
-        config.alerts,
-        webhook_urls(config.alerts),
-        facade.sink,
-        source=config.cluster.node_name,
-        clock=clock,
-    )
-    facade.bus.subscribe(alerter.offer)
-    facade.consumers.append(alerter)
+    urls = webhook_urls(config.alerts)
+
+    def alerter(sink: EventSink) -> Alerter:
+        return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
+
+    return [alerter]
 
 
 def _pod_key(config: Config) -> str:
