@@ -25,6 +25,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_int_or_auto(text: str) -> int | str:
+    """A positive integer, or ``auto`` (resolved later, e.g. from the console's advice)."""
+    if bounded_text(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
+
 def non_negative_int(text: str) -> int:
     try:
         value = int(bounded_text(text))

@@ -6,6 +6,10 @@ prints or returns, and nothing else:
 - its exit codes (``engine.exit_codes``: 75 is "preempted, resumable");
 - the one line a trainer logs once its preemption-notice checkpoint is complete
   (``engine.notice``'s ``NOTICE_LINE``, parsed with ``NOTICE_LINE_RE``);
+- the line a trainer logs after each checkpoint it saves, with the save's duration
+  (``CHECKPOINT_SAVED``, parsed by ``parse_checkpoint_saved``): the console's checkpoint cost;
+- the environment variables the console sets for ``--checkpoint-every auto``
+  (``CHECKPOINT_ADVICE_STEPS``, ``CHECKPOINT_ADVICE_REASON``);
 - the lines naming a sweep's id (``starting sweep <id>``, ``resuming sweep <id>``,
   ``W&B sweep <id>``), which the console keeps so a recovered cluster relaunches the agents
   with the same id.
@@ -16,7 +20,9 @@ Importing this module costs the standard library only (no torch, ray or wandb).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+from engine.envvars import CHECKPOINT_ADVICE_REASON, CHECKPOINT_ADVICE_STEPS
 from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED, EX_USAGE, MEANING
 from engine.notice import NOTICE_LINE_RE
 
@@ -26,7 +32,34 @@ SWEEP_RESUMING = "resuming sweep {sweep_id}"
 SWEEP_WANDB = "W&B sweep {sweep_id}"
 SWEEP_ID_RE = re.compile(r"(?:W&B sweep|starting sweep|resuming sweep) ([A-Za-z0-9_.-]+)")
 
+# A trainer's line after each checkpoint it saves (engine.trainer), after ``[engine] ``.
+CHECKPOINT_SAVED = "checkpoint step={step} at {uri} ({seconds:.3f}s)"
+# the URI may hold spaces (a local path): anchor on the duration at the end instead
+CHECKPOINT_SAVED_RE = re.compile(
+    r"\[engine\] checkpoint step=(?P<step>\d+) at (?P<uri>.+) \((?P<seconds>\d+(?:\.\d+)?)s\)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    step: int
+    uri: str
+    seconds: float
+
+
+def parse_checkpoint_saved(line: str) -> CheckpointSaved | None:
+    """The checkpoint a trainer's log line reports (with the save's duration), or None."""
+    m = CHECKPOINT_SAVED_RE.search(line)
+    if m is None:
+        return None
+    return CheckpointSaved(int(m["step"]), m["uri"], float(m["seconds"]))
+
+
 __all__ = [
+    "CHECKPOINT_ADVICE_REASON",
+    "CHECKPOINT_ADVICE_STEPS",
+    "CHECKPOINT_SAVED",
+    "CHECKPOINT_SAVED_RE",
     "EX_FAILURE",
     "EX_OK",
     "EX_PREEMPTED",
@@ -37,4 +70,6 @@ __all__ = [
     "SWEEP_RESUMING",
     "SWEEP_STARTING",
     "SWEEP_WANDB",
+    "CheckpointSaved",
+    "parse_checkpoint_saved",
 ]

@@ -13,6 +13,10 @@ when they could be secret).
 ``PHANTOM_NOTICE_GRACE_S`` seconds between a preemption notice and the kill (default 30, as on
                       a GCE spot VM); a trainer that starts while another one is still writing
                       its notice checkpoint waits at most this long for it
+``PHANTOM_CHECKPOINT_ADVICE_STEPS`` the interval ``--checkpoint-every auto`` takes (env
+                      steps, set by the console when it has advice; unset: the default)
+``PHANTOM_CHECKPOINT_ADVICE_REASON`` why (free text the console sets beside it, repeated in
+                      the engine's log line)
 ``WANDB_MODE``        default of ``--wandb`` (online, offline, disabled; ``dryrun`` and
                       ``run`` are wandb's aliases of offline and online)
 ``WANDB_PROJECT``     default of ``--wandb-project``
@@ -78,6 +82,37 @@ def notice_grace_s() -> float:
     if not 0 <= value <= 3600:
         raise EnvError(f"PHANTOM_NOTICE_GRACE_S={raw!r} must be in [0, 3600] seconds")
     return value
+
+
+# What the console passes a job for --checkpoint-every auto (re-exported by engine.contract):
+# the advised interval in env steps and, optional free text, why.
+CHECKPOINT_ADVICE_STEPS = "PHANTOM_CHECKPOINT_ADVICE_STEPS"
+CHECKPOINT_ADVICE_REASON = "PHANTOM_CHECKPOINT_ADVICE_REASON"
+_MAX_ADVICE_STEPS = 10**12
+
+
+def checkpoint_advice() -> tuple[int, str] | None:
+    """The console's advised checkpoint interval (env steps) and why, or None when unset.
+
+    Raises EnvError naming the variable when it is set to something not a positive integer.
+    """
+    raw = os.environ.get(CHECKPOINT_ADVICE_STEPS, "")
+    if not raw.strip():
+        return None
+    try:
+        steps = int(raw.strip())
+    except ValueError:
+        raise EnvError(
+            f"{CHECKPOINT_ADVICE_STEPS}={raw[:40]!r} is not a whole number of env steps "
+            "(e.g. 4096); unset it for the default, or pass --checkpoint-every N"
+        ) from None
+    if not 1 <= steps <= _MAX_ADVICE_STEPS:
+        raise EnvError(
+            f"{CHECKPOINT_ADVICE_STEPS}={raw[:40]!r} must be in [1, {_MAX_ADVICE_STEPS}] env "
+            "steps; unset it for the default, or pass --checkpoint-every N"
+        )
+    reason = " ".join(os.environ.get(CHECKPOINT_ADVICE_REASON, "").split())[:200]
+    return steps, reason
 
 
 def jax_platform_request() -> str | None:

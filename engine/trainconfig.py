@@ -15,8 +15,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.cliargs import bounded_text, non_negative_int, positive_int
-from engine.envvars import WANDB_MODES, EnvError, notice_grace_s, wandb_defaults
+from engine.cliargs import bounded_text, non_negative_int, positive_int, positive_int_or_auto
+from engine.envvars import (
+    CHECKPOINT_ADVICE_STEPS,
+    WANDB_MODES,
+    EnvError,
+    checkpoint_advice,
+    notice_grace_s,
+    wandb_defaults,
+)
+from engine.logs import log
 from engine.storage import StorageError, check_storage_writable, resolve_storage
 
 ALGOS = ("ppo", "a2c", "dqn")
@@ -248,9 +256,10 @@ def build_parser(raise_errors: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--checkpoint-every",
-        type=positive_int,
+        type=positive_int_or_auto,
         default=DEFAULT_CHECKPOINT_EVERY,
-        help="env steps between checkpoints (rounded up to a multiple of --n-envs)",
+        help="env steps between checkpoints (rounded up to a multiple of --n-envs), or auto: "
+        f"the console's advice in ${CHECKPOINT_ADVICE_STEPS}, else {DEFAULT_CHECKPOINT_EVERY}",
     )
     parser.add_argument(
         "--run-name",
@@ -363,6 +372,10 @@ def config_from_args(args: argparse.Namespace, local_checks: bool = True) -> Tra
     except EnvError as exc:
         raise UsageError(str(exc)) from None
     wandb_mode = args.wandb or str(env_defaults["mode"])
+    every = args.checkpoint_every
+    if every == "auto":
+        every, why = auto_checkpoint_every()
+        log(f"checkpoint every {every} steps ({why})")
     cfg = TrainConfig(
         algo=args.algo,
         total_timesteps=args.total_timesteps,
@@ -372,7 +385,7 @@ def config_from_args(args: argparse.Namespace, local_checks: bool = True) -> Tra
         n_envs=args.n_envs,
         env=args.env,
         storage=args.storage if args.storage is not None else default_storage(),
-        checkpoint_every=args.checkpoint_every,
+        checkpoint_every=every,
         run_name=args.run_name,
         wandb=wandb_mode,
         wandb_project=args.wandb_project or env_defaults["project"],
@@ -389,6 +402,21 @@ def config_from_args(args: argparse.Namespace, local_checks: bool = True) -> Tra
     )
     validate_config(cfg, local_checks=local_checks, wandb_from_env=args.wandb is None)
     return cfg
+
+
+def auto_checkpoint_every() -> tuple[int, str]:
+    """What ``--checkpoint-every auto`` means here: the console's advice, else the default.
+
+    Returns the interval (env steps) and why; raises UsageError on a bad advice variable.
+    """
+    try:
+        advice = checkpoint_advice()
+    except EnvError as exc:
+        raise UsageError(f"--checkpoint-every auto: {exc}") from None
+    if advice is None:
+        return DEFAULT_CHECKPOINT_EVERY, f"no advice in {CHECKPOINT_ADVICE_STEPS}, default"
+    steps, reason = advice
+    return steps, f"advice from the console: {reason}" if reason else "advice from the console"
 
 
 def validate_config(

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.contract import CHECKPOINT_SAVED
 from engine.envvars import DEFAULT_NOTICE_GRACE_S, EnvError, notice_grace_s
 from engine.exit_codes import EX_FAILURE, EX_PREEMPTED
 from engine.learning import (
@@ -311,10 +312,8 @@ class Trainer:
         shutil.rmtree(out, ignore_errors=True)
         self.saved_step, self.checkpoint_uri = int(self.model.num_timesteps), uri
         if trigger != "notice":
-            log(
-                f"checkpoint step={self.model.num_timesteps} at {uri} "
-                f"({time.monotonic() - started:.3f}s)"
-            )
+            seconds = time.monotonic() - started
+            log(CHECKPOINT_SAVED.format(step=self.model.num_timesteps, uri=uri, seconds=seconds))
         return uri
 
     def _preempted(self) -> TrainingPreempted:

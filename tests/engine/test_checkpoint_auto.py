@@ -1,0 +1,79 @@
+"""``--checkpoint-every auto`` and the checkpoint line the console reads a save's cost from.
+
+The engine takes the console's advice from its environment (``engine.contract``'s
+``CHECKPOINT_ADVICE_STEPS``), falls back to the default without one, and says which it chose.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.contract import (
+    CHECKPOINT_ADVICE_REASON,
+    CHECKPOINT_ADVICE_STEPS,
+    CHECKPOINT_SAVED,
+    parse_checkpoint_saved,
+)
+from engine.trainconfig import DEFAULT_CHECKPOINT_EVERY, UsageError, auto_checkpoint_every
+from tests.support.engine_helpers import engine_env
+
+
+def test_auto_without_advice_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CHECKPOINT_ADVICE_STEPS, raising=False)
+    every, why = auto_checkpoint_every()
+    assert every == DEFAULT_CHECKPOINT_EVERY
+    assert why == f"no advice in {CHECKPOINT_ADVICE_STEPS}, default"
+
+
+def test_auto_takes_the_advice_and_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHECKPOINT_ADVICE_STEPS, " 4096 ")
+    monkeypatch.setenv(CHECKPOINT_ADVICE_REASON, "Young/Daly, C=1.2s,\n M=3600s")
+    assert auto_checkpoint_every() == (4096, "advice from the console: Young/Daly, C=1.2s, M=3600s")
+    monkeypatch.delenv(CHECKPOINT_ADVICE_REASON)
+    assert auto_checkpoint_every() == (4096, "advice from the console")
+
+
+@pytest.mark.parametrize("raw", ["lots", "0", "-4096", "1.5", "1e99", "9" * 30])
+def test_auto_with_a_bad_advice_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv(CHECKPOINT_ADVICE_STEPS, raw)
+    with pytest.raises(UsageError, match=f"--checkpoint-every auto: {CHECKPOINT_ADVICE_STEPS}="):
+        auto_checkpoint_every()
+
+
+def test_checkpoint_line_round_trips() -> None:
+    uri = "/tmp/my runs/x/checkpoints/step-000000000256"  # a local path may hold spaces
+    line = "[engine] " + CHECKPOINT_SAVED.format(step=256, uri=uri, seconds=0.0114)
+    saved = parse_checkpoint_saved(line)
+    assert saved is not None
+    assert (saved.step, saved.uri, saved.seconds) == (256, uri, 0.011)
+    assert parse_checkpoint_saved("[engine] final weights step=512 at /x/final") is None
+
+
+def test_auto_run_checkpoints_at_the_advised_interval(tmp_path: Path) -> None:
+    """A real (tiny) run: the advised 256 steps are used, said, and each save's cost logged."""
+    env = engine_env(
+        tmp_path,
+        **{CHECKPOINT_ADVICE_STEPS: "256", CHECKPOINT_ADVICE_REASON: "Young/Daly, C=0.01s, M=60s"},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.train", "--algo", "ppo", "--env", "CartPole-v1",
+         "--total-timesteps", "512", "--checkpoint-every", "auto", "--wandb", "disabled",
+         "--eval-episodes", "1", "--hparams", '{"n_steps": 64}', "--run-name", "adv"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "[engine] checkpoint every 256 steps (advice from the console: Young/Daly, C=0.01s, M=60s)"
+        in proc.stderr
+    )
+    saves = [s for s in map(parse_checkpoint_saved, proc.stderr.splitlines()) if s is not None]
+    assert [s.step for s in saves] == [256, 512]
+    assert all(s.seconds >= 0 for s in saves)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["num_timesteps"] == 512
