@@ -2,8 +2,9 @@
 
 Every job gets the console's W&B settings (``WANDB_MODE``/``WANDB_PROJECT``/``WANDB_ENTITY``,
 ``WANDB_BASE_URL`` when ``wandb.base_url`` is set, and the key as a ``$NAME`` reference when online: resolved from the submitting machine's
-environment at submit time, never stored) and ``PHANTOM_JAX_PLATFORM``, plus what the
-backend adds (the emulator's ``WANDB_DIR``). A job's own ``runtime_env.env_vars`` win.
+environment at submit time, never stored) and ``PHANTOM_JAX_PLATFORM``, the checkpoint
+advice when the console has one (``PHANTOM_CHECKPOINT_ADVICE_STEPS`` and its reason, read by
+the engine's ``--checkpoint-every auto``; nothing without advice), plus what the backend adds (the emulator's ``WANDB_DIR``). A job's own ``runtime_env.env_vars`` win.
 
 For every job it sees, the console compares the runtime env the cluster reports with those
 values (a job's own spec, when phantom submitted it, says what it was given); a job missing
@@ -19,13 +20,18 @@ from typing import Any
 from console.config import Config
 from console.secrets import Scrubber, is_secret_name
 from console.services.jobs.spec import spec_from_metadata
+from console.services.ledger.advice import Advice, NoAdvice, advice_env
 from console.services.model import JobInfo
 from console.services.recovery.diagnosis import job_env_problems
 
 JAX_PLATFORM = "PHANTOM_JAX_PLATFORM"
 
 
-def console_job_env(config: Config, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def console_job_env(
+    config: Config,
+    extra: Mapping[str, str] | None = None,
+    advice: Advice | NoAdvice | None = None,
+) -> dict[str, str]:
     """The env vars every submitted job gets by default (``$NAME`` values are references)."""
     w = config.wandb
     env = {"WANDB_MODE": w.mode, "WANDB_PROJECT": w.project}
@@ -37,6 +43,7 @@ def console_job_env(config: Config, extra: Mapping[str, str] | None = None) -> d
             env["WANDB_BASE_URL"] = w.base_url
     if config.ray.jax_platform:
         env[JAX_PLATFORM] = config.ray.jax_platform
+    env.update(advice_env(advice))
     env.update(extra or {})
     return env
 

@@ -9,6 +9,7 @@ from console.secrets import MASK
 from console.services.jobs.env import check_job_env, console_job_env, expected_env, masked_env
 from console.services.jobs.spec import SubmitSpec, spec_metadata
 from console.services.jobs.watcher import JobWatcher, env_event
+from console.services.ledger.advice import advise
 from console.services.model import JobInfo
 from console.services.recovery.diagnosis import job_env_problems
 
@@ -108,3 +109,12 @@ async def test_each_flagged_job_is_reported_once_and_remembered_flags_are_not() 
         "problems": ["PHANTOM_JAX_PLATFORM not set"],
     }
     assert ev.message == "job a started without the expected env: PHANTOM_JAX_PLATFORM not set"
+
+
+def test_jobs_get_the_checkpoint_advice_only_when_the_console_has_one() -> None:
+    cfg = parse_config({"ray": {"jax_platform": ""}})
+    advised = console_job_env(cfg, advice=advise(1.2, 3600, 500, current_steps=2048))
+    assert advised["PHANTOM_CHECKPOINT_ADVICE_STEPS"] == "46077"
+    assert advised["PHANTOM_CHECKPOINT_ADVICE_REASON"] == "Young/Daly, C=1.2s, M=3600s"
+    none_yet = console_job_env(cfg, advice=advise(1.2, None, 500, current_steps=2048))
+    assert not any(k.startswith("PHANTOM_CHECKPOINT_ADVICE") for k in none_yet)
