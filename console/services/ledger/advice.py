@@ -179,7 +179,7 @@ class Advice:
 
     def render(self) -> str:
         return (
-            f"checkpoint every {self.steps} steps ({self.interval_s:.0f}s of training at "
+            f"checkpoint every {self.steps} steps ({self.interval_s:.3g}s of training at "
             f"{self.steps_per_s:.3g} steps/s; {self.reason}): expected badput at the current "
             f"interval ({self.current_steps} steps) {self.badput_current:.1%} vs at the advised "
             f"interval {self.badput_advised:.1%}"

@@ -144,7 +144,7 @@ def test_advice_in_steps_with_badput_at_both_intervals() -> None:
     assert advice.badput_current == pytest.approx(0.2937043056)
     assert advice.badput_advised == pytest.approx(0.0259875161)
     assert advice.render() == (
-        "checkpoint every 46077 steps (92s of training at 500 steps/s; Young/Daly, C=1.2s, "
+        "checkpoint every 46077 steps (92.2s of training at 500 steps/s; Young/Daly, C=1.2s, "
         "M=3600s): expected badput at the current interval (2048 steps) 29.4% vs at the "
         "advised interval 2.6%"
     )
