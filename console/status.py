@@ -117,7 +117,8 @@ def render_table(status: Mapping[str, Any]) -> str:
     """Human-readable status (fits 80 columns for a 4-host pod)."""
     pod = status["pod"]
     lines = [
-        f"pod {pod['node_name']} ({pod['provider']}, {pod.get('accelerator_type') or '?'})  "
+        f"pod {pod['node_name']} ({pod['provider']}, {pod.get('accelerator_type') or '?'}"
+        f"{', ' + pod['zone'] if pod.get('zone') else ''})  "
         f"state {pod['tpu_state']}  health {pod.get('health') or '-'}  "
         f"ready {pod['ready_hosts']}/{len(pod['hosts'])}",
         f"ray {status['ray']['alive_nodes']}/{status['ray']['hosts']} alive  "

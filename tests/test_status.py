@@ -138,6 +138,9 @@ def test_status_and_the_script_status_name_the_zone_the_node_is_in(
     out, err = io.StringIO(), io.StringIO()
     assert status_main(config, as_json=True, stdout=out, stderr=err) == 0, err.getvalue()
     assert json.loads(out.getvalue())["pod"]["zone"] == pod.zone == "local-a"
+    out = io.StringIO()
+    assert status_main(config, as_json=False, stdout=out, stderr=err) == 0, err.getvalue()
+    assert out.getvalue().startswith("pod phantom-pod (local, ") and ", local-a)" in out.getvalue()
     script = tmp_path / "s.phantom"
     script.write_text("status\n")
     out, err = io.StringIO(), io.StringIO()
