@@ -70,6 +70,22 @@ SETTLING_POLL_S = 1.0  # the pod poll's interval at most while VMs come up or go
 MakeBackend = Callable[[EventSink], Backend]
 
 
+async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]], repeat_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, cancelling again each
+    ``repeat_s`` one is still running: a cancel can be swallowed (3.11's ``wait_for`` drops one
+    that arrives as its inner call completes), and a stop must not wait on it for ever."""
+    pending = set(tasks)
+    for t in pending:
+        t.cancel()
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=repeat_s)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                log.debug("%s ended with %r", t.get_name(), t.exception())
+        for t in pending:
+            t.cancel()
+
+
 class BusConsumer(Protocol):
     """Something fed from the bus on its own task (the alerts): offered every update, never
     on the recovery's path; started and stopped with the services."""
@@ -199,11 +215,7 @@ class Facade(ClusterActions):
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(tasks)
         await self.watchdog.close()
         await self.sink.flush()
         for consumer in self.consumers:
@@ -250,6 +262,9 @@ class Facade(ClusterActions):
                 raise
             except Exception:
                 log.exception("%s poller failed", name)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError  # a cancel a poll swallowed: stop all the same
             every = interval() if interval is not None else self.poll_interval_s
             pause = max(0.05, every - (time.monotonic() - t0))
             if wake is None:

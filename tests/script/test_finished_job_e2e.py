@@ -3,7 +3,8 @@
 A job SUCCEEDED; then the head is preempted and the recovery replaces it. The new head knows
 nothing of the job, yet the console saw it finish: ``wait-job last SUCCEEDED`` after the
 recovery returns at once with SUCCEEDED (before: "LOST ... and nothing resubmits it"), and
-so does a second script run (another process, the same journal).
+so does a second script run (another process, the same journal), which also exits: its
+jobs poller once lost its cancel to 3.11's ``wait_for`` and the process never ended.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def run(cfg: Path, tmp_path: Path, script: Path) -> tuple[int, list[dict[str, An
         env=child_env(tmp_path),
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=600,
     )
     return proc.returncode, [json.loads(x) for x in proc.stdout.splitlines()], proc.stderr
 

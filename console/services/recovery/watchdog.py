@@ -217,8 +217,9 @@ class Watchdog:
     async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
         """Run the loop now (or join the running one) and wait for it, up to ``timeout_s``."""
         task = self.start_recovery(actor=actor, trigger=f"requested by {actor}")
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a caller's cancel
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(task)
         except TimeoutError:
             return self.status
 

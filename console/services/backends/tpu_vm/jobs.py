@@ -159,8 +159,11 @@ class JobService:
             except Exception as exc:
                 raise self._map_error(exc, job_id) from None
 
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that arrives as
+        # the call completes, and the poller that was told to stop polls on for ever.
         try:
-            return await asyncio.wait_for(asyncio.to_thread(call), timeout or self.timeout_s * 2)
+            async with asyncio.timeout(timeout or self.timeout_s * 2):
+                return await asyncio.to_thread(call)
         except TimeoutError:
             raise self._unreachable(f"no answer in {timeout or self.timeout_s * 2:.0f}s") from None
 
