@@ -98,6 +98,16 @@ TERMINAL_JOBS = frozenset(
 )
 
 
+class SubmissionState(StrEnum):
+    """Where this console's own record of a submission stands (not the cluster's status,
+    which is a ``JobStatus``): recorded but not yet accepted by the cluster, accepted, or
+    withdrawn by a user's delete. The values are the journal's stored words."""
+
+    PENDING = "pending"
+    SUBMITTED = "submitted"
+    DELETED = "deleted"
+
+
 class Reachability(StrEnum):
     """A host over SSH: answered, did not, or not asked yet."""
 

@@ -1,8 +1,9 @@
 """What this console submitted, and the one way it submits: through the backend, recorded.
 
-``JobRegistry`` keeps every submission's spec in ``<state dir>/jobs.json`` (which job
-replaced which, the sweep id once known), so a job lost with a preempted head is resubmitted
-with the same spec (sweeps with the same sweep id) even after a console restart.
+``JobRegistry`` keeps every submission's spec in the journal (a ``SubmissionRegistry`` over
+table ``jobs``, plus which job replaced which and the sweep id once known), so a job lost with
+a preempted head is resubmitted with the same spec (sweeps with the same sweep id) even after
+a console restart.
 ``Submitter`` is used by the facade (a user's or a script's submit) and by the recovery's
 resubmit step alike: submit through the backend, remember, journal, publish.
 """
@@ -22,14 +23,20 @@ from typing import Any
 
 from console.services.backends.base import Backend
 from console.services.jobs.spec import META_SWEEP_ID, SubmitSpec, new_job_id
-from console.services.model import ACTIVE_JOBS, ActionResult, HostResult, JobInfo, Update
+from console.services.jobs.submissions import SubmissionRegistry, Table
+from console.services.model import (
+    ACTIVE_JOBS,
+    ActionResult,
+    HostResult,
+    JobInfo,
+    SubmissionState,
+    Update,
+)
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
 from engine.contract import SWEEP_ID_RE
 
 log = logging.getLogger(__name__)
-
-PENDING, SUBMITTED = "pending", "submitted"
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,11 @@ class SubmittedJob:
     resubmitted_from: str = ""
     superseded_by: str = ""
     sweep_id: str = ""  # learned from the job (metadata or its log) when the spec had none
-    state: str = SUBMITTED  # PENDING: recorded, not yet accepted by the cluster
+    state: SubmissionState = SubmissionState.SUBMITTED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, SubmissionState):  # read back from the database
+            object.__setattr__(self, "state", SubmissionState(self.state))
 
     def relaunch_spec(self) -> SubmitSpec:
         """The spec to submit again: same everything, the sweep id pinned, a fresh job id."""
@@ -52,111 +63,9 @@ class SubmittedJob:
         return spec
 
 
-_COLUMNS = (
-    "job_id",
-    "spec",
-    "submitted_at",
-    "actor",
-    "resubmitted_from",
-    "superseded_by",
-    "sweep_id",
-    "state",
-)
-
-
-class JobRegistry:
-    """Submitted jobs and their specs, in the journal's database (table ``jobs``), shared by
-    every front end on this machine and written in transactions.
-
-    Specs keep secrets as ``$NAME`` references (``SubmitSpec`` refuses inline secrets), so the
-    database never holds a key. A ``jobs.json`` from an older phantom is imported once.
-    """
-
-    def __init__(self, journal: Journal, legacy_json: Path | None = None) -> None:
-        self.journal = journal
-        if legacy_json is not None and legacy_json.exists():
-            self._import_legacy(legacy_json)
-
-    def add(self, job: SubmittedJob) -> None:
-        """Record ``job``; a resubmission also marks the job it replaces, atomically."""
-        with self.journal.transaction() as db:
-            db.execute(
-                f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES "
-                f"({', '.join('?' * len(_COLUMNS))})",
-                _row(job),
-            )
-            if job.resubmitted_from:
-                db.execute(
-                    "UPDATE jobs SET superseded_by = ? WHERE job_id = ?",
-                    (job.job_id, job.resubmitted_from),
-                )
-
-    def update(self, job_id: str, **changes: Any) -> None:
-        unknown = set(changes) - set(_COLUMNS[2:])
-        if unknown:
-            raise ValueError(f"job registry: cannot update {sorted(unknown)}")
-        if not changes:
-            return
-        sets = ", ".join(f"{k} = ?" for k in changes)
-        with self.journal.transaction() as db:
-            db.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", (*changes.values(), job_id))
-
-    def remove(self, job_id: str) -> None:
-        with self.journal.transaction() as db:
-            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
-            db.execute("UPDATE jobs SET superseded_by = '' WHERE superseded_by = ?", (job_id,))
-
-    def get(self, job_id: str) -> SubmittedJob | None:
-        rows = self.journal.read(
-            f"SELECT {', '.join(_COLUMNS)} FROM jobs WHERE job_id = ?", (job_id,)
-        )
-        return _job(rows[0]) if rows else None
-
-    def __contains__(self, job_id: object) -> bool:
-        return bool(self.journal.read("SELECT 1 FROM jobs WHERE job_id = ?", (str(job_id),)))
-
-    def ids(self) -> set[str]:
-        return {r[0] for r in self.journal.read("SELECT job_id FROM jobs")}
-
-    def current(self) -> list[SubmittedJob]:
-        """Jobs not replaced by a resubmission, oldest first."""
-        return [j for j in self.all() if not j.superseded_by]
-
-    def all(self) -> list[SubmittedJob]:
-        rows = self.journal.read(f"SELECT {', '.join(_COLUMNS)} FROM jobs ORDER BY submitted_at")
-        return [j for j in (_job(r) for r in rows) if j is not None]
-
-    def _import_legacy(self, path: Path) -> None:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            rows = list(raw.get("jobs", []))
-        except (OSError, ValueError, AttributeError) as exc:
-            log.warning("job registry %s unreadable (%s); not imported", path, exc)
-            return
-        known = {f.name for f in dataclasses.fields(SubmitSpec)}
-        for row in rows:
-            try:
-                spec = SubmitSpec(**{k: v for k, v in row["spec"].items() if k in known})
-                job = SubmittedJob(
-                    job_id=str(row["job_id"]),
-                    spec=spec,
-                    submitted_at=float(row.get("submitted_at", 0.0)),
-                    actor=str(row.get("actor", "")),
-                    resubmitted_from=str(row.get("resubmitted_from", "")),
-                    superseded_by=str(row.get("superseded_by", "")),
-                    sweep_id=str(row.get("sweep_id", "")),
-                )
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("job registry %s: skipping a bad row (%s)", path, exc)
-                continue
-            if job.job_id not in self:
-                with self.journal.transaction() as db:
-                    db.execute(
-                        f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES "
-                        f"({', '.join('?' * len(_COLUMNS))})",
-                        _row(job),
-                    )
-        path.replace(path.with_name(path.name + ".imported"))
+def _spec(data: dict[str, Any]) -> SubmitSpec:
+    known = {f.name for f in dataclasses.fields(SubmitSpec)}
+    return SubmitSpec(**{k: v for k, v in data.items() if k in known})
 
 
 def _row(job: SubmittedJob) -> tuple[Any, ...]:
@@ -170,20 +79,84 @@ def _row(job: SubmittedJob) -> tuple[Any, ...]:
         job.resubmitted_from,
         job.superseded_by,
         job.sweep_id,
-        job.state,
+        str(job.state),
     )
 
 
-def _job(row: tuple[Any, ...]) -> SubmittedJob | None:
-    data = dict(zip(_COLUMNS, row, strict=True))
-    known = {f.name for f in dataclasses.fields(SubmitSpec)}
-    try:
-        spec_data = json.loads(data.pop("spec"))
-        spec = SubmitSpec(**{k: v for k, v in spec_data.items() if k in known})
-    except (ValueError, TypeError) as exc:
-        log.warning("job registry: job %s has an unreadable spec (%s)", data["job_id"], exc)
-        return None
-    return SubmittedJob(spec=spec, **data)
+def _job(data: dict[str, Any]) -> SubmittedJob:
+    return SubmittedJob(**{**data, "spec": _spec(json.loads(data["spec"]))})
+
+
+JOBS: Table[SubmittedJob] = Table(
+    name="jobs",
+    columns=(
+        "job_id",
+        "spec",
+        "submitted_at",
+        "actor",
+        "resubmitted_from",
+        "superseded_by",
+        "sweep_id",
+        "state",
+    ),
+    to_row=_row,
+    from_row=_job,
+)
+
+
+class JobRegistry(SubmissionRegistry[SubmittedJob]):
+    """Submitted Ray jobs and their specs (table ``jobs``): the submission registry plus
+    which job replaced which. A ``jobs.json`` from an older phantom is imported once."""
+
+    def __init__(self, journal: Journal, legacy_json: Path | None = None) -> None:
+        super().__init__(journal, JOBS)
+        if legacy_json is not None and legacy_json.exists():
+            self._import_legacy(legacy_json)
+
+    def add(self, job: SubmittedJob) -> None:
+        """Record ``job``; a resubmission also marks the job it replaces, atomically."""
+        with self.journal.transaction() as db:
+            self._insert(db, job, replace=True)
+            if job.resubmitted_from:
+                db.execute(
+                    "UPDATE jobs SET superseded_by = ? WHERE job_id = ?",
+                    (job.job_id, job.resubmitted_from),
+                )
+
+    def remove(self, job_id: str) -> None:
+        with self.journal.transaction() as db:
+            db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+            db.execute("UPDATE jobs SET superseded_by = '' WHERE superseded_by = ?", (job_id,))
+
+    def current(self) -> list[SubmittedJob]:
+        """Jobs not replaced by a resubmission, oldest first."""
+        return [j for j in self.all() if not j.superseded_by]
+
+    def _import_legacy(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            rows = list(raw.get("jobs", []))
+        except (OSError, ValueError, AttributeError) as exc:
+            log.warning("job registry %s unreadable (%s); not imported", path, exc)
+            return
+        for row in rows:
+            try:
+                job = SubmittedJob(
+                    job_id=str(row["job_id"]),
+                    spec=_spec(row["spec"]),
+                    submitted_at=float(row.get("submitted_at", 0.0)),
+                    actor=str(row.get("actor", "")),
+                    resubmitted_from=str(row.get("resubmitted_from", "")),
+                    superseded_by=str(row.get("superseded_by", "")),
+                    sweep_id=str(row.get("sweep_id", "")),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("job registry %s: skipping a bad row (%s)", path, exc)
+                continue
+            if job.job_id not in self:
+                with self.journal.transaction() as db:
+                    self._insert(db, job, replace=False)
+        path.replace(path.with_name(path.name + ".imported"))
 
 
 class Submitter:
@@ -207,7 +180,7 @@ class Submitter:
     async def submit(self, spec: SubmitSpec, actor: str, resubmitted_from: str = "") -> JobInfo:
         """Submit through the backend; the registry, the journal and the bus hear of it.
 
-        The job's id is chosen and recorded (PENDING) before the cluster is asked, so a
+        The job's id is chosen and recorded (pending) before the cluster is asked, so a
         console killed in between neither loses the job nor submits it twice: the next
         attempt sends the same id, and a cluster that already has it is taken at its word.
         """
@@ -222,7 +195,7 @@ class Submitter:
                 actor=actor,
                 resubmitted_from=resubmitted_from,
                 sweep_id=spec.sweep_id,
-                state=PENDING,
+                state=SubmissionState.PENDING,
             )
         )
         try:
@@ -255,7 +228,7 @@ class Submitter:
                 raise
             log.info("job %s was already on the cluster: adopted", spec.submission_id)
             info = there
-        self.registry.update(info.job_id, state=SUBMITTED)
+        self.registry.mark(info.job_id, SubmissionState.SUBMITTED)
         return info
 
     async def _on_cluster(self, job_id: str) -> JobInfo | None:
@@ -326,7 +299,7 @@ class Submitter:
     async def _replacement(self, sub: SubmittedJob) -> str:
         if sub.superseded_by:
             new = self.registry.get(sub.superseded_by)
-            if new is None or new.state == SUBMITTED:
+            if new is None or new.state == SubmissionState.SUBMITTED:
                 return sub.superseded_by
             info = await self._send(new.spec)  # recorded, never confirmed: same id again
             await self._recorded(info, new.spec, "watchdog", sub.job_id, 0.0)

@@ -40,12 +40,7 @@ from console.services.backends.gke.metrics import TbRun, TensorBoardSource
 from console.services.backends.gke.news import News
 from console.services.backends.gke.observe import Caches, GkeObserver, job_info
 from console.services.backends.gke.recovery import gke_plan
-from console.services.backends.gke.registry import (
-    DELETED,
-    SUBMITTED,
-    RecordedWorkload,
-    WorkloadRegistry,
-)
+from console.services.backends.gke.registry import RecordedWorkload, WorkloadRegistry
 from console.services.backends.gke.storage import StorageError, exists, readable_uri
 from console.services.cadence.sources import CadenceSource
 from console.services.errors import JobsUnavailable, UnknownJob
@@ -61,6 +56,7 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
     Resubmit,
+    SubmissionState,
     WorkloadStatus,
 )
 from console.services.observation import Observation
@@ -258,7 +254,7 @@ class GkeBackend:
             caches.jobsets.get(ref) is not None
             or caches.jobs.get(ref) is not None
             or caches.pods.get(ref) is not None
-            or ref in self.registry.names()
+            or ref in self.registry
         )
 
     def _workload_of(self, ref: str) -> str:
@@ -326,11 +322,11 @@ class GkeBackend:
             created = await api.create(kind, body)
         except BaseException:
             if known is None:
-                self.registry.forget(spec.name)
+                self.registry.remove(spec.name)
             else:
                 self.registry.mark(spec.name, known.state)
             raise
-        self.registry.mark(spec.name, SUBMITTED)
+        self.registry.mark(spec.name, SubmissionState.SUBMITTED)
         return JobInfo(
             job_id=spec.name,
             status=JobStatus.PENDING,
@@ -417,7 +413,7 @@ class GkeBackend:
         with contextlib.suppress(NotFound):
             await api.delete(R.SECRETS, f"{name}-phantom-env")
         if self.registry.get(name) is not None:
-            self.registry.mark(name, DELETED)
+            self.registry.mark(name, SubmissionState.DELETED)
             found = True
         return found
 

@@ -28,13 +28,14 @@ from console.services.backends.gke.manifests import (
     logs_url,
     workload_url,
 )
-from console.services.backends.gke.registry import DELETED, PENDING, RecordedWorkload
+from console.services.backends.gke.registry import RecordedWorkload
 from console.services.model import (
     LOST_STATES,
     HostState,
     JobInfo,
     JobStatus,
     PodStatus,
+    SubmissionState,
     WorkloadStatus,
 )
 from console.services.observation import HostObservation, Observation
@@ -376,9 +377,9 @@ class GkeObserver:
             w = by_name.get(name)
             if w is not None:
                 out.append(job_info(w, rec))
-            elif rec.state == DELETED:
+            elif rec.state == SubmissionState.DELETED:
                 out.append(_absent(rec, JobStatus.STOPPED, "deleted"))
-            elif rec.state == PENDING:
+            elif rec.state == SubmissionState.PENDING:
                 out.append(_absent(rec, JobStatus.PENDING, "being created"))
             else:
                 out.append(_absent(rec, JobStatus.LOST, "no longer on the cluster"))
