@@ -238,9 +238,11 @@ class CapacityConfig:
     belongs to a queued resource, which recovery resets (or re-creates in another zone)."""
     queued_resource: str = ""
     """acquire = "queued-resource": its id (empty: "<cluster.node_name>-qr")."""
-    failover: Literal["eager-failover", "same-zone"] = "eager-failover"
+    failover: Literal["eager-failover", "same-zone", "risk-aware"] = "eager-failover"
     """"eager-failover": try the other zones first, the preempted one last; "same-zone":
-    zone_retries tries in the preempted zone before moving on."""
+    zone_retries tries in the preempted zone before moving on; "risk-aware": as
+    eager-failover, but calmest zone first by the journal's preemption rates (the upper
+    bound of each zone's 95% interval), the order and its reason journaled."""
     zone_retries: int = 3
     """same-zone: tries in a zone before the next one."""
     backoff_s: float = 10.0

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from console.config import CapacityConfig, ClusterConfig
 
 ACQUIRE_MODES = ("node", "queued-resource")
-FAILOVER_STRATEGIES = ("eager-failover", "same-zone")
+FAILOVER_STRATEGIES = ("eager-failover", "same-zone", "risk-aware")
 
 
 def capacity_value_problems(key: str, value: Any) -> list[str]:

@@ -24,6 +24,7 @@ from console.config import Config, ConfigError, default_state_dir
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
     from console.services.backends.base import Backend, Chaos
+    from console.services.backends.tpu_vm.capacity import Capacity
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
     from console.services.facade import Facade, MakeConsumer
@@ -98,6 +99,7 @@ def make_services(
             capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
             if capacity is not None:
                 capacity.on_attempt = made.on_capacity
+                _risk_aware(config, capacity, journal, sink, clock)
             return made
 
     journal = Journal(
@@ -143,6 +145,39 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
         return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
 
     return [alerter]
+
+
+def _risk_aware(
+    config: Config,
+    capacity: Capacity,
+    journal: Journal,
+    sink: EventSink,
+    clock: Callable[[], float],
+) -> None:
+    """failover = "risk-aware": the capacity ranks zones by the journal's preemption rates
+    and journals the order it chose with its reason."""
+    from console.services.ledger.rates import (
+        ZoneRate,
+        journal_rates,
+        order_event,
+        rates_by_zone,
+    )
+
+    def risk() -> dict[str, ZoneRate]:
+        last = getattr(capacity.provider, "last", None)
+        hosts = len(last.endpoints) if last is not None and last.endpoints else config.cluster.hosts
+        rates = journal_rates(
+            journal,
+            now=clock(),
+            hosts=max(1, hosts),
+            default_zone=config.cluster.zone,
+            accelerator=config.cluster.accelerator_type,
+            zones=capacity.zones,
+        )
+        return rates_by_zone(rates)
+
+    capacity.risk = risk
+    capacity.on_order = lambda order: sink.emit_soon(order_event(order, clock()))
 
 
 def _pod_key(config: Config) -> str:

@@ -206,7 +206,12 @@ class Detector:
                     EventKind.PREEMPTED,
                     f"{h.name}: preempted after its notice (replaced before a poll saw it go)",
                     host=h.name,
-                    data={"tpu_state": str(h.tpu_state), "ip": h.ip, "after_notice": True},
+                    data={
+                        "tpu_state": str(h.tpu_state),
+                        "ip": h.ip,
+                        "after_notice": True,
+                        **_where(obs),
+                    },
                 )
             if cond == before or cond in (HostCondition.OK, HostCondition.NOT_READY):
                 continue
@@ -223,6 +228,7 @@ class Detector:
                     data["detect_s"] = round(delay, 3)
                 if h.preempted_at is not None:
                     data["preempted_at"] = h.preempted_at
+                data.update(_where(obs))  # the ledger's rates per zone and accelerator
             if cond is HostCondition.DUPLICATE:
                 data["ray_nodes"] = h.ray_alive
             await emit(
@@ -356,6 +362,11 @@ class Detector:
                 data=dict(data or {}),
             )
         )
+
+
+def _where(obs: Observation) -> dict[str, str]:
+    """Where a lost host was: its zone and accelerator, when the provider says."""
+    return {k: v for k, v in (("zone", obs.zone), ("accelerator", obs.accelerator_type)) if v}
 
 
 async def _nothing(*_: Any, **__: Any) -> None:

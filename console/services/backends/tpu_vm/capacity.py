@@ -11,7 +11,9 @@ node. So ``Capacity.reacquire``:
   exist for one pod;
 * on a stockout, tries again by the ``[capacity]`` strategy: ``eager-failover`` tries the
   other zones at once (the preempted zone last), then waits; ``same-zone`` retries the zone
-  ``zone_retries`` times with backoff before moving on;
+  ``zone_retries`` times with backoff before moving on; ``risk-aware`` tries them as
+  eager-failover does, but calmest first by the journal's preemption rates
+  (``ledger.rates.risk_order``), and reports the order with its reason (``on_order``);
 * with ``acquire = "queued-resource"``: resets the SUSPENDED queued resource in its zone,
   or deletes it and queues a new one in the next zone, and waits for ACTIVE.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ from google.rpc import code_pb2
 
 from console.config import CapacityConfig
 from console.services.errors import BackendError
+from console.services.ledger.rates import RiskOrder, ZoneRate, risk_order
 from console.services.model import HostState
 
 if TYPE_CHECKING:
@@ -108,8 +111,12 @@ def schedule(cfg: CapacityConfig, zones: tuple[str, ...], lost: str) -> Iterator
     """Endless (zone, wait_after_failure) tries by the strategy, starting from the zone the
     slice was lost in. A wait comes after the last try of a round; moving zones is at once."""
     rest = [z for z in zones if z != lost]
-    if cfg.failover == "eager-failover":
-        order = [*rest, lost] if lost in zones else list(zones)
+    if cfg.failover in ("eager-failover", "risk-aware"):
+        # risk-aware: ``zones`` come ranked already (``risk_order``), the lost one included
+        if cfg.failover == "risk-aware":
+            order = list(zones)
+        else:
+            order = [*rest, lost] if lost in zones else list(zones)
         while True:
             for i, zone in enumerate(order):
                 yield zone, i == len(order) - 1
@@ -134,6 +141,9 @@ class Capacity:
         self.cfg = cfg
         self.zones: tuple[str, ...] = cfg.zones or (provider.zone,)
         self.on_attempt: Callable[[Attempt], None] = lambda _a: None
+        # risk-aware: the rates per zone (the journal's), and who hears the order chosen
+        self.risk: Callable[[], Mapping[str, ZoneRate]] = dict
+        self.on_order: Callable[[RiskOrder], None] = lambda _o: None
         self._sleep = sleep
         self._clock = clock
         self.attempts: list[Attempt] = []  # of the last reacquire
@@ -161,7 +171,7 @@ class Capacity:
             await self._delete_node(lost)  # the node being replaced: frees its quota
         queued = self.cfg.acquire == "queued-resource"
         waits = 0
-        tries = schedule(self.cfg, self.zones, lost)
+        tries = schedule(self.cfg, self.order(lost), lost)
         zone, wait_after = next(tries)
         n = 0
         while True:
@@ -191,6 +201,25 @@ class Capacity:
             if delay:
                 await self._sleep(delay)
             zone, wait_after = next_zone, next_wait
+
+    def order(self, lost: str) -> tuple[str, ...]:
+        """The zones in the order the strategy tries them from; risk-aware ranks them by the
+        rates (reported with its reason), or keeps eager-failover's order when the rates
+        cannot be had (a journal that fails must not stop getting the slice back)."""
+        if self.cfg.failover != "risk-aware":
+            return self.zones
+        try:
+            rates = self.risk()
+        except Exception:
+            log.exception("capacity: no preemption rates; zones in configured order")
+            rates = {}
+        chosen = risk_order(self.zones, lost, rates)
+        log.info("capacity: %s", chosen.reason)
+        try:
+            self.on_order(chosen)
+        except Exception:
+            log.exception("capacity order callback failed")
+        return chosen.zones
 
     def _report(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)

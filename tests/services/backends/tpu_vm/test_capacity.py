@@ -25,6 +25,9 @@ from console.services.backends.tpu_vm.capacity import (
     schedule,
 )
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
+from console.services.ledger.rates import RiskOrder, journal_rates, order_event, rates_by_zone
+from console.services.model import Event, EventKind
+from console.services.record.journal import Journal
 from emulators.tpu_pod import client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod
@@ -55,6 +58,16 @@ def test_same_zone_retries_then_moves_on() -> None:
     ]  # fmt: skip
     one = CapacityConfig(failover="same-zone", zone_retries=2)
     assert first(one, "z", 3, zones=("z",)) == [("z", True)] * 3
+
+
+def test_risk_aware_takes_the_ranked_zones_as_they_come() -> None:
+    """The zones come ranked (``Capacity.order``): tried in that order, the lost one where
+    its rate put it, a wait after each round."""
+    cfg = CapacityConfig(zones=ZONES, failover="risk-aware")
+    ranked = ("local-c", "local-a", "local-b")
+    assert first(cfg, "local-a", 4, zones=ranked) == [
+        ("local-c", False), ("local-a", False), ("local-b", True), ("local-c", False),
+    ]  # fmt: skip
 
 
 def test_stockout_shapes() -> None:
@@ -255,3 +268,47 @@ async def test_queued_resource_is_reset_in_place_or_moved_by_the_strategy(zoned:
     assert qrs == [f"projects/{p.project}/locations/local-b/queuedResources/phantom-pod-qr"]
     assert (await p.wait_ready(60)).ready
     await p.close()
+
+
+async def test_risk_aware_failover_goes_to_the_calmer_zone(zoned: PodInfo, tmp_path: Path) -> None:
+    """The journal holds an hour in local-b with six reclaims and an hour in local-c with
+    none: after local-a's loss the slice comes back in local-c (eager-failover would have
+    taken local-b, next in the list), and the order is journaled with the rates behind it."""
+    journal = Journal(tmp_path / "journal.sqlite")
+    t0 = 1_000_000.0
+    for zone, start, losses in (("local-b", t0, 6), ("local-c", t0 + 3600, 0)):
+        journal.record_event(
+            Event(start, EventKind.CAPACITY, "got it", data={"zone": zone, "ok": True})
+        )
+        for i in range(losses):
+            at = start + 300 + 500 * i
+            journal.record_event(
+                Event(at, EventKind.PREEMPTED, "lost", host="w-0", data={"zone": zone})
+            )
+            journal.record_event(Event(at + 30, EventKind.RECOVERED, "recovered"))
+    journal.record_event(
+        Event(t0 + 7200, EventKind.CAPACITY, "got it", data={"zone": "local-a", "ok": True})
+    )
+    p = provider(zoned, failover="risk-aware")
+    cap = p.capacity
+    assert cap is not None
+    cap.risk = lambda: rates_by_zone(
+        journal_rates(journal, now=t0 + 7300, hosts=4, default_zone="local-a", zones=ZONES)
+    )
+    orders: list[RiskOrder] = []
+    cap.on_order = orders.append
+    await lose_the_slice(zoned, p)
+    async with never_two(p):
+        await p.recreate()
+    assert p.zone == "local-c"
+    (order,) = orders
+    # local-a: 100 s seen, no reclaim: too little to call it calm (its upper bound is high)
+    assert order.zones == ("local-c", "local-b", "local-a")
+    row = journal.record_event(order_event(order, t0 + 7300))
+    assert row.data["order"][0] == "local-c" and row.data["ranked_by"] == "upper bound"
+    b = row.data["rates"]["local-b"]
+    assert b["preemptions"] == 6 and b["low"] <= b["rate_per_vm_hour"] <= b["high"]
+    assert "local-c" in row.message.split(":")[0]
+    await p.wait_ready(60)
+    await p.close()
+    journal.close()
