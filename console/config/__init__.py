@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from console.config.alerts import AlertsConfig, parse_alerts
+from console.config.prices import PricesConfig
 from console.config.runtime_env import parse_runtime_env
 
 PROVIDERS = ("local", "gcp", "gke")
@@ -263,6 +264,7 @@ class Config:
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     gke: GkeConfig = field(default_factory=GkeConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    prices: PricesConfig = field(default_factory=PricesConfig)
     bootstrap_command: str = ""
     """[bootstrap] command: run on every worker before Ray starts (the seed's
     "pre-heating"). Empty: check that python and ray import."""
@@ -307,6 +309,7 @@ _SECTIONS: dict[str, type] = {
     "recovery": RecoveryConfig,
     "capacity": CapacityConfig,
     "gke": GkeConfig,
+    "prices": PricesConfig,
 }
 _TOP_LEVEL = {"bootstrap": "bootstrap_command", "storage": "storage", "runtime_env": "runtime_env"}
 

@@ -26,6 +26,7 @@ from console.config.capacity import capacity_cross_problems, capacity_value_prob
 from console.config.gke import gke_cross_problems, gke_value_problems
 from console.config.names import ENV_NAME_RE
 from console.config.names import NAME_RE as _NAME_RE
+from console.config.prices import PricesConfig, prices_cross_problems, prices_value_problems
 
 BAD = object()
 
@@ -129,6 +130,8 @@ def check_domain(key: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{key} = {value!r}: must be 0 or more")
     elif key.startswith("gke."):
         problems += gke_value_problems(key, value)
+    elif key.startswith("prices."):
+        problems += prices_value_problems(key, value)
     elif key == "wandb.base_url" and value and not value.startswith(("http://", "https://")):
         problems.append(f"{key} = {value!r}: a URL such as http://127.0.0.1:PORT, or empty")
     elif key == "wandb.api_key_env":
@@ -203,6 +206,7 @@ def cross_check(sections: dict[str, Any], problems: list[str]) -> None:
         if cluster.zone in ("", "local-a"):
             problems.append("cluster.zone: required for provider 'gcp' (e.g. us-central2-b)")
     problems += capacity_cross_problems(cluster, sections.get("capacity", CapacityConfig()))
+    problems += prices_cross_problems(sections.get("prices", PricesConfig()))
     if cluster.provider == "gke":
         problems += gke_cross_problems(sections.get("gke", GkeConfig()))
     ray: RayConfig = sections.get("ray", RayConfig())

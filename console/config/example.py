@@ -19,6 +19,7 @@ from typing import Any
 from console import config as config_module
 from console.config import Config
 from console.config import alerts as alerts_module
+from console.config import prices as prices_module
 
 # [runtime_env] is written with a typical value, not its empty default: the example shows
 # how secrets are referenced by name.
@@ -37,7 +38,7 @@ def field_docs() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     body = [
         node
-        for module in (config_module, alerts_module)
+        for module in (config_module, alerts_module, prices_module)
         for node in ast.parse(inspect.getsource(module)).body
     ]
     for node in body:
