@@ -1,0 +1,193 @@
+"""Goodput accounting over journal rows written by the real journal (through the event sink,
+so incidents are stamped and summarised as in the console): the split of wall time by cause,
+that the causes always sum to wall time, ranges, steps, and a journal reopened after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from console.config import Config, parse_config
+from console.services.ledger.goodput import Progress, StepPoint, account, chains
+from console.services.ledger.prices import pricing_for
+from console.services.ledger.timeline import Cause
+from console.services.model import Event, EventKind
+from console.services.record.journal import Journal
+from tests.support.incident_rows import journaled, recorded, replay
+
+PRICING = pricing_for(Config())
+
+
+def _act(at: float, action: str, duration: float, **data: object) -> Event:
+    return Event(
+        at=at,
+        kind=EventKind.ACTION,
+        message=action,
+        actor="watchdog",
+        data={"action": action, "ok": True, "duration_s": duration, "per_host": {}, **data},
+    )
+
+
+def _state(at: float, job: str, old: str | None, new: str) -> Event:
+    return Event(
+        at=at,
+        kind=EventKind.JOB_STATE,
+        message=f"job {job} {old or 'new'} -> {new}",
+        actor="jobs",
+        data={"job_id": job, "old_status": old, "new_status": new},
+    )
+
+
+def drill() -> list[Event]:
+    """Job A runs from 10 s; its pod is lost at 98 s (seen at 100 s: detect_s 2); capacity is
+    short from 101 s to 131 s; the head is rebuilt and A resubmitted as B, which runs from
+    175 s and succeeds at 400 s."""
+    return [
+        Event(0.0, EventKind.ACTION, "submitted A", actor="user",
+              data={"action": "submit", "ok": True, "duration_s": 0.1, "job_id": "A", "per_host": {}}),
+        _state(1.0, "A", None, "PENDING"),
+        _state(10.0, "A", "PENDING", "RUNNING"),
+        Event(100.0, EventKind.PREEMPTED, "w0: VM lost", host="w0", actor="watchdog",
+              data={"detect_s": 2.0}),
+        Event(100.5, EventKind.RECOVERY_STARTED, "recovery started: w0", actor="watchdog",
+              data={"detect_s": 2.0}),
+        _act(100.5, "recovery.recreate", 1.0),
+        Event(101.0, EventKind.CAPACITY, "stockout in zone a", actor="watchdog",
+              data={"zone": "a", "attempt": 1, "ok": False}),
+        Event(131.0, EventKind.CAPACITY, "created in zone b", actor="watchdog",
+              data={"zone": "b", "attempt": 2, "ok": True}),
+        _act(131.0, "recovery.wait_ready", 10.0),
+        _act(141.0, "recovery.head", 20.0),
+        _state(150.0, "A", "RUNNING", "LOST"),
+        _act(161.0, "recovery.resubmit", 1.0, resubmitted={"A": "B"}),
+        Event(162.0, EventKind.JOB_RESUBMITTED, "A resubmitted as B", actor="watchdog",
+              data={"old_job_id": "A", "new_job_id": "B"}),
+        _state(162.0, "B", None, "PENDING"),
+        Event(170.0, EventKind.RECOVERED, "cluster recovered", actor="watchdog",
+              data={"mttr_s": 70.0, "detect_s": 2.0}),
+        _state(175.0, "B", "PENDING", "RUNNING"),
+        _state(400.0, "B", "RUNNING", "SUCCEEDED"),
+    ]  # fmt: skip
+
+
+def _sums_to_wall(unit: object) -> None:
+    seconds = unit.seconds  # type: ignore[attr-defined]
+    assert math.fsum(seconds.values()) == pytest.approx(unit.wall_s, abs=1e-9)  # type: ignore[attr-defined]
+    assert unit.productive_s + unit.badput_s == pytest.approx(unit.wall_s, abs=1e-9)  # type: ignore[attr-defined]
+
+
+def test_a_preemption_splits_wall_time_by_cause() -> None:
+    ledger = account(journaled(drill()), PRICING)
+    (job,) = ledger.units
+    assert job.members == ("A", "B")
+    assert (job.start, job.end) == (0.0, 400.0)
+    s = job.seconds
+    assert s[Cause.PRODUCTIVE] == pytest.approx(88 + 225)  # 10..98, 175..400
+    assert s[Cause.DETECT] == pytest.approx(2.0)
+    assert s[Cause.CAPACITY] == pytest.approx(30.0)
+    assert s[Cause.RECOVER] == pytest.approx(40.0)
+    assert s[Cause.QUEUED] == pytest.approx(15.0)  # 0..10 before A ran, 170..175 B pending
+    assert job.recover_steps == pytest.approx(
+        {"recovery": 8.5, "recreate": 0.5, "wait_ready": 10.0, "head": 20.0, "resubmit": 1.0}
+    )
+    assert len(job.incidents) == 1
+    _sums_to_wall(job)
+    _sums_to_wall(ledger.cluster)
+    assert ledger.cluster.seconds == job.seconds  # one job: the pod did what it did
+
+
+def test_steps_give_warmup_and_redone_work() -> None:
+    progress = {
+        "A": Progress((StepPoint(20.0, 100), StepPoint(95.0, 5000))),
+        "B": Progress(
+            (StepPoint(185.0, 4100), StepPoint(215.0, 5000), StepPoint(390.0, 9000)), 4000
+        ),
+    }
+    (job,) = account(journaled(drill()), PRICING, progress=progress).units
+    s = job.seconds
+    assert s[Cause.WARMUP] == pytest.approx(10.0 + 10.0)  # 10..20 and 175..185
+    assert s[Cause.REDONE] == pytest.approx(30.0)  # 185..215: steps 4000..5000 again
+    assert s[Cause.PRODUCTIVE] == pytest.approx(313.0 - 50.0)
+    assert job.redone_steps == 1000
+    assert job.steps_known
+    _sums_to_wall(job)
+
+
+def test_a_range_clips_and_still_sums() -> None:
+    ledger = account(journaled(drill()), PRICING, start=120.0, end=500.0)
+    (job,) = ledger.units
+    assert (job.start, job.end) == (120.0, 400.0)
+    _sums_to_wall(job)
+    assert ledger.cluster.wall_s == pytest.approx(380.0)
+    assert ledger.cluster.seconds[Cause.IDLE] == pytest.approx(100.0)  # 400..500: no job
+    _sums_to_wall(ledger.cluster)
+
+
+def test_money_headline_compares_spot_with_on_demand_for_the_productive_part() -> None:
+    config = parse_config(
+        {
+            "cluster": {"accelerator_type": "v5p-64"},
+            "prices": {"spot_per_chip_hour": 2.0, "on_demand_per_chip_hour": 5.0},
+        }
+    )
+    ledger = account(journaled(drill()), pricing_for(config), start=0.0, end=3600.0)
+    money = ledger.money
+    assert money["chip_hours"] == pytest.approx(32.0)  # v5p-64: 32 chips, 1 h
+    assert money["spot_usd"] == pytest.approx(64.0)
+    assert money["on_demand_same_work_usd"] == pytest.approx(313 / 3600 * 32 * 5.0, abs=0.01)
+    assert money["spot_saved_usd"] < 0  # the pod idled most of the hour: spot lost
+    assert "spot lost $" in ledger.headline()
+    assert ledger.headline().startswith("goodput 8.7% of 60.0m")
+
+
+def test_recorded_preemptions_sum_to_wall_time_and_keep_the_steps() -> None:
+    rows = journaled(recorded(start=1_000.0))
+    ledger = account(rows, PRICING)
+    (job,) = ledger.units
+    assert len(job.members) == 2  # lost with the head, resubmitted
+    assert len(ledger.cluster.incidents) == 2
+    _sums_to_wall(job)
+    _sums_to_wall(ledger.cluster)
+    steps = ledger.cluster.recover_steps
+    assert steps["workers"] == pytest.approx(4.584 + 21.62, abs=0.01)
+    assert ledger.cluster.seconds[Cause.DETECT] > 0
+    # every incident is detect + recover + capacity, from the loss (the row minus its
+    # detect_s) to recovered
+    c = ledger.cluster.seconds
+    incident_s = c[Cause.DETECT] + c[Cause.RECOVER] + c[Cause.CAPACITY]
+    assert incident_s == pytest.approx((66.566 - 61.469) + (108.685 - (67.176 - 0.513)), abs=0.01)
+
+
+def test_the_ledger_survives_a_console_restart(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite"
+    rows = drill()
+    first = Journal(path)
+    asyncio.run(replay(first, rows[:9]))  # the console dies mid-recovery
+    first.close()
+    second = Journal(path)
+    asyncio.run(replay(second, rows[9:]))  # a new one journals the rest
+    stored = second.query(limit=10_000)
+    second.close()
+    before = account(journaled(rows), PRICING).units[0].seconds
+    after = account(stored, PRICING).units[0].seconds
+    assert after[Cause.PRODUCTIVE] == pytest.approx(before[Cause.PRODUCTIVE])
+    assert after[Cause.CAPACITY] == pytest.approx(before[Cause.CAPACITY])
+    assert after[Cause.DETECT] == pytest.approx(before[Cause.DETECT])
+
+
+def test_chains_follow_resubmissions_in_order() -> None:
+    rows = [
+        Event(1.0, EventKind.JOB_RESUBMITTED, "", data={"old_job_id": "b", "new_job_id": "c"}),
+        Event(0.0, EventKind.JOB_RESUBMITTED, "", data={"old_job_id": "a", "new_job_id": "b"}),
+    ]
+    assert chains(rows, ["a", "b", "c", "x"]) == [("a", "b", "c"), ("x",)]
+
+
+def test_no_rows_is_said_not_divided_by_zero() -> None:
+    ledger = account([], PRICING)
+    assert ledger.cluster.goodput is None
+    assert ledger.headline() == "ledger: no time recorded in this range"
+    assert ledger.to_json()["notes"] == ["no journal rows in this range"]
