@@ -19,6 +19,7 @@ from console import exit_codes
 from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.cadence.snapshot import with_jobs
+from console.services.ledger.book import read_book
 from console.services.model import PodSnapshot, RayState, to_jsonable
 from console.services.record.incidents import Incident, group
 from console.services.recovery.diagnosis import job_env_text
@@ -71,6 +72,7 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
     # The incident the recovery above belongs to (the newest), so a cron job can follow it.
     out["recovery"]["incident"] = incidents[-1]["incident"] if incidents else ""
     out["incidents"] = incidents
+    out["ledger"] = await _ledger(services, snap.at)
     if not ok:
         out["unreachable_reason"] = why
     if jobs_error:
@@ -86,6 +88,14 @@ async def _incidents(services: ConsoleServices, limit: int = 3) -> list[dict[str
         return []
     found = [x for x in group(rows) if isinstance(x, Incident)]
     return [x.to_json() for x in found[-limit:]]
+
+
+async def _ledger(services: ConsoleServices, now: float) -> dict[str, Any]:
+    """Goodput, badput by cause, money and advice over the whole journal (``ledger.book``)."""
+    try:
+        return (await read_book(services, now=now)).to_json()
+    except Exception as exc:  # a record: a status without it still reports the pod
+        return {"error": _reason(exc)}
 
 
 def _reason(exc: BaseException) -> str:
@@ -187,6 +197,8 @@ def render_table(status: Mapping[str, Any]) -> str:
         lines.append(f"recovery: idle (auto {'on' if rec['auto'] else 'off'})")
     for inc in status.get("incidents", [])[-1:]:
         lines.append(_clip(f"incident {inc['incident']}: {inc['message']}", 80))
+    if status.get("ledger", {}).get("headline"):
+        lines.append(_clip(f"ledger: {status['ledger']['headline']}", 80))
     for w in pod.get("warnings", []):
         lines.append(f"warning: {w}")
     return "\n".join(lines)

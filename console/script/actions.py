@@ -18,6 +18,7 @@ from console.script.feed import EventFeed
 from console.script.language import ACTOR, DEFAULT_TIMEOUTS
 from console.script.parse import build_spec
 from console.script.workload_args import build_workload_spec
+from console.services.ledger.book import read_book
 from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
 from console.status import collect_status
 
@@ -410,6 +411,15 @@ async def status(run: Run, args: Args) -> dict[str, Any]:
     return await collect_status(await run.services())
 
 
+async def ledger(run: Run, args: Args) -> dict[str, Any]:
+    now = time.time()
+    since = args.get("since")
+    book = await read_book(
+        await run.services(), now=now, since=None if since is None else now - since
+    )
+    return book.to_json()
+
+
 async def sleep(run: Run, args: Args) -> dict[str, Any]:
     await asyncio.sleep(args["seconds"])
     return {"slept_s": args["seconds"]}
@@ -439,6 +449,7 @@ HANDLERS: dict[str, Handler] = {
     "auto-recovery": auto_recovery,
     "wait-event": wait_event,
     "status": status,
+    "ledger": ledger,
     "teardown": teardown,
     "sleep": sleep,
 }

@@ -325,6 +325,12 @@ ACTIONS: dict[str, ActionDef] = {
         ),
         ActionDef("status", "snapshot of pod, Ray, jobs and cadence (as `phantom status --json`)"),
         ActionDef(
+            "ledger",
+            "goodput, badput by cause, chip-hours, spot against on-demand and the checkpoint "
+            "advice, from the journal (as `status --json`'s ledger); --since: the last S only",
+            flags=(Arg("--since", "seconds", "S", f"look back S {_TIMEOUT_HELP}; default: all"),),
+        ),
+        ActionDef(
             "teardown",
             "`ray stop -f` everywhere and close the tunnel (VMs stay)",
             needs=Capability.RAY,

@@ -368,6 +368,16 @@ def test_sleep_and_auto_recovery(tmp_path: Path) -> None:
     assert steps(lines)[1]["result"] == {"slept_s": 0.01}
 
 
+def test_ledger_verb_and_its_bad_flag(tmp_path: Path) -> None:
+    code, lines, _, _ = run(tmp_path, "ledger --since 1h\nledger\n")
+    assert code == exit_codes.OK
+    for step in steps(lines):
+        assert {"goodput", "headline", "badput_s", "money", "advice", "jobs"} <= set(step["result"])
+    code, lines, err, h = run(tmp_path, "ledger --since soon\n")
+    assert code == exit_codes.USAGE and not h.calls
+    assert "--since" in err
+
+
 # --- interrupts: a real process, a real signal ------------------------------------------------
 
 
