@@ -124,7 +124,7 @@ def make_services(
             registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
             leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
-            consumers=_alerts(config, clock),
+            consumers=[*_alerts(config, clock), *_notices(config, access, journal, clock)],
             clock=clock,
         )
     except BaseException:
@@ -145,6 +145,25 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
         return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
 
     return [alerter]
+
+
+def _notices(
+    config: Config, access: PodAccess | None, journal: Journal, clock: Callable[[], float]
+) -> list[MakeConsumer]:
+    """Every preemption notice matched to its checkpoint in the pod's storage (a TPU VM pod:
+    GKE's workloads checkpoint on their own terms)."""
+    if access is None or not access.storage_uri:
+        return []
+    from console.services.ledger.notices import NoticeVerifier
+
+    storage = access.storage_uri
+
+    def verifier(sink: EventSink) -> NoticeVerifier:
+        return NoticeVerifier(
+            journal, sink, storage, grace_s=config.recovery.notice_grace_s, clock=clock
+        )
+
+    return [verifier]
 
 
 def _risk_aware(
