@@ -40,8 +40,8 @@ chaos: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check console engine emulators benchmarks tests scripts
-	$(BIN)/ruff format --check console engine emulators benchmarks tests scripts
+	$(BIN)/ruff check console engine emulators benchmarks kubeprint tests scripts
+	$(BIN)/ruff format --check console engine emulators benchmarks kubeprint tests scripts
 	$(BIN)/lint-imports pyproject.toml
 
 typecheck: $(STAMP)

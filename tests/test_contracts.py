@@ -34,7 +34,7 @@ def _modules(package: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("package", ["console", "engine", "emulators"])
+@pytest.mark.parametrize("package", ["console", "engine", "emulators", "kubeprint"])
 def test_headless_packages_do_not_import_textual(package: str) -> None:
     modules = _modules(package)
     assert modules, f"no modules found under {package}"
@@ -87,6 +87,8 @@ def test_the_tree_keeps_every_layer_contract() -> None:
         ("emulators/gke/_probe.py", "import console.services.facade", "The emulators stand"),
         ("emulators/_kit_probe.py", "import engine.notice", "The emulators stand"),
         ("engine/_probe.py", "import console.config", "The engine never imports"),
+        ("kubeprint/_probe.py", "import emulators.gke.store", "kubeprint stands alone"),
+        ("kubeprint/_probe.py", "import console.services.model", "kubeprint stands alone"),
         ("engine/_probe.py", "import benchmarks.recovery", "The engine never imports"),
         (
             "console/services/recovery/_probe.py",
@@ -116,7 +118,7 @@ def test_a_broken_contract_fails_the_lint(
 ) -> None:
     """The contracts are not decoration: one import across a wall, in a copy of the tree,
     and `lint-imports` names the contract and fails."""
-    for package in ("console", "engine", "emulators", "benchmarks"):
+    for package in ("console", "engine", "emulators", "benchmarks", "kubeprint"):
         shutil.copytree(
             ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )

@@ -1,7 +1,8 @@
 """Server-side printing: ``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``.
 
-Pods, nodes, jobs, events and secrets follow kubernetes' pkg/printers (printPod's STATUS
-and RESTARTS rules included); JobSets use the CRD's additionalPrinterColumns.
+Pods, nodes, jobs, events and secrets follow kubernetes' pkg/printers (printPod's READY,
+STATUS and RESTARTS rules are kubeprint's, shared with the console); JobSets use the CRD's
+additionalPrinterColumns.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from emulators.gke.store import Obj, parse_time
+from kubeprint.pod import print_pod
 
 _NAME_DOC = (
     "Name must be unique within a namespace. Is required when creating resources, although "
@@ -76,97 +78,18 @@ NAME_COL = col("Name", _NAME_DOC, fmt="name")
 AGE_COL = col("Age", _AGE_DOC)
 
 
-def _restartable(spec: Obj, name: str) -> bool:
-    for c in spec.get("initContainers") or []:
-        if c.get("name") == name:
-            return c.get("restartPolicy") == "Always"
-    return False
-
-
 def pod_cells(pod: Obj) -> list[Any]:
     """printPod: NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED NODE READINESS GATES."""
     spec, st = pod["spec"], pod.get("status") or {}
-    total = len(spec.get("containers") or []) + sum(
-        1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
-    )
-    ready = 0
-    restarts = 0
-    side_restarts = 0
-    last_restart = ""
-    side_last = ""
-    reason = st.get("reason") or st.get("phase") or "Pending"
-    initializing = False
-    inits = st.get("initContainerStatuses") or []
-    n_inits = len(spec.get("initContainers") or [])
-    for i, cs in enumerate(inits):
-        restarts += int(cs.get("restartCount", 0))
-        last_term = (cs.get("lastState") or {}).get("terminated")
-        if last_term and last_term.get("finishedAt", "") > last_restart:
-            last_restart = last_term["finishedAt"]
-        side = _restartable(spec, cs["name"])
-        if side:
-            side_restarts += int(cs.get("restartCount", 0))
-            if last_term and last_term.get("finishedAt", "") > side_last:
-                side_last = last_term["finishedAt"]
-        state = cs.get("state") or {}
-        term, wait = state.get("terminated"), state.get("waiting")
-        if term is not None and int(term.get("exitCode", 0)) == 0:
-            continue
-        if side and cs.get("started"):
-            if cs.get("ready"):
-                ready += 1
-            continue
-        if term is not None:
-            reason = (
-                "Init:" + term["reason"]
-                if term.get("reason")
-                else (f"Init:ExitCode:{term.get('exitCode', 0)}")
-            )
-        elif wait is not None and wait.get("reason") and wait["reason"] != "PodInitializing":
-            reason = "Init:" + wait["reason"]
-        else:
-            reason = f"Init:{i}/{n_inits}"
-        initializing = True
-        break
-    initialized = any(
-        c.get("type") == "Initialized" and c.get("status") == "True"
-        for c in st.get("conditions") or []
-    )
-    if not initializing or initialized:
-        restarts = side_restarts
-        last_restart = side_last
-        has_running = False
-        for cs in reversed(st.get("containerStatuses") or []):
-            restarts += int(cs.get("restartCount", 0))
-            last_term = (cs.get("lastState") or {}).get("terminated")
-            if last_term and last_term.get("finishedAt", "") > last_restart:
-                last_restart = last_term["finishedAt"]
-            state = cs.get("state") or {}
-            wait, term = state.get("waiting"), state.get("terminated")
-            if wait is not None and wait.get("reason"):
-                reason = wait["reason"]
-            elif term is not None and term.get("reason"):
-                reason = term["reason"]
-            elif term is not None:
-                reason = f"ExitCode:{term.get('exitCode', 0)}"
-            elif cs.get("ready") and "running" in state:
-                has_running = True
-                ready += 1
-        if reason == "Completed" and has_running:
-            pod_ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in st.get("conditions") or []
-            )
-            reason = "Running" if pod_ready else "NotReady"
-    if pod["metadata"].get("deletionTimestamp") and st.get("phase") not in ("Succeeded", "Failed"):
-        reason = "Terminating"
+    printed = print_pod(pod)
+    restarts, last_restart = printed.restarts, printed.last_restart
     restarts_text = str(restarts)
     if restarts and last_restart:
         restarts_text = f"{restarts} ({since(last_restart)} ago)"
     return [
         pod["metadata"]["name"],
-        f"{ready}/{total}",
-        reason,
+        f"{printed.ready}/{printed.total}",
+        printed.status,
         restarts_text,
         since(pod["metadata"].get("creationTimestamp")),
         st.get("podIP") or "<none>",

@@ -1,10 +1,8 @@
 """Kubernetes objects -> the console's model: pods as `kubectl get pods` shows them, nodes as
 hosts, JobSets and Jobs as workloads (pure functions over the API's JSON).
 
-A pod's STATUS follows kubectl's printPod (pkg/printers/internalversion): the pod's reason
-or phase, overridden by the first init container that is not done (restartable sidecars
-count once started), then by the containers' waiting/terminated reasons (``ExitCode:N``
-without one), ``Terminating`` while deleted.
+A pod's READY, STATUS and RESTARTS are kubectl's printPod, from ``kubeprint`` (the one home
+of those rules, shared with the GKE emulator's server-side printing).
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from typing import Any
 
 from console.services.backends.gke.kube import Obj
 from console.services.model import HostState, JobStatus, PodStatus
+from kubeprint.pod import print_pod
 
 P = "jobset.sigs.k8s.io/"
 TPU_LABEL = "cloud.google.com/gke-tpu-accelerator"
@@ -55,64 +54,10 @@ def condition_true(obj: Obj, type_: str) -> bool:
 
 
 # -- pods ----------------------------------------------------------------------------------------
-def _restartable(spec: Obj, name: str) -> bool:
-    return any(
-        c.get("name") == name and c.get("restartPolicy") == "Always"
-        for c in spec.get("initContainers") or []
-    )
-
-
 def pod_status_text(pod: Obj) -> tuple[str, int, int, int]:
     """(STATUS, ready, total, restarts) as kubectl prints them."""
-    spec, st = pod.get("spec") or {}, pod.get("status") or {}
-    total = len(spec.get("containers") or []) + sum(
-        1 for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
-    )
-    ready = restarts = side_restarts = 0
-    reason = st.get("reason") or st.get("phase") or "Pending"
-    initializing = False
-    inits = st.get("initContainerStatuses") or []
-    for i, cs in enumerate(inits):
-        restarts += int(cs.get("restartCount", 0))
-        side = _restartable(spec, cs.get("name", ""))
-        if side:
-            side_restarts += int(cs.get("restartCount", 0))
-        state = cs.get("state") or {}
-        term, wait = state.get("terminated"), state.get("waiting")
-        if term is not None and int(term.get("exitCode", 0)) == 0:
-            continue
-        if side and cs.get("started"):
-            ready += 1 if cs.get("ready") else 0
-            continue
-        if term is not None:
-            reason = "Init:" + (term.get("reason") or f"ExitCode:{term.get('exitCode', 0)}")
-        elif wait is not None and wait.get("reason") and wait["reason"] != "PodInitializing":
-            reason = "Init:" + wait["reason"]
-        else:
-            reason = f"Init:{i}/{len(spec.get('initContainers') or [])}"
-        initializing = True
-        break
-    if not initializing or condition_true(pod, "Initialized"):
-        restarts = side_restarts
-        has_running = False
-        for cs in reversed(st.get("containerStatuses") or []):
-            restarts += int(cs.get("restartCount", 0))
-            state = cs.get("state") or {}
-            wait, term = state.get("waiting"), state.get("terminated")
-            if wait is not None and wait.get("reason"):
-                reason = wait["reason"]
-            elif term is not None and term.get("reason"):
-                reason = term["reason"]
-            elif term is not None:
-                reason = f"ExitCode:{term.get('exitCode', 0)}"
-            elif cs.get("ready") and "running" in state:
-                has_running = True
-                ready += 1
-        if reason == "Completed" and has_running:
-            reason = "Running" if condition_true(pod, "Ready") else "NotReady"
-    if meta(pod).get("deletionTimestamp") and st.get("phase") not in ("Succeeded", "Failed"):
-        reason = "Terminating"
-    return str(reason), ready, total, restarts
+    p = print_pod(pod)
+    return p.status, p.ready, p.total, p.restarts
 
 
 def _why(pod: Obj) -> str:
