@@ -117,7 +117,7 @@ def make_services(
     try:
         if access is not None:
             _follow_place(config, access, journal)
-        return Facade(
+        facade = Facade(
             config,
             make_backend=backend,
             journal=journal,
@@ -127,6 +127,9 @@ def make_services(
             consumers=[*_alerts(config, clock), *_notices(config, access, journal, clock)],
             clock=clock,
         )
+        if access is not None:
+            _advise_jobs(config, access, facade, journal, clock)
+        return facade
     except BaseException:
         journal.close()
         raise
@@ -164,6 +167,28 @@ def _notices(
         )
 
     return [verifier]
+
+
+def _advise_jobs(
+    config: Config,
+    access: PodAccess,
+    facade: Facade,
+    journal: Journal,
+    clock: Callable[[], float],
+) -> None:
+    """Each job submitted (resubmissions too) gets the checkpoint advice of the moment in its
+    environment, for ``--checkpoint-every auto``."""
+    from console.services.ledger.live import LiveAdvisor, newest_job_logs
+
+    backend = facade.backend
+    advisor = LiveAdvisor(
+        journal,
+        access.storage_uri,
+        hosts=config.cluster.hosts,
+        job_logs=lambda: newest_job_logs(backend.list_jobs, backend.job_logs),
+        clock=clock,
+    )
+    facade.submitter.advise = advisor.advised
 
 
 def _risk_aware(

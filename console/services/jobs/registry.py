@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,8 @@ class Submitter:
         self._publish = publish
         self._clock = clock
         self.poll_budget_s = poll_budget_s
+        # The checkpoint advice of each job it submits (``ledger.live``), when one is wired.
+        self.advise: Callable[[SubmitSpec], Awaitable[SubmitSpec]] | None = None
 
     async def submit(self, spec: SubmitSpec, actor: str, resubmitted_from: str = "") -> JobInfo:
         """Submit through the backend; the registry, the journal and the bus hear of it.
@@ -187,6 +189,11 @@ class Submitter:
         t0 = time.monotonic()
         if not spec.submission_id:
             spec = dataclasses.replace(spec, submission_id=new_job_id(spec.mode, self._clock()))
+        if self.advise is not None:
+            try:
+                spec = await self.advise(spec)
+            except Exception as exc:  # advice, never a reason not to submit
+                log.warning("job %s: no checkpoint advice: %s", spec.submission_id, exc)
         self.registry.add(
             SubmittedJob(
                 job_id=spec.submission_id,
