@@ -10,6 +10,11 @@ from console.config import Config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.layout import default_run_dir
 
+# The console's own emulated pod runs on the console's cores at the lowest CPU priority: its
+# hosts stand in for remote machines, and a training job on them must not take the frames of
+# the console beside it (benchmarks.tui --load measures the difference).
+LOCAL_POD_NICE = 19
+
 
 def run_dir_of(config: Config) -> Path:
     if config.cluster.run_dir:
@@ -35,6 +40,7 @@ class LocalPodControl:
         # Any free port unless asked: a fixed one collides with other pods on this machine;
         # the services read the real port from the emulator's status.
         kwargs["ssh_port"] = 0 if ssh_port is None else ssh_port
+        kwargs["nice"] = LOCAL_POD_NICE
         info = await pod_client.async_start_pod(run_dir_of(self.config), **kwargs)
         return {
             "node_name": info.node_name,

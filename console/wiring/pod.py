@@ -26,7 +26,7 @@ from console.services.backends.tpu_vm.raycmd import GIB, MIB, RaySizing
 from console.services.backends.tpu_vm.ssh import ssh_identity
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, TpuApiError, local_client
 from console.services.model import ActionResult, HostResult
-from console.wiring.control import run_dir_of
+from console.wiring.control import LOCAL_POD_NICE, run_dir_of
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodError, PodInfo
 
@@ -79,6 +79,7 @@ def ensure_pod(
             api_port=0,
             progress=progress,
             until_ready=until_ready,
+            nice=LOCAL_POD_NICE,
         )
     if len(info.hosts) != config.cluster.hosts:
         log.warning(

@@ -27,6 +27,7 @@ from emulators.tpu_pod.layout import (
     SSH_USER,
     default_run_dir,
 )
+from emulators.tpu_pod.priority import MAX_NICE, lower_priority
 from emulators.tpu_pod.zones import parse_capacity, parse_stockout, parse_zones
 
 WORDS = kit.Words("pod emulator", "phantom pod")
@@ -49,6 +50,16 @@ def _hosts(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 1 <= value <= MAX_HOSTS:
         raise argparse.ArgumentTypeError(f"must be 1..{MAX_HOSTS}, got {value}")
+    return value
+
+
+def _nice(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= MAX_NICE:
+        raise argparse.ArgumentTypeError(f"must be 0..{MAX_NICE}, got {value}")
     return value
 
 
@@ -174,6 +185,13 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
         help="notice of `preempt --notice` without a value, seconds",
     )
     p.add_argument("--ssh-user", default=None, help="SSH user of every host (default phantom)")
+    p.add_argument(
+        "--nice",
+        type=_nice,
+        default=0,
+        help="CPU niceness of the daemon and every process of its hosts (0..19; the "
+        "console starts its own pod at 19 so busy hosts cannot take its frames)",
+    )
     p.add_argument(
         "--ssh-key",
         type=Path,
@@ -323,6 +341,9 @@ def pod_main(argv: list[str]) -> int:
             except ValueError as exc:
                 raise client.PodUsageError(str(exc)) from None
         if args.cmd == "serve":
+            # Before the daemon's imports start any thread: niceness is per thread on Linux,
+            # and every thread and child started later inherits it.
+            lower_priority(args.nice)
             from emulators.tpu_pod.daemon import DaemonConfig, run_daemon
 
             return run_daemon(
@@ -380,6 +401,7 @@ def pod_main(argv: list[str]) -> int:
                 ssh_user=args.ssh_user,
                 ssh_key=args.ssh_key,
                 accelerator_type=args.accelerator_type,
+                nice=args.nice,
             )
             return _print_status(run_dir, args.json) if info else 1
         if args.cmd == "status":

@@ -35,6 +35,7 @@ from emulators.tpu_pod.podinfo import (
     PortInUse,
     ZoneInfo,
 )
+from emulators.tpu_pod.priority import MAX_NICE
 from emulators.tpu_pod.procs import find_marked, kill_marked, marker_value
 from emulators.tpu_pod.startargs import FAULT_KINDS, check_ports, pod_args
 
@@ -148,6 +149,7 @@ def start_pod(
     ssh_key: Path | str | None = None,
     until_ready: bool = True,
     accelerator_type: str | None = None,
+    nice: int = 0,
 ) -> PodInfo:
     """Spawn the daemon detached for ``run_dir`` and wait until the node is READY
     (``until_ready=False``: until the daemon answers with its hosts, still coming up).
@@ -165,6 +167,7 @@ def start_pod(
     key a client logs in with, like a GCP user's (default: user phantom and a key
     generated in the run dir). ``accelerator_type``: the pod's node's type (default
     v4-32); GCP-faithful, its host count is the type's (``hosts`` None, or the same).
+    ``nice``: the CPU niceness (0..19) of the daemon and of every process of its hosts.
     Bad values raise PodUsageError before anything starts.
     """
     hosts = _hosts_for(hosts, accelerator_type, faithful)
@@ -172,6 +175,8 @@ def start_pod(
         raise PodUsageError(f"--ready-delay must be >= 0 seconds, got {ready_delay}")
     if chaos_interval is not None and chaos_interval <= 0:
         raise PodUsageError(f"--chaos-interval must be > 0 seconds, got {chaos_interval}")
+    if not 0 <= nice <= MAX_NICE:
+        raise PodUsageError(f"--nice must be 0..{MAX_NICE}, got {nice}")
     extra = pod_args(
         faithful=faithful,
         rest_port=rest_port,
@@ -220,6 +225,8 @@ def start_pod(
         argv += ["--chaos-interval", str(chaos_interval)]
     if accelerator_type is not None:
         argv += ["--accelerator-type", accelerator_type]
+    if nice:
+        argv += ["--nice", str(nice)]
     argv += extra + (extra_args or [])
     proc = control.spawn(argv, layout)
     last_state = ""

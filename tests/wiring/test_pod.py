@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from console.cli import main
 from console.config import parse_config
 from console.script.main import script_main
 from console.wiring import make_services
+from console.wiring.control import LOCAL_POD_NICE
+from console.wiring.pod import ensure_pod
 from emulators.tpu_pod.client import PodInfo, pod_status
 from tests.support.emulator_helpers import running_pod
+from tests.support.fixtures_pod import ssh_run, stop_test_pod
 
 
 def preempted(info: PodInfo) -> list[str]:
@@ -106,3 +110,20 @@ def test_phantom_pod_preempt_all_takes_every_host(
     assert sorted(h["name"] for h in after["hosts"] if h["state"] == "PREEMPTED") == names(
         either_pod
     )
+
+
+def _nice_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_console_starts_its_own_pod_at_the_lowest_cpu_priority(tmp_path: Path) -> None:
+    """Busy emulated hosts must not take the frames of the console on the same cores: the
+    pod the console starts runs niced, and so does every command of its hosts."""
+    config = parse_config({"cluster": {"run_dir": str(tmp_path / "pod"), "hosts": 1}})
+    try:
+        info = ensure_pod(config, autostart=True)
+        assert _nice_of(os.getpid()) == 0
+        assert _nice_of(info.pid) == LOCAL_POD_NICE == 19
+        assert ssh_run(info, 0, "nice", check=True).stdout.strip() == "19"
+    finally:
+        stop_test_pod(tmp_path / "pod")

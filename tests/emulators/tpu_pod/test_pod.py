@@ -277,6 +277,10 @@ def test_cli_rejects_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert pod_main(["up", "--hosts", "0"]) == 2
     assert "--hosts" in capsys.readouterr().err
     assert pod_main(["up", "--ssh-port", "70000"]) == 2
+    assert pod_main(["up", "--nice", "20"]) == 2
+    assert "--nice: must be 0..19, got 20" in capsys.readouterr().err
+    with pytest.raises(client.PodUsageError, match=r"--nice must be 0\.\.19, got -1"):
+        client.start_pod("/nonexistent/pod", nice=-1)
     assert pod_main(["frobnicate"]) == 2
 
 
