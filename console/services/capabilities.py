@@ -67,6 +67,8 @@ INTENTS: tuple[Intent, ...] = (
            Capability.RECOVER),
     Intent("refresh_pod", "Refresh now", "Poll every layer of the cluster now"),
     Intent("submit_form", "Submit", "Open the form for new work on this cluster"),
+    Intent("show_ledger", "Ledger: goodput and cost",
+           "Where the pod's time and money went: goodput, badput by cause, spot vs on-demand"),
     Intent("bring_up", "Bring up",
            "Bootstrap every host, start the Ray head, join the workers, open the tunnel",
            Capability.VMS),

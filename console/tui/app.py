@@ -31,6 +31,8 @@ from console.services.capabilities import Capability, can
 from console.services.errors import JobsUnavailable
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadSpec
+from console.services.ledger.book import ROWS as LEDGER_ROWS
+from console.services.ledger.book import book
 from console.services.model import (
     JobInfo,
     JobStatus,
@@ -58,6 +60,7 @@ from console.tui.screens.events import EventsScreen
 from console.tui.screens.help import HelpScreen
 from console.tui.screens.host import HostScreen
 from console.tui.screens.jobs import JobsScreen
+from console.tui.screens.ledger import LedgerScreen
 from console.tui.screens.logview import LogViewScreen
 from console.tui.screens.overview import OverviewScreen
 from console.tui.screens.palette import PhantomCommands
@@ -109,6 +112,7 @@ class PhantomApp(ClusterActions):
         "events": EventsScreen,
         "recovery": RecoveryScreen,
         "workloads": WorkloadsScreen,
+        "ledger": LedgerScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         _mode_binding("1", "overview", "Overview"),
@@ -117,6 +121,16 @@ class PhantomApp(ClusterActions):
         _mode_binding("4", "events", "Events"),
         _mode_binding("5", "recovery", "Recovery"),
         _mode_binding("6", "workloads", "Workloads"),
+        # Off the footer: its "123456 screens" fits 80 columns beside q, ?, s; the help
+        # screen, the palette and the Ledger's own tab name it.
+        Binding(
+            "7",
+            "switch_mode('ledger')",
+            "Ledger",
+            id="app.screen.ledger",
+            tooltip="Show the Ledger screen: goodput, badput by cause and cost",
+            show=False,
+        ),
         Binding(
             "question_mark",
             "help",
@@ -328,6 +342,22 @@ class PhantomApp(ClusterActions):
 
     def action_refresh_events(self) -> None:
         self.refresh_events()
+
+    @work(exclusive=True, group="ledger", exit_on_error=False)
+    async def refresh_ledger(self) -> None:
+        """Read the journal and build the ledger off the event loop (``ledger.book``)."""
+        rows = await self._call("Reading the journal", self.services.events(limit=LEDGER_ROWS))
+        if rows is None:
+            return
+        config, now = self.services.config, self.clock()
+        self.state.set_ledger(await asyncio.to_thread(book, rows, config, now=now))
+        self._sync_screen()
+
+    def action_refresh_ledger(self) -> None:
+        self.refresh_ledger()
+
+    async def action_show_ledger(self) -> None:
+        await self.switch_mode("ledger")
 
     def action_refresh_cadence(self) -> None:
         try:

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from console.services.ledger.book import Book
 from console.services.model import (
     ActionResult,
     Event,
@@ -87,11 +88,16 @@ class ConsoleState:
     runs: dict[str, RunCadence] = field(default_factory=dict)
     metrics: dict[str, RunMetrics] = field(default_factory=dict)  # by run id, as published
     events: deque[Event] = field(default_factory=deque)
+    ledger: Book | None = None  # the journal's ledger, as of the last read (``ledger.book``)
     versions: Counter[str] = field(default_factory=Counter)
     _event_keys: set[object] = field(default_factory=set)
 
     def bump(self, kind: str) -> None:
         self.versions[kind] += 1
+
+    def set_ledger(self, book: Book) -> None:
+        self.ledger = book
+        self.bump("ledger")
 
     def set_pod(self, snapshot: PodSnapshot) -> None:
         self.pod = snapshot

@@ -17,6 +17,9 @@ TABS: Sequence[tuple[str, str, str]] = (
     ("5", "Recovery", "recovery"),
 )
 GKE_TAB = ("6", "Workloads", "workloads")  # shown on GKE (and on the screen itself)
+# Shown on its own screen only, so the other screens' tab line (and 80 columns) stay as
+# they were; key 7, the footer and the palette lead to it.
+LEDGER_TAB = ("7", "Ledger", "ledger")
 
 
 def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus) -> Text:
@@ -65,6 +68,8 @@ class StatusBar(Static):
         super().__init__(id=id)
         self.current = current
         self.tabs = (*TABS, GKE_TAB) if gke or current == GKE_TAB[2] else tuple(TABS)
+        if current == LEDGER_TAB[2]:
+            self.tabs = (*self.tabs, LEDGER_TAB)
         self._health = Text()
 
     def set_health(self, health: Text) -> None:

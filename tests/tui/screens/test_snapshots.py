@@ -18,6 +18,7 @@ from textual.widgets import Input, Select
 from console.tui.app import PhantomApp
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, recorded
+from tests.support.ledger_rows import drill
 from tests.support.tui import keys, make_app, wait_for
 from tests.support.tui import settle as settle_workers
 
@@ -157,6 +158,30 @@ def test_events_incident_opened(snap_compare):
         terminal_size=(80, 24),
         run_before=keys("4", "down", "down", "down", "enter"),
     )
+
+
+def ledger_app() -> PhantomApp:
+    """The healthy pod's journal over 2h40m: job W ran and succeeded; job A ran until its
+    pod was lost, capacity was short for 10 min, the head was rebuilt and A resubmitted as
+    B, which ran to success (``tests.support.ledger_rows.drill``, through the real sink)."""
+    app = make_app("healthy")
+    services = app.services
+    assert isinstance(services, FakeServices)
+    services.events_list = journaled(drill(start=T0 - 8400, scale=20, earlier_job=True))
+    return app
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_ledger(snap_compare, size):
+    """Ledger (key 7; the tab line shows `7 Ledger`): `goodput 76.2% of 2h40m  1 incident
+    2 jobs`; `16 chips v4-32  42.67 chip-h  spot $41.39 vs on-demand $104.76: saved $63.37`
+    (green). The legend (productive, detect, recover, capacity, queued, idle), then three
+    bars on one time axis: `pod` 76% (green W, a blue sliver, green A, the incident as
+    red/magenta/yellow cells, green B, dim idle dots at the end), `W` 96% (green, then
+    blank) and `A` 78% (blank, queued, green, the incident, green). Totals by cause (recover
+    13m20s, capacity 10m00s), recovery per step (head 6m40s first), the no-steps note and
+    the advice (no checkpoint save measured yet). The footer lists ctrl+r Refresh."""
+    assert snap_compare(ledger_app(), terminal_size=size, run_before=keys("7"))
 
 
 @pytest.mark.parametrize("size", SIZES)
