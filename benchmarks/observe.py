@@ -1,11 +1,13 @@
-"""The cost of one poll of the pod at 4, 32 and 256 hosts: CPU, wall time, SSH sessions.
+"""The cost of one poll of the pod at 4, 32 and 256 (up to 1,024) hosts: CPU, wall time, SSH
+sessions; and a worker preempted, detected and recovered at each size.
 
     .venv/bin/python -m benchmarks.observe [--hosts 4,32,256] [--polls 10]
 
 For each size: an emulated pod (free ports, temp run dir, stopped at the end), the console's
 services over it as `phantom` builds them (``make_services``), and ``--polls`` observations
-of the pod after three warm-up polls (the first probes every host and opens the notice
-watchers), each measured:
+of the pod after the warm-up polls (at least three, and until every host has answered once:
+the first probes every host and opens the notice watchers, one SSH session a host), each
+measured:
 
 * ``cpu_ms``: the console process's CPU time (mean over the polls; the rest are medians) (TPU API call, SSH, parsing, diagnosis input);
 * ``emulator_cpu_ms``: the emulator daemon's CPU time (the far side of every call);
@@ -14,8 +16,15 @@ watchers), each measured:
 
 Twice per size, in the same run: ``planned`` (the product: ``ProbePlanner``, trouble plus a
 round-robin batch) and ``every_host`` (a probe of every READY host in every poll, the way
-polls worked before; the baseline). Ratios: each figure at the largest size over the
-smallest, per mode.
+polls worked before; the baseline, measured up to ``--baseline-max`` hosts: at 1,024 one such
+poll outlasts its budget). Ratios: each figure at the largest size over the smallest, per mode.
+
+Then, planned, a worker (the last host) is preempted as a spot reclaim does: ``detect_s`` is
+the time until a poll names it lost (polled at once, as the dropped connection makes the
+console do; ``detect_polls`` how many), ``recover_s`` its VM recovery through the backend
+(recreate, wait READY, bootstrap with ``python3 -c "import sys"``: the fan-out's own cost,
+not an import of Ray), and ``recovered``: a poll afterwards sees every host READY and
+answering over SSH (the recreated one with its new host key).
 
 No Ray runs here (a Ray node takes ~250 MB, so 256 of them do not fit this machine): the
 GCS does not answer, and the Ray layer costs one failed call per poll at every size.
@@ -33,36 +42,99 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.proc import cpu_s
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.probes import ProbePlanner
+from console.services.model import HostState
+from console.services.observation import Observation
+from console.services.recovery.diagnosis import HostCondition, diagnose
 from console.wiring import make_services
-from console.wiring.harness import MAX_HOSTS, pod_config, start_pod, stop_pod
+from console.wiring.harness import MAX_HOSTS, PodInfo, pod_config, preempt, start_pod, stop_pod
 
 WARMUP = 3
+WARMUP_DEADLINE_S = 600.0
 MODES = ("planned", "every_host")
+BOOTSTRAP = 'python3 -c "import sys"'
 
 
-async def measure(hosts: int, polls: int) -> dict[str, dict[str, float]]:
+def _all_up(obs: Observation, hosts: int) -> bool:
+    return len(obs.hosts) == hosts and all(
+        h.tpu_state is HostState.READY and h.ssh_ok for h in obs.hosts
+    )
+
+
+async def warm_up(backend: TpuVmBackend, hosts: int) -> int:
+    """Poll until every host has answered (at least ``WARMUP`` polls); how many it took."""
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        obs = await backend.observe()
+        n += 1
+        if n >= WARMUP and _all_up(obs, hosts):
+            return n
+        if time.perf_counter() - t0 > WARMUP_DEADLINE_S:
+            bad = [h.name for h in obs.hosts if not h.ssh_ok]
+            raise TimeoutError(f"{hosts} hosts: {len(bad)} never answered, e.g. {bad[:3]}")
+
+
+async def preempt_and_recover(pod: PodInfo, backend: TpuVmBackend) -> dict[str, float]:
+    """The last worker reclaimed: polls until one names it lost, then its VM recovery."""
+    index = len(pod.hosts) - 1
+    worker = pod.hosts[index].name
+    t0 = time.perf_counter()
+    await preempt(pod.run_dir, index)
+    polls = 0
+    while True:
+        obs = await backend.observe()
+        polls += 1
+        if diagnose(obs).conditions.get(worker) is HostCondition.LOST:
+            break
+        if time.perf_counter() - t0 > 120:
+            raise TimeoutError(f"{worker} not seen lost within 120s")
+    detect = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for step in (
+        backend.recreate([worker]),
+        backend.wait_hosts_ready([worker], 120.0),
+        backend.bootstrap([worker]),
+    ):
+        res = await step
+        if not res.ok:
+            raise RuntimeError(f"recovery of {worker} failed: {res.message}")
+    recover = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    while not _all_up(await backend.observe(), len(pod.hosts)):
+        if time.perf_counter() - t0 > 120:
+            raise TimeoutError(f"{worker} recreated but the pod not all up within 120s")
+    return {
+        "detect_s": round(detect, 3),
+        "detect_polls": polls,
+        "recover_s": round(recover, 3),
+        "recovered": 1.0,
+    }
+
+
+async def measure(hosts: int, polls: int, baseline_max: int) -> dict[str, dict[str, float]]:
     work = Path(tempfile.mkdtemp(prefix="phantom-bench-observe-"))
     pod = await start_pod(work / "pod", hosts=hosts, ready_delay=0.0, timeout=300.0)
     out: dict[str, dict[str, float]] = {}
     try:
-        for mode in MODES:
-            svc = make_services(
-                pod_config(pod, work), state_dir=work / f"state-{mode}", autostart_pod=False
-            )
+        for mode in MODES if hosts <= baseline_max else MODES[:1]:
+            cfg = replace(pod_config(pod, work), bootstrap_command=BOOTSTRAP)
+            svc = make_services(cfg, state_dir=work / f"state-{mode}", autostart_pod=False)
             try:
                 backend = svc.backend
                 assert isinstance(backend, TpuVmBackend)
                 if mode == "every_host":
                     backend.observer.probes = ProbePlanner(batch=hosts)
                 parts = backend.parts
-                for _ in range(WARMUP):
-                    await backend.observe()
+                t_warm = time.perf_counter()
+                warm = await warm_up(backend, hosts)
+                warm_s = time.perf_counter() - t_warm
                 samples: dict[str, list[float]] = {
                     k: [] for k in ("cpu_ms", "emulator_cpu_ms", "wall_ms", "sessions", "conns")
                 }
@@ -90,6 +162,9 @@ async def measure(hosts: int, polls: int) -> dict[str, dict[str, float]]:
                     )
                     for k, v in samples.items()
                 }
+                out[mode].update(warmup_polls=warm, warmup_s=round(warm_s, 2))
+                if mode == "planned":
+                    out[mode].update(await preempt_and_recover(pod, backend))
             finally:
                 await svc.stop()
                 svc.close_journal()
@@ -100,16 +175,22 @@ async def measure(hosts: int, polls: int) -> dict[str, dict[str, float]]:
     return out
 
 
-async def bench(sizes: list[int], polls: int) -> dict[str, Any]:
-    per_size = {n: await measure(n, polls) for n in sizes}
-    lo, hi = sizes[0], sizes[-1]
+async def bench(sizes: list[int], polls: int, baseline_max: int) -> dict[str, Any]:
+    per_size = {n: await measure(n, polls, baseline_max) for n in sizes}
     out: dict[str, Any] = {"hosts": sizes, "polls": polls}
     for mode in MODES:
-        out[mode] = {str(n): per_size[n][mode] for n in sizes}
+        measured = [n for n in sizes if mode in per_size[n]]
+        out[mode] = {str(n): per_size[n][mode] for n in measured}
+        if not measured:
+            continue
+        lo, hi = measured[0], measured[-1]
         for key in ("cpu_ms", "emulator_cpu_ms", "wall_ms", "sessions"):
             base = per_size[lo][mode][key]
             ratio = per_size[hi][mode][key] / base if base else float("nan")
             out[f"{mode}_{key}_{hi}_over_{lo}"] = round(ratio, 2)
+    out["worker_recovered_at_every_size"] = all(
+        per_size[n]["planned"].get("recovered") == 1.0 for n in sizes
+    )
     return out
 
 
@@ -117,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_observe", description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", default="4,32,256", help="comma-separated host counts")
     ap.add_argument("--polls", type=int, default=10, help="measured polls per size and mode")
+    ap.add_argument(
+        "--baseline-max",
+        type=int,
+        default=256,
+        help="largest size the every-host baseline is measured at",
+    )
     args = ap.parse_args(argv)
     try:
         sizes = sorted({int(x) for x in args.hosts.split(",") if x.strip()})
@@ -127,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_observe: --hosts between 1 and {MAX_HOSTS}, --polls >= 1", file=sys.stderr)
         return 2
     os.environ.setdefault("NO_GCE_CHECK", "True")
-    print(json.dumps(asyncio.run(bench(sizes, args.polls))))
+    result = asyncio.run(bench(sizes, args.polls, args.baseline_max))
+    lo, hi = sizes[0], sizes[-1]
+    for key in ("cpu_ms", "sessions"):
+        print(f"planned {key} {hi} over {lo}: {result[f'planned_{key}_{hi}_over_{lo}']}")
+    print(f"worker preempted, detected, recovered: {result['worker_recovered_at_every_size']}")
+    print(json.dumps(result))
     return 0
 
 
