@@ -3,6 +3,7 @@
     phantom                      open the console (TUI) on the configured cluster
     phantom --script FILE|-      run a script of console actions headless (JSON lines out)
     phantom status [--json]      one snapshot of pod, Ray, jobs and cadence, then exit
+    phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
@@ -65,6 +66,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds to wait for the metric sources; a slower one is shown as stale "
         "(default: recovery.cadence_deadline_s, 5)",
+    )
+    report = sub.add_parser(
+        "report",
+        help="the ledger as a document: goodput, badput by cause, cost (md, html or json)",
+        description="Goodput, badput by cause, recovery per step, chip-hours and spot against "
+        "on-demand, from the journal alone (no cluster needed). The HTML is one "
+        "self-contained page with inline SVG charts.",
+    )
+    report.add_argument(
+        "--format", required=True, choices=("md", "html", "json"), help="md, html or json"
+    )
+    report.add_argument(
+        "--since",
+        type=_since,
+        metavar="DATE",
+        help="from DATE (2026-12-01 or 2026-12-01T08:30, UTC unless it has an offset); "
+        "default: the journal's first row",
+    )
+    report.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
+    report.add_argument(
+        "--journal",
+        metavar="PATH",
+        help="the journal to read (default: journal.sqlite in the state directory)",
     )
     trust = sub.add_parser(
         "trust",
@@ -163,6 +187,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _since(text: str) -> float:
+    from console.report import parse_since
+
+    return parse_since(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["pod"], ["gke"], ["wandb"]):  # each emulator has its own parser (and --help)
@@ -196,6 +226,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return script_main(args.script, config)
         if args.command == "trust":
             return cmd_trust(config, args.host)
+        if args.command == "report":
+            from console.report import report_main
+
+            return report_main(
+                config,
+                fmt=args.format,
+                since=args.since,
+                journal_path=args.journal,
+                output=args.output,
+            )
         if args.command == "status":
             from console.status import status_main
 

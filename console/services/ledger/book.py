@@ -53,10 +53,11 @@ def book(
     log_lines: Iterable[str] = (),
     current_steps: int = 0,
 ) -> Book:
-    """The ledger of ``rows`` from ``since`` (default: the first row) to ``now``."""
+    """The ledger of ``rows`` from ``since`` (never before the first row) to ``now``."""
     rows = list(rows)
-    start = since if since is not None else min((e.at for e in rows), default=now)
-    start = min(start, now)
+    # The pod's record starts at the journal's first row: nothing before it is counted.
+    first = min((e.at for e in rows), default=now)
+    start = min(max(since, first) if since is not None else first, now)
     ledger = account(rows, pricing_for(config), start=start, end=now, progress=progress)
     mtbf = (
         mean_time_between_preemptions(rows, start, now, max(1, config.cluster.hosts))

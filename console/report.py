@@ -1,0 +1,96 @@
+"""`phantom report [--since DATE] --format md|html|json`: the ledger as a document.
+
+Read from the journal file alone (no cluster needed: a post-mortem is often written after
+the pod is gone), over ``--since`` to now, and printed to stdout or written to ``--output``.
+The HTML is one self-contained page (inline SVG, no network). Exit 0 with a report; 2 for
+bad input (a date, a format, a journal that is not there), named with its fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from console import exit_codes
+from console.config import Config
+
+FORMATS = ("md", "html", "json")
+
+
+def parse_since(text: str) -> float:
+    """``2026-12-01``, ``2026-12-01T08:30`` or with an offset (``...+02:00``, ``...Z``) ->
+    epoch seconds; a date or time without an offset is UTC."""
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a date such as 2026-12-01 or 2026-12-01T08:30 (UTC unless it carries "
+            "an offset such as +02:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def report_main(
+    config: Config,
+    *,
+    fmt: str,
+    since: float | None = None,
+    journal_path: str | None = None,
+    output: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    from console.services.ledger.book import ROWS, book
+    from console.services.ledger.render import render
+    from console.services.record.journal import Journal, JournalError, default_journal_path
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    path = Path(journal_path) if journal_path else default_journal_path()
+    if not path.is_file():
+        err.write(
+            f"phantom report: no journal at {path}: nothing recorded there yet; run phantom "
+            "on the cluster first, or pass --journal PATH (a copied journal.sqlite)\n"
+        )
+        return exit_codes.USAGE
+    now = clock()
+    if since is not None and since >= now:
+        err.write(
+            f"phantom report: --since is in the future ({_utc(since)}); give an earlier date\n"
+        )
+        return exit_codes.USAGE
+    try:
+        journal = Journal(path)
+    except JournalError as exc:
+        err.write(f"phantom report: {exc}\n")
+        return exit_codes.USAGE
+    try:
+        rows = journal.query(limit=ROWS)
+    finally:
+        journal.close()
+    text = render(book(rows, config, now=now, since=since), fmt)
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            err.write(
+                f"phantom report: cannot write {output}: {exc.strerror or exc}; pick a "
+                "writable path for --output\n"
+            )
+            return exit_codes.USAGE
+        out.write(f"{output}\n")
+    else:
+        out.write(text)
+    return exit_codes.OK
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))

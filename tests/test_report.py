@@ -1,0 +1,105 @@
+"""`phantom report`: the ledger from the journal file alone, as md, json or html; bad flags
+exit 2 naming the fix, and the numbers are the ones `status --json` gives."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from console import exit_codes
+from console.cli import main
+from console.config import Config
+from console.report import report_main
+from console.services.ledger.book import book
+from console.services.record.journal import Journal
+from tests.support.incident_rows import replay
+from tests.support.ledger_rows import drill
+
+START = 1_760_000_000.0
+NOW = START + 9000.0
+
+
+def journal_file(tmp_path: Path) -> tuple[Path, list]:
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path)
+    asyncio.run(replay(journal, drill(start=START, scale=20, earlier_job=True)))
+    rows = journal.query(limit=100_000)
+    journal.close()
+    return path, rows
+
+
+def run(path: Path, fmt: str, **kw: object) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = report_main(
+        Config(), fmt=fmt, journal_path=str(path), out=out, err=err, clock=lambda: NOW, **kw
+    )
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_json_is_the_ledger_status_shows(tmp_path: Path) -> None:
+    path, rows = journal_file(tmp_path)
+    code, out, _ = run(path, "json")
+    assert code == exit_codes.OK
+    report = json.loads(out)
+    assert report == json.loads(json.dumps(book(rows, Config(), now=NOW).to_json()))
+    assert report["productive_s"] + sum(report["badput_s"].values()) == pytest.approx(
+        report["wall_s"], abs=0.01
+    )
+
+
+def test_markdown_and_since(tmp_path: Path) -> None:
+    path, _ = journal_file(tmp_path)
+    code, out, _ = run(path, "md")
+    assert code == exit_codes.OK
+    assert out.startswith("# Phantom preemption ledger\n")
+    assert "| capacity | 10m00s |" in out and "| A → B | job |" in out
+    assert "spot saved $" in out
+    code, out, _ = run(path, "json", since=START + 4000)
+    assert code == exit_codes.OK
+    assert json.loads(out)["start"] == START + 4000
+    code, out, _ = run(path, "json", since=START - 10**8)  # before the journal: from its start
+    assert json.loads(out)["start"] == START - 1200
+
+
+def test_html_is_self_contained(tmp_path: Path) -> None:
+    path, _ = journal_file(tmp_path)
+    target = tmp_path / "r.html"
+    code, out, _ = run(path, "html", output=str(target))
+    assert (code, out) == (exit_codes.OK, f"{target}\n")
+    page = target.read_text()
+    assert '<svg id="timeline"' in page and '<svg id="badput"' in page
+    assert "<script" not in page and "src=" not in page and "@import" not in page
+    assert "default-src 'none'" in page
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["report"], "the following arguments are required: --format"),
+        (["report", "--format", "pdf"], "invalid choice: 'pdf' (choose from 'md', 'html', 'json')"),
+        (["report", "--format", "md", "--since", "last week"], "'last week': a date such as"),
+    ],
+)
+def test_bad_flags_exit_2_with_the_fix(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == exit_codes.USAGE
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_journal_and_future_since_exit_2(tmp_path: Path) -> None:
+    code, out, err = run(tmp_path / "none.sqlite", "md")
+    assert (code, out) == (exit_codes.USAGE, "")
+    assert "no journal at" in err and "--journal PATH" in err
+    path, _ = journal_file(tmp_path)
+    code, _, err = run(path, "md", since=NOW + 60)
+    assert code == exit_codes.USAGE and "in the future" in err
+    code, _, err = run(path, "md", output=str(tmp_path / "no" / "such" / "dir.html"))
+    assert code == exit_codes.USAGE and "pick a writable path for --output" in err
