@@ -41,6 +41,7 @@ from emulators.tpu_pod.layout import host_ip, resolve_host_ref
 from emulators.tpu_pod.metadata import MetadataServer
 from emulators.tpu_pod.nodes import Node
 from emulators.tpu_pod.operations import ApiError, OperationStore
+from emulators.tpu_pod.pgrepshim import write_wrapper as write_pgrep_wrapper
 from emulators.tpu_pod.procs import kill_marked, make_run_cgroup, marker_value, remove_cgroup
 from emulators.tpu_pod.queued import QueuedResources
 from emulators.tpu_pod.rayshim import write_wrapper
@@ -343,6 +344,7 @@ class PodDaemon:
         self.layout.hosts_dir.mkdir()
         self.layout.bucket.mkdir(exist_ok=True)
         write_wrapper(self.layout.shim_bin)
+        write_pgrep_wrapper(self.layout.shim_bin)
         shutil.rmtree(self.rt.short_tmp_root, ignore_errors=True)
         self._load_keys()
 

@@ -20,6 +20,7 @@ from typing import Any
 from console.config import Config
 from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
+from console.services.backends.tpu_vm.drain import let_noticed_hosts_go
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
@@ -222,7 +223,7 @@ class TpuVmBackend:
         p = self.parts
         t0 = time.monotonic()
         eps = p.ssh.resolve(hosts)
-        await self._let_noticed_hosts_stop([ep.name for ep in eps])
+        waited = await self._let_noticed_hosts_go([ep.name for ep in eps])
         try:
             done = await p.provider.recreate([ep.index for ep in eps])
         except (TpuApiError, ValueError, OSError) as exc:
@@ -249,29 +250,27 @@ class TpuVmBackend:
             {n: HostResult(host=n, ok=True) for n in names},
             time.monotonic() - t0,
             data={"hosts": names},
-            message=f"recreated {', '.join(names)}",
+            message=f"recreated {', '.join(names)}" + (f" (notice: {waited})" if waited else ""),
         )
 
-    async def _let_noticed_hosts_stop(self, hosts: Sequence[str]) -> None:
+    async def _let_noticed_hosts_go(self, hosts: Sequence[str]) -> str:
         """A host with a preemption notice is still up, its jobs checkpointing through the
-        grace period: recreating (or deleting) it now would cut that short. Wait until the
-        API says it stopped, bounded by ``recovery.notice_grace_s`` and a margin."""
-        noticed = [h for h in hosts if h in self.notices.notices]
+        grace: recreating it now would cut that short, waiting out the grace wastes it.
+        Drained in Ray, it goes once its jobs have exited (``drain``). Returns what waited."""
+        notices = self.notices.notices
+        noticed = [h for h in hosts if h in notices]
         if not noticed:
-            return
-        deadline = time.monotonic() + self.config.recovery.notice_grace_s + 30.0
-        while time.monotonic() < deadline:
-            try:
-                node = await self.parts.provider.get_node()
-            except TpuApiError:
-                node = None
-            if node is None:
-                return
-            index = {ep.name: ep.index for ep in self.parts.endpoints}
-            states = [node.host_states.get(index.get(h, -1)) for h in noticed]
-            if all(s != HostState.READY for s in states):
-                return
-            await asyncio.sleep(min(1.0, self.parts.poll_interval_s))
+            return ""
+        went = await let_noticed_hosts_go(
+            self.parts,
+            noticed,
+            nodes=self.observer.last_nodes,
+            notice_at=notices,
+            grace_s=self.config.recovery.notice_grace_s,
+            clock=self._clock,
+            note=step_note,
+        )
+        return went.text()
 
     async def wait_hosts_ready(self, hosts: Sequence[str], timeout_s: float) -> ActionResult:
         p = self.parts

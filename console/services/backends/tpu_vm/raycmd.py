@@ -176,3 +176,27 @@ def stop_command(ray: str = "ray", force: bool = True, user_path: bool = False) 
     """``ray stop -f``: on the emulator it only stops that host's Ray (see rayshim)."""
     cmd = " ".join([shlex.quote(ray), "stop", *(["-f"] if force else [])])
     return (USER_PATH_PREFIX if user_path else "") + cmd
+
+
+def drain_command(
+    node_id: str,
+    gcs: str,
+    deadline_s: int,
+    message: str,
+    ray: str = "ray",
+    user_path: bool = False,
+) -> str:
+    """``ray drain-node`` with reason PREEMPTION: the GCS places nothing new on the node, and
+    knows it dies in ``deadline_s`` (Ray's hidden CLI over the DrainNode RPC, Ray >= 2.10)."""
+    cmd = " ".join(
+        [
+            shlex.quote(ray),
+            "drain-node",
+            _opt("address", gcs),
+            _opt("node-id", node_id),
+            "--reason=DRAIN_NODE_REASON_PREEMPTION",
+            _opt("reason-message", message),
+            _opt("deadline-remaining-seconds", max(0, int(deadline_s))),
+        ]
+    )
+    return (USER_PATH_PREFIX if user_path else "") + cmd

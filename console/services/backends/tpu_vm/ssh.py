@@ -424,7 +424,10 @@ class SshFanout:
             elapsed = time.monotonic() - start
             status = completed.exit_status
             if status is None or (status == -1 and completed.exit_signal):
-                self.drop(ep.name)
+                if not completed.exit_signal:
+                    # A command killed by a signal (a VM's shutdown SIGTERM) leaves the
+                    # connection fine, and a VM shutting down accepts no new one.
+                    self.drop(ep.name)
                 sig = completed.exit_signal[0] if completed.exit_signal else "no exit status"
                 why = (
                     f"killed by signal {sig}"

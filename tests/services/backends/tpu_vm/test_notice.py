@@ -9,6 +9,7 @@ only when the VM really stops, after its grace.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
+from tests.support.fixtures_pod import ssh_run
 from tests.support.waiting import until
 
 
@@ -58,6 +60,54 @@ async def test_a_notice_is_journaled_before_the_vm_stops(pod: PodInfo, tmp_path:
         await until(stopped, 60, "the VM to stop after its grace")
         (gone,) = await services.events(kinds=["preempted"])
         assert gone.id is not None and notice.id is not None and gone.id > notice.id
+    finally:
+        await services.stop()
+        services.close_journal()
+
+
+async def test_a_noticed_head_is_recreated_once_its_jobs_exit_not_at_its_grace(
+    pod: PodInfo, tmp_path: Path
+) -> None:
+    """The head's job takes the notice's SIGTERM, checkpoints and exits 75 within a second
+    or two of a 60 s grace; the recreate goes then, not at the grace's end (the VM itself
+    would stop only then: Ray's GCS ignores SIGTERM). Its checkpoint is complete first."""
+    grace = 60.0
+    config = pod_config(
+        pod, tmp_path, recovery={"poll_interval_s": 0.5, "auto": False, "notice_grace_s": grace}
+    )
+    services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)
+    backend = services.backend
+    assert isinstance(backend, TpuVmBackend)
+    head = backend.parts.head.name
+    saved = pod.bucket / "head-job-checkpoint"
+    # An engine process by its command line, as `python -m engine.train` shows: on SIGTERM
+    # it writes its "checkpoint" a moment later, then exits 75.
+    job = "trap 'sleep 1; echo step=4096 > \"$0\"; exit 75' TERM; while :; do sleep 0.2; done"
+    busy = f"nohup bash -c {shlex.quote(job)} {shlex.quote(str(saved))} -m engine.train "
+    busy += ">/dev/null 2>&1 &"
+    # ... and what keeps the VM up through its grace, as Ray's gcs_server does.
+    gcs = "nohup bash -c \"trap '' TERM; sleep 120\" >/dev/null 2>&1 &"
+    engines = "pgrep -f '[-]m engine[.]'"
+    try:
+        await services.start()
+        await until(lambda: len(backend.notices.listening) == 4, 60, "a watcher on every host")
+        for command in (gcs, busy):
+            started = await asyncio.to_thread(ssh_run, pod, 0, command)
+            assert started.returncode == 0, started.stderr
+        # The host's own pgrep sees its engine process; another host's does not.
+        assert (await asyncio.to_thread(ssh_run, pod, 0, engines)).returncode == 0
+        assert (await asyncio.to_thread(ssh_run, pod, 1, engines)).returncode == 1
+        await pod_client.async_preempt(pod.run_dir, 0, notice=grace, wait=False)
+        await until(lambda: head in backend.notices.notices, 15, "the notice heard")
+        notice_at = backend.notices.notices[head]
+
+        res = await backend.recreate([head])
+        recreated_at = time.time()
+
+        assert res.ok, res.message
+        assert "jobs exited" in res.message
+        assert saved.read_text().strip() == "step=4096"  # the checkpoint was not cut short
+        assert recreated_at < notice_at + grace  # the grace was not waited out
     finally:
         await services.stop()
         services.close_journal()
