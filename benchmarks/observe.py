@@ -46,7 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.proc import cpu_s
+from benchmarks.proc import cpu_s, descendants, footprint, processes_footprint
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.probes import ProbePlanner
 from console.services.model import HostState
@@ -79,6 +79,18 @@ async def warm_up(backend: TpuVmBackend, hosts: int) -> int:
         if time.perf_counter() - t0 > WARMUP_DEADLINE_S:
             bad = [h.name for h in obs.hosts if not h.ssh_ok]
             raise TimeoutError(f"{hosts} hosts: {len(bad)} never answered, e.g. {bad[:3]}")
+
+
+def cost(daemon: int) -> dict[str, float]:
+    """What the pod and the console cost once every host answered and has its notice
+    watcher: the console's and the daemon's RSS, threads and fds; the hosts' processes."""
+    me, emu = footprint(os.getpid()), footprint(daemon)
+    hosts = processes_footprint(descendants(daemon))
+    return {
+        **{f"console_{k}": v for k, v in me.items()},
+        **{f"emulator_{k}": v for k, v in emu.items()},
+        **{f"host_{k}": v for k, v in hosts.items()},
+    }
 
 
 async def preempt_and_recover(pod: PodInfo, backend: TpuVmBackend) -> dict[str, float]:
@@ -163,6 +175,7 @@ async def measure(hosts: int, polls: int, baseline_max: int) -> dict[str, dict[s
                     for k, v in samples.items()
                 }
                 out[mode].update(warmup_polls=warm, warmup_s=round(warm_s, 2))
+                out[mode].update(cost(pod.pid))  # after the polls: every watcher is up
                 if mode == "planned":
                     out[mode].update(await preempt_and_recover(pod, backend))
             finally:

@@ -11,6 +11,9 @@ ends with the last lines published.
 Phases: an idle baseline (a few updates/s, same app), then `--seconds` on the overview
 (host table visible, log lines buffered for a hidden job), then `--seconds` on that job's
 log view (lines visible, the pod still changing underneath). Last line: one JSON object.
+
+``--load``: the same at 1,024 hosts, quiet and then beside an emulated pod whose hosts train
+on the same cores, at each ``--load-nice`` (``benchmarks.tui_load``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from console.tui.screens.logview import LogViewScreen
 from console.tui.screens.overview import host_cells
 from console.tui.widgets.fast_table import FastTable
 from console.wiring import capabilities_for
+from console.wiring.control import LOCAL_POD_NICE
 
 JOB = "raysubmit_bench0000000001"
 STATES = (HostState.READY,) * 3 + (HostState.PREEMPTED, HostState.CREATING)
@@ -488,7 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each loaded phase")
     parser.add_argument("--baseline-seconds", type=float, default=3.0)
-    parser.add_argument("--hosts", type=int, default=10_000, help="rows in the host table")
+    parser.add_argument(
+        "--hosts", type=int, default=None, help="rows in the host table (10,000; --load: 1,024)"
+    )
     parser.add_argument("--lines-per-s", type=int, default=10_000)
     parser.add_argument("--pod-hz", type=float, default=20.0, help="pod snapshots per second")
     parser.add_argument("--changes", type=int, default=64, help="hosts changing per snapshot")
@@ -496,7 +502,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-gc-freeze", action="store_true", help="measure without TuiSettings.gc_freeze"
     )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="quiet, then beside an emulated pod training on the same cores (benchmarks.tui_load)",
+    )
+    parser.add_argument("--load-jobs", type=int, default=3, help="--load: training jobs")
+    parser.add_argument(
+        "--load-nice",
+        default=f"0,{LOCAL_POD_NICE}",
+        help="--load: the pod's niceness, one loaded run each (the console starts its pod at "
+        f"{LOCAL_POD_NICE})",
+    )
     args = parser.parse_args(argv)
+    if args.hosts is None:
+        args.hosts = 1_024 if args.load else 10_000
+    if args.load:
+        from benchmarks import tui_load
+
+        return tui_load.main(args)
     result = asyncio.run(run(args))
     for key in (
         "p50_ms",
