@@ -66,6 +66,9 @@ def test_report_charts_and_totals_in_chromium(tmp_path: Path) -> None:
             assert wall == pytest.approx(expected.cluster.wall_s, abs=0.001)
             assert page.inner_text("#headline") == expected.headline()
             assert "spot saved $" in page.inner_text("#money-table")
+            incident = page.locator("#incidents tr[data-incident]")
+            assert incident.count() == 1
+            assert "10m00s" in incident.inner_text()  # its capacity wait
         finally:
             browser.close()
     assert requests == [target.as_uri()]  # the page itself, nothing else

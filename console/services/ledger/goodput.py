@@ -255,6 +255,36 @@ class Ledger:
     units: tuple[Unit, ...]
     pricing: Pricing
     notes: tuple[str, ...] = field(default=())
+    spans: tuple[IncidentSpan, ...] = ()
+
+    def incidents(self) -> list[dict[str, Any]]:
+        """Each incident in the range: when it was lost, and the pod's time it cost by cause
+        (recovery per step), from the pod's painted segments (what the totals count)."""
+        out = []
+        for span in self.spans:
+            a, b = max(span.lost_at, self.start), min(span.ended_at, self.end)
+            if b <= a:
+                continue
+            clipped = [
+                Segment(max(a, s.start), min(b, s.end), s.cause, s.detail)
+                for s in self.cluster.segments
+                if s.end > a and s.start < b
+            ]
+            seconds = totals(clipped)
+            out.append(
+                {
+                    "incident": span.id,
+                    "lost_at": span.lost_at,
+                    "wall_s": round(b - a, 3),
+                    "detect_s": round(seconds[Cause.DETECT], 3),
+                    "capacity_s": round(seconds[Cause.CAPACITY], 3),
+                    "recover_s": round(seconds[Cause.RECOVER], 3),
+                    "recover_steps": {
+                        k: round(v, 3) for k, v in by_detail(clipped, Cause.RECOVER).items()
+                    },
+                }
+            )
+        return out
 
     @property
     def money(self) -> dict[str, Any]:
@@ -284,6 +314,7 @@ class Ledger:
             "prices": self.pricing.to_json(),
             "cluster": c.to_json(self.pricing),
             "jobs": [u.to_json(self.pricing) for u in self.units],
+            "incidents": self.incidents(),
             "notes": list(self.notes),
         }
 
@@ -328,7 +359,7 @@ def account(
     notes = []
     if units and not any(u.steps_known for u in units):
         notes.append("no engine steps read: warm-up and redone work are counted as productive")
-    return Ledger(t0, t1, cluster, tuple(units), pricing, tuple(notes))
+    return Ledger(t0, t1, cluster, tuple(units), pricing, tuple(notes), tuple(spans))
 
 
 def _job_unit(
@@ -375,7 +406,9 @@ def _step_paints(
         points = sorted(p.points, key=lambda x: x.at)
         if a.running_at is not None and points[0].at > a.running_at:
             paints.append(Paint(a.running_at, points[0].at, Cause.WARMUP, a.job_id))
-        resumed = p.resumed_from if p.resumed_from is not None else 0
+        # Without the checkpoint step, the first logged step bounds it from above: the
+        # redone work counted is then at most one logging interval short.
+        resumed = p.resumed_from if p.resumed_from is not None else points[0].step
         if reached is not None and reached > resumed:
             redone += reached - resumed
             caught = next((x.at for x in points if x.step >= reached), a.ended_at or t1)

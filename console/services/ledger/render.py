@@ -104,8 +104,11 @@ def markdown(book: Book, title: str) -> str:
             f"| {chain} | {u.kind} | {dur(u.wall_s)} | {good} | {dur(u.badput_s)} | "
             f"{u.redone_steps if u.steps_known else '-'} |"
         )
-    if c.incidents:
-        lines += ["", "## Incidents", ""] + [f"- {i}" for i in c.incidents]
+    incidents = ledger.incidents()
+    if incidents:
+        lines += ["", "## Incidents", "", "| incident | lost at | detect | capacity | recover | "
+                  "longest step |", "|---|---|---:|---:|---:|---|"]  # fmt: skip
+        lines += [f"| {_incident_cells(i, ' | ')} |" for i in incidents]
     lines += ["", "## Checkpoint interval", "", book.advice.render()]
     lines += ["", *[f"_{n}_" for n in ledger.notes]] if ledger.notes else []
     return "\n".join(lines) + "\n"
@@ -160,10 +163,20 @@ def page(book: Book, title: str) -> str:
         ]
         parts.append("</table>")
     parts.append(_jobs_table(book))
-    if c.incidents:
-        parts.append("<h2>Incidents</h2><ul>")
-        parts += [f"<li>{e(i)}</li>" for i in c.incidents]
-        parts.append("</ul>")
+    incidents = ledger.incidents()
+    if incidents:
+        parts.append(
+            '<h2>Incidents</h2><table id="incidents"><tr><th>incident</th><th>lost at</th>'
+            '<th class="n">detect</th><th class="n">capacity</th><th class="n">recover</th>'
+            "<th>longest step</th></tr>"
+        )
+        parts += [
+            f'<tr data-incident="{e(i["incident"])}"><td>'
+            + "</td><td>".join(e(x) for x in _incident_cells(i, None))
+            + "</td></tr>"
+            for i in incidents
+        ]
+        parts.append("</table>")
     parts.append(f'<h2>Checkpoint interval</h2><p id="advice">{e(book.advice.render())}</p>')
     for note in ledger.notes:
         parts.append(f'<p class="muted">{e(note)}</p>')
@@ -287,6 +300,20 @@ def _totals_table(book: Book) -> str:
         f'{dur(c.wall_s)}</th><th class="n">100%</th></tr></table>'
     )
     return "".join(rows)
+
+
+def _incident_cells(i: dict[str, Any], sep: str | None) -> Any:
+    steps = sorted(i["recover_steps"].items(), key=lambda kv: -kv[1])
+    longest = f"{steps[0][0]} {dur(steps[0][1])}" if steps else "-"
+    cells = [
+        i["incident"],
+        utc(i["lost_at"]),
+        dur(i["detect_s"]),
+        dur(i["capacity_s"]),
+        dur(i["recover_s"]),
+        longest,
+    ]
+    return cells if sep is None else sep.join(cells)
 
 
 def _money_table(book: Book) -> str:

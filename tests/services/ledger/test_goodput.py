@@ -140,3 +140,49 @@ def test_no_rows_is_said_not_divided_by_zero() -> None:
     assert ledger.cluster.goodput is None
     assert ledger.headline() == "ledger: no time recorded in this range"
     assert ledger.to_json()["notes"] == ["no journal rows in this range"]
+
+
+def test_without_the_resumed_step_the_first_logged_step_bounds_it() -> None:
+    progress = {
+        "A": Progress((StepPoint(20.0, 100), StepPoint(95.0, 5000))),
+        "B": Progress((StepPoint(185.0, 4100), StepPoint(215.0, 5000))),
+    }
+    (job,) = account(journaled(drill()), PRICING, progress=progress).units
+    assert job.redone_steps == 900  # 4100..5000 (the checkpoint at 4000 is not known)
+    assert job.seconds[Cause.REDONE] == pytest.approx(30.0)
+
+
+def test_a_gke_workload_restarting_in_place_waits_for_quota() -> None:
+    """A workload's slice is preempted (GKE's own state change opens the incident), its pods
+    wait for quota, the JobSet restarts in place: one unit of kind workload."""
+    rows = [
+        Event(0.0, EventKind.JOB_STATE, "workload grpo new -> RUNNING", actor="jobs",
+              data={"job_id": "grpo", "old_status": None, "new_status": "RUNNING"}),
+        Event(100.0, EventKind.STATE_CHANGE, "pool-a: READY -> PREEMPTED", host="pool-a",
+              actor="watchdog", data={"from": "READY", "to": "PREEMPTED", "detect_s": 1.0}),
+        Event(105.0, EventKind.QUOTA_PENDING, "workload grpo: pods unschedulable", host="grpo",
+              actor="watchdog", data={"workload": "grpo", "pods": 8}),
+        Event(160.0, EventKind.JOBSET_RESTARTED, "workload grpo: JobSet restarted (0 -> 1)",
+              host="grpo", actor="watchdog", data={"workload": "grpo", "restarts": 1}),
+        Event(400.0, EventKind.JOB_STATE, "workload grpo RUNNING -> SUCCEEDED", actor="jobs",
+              data={"job_id": "grpo", "old_status": "RUNNING", "new_status": "SUCCEEDED"}),
+    ]  # fmt: skip
+    (unit,) = account(journaled(rows), PRICING).units
+    assert (unit.kind, unit.name) == ("workload", "grpo")
+    s = unit.seconds
+    assert s[Cause.DETECT] == pytest.approx(1.0)  # 99..100
+    assert s[Cause.RECOVER] == pytest.approx(5.0)  # seen at 100, quota from 105
+    assert s[Cause.CAPACITY] == pytest.approx(55.0)  # 105..160, the incident's last row
+    assert s[Cause.PRODUCTIVE] == pytest.approx(400.0 - 61.0)
+    _sums_to_wall(unit)
+
+
+def test_each_incident_says_what_it_cost_by_cause() -> None:
+    ledger = account(journaled(drill()), PRICING)
+    (incident,) = ledger.incidents()
+    assert incident["lost_at"] == pytest.approx(98.0)
+    assert incident["wall_s"] == pytest.approx(72.0)  # 98..170
+    assert (incident["detect_s"], incident["capacity_s"]) == pytest.approx((2.0, 30.0))
+    assert incident["recover_s"] == pytest.approx(40.0)
+    assert incident["recover_steps"]["head"] == pytest.approx(20.0)
+    assert ledger.to_json()["incidents"] == ledger.incidents()
