@@ -12,7 +12,8 @@ from console.config import Config, ConfigError, parse_config
 from console.script.main import script_main
 from console.status import render_table, status_main
 from emulators.tpu_pod.client import PodInfo
-from tests.support.script_fakes import Behaviour, Harness
+from tests.support.fake_services import Behaviour
+from tests.support.script_harness import Harness
 
 
 def run_status(h: Harness, *, as_json: bool) -> tuple[int, str, str]:
@@ -42,17 +43,17 @@ def test_json_snapshot_is_one_object_with_every_layer() -> None:
         "tunnel_up": True,
     }
     assert snap["jobs"] == []
-    assert snap["cadence"][0]["run_id"] == "run1" and snap["cadence"][0]["stalled"] is False
+    assert snap["cadence"][0]["run_id"] == "a1b2c3" and snap["cadence"][0]["stalled"] is False
     assert snap["recovery"]["active"] is False
     # A status query never starts the watchdog/pollers, and always closes what it opened.
-    assert h.names() == ["refresh", "stop"]
+    assert h.names(reads=False) == ["refresh", "stop"]
 
 
 def test_table_without_json_fits_80_columns() -> None:
     code, out, _ = run_status(Harness(), as_json=False)
     assert code == 0
     assert "phantom-pod-w3" in out and "127.0.0.13" in out and "READY" in out
-    assert "ray 4/4 alive" in out and "ppo-a0.3" in out and "recovery: idle" in out
+    assert "ray 4/4 alive" in out and "ppo_rl_study-00" in out and "recovery: idle" in out
     assert max(len(line) for line in out.splitlines()) <= 80
     with_json = json.loads(run_status(Harness(), as_json=True)[1])
     assert render_table(with_json) + "\n" == out

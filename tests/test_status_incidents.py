@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from console.status import collect_status, render_table
-from tests.support.fake_services import T0, FakeServices
+from tests.support.fake_data import T0
+from tests.support.fake_services import FakeServices
 from tests.support.incident_rows import journaled_async, recorded
 
 

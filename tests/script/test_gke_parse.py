@@ -18,7 +18,7 @@ from console.script.main import script_main
 from console.script.parse import parse_script
 from console.script.workload_args import build_workload_spec
 from tests.support.gke_services import FAKE_TOKEN, gke_config
-from tests.support.script_fakes import Harness
+from tests.support.script_harness import Harness
 
 
 class FakeGke:

@@ -19,7 +19,7 @@ from console.script.language import ACTIONS, CONTINUE_FLAG, usage_text
 from console.script.main import script_main
 from console.script.parse import ScriptError, build_spec, parse_script, parse_seconds
 from tests.support import REPO
-from tests.support.script_fakes import Harness
+from tests.support.script_harness import Harness
 
 ROOT = REPO
 EXAMPLE = ROOT / "examples" / "preemption_drill.phantom"

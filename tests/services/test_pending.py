@@ -12,7 +12,8 @@ from console.config import Config
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, PodSnapshot, Progress, Update
 from console.services.pending import PendingServices
-from tests.support.fake_services import FakeServices, healthy_pod
+from tests.support.fake_data import healthy_pod
+from tests.support.fake_services import FakeServices
 
 
 class Gate:

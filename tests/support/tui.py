@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from textual.pilot import Pilot
 
 from console.tui.app import PhantomApp, TuiSettings
-from tests.support.fake_services import T0, FakeServices
+from tests.support.fake_data import T0
+from tests.support.fake_services import FakeServices
 
 
 def make_app(services: FakeServices | str | None = None, **settings: object) -> PhantomApp:

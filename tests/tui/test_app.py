@@ -35,15 +35,8 @@ from console.tui.widgets.env_input import EnvVarsInput, mask_env_text, parse_env
 from console.tui.widgets.fast_table import FastTable
 from console.tui.widgets.table import PhantomTable
 from tests.support import REPO
-from tests.support.fake_services import (
-    GKE_POOL,
-    NODE,
-    T0,
-    FakeServices,
-    healthy_pod,
-    host,
-    tunix_metrics,
-)
+from tests.support.fake_data import GKE_POOL, NODE, T0, healthy_pod, host, tunix_metrics
+from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle, wait_for
 
 ROOT = REPO
@@ -163,7 +156,7 @@ async def test_submit_through_the_form_sends_the_typed_values() -> None:
         assert spec.train_args == "--algo ppo --total-timesteps 2000 --alpha 0.5 --device cpu"
         assert spec.runtime_env["env_vars"]["WANDB_API_KEY"] == "$WANDB_API_KEY"
         assert call.args["actor"] == "user"
-        await wait_for(pilot, lambda: "raysubmit_fake0001" in app.state.jobs)
+        await wait_for(pilot, lambda: "raysubmit_1" in app.state.jobs)
 
 
 async def test_a_sweep_from_the_form_carries_its_sweep_args() -> None:
@@ -370,7 +363,7 @@ def test_pod_messages_collapse_and_log_lines_share_one_doorbell() -> None:
 
 async def test_a_failing_service_call_is_a_notification_not_a_crash() -> None:
     fake = FakeServices("healthy")
-    fake.fail["refresh"] = RuntimeError("TPU API unreachable")
+    fake.b.raise_in["refresh"] = RuntimeError("TPU API unreachable")
     app = make_app(fake)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -385,7 +378,7 @@ async def test_ray_not_running_yet_is_a_hint_on_the_jobs_screen_not_an_error() -
     """Opening the console before Ray is up: the jobs list says how to start Ray; no error
     toast for an expected state."""
     fake = FakeServices("empty")
-    fake.fail["list_jobs"] = JobsUnavailable("Ray is not running: press u")
+    fake.b.raise_in["list_jobs"] = JobsUnavailable("Ray is not running: press u")
     app = make_app(fake)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -537,7 +530,8 @@ def test_every_binding_has_an_id_description_and_tooltip() -> None:
 STARTUP = """
 import asyncio, json, sys
 import console.tui.app as console_app
-from tests.support.fake_services import FakeServices, T0
+from tests.support.fake_data import T0
+from tests.support.fake_services import FakeServices
 
 async def main():
     app = console_app.PhantomApp(FakeServices(), clock=lambda: T0,

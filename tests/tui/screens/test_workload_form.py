@@ -125,7 +125,9 @@ async def test_convert_template_swaps_the_fields_that_apply() -> None:
 
 async def test_a_refused_create_reopens_with_what_was_typed() -> None:
     fake = FakeServices("gke")
-    fake.fail["create_workload"] = SpecError({"maxtext_ckpt_path": f"{ABSENT} does not exist"})
+    fake.b.raise_in["create_workload"] = SpecError(
+        {"maxtext_ckpt_path": f"{ABSENT} does not exist"}
+    )
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
         form = await open_form(app, pilot)
