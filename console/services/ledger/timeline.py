@@ -7,6 +7,7 @@ sum to its length (badput plus productive time is wall time, by construction, no
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,17 +65,30 @@ class Paint:
 
 
 def paint(start: float, end: float, base: Cause, paints: Iterable[Paint]) -> list[Segment]:
-    """``[start, end]`` as adjacent segments (merged where cause and detail repeat)."""
+    """``[start, end]`` as adjacent segments (merged where cause and detail repeat).
+
+    A sweep over the cut points with a heap of the paints begun so far (the ones that have
+    ended are dropped when they reach the top): O(n log n) in the number of paints, so a
+    journal of thousands of incidents paints in milliseconds.
+    """
     if end <= start:
         return []
     items = [p for p in paints if p.end > start and p.start < end and p.end > p.start]
     cuts = sorted(
         {start, end, *(max(start, p.start) for p in items), *(min(end, p.end) for p in items)}
     )
+    order = sorted(range(len(items)), key=lambda k: items[k].start)
+    heap: list[tuple[int, float, int]] = []  # (-priority, -rank, index): ties go to the first given
+    nxt = 0
     out: list[Segment] = []
     for a, b in itertools.pairwise(cuts):
-        over = [p for p in items if p.start <= a and p.end >= b]
-        top = max(over, key=lambda p: (PRIORITY[p.cause], p.rank), default=None)
+        while nxt < len(order) and max(start, items[order[nxt]].start) <= a:
+            k = order[nxt]
+            heapq.heappush(heap, (-PRIORITY[items[k].cause], -items[k].rank, k))
+            nxt += 1
+        while heap and items[heap[0][2]].end <= a:
+            heapq.heappop(heap)
+        top = items[heap[0][2]] if heap else None
         cause, detail = (top.cause, top.detail) if top is not None else (base, "")
         if out and out[-1].cause == cause and out[-1].detail == detail and out[-1].end == a:
             out[-1] = Segment(out[-1].start, b, cause, detail)

@@ -9,7 +9,26 @@ import random
 
 import pytest
 
-from console.services.ledger.timeline import Cause, Paint, Segment, paint, totals
+from console.services.ledger.timeline import PRIORITY, Cause, Paint, Segment, paint, totals
+
+
+def reference(start: float, end: float, base: Cause, paints: list[Paint]) -> list[Segment]:
+    """The definition, cell by cell: at each elementary interval the highest (priority,
+    rank) covering it, the first given among equals."""
+    items = [p for p in paints if p.end > start and p.start < end and p.end > p.start]
+    cuts = sorted(
+        {start, end, *(max(start, p.start) for p in items), *(min(end, p.end) for p in items)}
+    )
+    out: list[Segment] = []
+    for a, b in itertools.pairwise(cuts):
+        over = [p for p in items if p.start <= a and p.end >= b]
+        top = max(over, key=lambda p: (PRIORITY[p.cause], p.rank), default=None)
+        cause, detail = (top.cause, top.detail) if top else (base, "")
+        if out and (out[-1].cause, out[-1].detail) == (cause, detail):
+            out[-1] = Segment(out[-1].start, b, cause, detail)
+        else:
+            out.append(Segment(a, b, cause, detail))
+    return out
 
 
 def test_priority_and_rank_decide_overlaps() -> None:
@@ -45,6 +64,7 @@ def test_segments_tile_the_span_for_any_paints(seed: int) -> None:
             Paint(a, a + rng.expovariate(0.05), rng.choice(list(Cause)), str(rng.randint(0, 3)))
         )
     segs = paint(start, end, Cause.IDLE, paints)
+    assert segs == reference(start, end, Cause.IDLE, paints)
     assert segs[0].start == start and segs[-1].end == end
     assert all(a.end == b.start for a, b in itertools.pairwise(segs))
     assert math.fsum(totals(segs).values()) == pytest.approx(end - start, abs=1e-9)
