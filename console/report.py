@@ -74,9 +74,12 @@ def report_main(
         return exit_codes.USAGE
     try:
         rows = journal.query(limit=ROWS)
+        # when each job really ended (record.outcomes), also one no console watched end
+        ended = journal.read("SELECT job_id, COALESCE(ended_at, recorded_at) FROM job_outcomes")
     finally:
         journal.close()
-    text = render(book(rows, config, now=now, since=since), fmt)
+    outcomes = {str(job): float(at) for job, at in ended if at is not None}
+    text = render(book(rows, config, now=now, since=since, outcomes=outcomes), fmt)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")

@@ -15,7 +15,9 @@ from console.cli import main
 from console.config import Config
 from console.report import report_main
 from console.services.ledger.book import book
+from console.services.model import JobInfo, JobStatus
 from console.services.record.journal import Journal
+from console.services.record.outcomes import JobOutcomes
 from tests.support.incident_rows import replay
 from tests.support.ledger_rows import drill
 
@@ -49,6 +51,20 @@ def test_json_is_the_ledger_status_shows(tmp_path: Path) -> None:
     assert report["productive_s"] + sum(report["badput_s"].values()) == pytest.approx(
         report["wall_s"], abs=0.01
     )
+
+
+def test_the_report_ends_a_job_when_the_cluster_said_it_ended(tmp_path: Path) -> None:
+    """B's end as ``record.outcomes`` wrote it (the cluster's end time, 100 s before the
+    row the console journaled) is where the report ends it."""
+    path, _ = journal_file(tmp_path)
+    journal = Journal(path)
+    ended = START + 20 * 400 - 100
+    JobOutcomes(journal).note([JobInfo("B", JobStatus.SUCCEEDED, end_time=ended)])
+    journal.close()
+    code, out, _ = run(path, "json")
+    assert code == exit_codes.OK
+    (chain,) = [j for j in json.loads(out)["jobs"] if j["name"] == "A"]
+    assert chain["end"] == ended
 
 
 def test_markdown_and_since(tmp_path: Path) -> None:

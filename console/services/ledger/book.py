@@ -50,6 +50,7 @@ def book(
     now: float,
     since: float | None = None,
     progress: Mapping[str, Progress] | None = None,
+    outcomes: Mapping[str, float] | None = None,
     log_lines: Iterable[str] = (),
     current_steps: int = 0,
 ) -> Book:
@@ -58,7 +59,9 @@ def book(
     # The pod's record starts at the journal's first row: nothing before it is counted.
     first = min((e.at for e in rows), default=now)
     start = min(max(since, first) if since is not None else first, now)
-    ledger = account(rows, pricing_for(config), start=start, end=now, progress=progress)
+    ledger = account(
+        rows, pricing_for(config), start=start, end=now, progress=progress, outcomes=outcomes
+    )
     mtbf = (
         mean_time_between_preemptions(rows, start, now, max(1, config.cluster.hosts))
         if now > start

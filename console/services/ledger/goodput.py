@@ -330,8 +330,9 @@ def account(
 ) -> Ledger:
     """The ledger of ``rows`` over ``[start, end]`` (default: the rows' own span).
 
-    ``progress``: the engine's steps per job id (attempt); ``outcomes``: when a job ended as
-    ``job_outcomes`` recorded it (a job that ended while no console watched has no row).
+    ``progress``: the engine's steps per job id (attempt); ``outcomes``: when each job ended as
+    ``record.outcomes`` recorded it (the cluster's end time, also for a job that ended while
+    no console watched: its row is only written when the next console sees it).
     """
     rows = sorted(rows, key=_order)
     if not rows and (start is None or end is None):
@@ -342,8 +343,11 @@ def account(
     progress = progress or {}
     found = attempts(rows)
     for job, ended in (outcomes or {}).items():
+        # A job that ended while no console watched is journaled when the next one starts
+        # (a later row); its recorded end (the cluster's own end time) is when it ended.
         a = found.get(job)
-        if a is not None and a.ended_at is None:
+        if a is not None and (a.ended_at is None or ended < a.ended_at):
+            ended = max(ended, a.running_at or a.submitted_at)
             found[job] = Attempt(a.job_id, a.submitted_at, a.running_at, ended, a.status)
     spans = incident_spans(rows)
     workloads = {str(e.data["workload"]) for e in rows if e.data.get("workload")}

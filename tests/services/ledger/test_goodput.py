@@ -186,3 +186,17 @@ def test_each_incident_says_what_it_cost_by_cause() -> None:
     assert incident["recover_s"] == pytest.approx(40.0)
     assert incident["recover_steps"]["head"] == pytest.approx(20.0)
     assert ledger.to_json()["incidents"] == ledger.incidents()
+
+
+def test_a_job_that_ended_while_no_console_watched_ends_when_it_ended() -> None:
+    rows = [
+        Event(0.0, EventKind.JOB_STATE, "job J new -> RUNNING", actor="jobs",
+              data={"job_id": "J", "old_status": None, "new_status": "RUNNING"}),
+        # the console was down from 50 s; the next one, at 300 s, sees J already finished
+        Event(300.0, EventKind.JOB_STATE, "job J new -> SUCCEEDED", actor="jobs",
+              data={"job_id": "J", "old_status": None, "new_status": "SUCCEEDED"}),
+    ]  # fmt: skip
+    stored = journaled(rows)
+    assert account(stored, PRICING).units[0].productive_s == pytest.approx(300.0)
+    (job,) = account(stored, PRICING, outcomes={"J": 120.0}).units
+    assert (job.end, job.productive_s) == (120.0, pytest.approx(120.0))
