@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
     report.add_argument(
+        "--runs",
+        metavar="DIR",
+        help="the WANDB_DIR the jobs logged to: their run files give the engine's steps "
+        "(restart warm-up and redone work)",
+    )
+    report.add_argument(
         "--journal",
         metavar="PATH",
         help="the journal to read (default: journal.sqlite in the state directory)",
@@ -235,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 since=args.since,
                 journal_path=args.journal,
                 output=args.output,
+                runs_dir=args.runs,
             )
         if args.command == "status":
             from console.status import status_main

@@ -1,7 +1,9 @@
 """`phantom report [--since DATE] --format md|html|json`: the ledger as a document.
 
 Read from the journal file alone (no cluster needed: a post-mortem is often written after
-the pod is gone), over ``--since`` to now, and printed to stdout or written to ``--output``.
+the pod is gone), over ``--since`` to now, and printed to stdout or written to ``--output``;
+with ``--runs DIR`` the jobs' W&B run files add the engine's steps (restart warm-up, redone
+work).
 The HTML is one self-contained page (inline SVG, no network). Exit 0 with a report; 2 for
 bad input (a date, a format, a journal that is not there), named with its fix.
 """
@@ -44,6 +46,7 @@ def report_main(
     since: float | None = None,
     journal_path: str | None = None,
     output: str | None = None,
+    runs_dir: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
     clock: Callable[[], float] = time.time,
@@ -59,6 +62,12 @@ def report_main(
         err.write(
             f"phantom report: no journal at {path}: nothing recorded there yet; run phantom "
             "on the cluster first, or pass --journal PATH (a copied journal.sqlite)\n"
+        )
+        return exit_codes.USAGE
+    if runs_dir is not None and not Path(runs_dir).expanduser().is_dir():
+        err.write(
+            f"phantom report: --runs {runs_dir}: not a directory; give the WANDB_DIR the jobs "
+            "logged to (their offline run files), or leave --runs out\n"
         )
         return exit_codes.USAGE
     now = clock()
@@ -79,7 +88,15 @@ def report_main(
     finally:
         journal.close()
     outcomes = {str(job): float(at) for job, at in ended if at is not None}
-    text = render(book(rows, config, now=now, since=since, outcomes=outcomes), fmt)
+    progress = None
+    if runs_dir is not None:
+        from console.services.ledger.goodput import attempts
+        from console.services.ledger.steps import attribute, read_runs
+
+        progress = attribute(read_runs(runs_dir), attempts(rows))
+    text = render(
+        book(rows, config, now=now, since=since, outcomes=outcomes, progress=progress), fmt
+    )
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")

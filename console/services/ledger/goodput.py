@@ -25,7 +25,7 @@ restart sees what the previous process journaled. Pure functions; callers read t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.services.ledger.prices import Pricing
@@ -77,6 +77,7 @@ class Attempt:
     running_at: float | None = None
     ended_at: float | None = None
     status: str = ""
+    entrypoint: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,19 +98,19 @@ def attempts(rows: Iterable[Event]) -> dict[str, Attempt]:
         job = str(e.data.get("job_id") or "")
         if not job:
             continue
+        a = out.get(job) or Attempt(job, e.at)
+        entrypoint = a.entrypoint or str(e.data.get("entrypoint") or "")
         if e.kind == ACTION and e.data.get("action") == "submit" and e.data.get("ok"):
-            a = out.get(job) or Attempt(job, e.at)
-            out[job] = Attempt(job, min(a.submitted_at, e.at), a.running_at, a.ended_at, a.status)
+            out[job] = replace(a, submitted_at=min(a.submitted_at, e.at), entrypoint=entrypoint)
         elif e.kind == EventKind.JOB_STATE:
             status = str(e.data.get("new_status") or "")
-            a = out.get(job) or Attempt(job, e.at)
             running = a.running_at
             if running is None and status == JobStatus.RUNNING:
                 running = e.at
             ended = a.ended_at
             if ended is None and status in _ENDED:
                 ended = e.at
-            out[job] = Attempt(job, min(a.submitted_at, e.at), running, ended, status)
+            out[job] = Attempt(job, min(a.submitted_at, e.at), running, ended, status, entrypoint)
     return out
 
 
@@ -347,8 +348,7 @@ def account(
         # (a later row); its recorded end (the cluster's own end time) is when it ended.
         a = found.get(job)
         if a is not None and (a.ended_at is None or ended < a.ended_at):
-            ended = max(ended, a.running_at or a.submitted_at)
-            found[job] = Attempt(a.job_id, a.submitted_at, a.running_at, ended, a.status)
+            found[job] = replace(a, ended_at=max(ended, a.running_at or a.submitted_at))
     spans = incident_spans(rows)
     workloads = {str(e.data["workload"]) for e in rows if e.data.get("workload")}
     units = []

@@ -1,0 +1,89 @@
+"""The engine's steps for the ledger: W&B run files, each attributed to the job attempt that
+wrote it.
+
+Every trainer process writes its own run file (a resumed run is a new file with the same run
+id), so a file is one attempt's steps: its ``wandb.log`` points (step, wall time). A file is
+given to the attempt that was submitted and not yet ended when the file's first point was
+logged; where several were, to the one whose entrypoint names the run (``--run-name``), and
+otherwise to none (a guess would put one job's steps on another). ``goodput.account`` turns
+them into restart warm-up and redone work.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from console.services.ledger.goodput import Attempt, Progress, StepPoint
+
+if TYPE_CHECKING:
+    from console.services.cadence.wandb_files import HistoryPoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunSteps:
+    """One run file's logged steps (one trainer process)."""
+
+    name: str
+    points: tuple[StepPoint, ...]
+
+
+def attribute(runs: Iterable[RunSteps], tries: Mapping[str, Attempt]) -> dict[str, Progress]:
+    """Each attempt's steps, from the run files it wrote (see the module docstring)."""
+    found: dict[str, list[StepPoint]] = {}
+    for run in runs:
+        if not run.points:
+            continue
+        first = min(p.at for p in run.points)
+        live = [
+            a
+            for a in tries.values()
+            if a.submitted_at <= first < (a.ended_at if a.ended_at is not None else math.inf)
+        ]
+        if len(live) > 1:
+            live = [a for a in live if run.name and _names(a.entrypoint, run.name)]
+        if len(live) != 1:
+            log.debug("run %s: %d attempts could have written it; left out", run.name, len(live))
+            continue
+        found.setdefault(live[0].job_id, []).extend(run.points)
+    return {
+        job: Progress(tuple(sorted(points, key=lambda p: (p.at, p.step))))
+        for job, points in found.items()
+    }
+
+
+def _names(entrypoint: str, name: str) -> bool:
+    words = entrypoint.split()
+    return any(
+        w == f"--run-name={name}" or (w == "--run-name" and nxt == name)
+        for w, nxt in zip(words, [*words[1:], ""], strict=True)
+    )
+
+
+def read_runs(wandb_dir: str | os.PathLike[str]) -> list[RunSteps]:
+    """Every offline run file under ``wandb_dir`` (blocking: run it off the event loop).
+
+    A file that cannot be read is logged and left out: the ledger is then without its steps,
+    never wrong about them."""
+    from console.services.cadence.sources import OfflineRunSource
+    from console.services.cadence.wandb_files import WandbFileError
+
+    out: list[RunSteps] = []
+    for part in OfflineRunSource(wandb_dir, max_runs=10_000).split():
+        try:
+            (obs,) = part.poll()
+        except (WandbFileError, OSError) as exc:
+            log.warning("ledger: run file %s left out: %s", part.path, exc)
+            continue
+        out.append(RunSteps(obs.name, _points(obs.points)))
+    return out
+
+
+def _points(points: Sequence[HistoryPoint]) -> tuple[StepPoint, ...]:
+    return tuple(StepPoint(float(p.timestamp), int(p.step)) for p in points)

@@ -1,0 +1,144 @@
+"""The engine's steps for the ledger: run files attributed to the attempt that wrote them,
+and real offline W&B run files (the wandb SDK in a subprocess) turned into restart warm-up
+and redone work, also through `phantom report --runs`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from console import exit_codes
+from console.config import Config
+from console.report import report_main
+from console.services.ledger.goodput import Attempt, StepPoint, account, attempts
+from console.services.ledger.prices import pricing_for
+from console.services.ledger.steps import RunSteps, attribute, read_runs
+from console.services.ledger.timeline import Cause
+from console.services.model import Event, EventKind
+from console.services.record.journal import Journal
+from tests.support.incident_rows import journaled, replay
+
+
+def test_a_run_goes_to_the_one_attempt_live_when_it_began() -> None:
+    tries = {
+        "a": Attempt("a", 0.0, 1.0, 50.0, entrypoint="python -m engine.train --run-name x"),
+        "b": Attempt("b", 60.0, 61.0, None, entrypoint="python -m engine.train --run-name x"),
+        "c": Attempt("c", 55.0, 56.0, None, entrypoint="python -m engine.train --run-name=y"),
+    }
+    runs = [
+        RunSteps("x", (StepPoint(10.0, 1), StepPoint(20.0, 2))),  # only a was live
+        RunSteps("y", (StepPoint(70.0, 5),)),  # b and c live: c names it
+        RunSteps("z", (StepPoint(80.0, 7),)),  # b and c live, neither names it: left out
+        RunSteps("x", ()),
+    ]
+    got = attribute(runs, tries)
+    assert set(got) == {"a", "c"}
+    assert [p.step for p in got["a"].points] == [1, 2]
+
+
+WRITER = textwrap.dedent(
+    """
+    import os, time, wandb
+    def attempt(steps):
+        print(time.time(), flush=True)  # the process starts: the job is RUNNING
+        run = wandb.init(mode="offline", project="ledger", name="ppo-x", dir=os.environ["WANDB_DIR"])
+        for s in steps:
+            wandb.log({"loss": 1.0}, step=s)
+            time.sleep(0.005)
+        run.finish()
+        print(time.time(), flush=True)  # the process is gone
+    attempt(range(100, 2001, 100))  # checkpoint at 1400, lost after 2000
+    attempt(range(1500, 3001, 100))  # resumed: logs from 1500
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def two_attempts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[float]]:
+    wandb_dir = tmp_path_factory.mktemp("wandb_ledger")
+    env = {
+        **os.environ,
+        "WANDB_DIR": str(wandb_dir),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+    }
+    env.pop("WANDB_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER],
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    return wandb_dir, [float(x) for x in done.stdout.split()]
+
+
+def rows_for(times: list[float]) -> list[Event]:
+    a0, a1, b0, b1 = times
+
+    def state(at: float, job: str, new: str) -> Event:
+        return Event(at, EventKind.JOB_STATE, f"job {job} -> {new}", actor="jobs",
+                     data={"job_id": job, "new_status": new,
+                           "entrypoint": "python -m engine.train --run-name ppo-x"})  # fmt: skip
+
+    return [
+        state(a0 - 0.5, "A", "PENDING"),
+        state(a0, "A", "RUNNING"),
+        state(a1, "A", "LOST"),
+        Event(
+            a1 + 0.01,
+            EventKind.JOB_RESUBMITTED,
+            "A as B",
+            actor="watchdog",
+            data={"old_job_id": "A", "new_job_id": "B"},
+        ),
+        state(a1 + 0.02, "B", "PENDING"),
+        state(b0, "B", "RUNNING"),
+        state(b1, "B", "SUCCEEDED"),
+    ]
+
+
+def test_real_run_files_give_warmup_and_redone_work(two_attempts: tuple[Path, list[float]]) -> None:
+    wandb_dir, times = two_attempts
+    runs = read_runs(wandb_dir)
+    assert len(runs) == 2 and all(r.name == "ppo-x" for r in runs)
+    stored = journaled(rows_for(times))
+    progress = attribute(runs, attempts(stored))
+    assert set(progress) == {"A", "B"}
+    assert progress["B"].points[0].step == 1500
+    (job,) = account(stored, pricing_for(Config()), progress=progress).units
+    assert job.steps_known
+    assert job.redone_steps == 500  # 1500..2000 again (bounded by B's first logged step)
+    s = job.seconds
+    assert s[Cause.WARMUP] > 0  # wandb.init before the first step, in both attempts
+    assert s[Cause.REDONE] > 0
+    b_first = progress["B"].points[0].at
+    b_caught = next(p.at for p in progress["B"].points if p.step >= 2000)
+    assert s[Cause.REDONE] == pytest.approx(b_caught - b_first, abs=1e-6)
+    assert sum(s.values()) == pytest.approx(job.wall_s, abs=1e-9)
+
+
+def test_report_runs_flag(tmp_path: Path, two_attempts: tuple[Path, list[float]]) -> None:
+    wandb_dir, times = two_attempts
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path)
+    asyncio.run(replay(journal, rows_for(times)))
+    journal.close()
+    out, err = io.StringIO(), io.StringIO()
+    code = report_main(Config(), fmt="json", journal_path=str(path), runs_dir=str(wandb_dir),
+                       out=out, err=err, clock=lambda: times[-1] + 1)  # fmt: skip
+    assert code == exit_codes.OK
+    (job,) = json.loads(out.getvalue())["jobs"]
+    assert (job["redone_steps"], job["steps_known"]) == (500, True)
+    code = report_main(Config(), fmt="md", journal_path=str(path), runs_dir=str(tmp_path / "x"),
+                       out=out, err=err)  # fmt: skip
+    assert code == exit_codes.USAGE and "--runs" in err.getvalue()
