@@ -41,7 +41,8 @@ def _wandb_agent(index: int, sweep_id: str, settings: dict[str, Any]) -> dict[st
     runs: list[str] = []
 
     def one_run() -> None:
-        run = wandb.init()
+        # a re-queued run comes back with its id in WANDB_RUN_ID: continue its history
+        run = wandb.init(resume="allow")
         run.mark_preempting()  # W&B re-queues the run if this agent dies mid-run
         params = {k: v for k, v in dict(run.config).items() if k in spec.parameters}
         cfg = trial_config(spec, params, settings, run_name=f"{sweep_id}-{run.id}")

@@ -162,7 +162,12 @@ def heartbeat(state: State, agent: Record, run_state: dict[str, bool]) -> list[d
         return [requeued]
     params = propose(state, sweep)
     if params is None:
-        if not any(r["state"] in RUN_STATES_ACTIVE for r in sweep_runs(state, sweep)):
+        runs = sweep_runs(state, sweep)
+        if any(r["state"] == "preempting" for r in runs):
+            # a run marked preempting may yet need an agent (its own may be dying): keep
+            # this one polling rather than let the last agents exit before the re-queue
+            return []
+        if not any(r["state"] in RUN_STATES_ACTIVE for r in runs):
             sweep["state"] = "FINISHED"
         return [{"type": "exit"}]
     run_id = _run_id()

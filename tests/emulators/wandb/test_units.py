@@ -186,6 +186,27 @@ def test_a_preempted_run_whose_agent_went_quiet_is_handed_out_again() -> None:
     assert sweep["handed_out"][0]["agent"] == "a2"
 
 
+def test_at_the_run_cap_an_agent_waits_while_a_run_marked_preempting_may_need_it() -> None:
+    """Told `exit` there, the last agents of a sweep would leave before a dead agent's run
+    is re-queued, and the run would never finish (seen with two agents, a worker lost)."""
+    state = State()
+    sweep = _sweep(state, "method: random\nrun_cap: 1\nparameters: {lr: {values: [0.1]}}")
+    sweep["agent_timeout"] = 60.0
+    first = {"id": "a1", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    second = {"id": "a2", "sweep": "e/p/s1", "heartbeat_at": 0.0, "runs": []}
+    state.agents.update(a1=first, a2=second)
+    (cmd,) = S.heartbeat(state, first, {})
+    run, _ = state.upsert_run("e", "p", cmd["run_id"], {"sweep": "s1"})
+    state.stream(run, {"files": {}, "preempting": True})
+    assert S.heartbeat(state, second, {}) == []  # the cap is reached, a1's run may die
+    first["heartbeat_at"] -= 61.0
+    (again,) = S.heartbeat(state, second, {})
+    assert again["type"] == "resume" and again["run_id"] == cmd["run_id"]
+    state.stream(run, {"files": {}, "complete": True, "exitcode": 0})
+    assert S.heartbeat(state, second, {}) == [{"type": "exit"}]
+    assert sweep["state"] == "FINISHED"
+
+
 def test_a_run_gone_quiet_shows_crashed_or_preempted_until_it_resumes() -> None:
     from emulators.wandb.schema import Schema
 
