@@ -36,6 +36,7 @@ from console.services.errors import JobsUnavailable
 from console.services.jobs.budget import RetryBudget
 from console.services.jobs.registry import JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.watcher import JobWatcher, env_event
 from console.services.model import (
     ACTIVE_JOBS,
@@ -286,7 +287,7 @@ class Facade(ClusterActions):
         owner = self.sharing.owner  # one journal row per transition, by the pod's watcher
         await self._journal_env_flags(owner)
         for tr in transitions:
-            self.bus.publish(self.retry_budget.annotate(tr.job))
+            self.bus.publish(self.annotate_job(tr.job))
             if not owner:
                 continue  # the watcher's row reaches this front end through the journal
             ev = tr.to_event(self._clock())
@@ -411,17 +412,32 @@ class Facade(ClusterActions):
 
     # -- jobs -----------------------------------------------------------------------------------
     async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:
-        return await self.submitter.submit(spec.checked(), actor)
+        return self.with_sweep(await self.submitter.submit(spec.checked(), actor))
 
     async def list_jobs(self) -> list[JobInfo]:
         listed = await self.backend.list_jobs()
         jobs = self.outcomes.with_ended(listed, [j.job_id for j in self.registry.current()])
-        return [self.retry_budget.annotate(j) for j in jobs]
+        return [self.annotate_job(j) for j in jobs]
+
+    def annotate_job(self, job: JobInfo) -> JobInfo:
+        """``job`` with what only this console knows: its chain's retry counts and, for a
+        sweep it submitted, the sweep id and its W&B page."""
+        return self.with_sweep(self.retry_budget.annotate(job))
+
+    def with_sweep(self, job: JobInfo) -> JobInfo:
+        """``job`` with its sweep id and W&B page, when it is a sweep this console submitted."""
+        sub = self.registry.get(job.job_id)
+        if sub is None or sub.spec.mode != "sweep":
+            return job
+        sweep_id = sub.spec.sweep_id or sub.sweep_id
+        url = wandb_sweep_url(self.config.wandb, sub.spec, sweep_id) if sweep_id else ""
+        return replace(job, sweep_id=sweep_id, sweep_url=url)
 
     async def job_status(self, job_id: str) -> JobInfo:
-        return await self.outcomes.status(
+        info = await self.outcomes.status(
             job_id, self.backend.job_status, ours=self.registry.__contains__
         )
+        return self.with_sweep(info)
 
     def successor(self, job_id: str) -> str:
         seen = {job_id}
@@ -477,8 +493,8 @@ class Facade(ClusterActions):
         with contextlib.suppress(Exception):
             if (await self.backend.job_status(last.job_id)).status in ACTIVE_JOBS:
                 await self.stop_job(last.job_id, actor)
-        return await self.submitter.submit(
-            last.relaunch_spec(), actor, resubmitted_from=last.job_id
+        return self.with_sweep(
+            await self.submitter.submit(last.relaunch_spec(), actor, resubmitted_from=last.job_id)
         )
 
     # -- recovery -------------------------------------------------------------------------------

@@ -266,6 +266,10 @@ class JobInfo:
     # Its resubmission chain (``jobs.budget``): ended with an error, in a row, and preempted.
     errors_in_row: int = 0
     preemptions: int = 0
+    # A sweep this console submitted: its id (the spec's, or learned from the job) and, on
+    # the W&B backend, its page on the W&B server ("" when unknown).
+    sweep_id: str = ""
+    sweep_url: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, JobStatus):  # read back from JSON (journal, jobs.json)

@@ -30,6 +30,7 @@ from console.services.api import ConsoleServices
 from console.services.capabilities import Capability, can
 from console.services.errors import JobsUnavailable
 from console.services.jobs.spec import SubmitSpec
+from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.workload import WorkloadSpec
 from console.services.ledger.book import ROWS as LEDGER_ROWS
 from console.services.ledger.book import book
@@ -382,7 +383,12 @@ class PhantomApp(ClusterActions):
             new = WorkloadFormScreen(self._last_workload, preview, cursor_blink=blink)
             self.push_screen(new, self._workload_form_done)
             return
-        form = SubmitScreen(self._last_spec, self.dashboard_url(), cursor_blink=blink)
+        form = SubmitScreen(
+            self._last_spec,
+            self.dashboard_url(),
+            cursor_blink=blink,
+            sweep_url=functools.partial(wandb_sweep_url, self.services.config.wandb),
+        )
         self.push_screen(form, self._submit_form_done)
 
     def _submit_form_done(self, spec: SubmitSpec | None) -> None:

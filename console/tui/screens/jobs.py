@@ -4,7 +4,9 @@ The ENV column answers the seed's checklist question "did the job start with the
 env vars?": ``!`` when the job's runtime env lacks what the console gives its jobs
 (``phantom status`` names what is missing). ERR/PRE: how the job and the jobs it replaced
 ended, errors in a row / preemptions: recovery stops resubmitting a job whose errors reach
-``recovery.max_error_retries``; preemptions never count."""
+``recovery.max_error_retries``; preemptions never count. Under the summary, the sweep of the
+highlighted job (else of the newest sweep job): its id, the one a recovered cluster relaunches
+the agents with, and on the W&B backend its page on the W&B server; no line without one."""
 
 from __future__ import annotations
 
@@ -106,6 +108,7 @@ class JobsScreen(FilteredScreen):
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="jobs-summary")
+        yield Static(id="jobs-sweep")
         yield self.make_filter_input()
         yield self.make_table("jobs")
 
@@ -167,6 +170,28 @@ class JobsScreen(FilteredScreen):
         elif not jobs:
             summary.append("  — press s to submit one", "dim")
         self.query_one("#jobs-summary", Static).update(summary)
+        self._render_sweep()
+
+    def _render_sweep(self) -> None:
+        line = self.query_one("#jobs-sweep", Static)
+        key = self.table.highlighted_key()
+        job = self.state.jobs.get(str(key)) if key is not None else None
+        if job is None or not job.sweep_id:
+            sweeps = [j for j in sorted_jobs(self.state.jobs.values()) if j.sweep_id]
+            job = sweeps[0] if sweeps else None
+        line.display = job is not None
+        if job is None:
+            return
+        text = Text()
+        text.append("sweep ", "dim")
+        text.append(job.sweep_id, "bold")
+        if job.sweep_url:
+            text.append("  W&B ", "dim")
+            text.append(job.sweep_url, "underline")
+        line.update(text)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._render_sweep()
 
     # actions -------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ would run is shown underneath (secret values masked). Invalid input never leaves
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -101,11 +102,14 @@ class SubmitScreen(FormScreen[SubmitSpec | None]):
         *,
         working_dir: str = ".",
         cursor_blink: bool = True,
+        sweep_url: Callable[[SubmitSpec], str] | None = None,
     ) -> None:
         super().__init__(cursor_blink=cursor_blink)
         self.initial = initial
         self.address = address
         self.working_dir = working_dir
+        # a W&B sweep's page for a spec ("" when it cannot be named), shown under the command
+        self.sweep_url = sweep_url
 
     # layout --------------------------------------------------------------------------------
 
@@ -246,6 +250,18 @@ class SubmitScreen(FormScreen[SubmitSpec | None]):
     def applies(self, name: str, value: SubmitSpec | None) -> bool:
         assert value is not None
         return name in MODE_FIELDS.get(value.mode, set(LABELS))
+
+    def revalidate(self) -> None:
+        super().revalidate()
+        # The W&B sweep's page beside "will run:" (the preview below is full at 80x24); it
+        # ends in <id> until W&B gives the sweep its id, when it starts.
+        spec, _ = self.build()
+        url = self.sweep_url(spec) if self.sweep_url is not None else ""
+        title = Text("will run:")
+        if url:
+            title.append("   W&B sweep ", "bold")
+            title.append(url)
+        self.query_one("#preview-title", Static).update(title)
 
     def preview_text(self, value: SubmitSpec | None) -> Text:
         assert value is not None

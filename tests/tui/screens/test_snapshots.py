@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Input, Select
 
+from console.config import Config, WandbConfig
 from console.tui.app import PhantomApp
+from tests.support.fake_data import RUNTIME_ENV
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, recorded
 from tests.support.ledger_rows import drill
@@ -319,3 +322,51 @@ def test_cadence_tunix_metrics(snap_compare, size):
     completions/mean_length 380 rising, actor_dequeue_time 0.05s, step_time_sec 1.00s —
     each with a cyan sparkline as wide as the screen allows."""
     assert snap_compare(make_app("gke"), terminal_size=size, run_before=keys("3"))
+
+
+def _wandb_sweep_services() -> FakeServices:
+    """The fixtures, on a console whose jobs log to the W&B emulator, the running sweep
+    on the W&B backend with the id the console learned from it."""
+    config = Config(
+        runtime_env=RUNTIME_ENV,
+        wandb=WandbConfig(
+            mode="online", entity="lab", project="seed000", base_url="http://127.0.0.1:8765"
+        ),
+    )
+    svc = FakeServices(config=config)
+    job = svc.jobs["raysubmit_sweep7Kq2mX9a"]
+    svc.jobs[job.job_id] = replace(
+        job,
+        entrypoint=job.entrypoint.replace("--backend tune", "--backend wandb"),
+        sweep_id="k3v9x2ab",
+        sweep_url="http://127.0.0.1:8765/lab/seed000/sweeps/k3v9x2ab",
+    )
+    return svc
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_jobs_wandb_sweep(snap_compare, size):
+    """Jobs screen with the running sweep on W&B: under the summary line, `sweep k3v9x2ab`
+    and its page on the W&B emulator, `W&B http://127.0.0.1:8765/lab/seed000/sweeps/k3v9x2ab`
+    (underlined, whole at 80 columns), also with another job (not a sweep) highlighted."""
+    app = make_app(_wandb_sweep_services())
+    assert snap_compare(app, terminal_size=size, run_before=keys("2", "down"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_submit_form_wandb_sweep(snap_compare, size):
+    """Submit form in sweep mode via wandb: the command preview runs `engine.sweep --backend
+    wandb ... --agents-per-node 2`, and under it `W&B sweep:
+    http://127.0.0.1:8765/lab/phantom/sweeps/<id>` (entity from the config, project from the
+    form's env vars; `<id>` until W&B gives the sweep its id)."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await keys("s")(pilot)
+        screen = pilot.app.screen
+        screen.query_one("#mode", Select).value = "sweep"
+        await settle(pilot)
+        screen.query_one("#sweep_backend", Select).value = "wandb"
+        screen.query_one("#agents_per_node", Input).value = "2"
+        await settle(pilot)
+
+    assert snap_compare(make_app(_wandb_sweep_services()), terminal_size=size, run_before=run)
