@@ -297,8 +297,8 @@ class Ledger:
         if c.goodput is None:
             return "ledger: no time recorded in this range"
         bad = sorted(((v, k) for k, v in c.seconds.items() if k in BADPUT and v > 0), reverse=True)
-        worst = ", ".join(f"{k} {_dur(v)}" for v, k in bad[:3]) or "none"
-        return f"goodput {c.goodput:.1%} of {_dur(c.wall_s)}; badput: {worst}; {self.pricing.verdict(c.wall_s, c.productive_s)}"
+        worst = ", ".join(f"{k} {dur(v)}" for v, k in bad[:3]) or "none"
+        return f"goodput {c.goodput:.1%} of {dur(c.wall_s)}; badput: {worst}; {self.pricing.verdict(c.wall_s, c.productive_s)}"
 
     def to_json(self) -> dict[str, Any]:
         c = self.cluster
@@ -463,12 +463,16 @@ def _merge_details(segments: Sequence[Segment]) -> list[Segment]:
     return out
 
 
-def _dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
+def dur(seconds: float) -> str:
+    """``42.0s``, ``13m20s``, ``2h40m``: as the Ledger screen and the report write them."""
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(round(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
 
 
 def _order(e: Event) -> tuple[float, int]:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from console.services.ledger.book import Book
-from console.services.ledger.goodput import Unit
+from console.services.ledger.goodput import Unit, dur
 from console.services.ledger.timeline import BADPUT, Cause
 
 COLOURS: dict[Cause, str] = {
@@ -33,17 +33,6 @@ FORMATS = ("md", "html", "json")
 
 def utc(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
-
-
-def dur(seconds: float) -> str:
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    m, sec = divmod(round(s), 60)
-    if m < 60:
-        return f"{m}m{sec:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m"
 
 
 def _usd(value: Any) -> str:

@@ -89,7 +89,7 @@ def test_money_headline_compares_spot_with_on_demand_for_the_productive_part() -
     assert money["on_demand_same_work_usd"] == pytest.approx(313 / 3600 * 32 * 5.0, abs=0.01)
     assert money["spot_saved_usd"] < 0  # the pod idled most of the hour: spot lost
     assert "spot lost $" in ledger.headline()
-    assert ledger.headline().startswith("goodput 8.7% of 60.0m")
+    assert ledger.headline().startswith("goodput 8.7% of 1h00m")
 
 
 def test_recorded_preemptions_sum_to_wall_time_and_keep_the_steps() -> None:
