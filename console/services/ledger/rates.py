@@ -8,8 +8,9 @@ slice is one preemption, not one per VM: its VMs do not fail independently, and 
 them one by one would make the interval too narrow.
 
 **Exposure.** VM-hours the pod was up in each zone: ``hosts`` x the wall time in the zone,
-less each preemption's down time (the hosts it took, from the loss to the next
-``recovered``/``recovery_failed`` row or the next capacity ``ok`` row). Which zone the pod was
+less each preemption's down time (the hosts it took, from the loss, at the provider's
+preemption time when the row carries it, to the next ``recovered``/``recovery_failed`` row or
+the next capacity ``ok`` row). Which zone the pod was
 in comes from the rows that say so: a loss row carries the zone the pod was in
 (``data.zone``, stamped by the detector), a capacity row with ``ok`` the zone the slice was
 got back in. Between two such rows the pod was where the later loss row says, else where the
@@ -168,7 +169,7 @@ def _losses(rows: Sequence[Event], merge_s: float) -> list[_Loss]:
         elif not incident and unstamped and ev.at - last <= merge_s:
             loss = unstamped[-1]
         else:
-            loss = _Loss(ev.at, zone, accel, set())
+            loss = _Loss(_loss_time(ev), zone, accel, set())
             if incident:
                 by_incident[incident] = loss
             else:
@@ -180,6 +181,14 @@ def _losses(rows: Sequence[Event], merge_s: float) -> list[_Loss]:
         if ev.host:
             loss.hosts.add(ev.host)
     return sorted([*by_incident.values(), *unstamped], key=lambda g: g.at)
+
+
+def _loss_time(ev: Event) -> float:
+    """When the provider says the VM went (``data.preempted_at``), else when it was seen."""
+    said = ev.data.get("preempted_at")
+    if isinstance(said, int | float) and not isinstance(said, bool) and said < ev.at:
+        return float(said)
+    return ev.at
 
 
 def zone_rates(
