@@ -88,6 +88,20 @@ def test_values_are_shell_quoted_and_env_is_prefixed() -> None:
     assert raycmd.stop_command() == "ray stop -f"
 
 
+def test_drain_command_parses_with_the_installed_ray() -> None:
+    """Ray's hidden ``drain-node`` CLI is not a stable interface: the installed Ray's own
+    parser takes every option and the PREEMPTION reason the console sends."""
+    from ray.scripts.scripts import drain_node
+
+    cmd = raycmd.drain_command("ab" * 28, "127.0.0.10:6379", 27.9, "preemption notice; it's")
+    argv = shlex.split(cmd)
+    assert argv[:2] == ["ray", "drain-node"]
+    ctx = drain_node.make_context("drain-node", argv[2:])  # parses; runs nothing
+    assert ctx.params["reason"] == "DRAIN_NODE_REASON_PREEMPTION"
+    assert ctx.params["deadline_remaining_seconds"] == 27
+    assert ctx.params["reason_message"] == "preemption notice; it's"
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
