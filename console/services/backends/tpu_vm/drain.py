@@ -9,7 +9,7 @@ Instead, per noticed host:
 1. drain its Ray node (``ray drain-node``, reason PREEMPTION, deadline = the grace's end):
    the GCS schedules nothing new there, so Ray Tune cannot re-place a failed trial on the
    host whose trainers just checkpointed (a trial started after the SIGTERM would never get
-   one, and would die unsaved with the VM);
+   one, and would die unsaved with the VM); skipped when every live node is going;
 2. wait until no engine process (``python -m engine.*``: a job's trainer or driver, a
    trial's zygote and trainers) is left on it, asked over the SSH connection the console
    already holds (a VM shutting down accepts no new one);
@@ -81,7 +81,12 @@ async def let_noticed_hosts_go(
     now = clock()
     ends = {h: notice_at.get(h, now) + grace_s for h in noticed}
     deadline = t0 + max(0.0, max(ends.values()) - now) + GRACE_MARGIN_S
-    note(f"draining {', '.join(noticed)} in Ray; waiting for its jobs to checkpoint and exit")
+    note(f"{', '.join(noticed)}: drained in Ray, waiting for its jobs to checkpoint and exit")
+    # Draining is for the nodes that stay: when every live node is going, there is nowhere
+    # else to place work, and each `ray drain-node` is a Python start-up on a busy VM.
+    going_ips = {parts.ssh.endpoint(h).ip for h in noticed}
+    if not any(n.alive and n.ip not in going_ips for n in nodes):
+        nodes = []
     drains = {
         h: asyncio.create_task(_drain(parts, out.hosts[h], nodes, ends[h] - now)) for h in noticed
     }
