@@ -31,6 +31,7 @@ from typing import Any
 from console.services.ledger.prices import Pricing
 from console.services.ledger.timeline import (
     BADPUT,
+    POD_PRIORITY,
     Cause,
     Paint,
     Segment,
@@ -426,7 +427,8 @@ def _step_paints(
 def _cluster_unit(
     units: Sequence[Unit], spans: Sequence[IncidentSpan], t0: float, t1: float
 ) -> Unit:
-    """The pod over the range: what any job did (incidents over all), idle elsewhere."""
+    """The pod over the range: productive while any job trained, the incidents over all,
+    idle where no job was (``POD_PRIORITY``)."""
     paints = [
         Paint(s.start, s.end, s.cause, s.detail)
         for u in units
@@ -435,7 +437,7 @@ def _cluster_unit(
     ]
     for s in spans:
         paints += s.paints
-    segments = paint(t0, t1, Cause.IDLE, paints)
+    segments = paint(t0, t1, Cause.IDLE, paints, POD_PRIORITY)
     merged = _merge_details(segments)
     ids = tuple(s.id for s in spans if s.ended_at > t0 and s.lost_at < t1)
     return Unit(

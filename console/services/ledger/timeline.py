@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -39,6 +39,9 @@ PRIORITY = {
     Cause.QUEUED: 10,
     Cause.IDLE: 0,
 }
+# The pod's bar: it trained while any job did, so one job's training hides another's
+# warm-up, redone work or wait (an incident still hides everything).
+POD_PRIORITY = {**PRIORITY, Cause.PRODUCTIVE: 45}
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,13 @@ class Paint:
     rank: float = 0.0
 
 
-def paint(start: float, end: float, base: Cause, paints: Iterable[Paint]) -> list[Segment]:
+def paint(
+    start: float,
+    end: float,
+    base: Cause,
+    paints: Iterable[Paint],
+    priority: Mapping[Cause, int] = PRIORITY,
+) -> list[Segment]:
     """``[start, end]`` as adjacent segments (merged where cause and detail repeat).
 
     A sweep over the cut points with a heap of the paints begun so far (the ones that have
@@ -84,7 +93,7 @@ def paint(start: float, end: float, base: Cause, paints: Iterable[Paint]) -> lis
     for a, b in itertools.pairwise(cuts):
         while nxt < len(order) and max(start, items[order[nxt]].start) <= a:
             k = order[nxt]
-            heapq.heappush(heap, (-PRIORITY[items[k].cause], -items[k].rank, k))
+            heapq.heappush(heap, (-priority[items[k].cause], -items[k].rank, k))
             nxt += 1
         while heap and items[heap[0][2]].end <= a:
             heapq.heappop(heap)

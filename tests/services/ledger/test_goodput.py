@@ -200,3 +200,21 @@ def test_a_job_that_ended_while_no_console_watched_ends_when_it_ended() -> None:
     assert account(stored, PRICING).units[0].productive_s == pytest.approx(300.0)
     (job,) = account(stored, PRICING, outcomes={"J": 120.0}).units
     assert (job.end, job.productive_s) == (120.0, pytest.approx(120.0))
+
+
+def test_the_pod_trained_while_any_job_did() -> None:
+    """Job X trains 0..100 s; job Y starts at 50 s and warms up until its first step at 80 s:
+    Y's warm-up is Y's badput, not the pod's (X kept it busy)."""
+    rows = [
+        Event(0.0, EventKind.JOB_STATE, "X", data={"job_id": "X", "new_status": "RUNNING"}),
+        Event(50.0, EventKind.JOB_STATE, "Y", data={"job_id": "Y", "new_status": "RUNNING"}),
+        Event(100.0, EventKind.JOB_STATE, "X", data={"job_id": "X", "new_status": "SUCCEEDED"}),
+        Event(120.0, EventKind.JOB_STATE, "Y", data={"job_id": "Y", "new_status": "SUCCEEDED"}),
+    ]
+    progress = {"Y": Progress((StepPoint(80.0, 1), StepPoint(110.0, 9)))}
+    ledger = account(journaled(rows), PRICING, progress=progress)
+    y = next(u for u in ledger.units if u.name == "Y")
+    assert y.seconds[Cause.WARMUP] == pytest.approx(30.0)
+    assert ledger.cluster.seconds[Cause.WARMUP] == 0.0
+    assert ledger.cluster.seconds[Cause.PRODUCTIVE] == pytest.approx(120.0)
+    _sums_to_wall(ledger.cluster)
