@@ -7,11 +7,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ENV := RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1 NO_GCE_CHECK=True
 
+# Test tools kept out of .venv (their dependencies would move the project's): each in its own
+# virtualenv under .tools/. xpk is the judge of the GKE emulator (tests skip without it);
+# Tunix only regenerates tests/fixtures/tunix (make tools-tunix; about 1.5 GB with jax).
+TOOLS := .tools
+XPK_VERSION := 1.16.0
+TUNIX_VERSION := 0.1.7
+XPK_STAMP := $(TOOLS)/xpk/.installed-$(XPK_VERSION)
+TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
+
 CHAOS_SEED ?= 1
 CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
 
-.PHONY: run setup test test-slow test-all lint typecheck bench chaos clean
+.PHONY: run setup test test-slow test-all lint typecheck bench chaos clean tools-tunix
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,19 +28,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP)
+$(XPK_STAMP):
+	@test -x $(TOOLS)/xpk/bin/python || $(PYTHON) -m venv $(TOOLS)/xpk
+	@if $(TOOLS)/xpk/bin/python -m pip install --quiet xpk==$(XPK_VERSION); then touch $@; \
+	else echo "note: xpk $(XPK_VERSION) did not install; the tests that run it will be skipped"; fi
+
+$(TUNIX_STAMP):
+	@test -x $(TOOLS)/tunix/bin/python || $(PYTHON) -m venv $(TOOLS)/tunix
+	$(TOOLS)/tunix/bin/python -m pip install --quiet google-tunix==$(TUNIX_VERSION)
+	@touch $@
+
+setup: $(STAMP) $(XPK_STAMP)
+
+tools-tunix: $(TUNIX_STAMP)
 
 run: $(STAMP)
 	$(BIN)/phantom $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(XPK_STAMP)
 	@command -v ssh >/dev/null || echo "note: OpenSSH client (ssh) missing; its interop test will be skipped (apt-get install openssh-client)"
 	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(XPK_STAMP)
 	$(PYTEST_ENV) $(BIN)/pytest -m "slow" $(PYTEST_ARGS)
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(XPK_STAMP)
 	$(PYTEST_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 # Seeded preemptions (head and workers, with and without notice) during a training job and a
@@ -48,4 +69,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

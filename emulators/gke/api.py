@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from emulators.gke import discovery as D
-from emulators.gke import health, openapi
+from emulators.gke import gkeapi, health, openapi
 from emulators.gke import layout as L
 from emulators.gke.admission import ApiError
 from emulators.gke.logs import LogOptions, stream_log
@@ -67,6 +67,9 @@ class Api:
                 return web.json_response(static)
         if parts[:1] == ["openapi"] and request.method == "GET":
             return self._openapi(request, parts[1:])
+        cloud = gkeapi.answer(self.c, request, parts)
+        if cloud is not None:
+            return cloud
         if parts[:2] == ["computeMetadata", "v1"]:
             return self._metadata(request, parts[2:])
         path = self._resolve(parts)

@@ -31,6 +31,7 @@ from emulators.gke.events import Recorder, condition, set_condition
 from emulators.gke.jobs import JobController
 from emulators.gke.jobset import JobSetController
 from emulators.gke.kubelet import SHUTDOWN_MESSAGE, SYSTEM_PATH, Kubelet
+from emulators.gke.kueue import KueueController, xpk_cluster_objects
 from emulators.gke.nodes import (
     Scheduler,
     make_node,
@@ -41,6 +42,7 @@ from emulators.gke.nodes import (
 )
 from emulators.gke.services import kubernetes_service
 from emulators.gke.store import Obj, Store
+from emulators.gke.tls import ClusterTls, make_cluster_tls
 from emulators.gke.workload.scripts import install_scripts
 from emulators.kit.control import start_control_server
 from emulators.kit.layout import read_path
@@ -81,8 +83,11 @@ class Cluster:
         self.scheduler = Scheduler(self.store, self.recorder, cfg.schedule_retry)
         self.jobs = JobController(self.store, self.recorder, cfg.job_backoff)
         self.jobsets = JobSetController(self.store, self.recorder, self.jobs)
+        self.kueue = KueueController(self.store)
         self.run_cgroup: Path | None = None
         self.port = cfg.port
+        self.tls_port = 0
+        self.tls: ClusterTls = None  # type: ignore[assignment]  # set in run() (run dir)
         self.kubelet: Kubelet = None  # type: ignore[assignment]  # set in run() (needs port)
         self.pools = [L.slice_pool(i) for i in range(cfg.slices)]
         self.quota_stall = cfg.quota_stall
@@ -251,6 +256,7 @@ class Cluster:
                 self.store.changed.clear()
                 for step in (
                     self.jobsets.sync,
+                    self.kueue.sync,
                     self.jobs.sync,
                     self.scheduler.schedule_all,
                     self.kubelet.sync,
@@ -281,6 +287,7 @@ class Cluster:
             "pid": os.getpid(),
             "run_id": self.run_id,
             "server": f"http://127.0.0.1:{self.port}",
+            "tls_server": f"https://127.0.0.1:{self.tls_port}",
             "kubeconfig": str(self.layout.kubeconfig),
             "context": L.context_name(),
             "project": L.PROJECT,
@@ -353,6 +360,7 @@ class Cluster:
             d.mkdir()
         self.layout.bucket.mkdir(exist_ok=True)
         install_scripts(self.layout.bin_dir)
+        self.tls = make_cluster_tls(self.cfg.run_dir / "tls")
 
     def _write_kubeconfig(self) -> None:
         ctx = L.context_name()
@@ -413,6 +421,13 @@ class Cluster:
             server = site._server
             assert server is not None
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+            # The same API over TLS: the endpoint get-credentials writes (tls.py).
+            tls_site = web.TCPSite(
+                runner, "127.0.0.1", 0, ssl_context=self.tls.server_context(), shutdown_timeout=1.0
+            )
+            await tls_site.start()
+            assert tls_site._server is not None
+            self.tls_port = tls_site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             self.kubelet = Kubelet(
                 self.store,
                 self.recorder,
@@ -439,6 +454,8 @@ class Cluster:
                     "serviceaccounts", {**sa, "metadata": {"name": "default", "namespace": ns}}
                 )
             self.store.create("services", kubernetes_service())
+            for resource, obj in xpk_cluster_objects(len(self.pools)):
+                self.store.create(resource, obj)
             self._add_pool(L.CPU_POOL, tpu=False)
             for pool in self.pools:
                 self._add_pool(pool, tpu=True)

@@ -68,6 +68,62 @@ RESOURCES = (
         True,
         (*READ, "create", "delete", "patch", "update"),
     ),
+    # What xpk reads and writes besides JobSets (kueue.py): Kueue's objects, and the Role
+    # and RoleBindings `xpk workload create` makes for its service account.
+    Resource(
+        "workloads",
+        "workload",
+        "Workload",
+        "kueue.x-k8s.io",
+        "v1beta1",
+        True,
+        (*READ, *WRITE),
+        ("wl",),
+        ("kueue",),
+    ),
+    Resource(
+        "localqueues",
+        "localqueue",
+        "LocalQueue",
+        "kueue.x-k8s.io",
+        "v1beta1",
+        True,
+        (*READ, *WRITE),
+        ("queue", "queues", "lq"),
+        ("kueue",),
+    ),
+    Resource(
+        "clusterqueues",
+        "clusterqueue",
+        "ClusterQueue",
+        "kueue.x-k8s.io",
+        "v1beta1",
+        False,
+        (*READ, *WRITE),
+        ("cq",),
+        ("kueue",),
+    ),
+    Resource(
+        "resourceflavors",
+        "resourceflavor",
+        "ResourceFlavor",
+        "kueue.x-k8s.io",
+        "v1beta1",
+        False,
+        (*READ, *WRITE),
+        ("flavor", "flavors", "rf"),
+        ("kueue",),
+    ),
+    Resource("roles", "role", "Role", "rbac.authorization.k8s.io", "v1", True, (*READ, *WRITE)),
+    Resource(
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        "rbac.authorization.k8s.io",
+        "v1",
+        True,
+        (*READ, *WRITE),
+    ),
 )
 SUBRESOURCES = {
     ("", "v1"): [
@@ -105,7 +161,12 @@ SUBRESOURCES = {
         },
     ],
 }
-GROUPS = (("batch", "v1"), ("jobset.x-k8s.io", "v1alpha2"))
+GROUPS = (
+    ("batch", "v1"),
+    ("jobset.x-k8s.io", "v1alpha2"),
+    ("kueue.x-k8s.io", "v1beta1"),
+    ("rbac.authorization.k8s.io", "v1"),
+)
 
 
 def find(group: str, version: str, name: str) -> Resource | None:

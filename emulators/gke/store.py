@@ -21,7 +21,7 @@ from typing import Any
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
-CLUSTER_SCOPED = frozenset({"nodes", "namespaces"})
+CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "clusterqueues", "resourceflavors"})
 
 
 def now_iso() -> str:

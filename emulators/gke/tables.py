@@ -377,7 +377,37 @@ SERVICEACCOUNT_COLUMNS = [
     AGE_COL,
 ]
 
+
+def workload_cells(wl: Obj) -> list[Any]:
+    """Kueue's Workload CRD printer columns."""
+    status = wl.get("status") or {}
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return [
+        wl["metadata"]["name"],
+        (wl.get("spec") or {}).get("queueName", ""),
+        (status.get("admission") or {}).get("clusterQueue", ""),
+        conds.get("Admitted", ""),
+        conds.get("Finished", ""),
+        since(wl["metadata"].get("creationTimestamp")),
+    ]
+
+
+WORKLOAD_COLUMNS = [
+    NAME_COL,
+    col("Queue", "Name of the queue this workload was submitted to"),
+    col("Reserved in", "Name of the ClusterQueue where the workload is reserving quota"),
+    col("Admitted", "Admission status"),
+    col("Finished", "Workload finished"),
+    AGE_COL,
+]
+
+
+def name_age_cells(obj: Obj) -> list[Any]:
+    return [obj["metadata"]["name"], since(obj["metadata"].get("creationTimestamp"))]
+
+
 PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
+    "workloads": (WORKLOAD_COLUMNS, workload_cells),
     "pods": (POD_COLUMNS, pod_cells),
     "nodes": (NODE_COLUMNS, node_cells),
     "jobs": (JOB_COLUMNS, job_cells),
@@ -392,7 +422,8 @@ PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
 
 
 def to_table(resource: str, objs: list[Obj], rv: str, include: str, headers: bool = True) -> Obj:
-    columns, cells = PRINTERS[resource]
+    # A kind without its own printer gets the default one for custom resources.
+    columns, cells = PRINTERS.get(resource, ([NAME_COL, AGE_COL], name_age_cells))
     rows = []
     for o in objs:
         row: Obj = {"cells": cells(o)}

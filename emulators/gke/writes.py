@@ -185,8 +185,13 @@ class Writes:
         res = path.res
         if not isinstance(obj, dict):
             raise ApiError(400, "BadRequest", "the body of the request was in an unknown format")
+        # As the API server's decoder does: a body without kind/apiVersion takes the endpoint's
+        # (client-go's and the Python client's typed objects are sent without them).
         if not obj.get("kind"):
-            raise ApiError(400, "BadRequest", f"Object 'Kind' is missing in '{json.dumps(obj)}'")
+            obj["kind"] = res.kind
+            obj.setdefault("apiVersion", res.group_version)
+        if not obj.get("apiVersion") and obj["kind"] == res.kind:
+            obj["apiVersion"] = res.group_version
         if obj.get("kind") != res.kind or obj.get("apiVersion") != res.group_version:
             raise ApiError(
                 400,

@@ -300,7 +300,7 @@ BAD = [
     ),
     ("metadata.name", "Bad_Name", 422, "metadata.name: Invalid value"),
     ("spec.replicatedJobs", [], 422, "spec.replicatedJobs: Required value"),
-    ("kind", "", 400, "Object 'Kind' is missing"),
+    ("kind", "Job", 400, 'Job in version "v1alpha2" cannot be handled as a JobSet'),
 ]
 
 

@@ -436,7 +436,10 @@ def xpk_command(spec: WorkloadSpec, ref: ClusterRef) -> str:
     ]
     if spec.spot and spec.template == "standard":
         parts.append("--spot")
+    # Every variable the console's own manifest sets (_env), so the line run for real makes
+    # the same container env: xpk adds none of its own.
     env = {
+        "WORKLOAD_NAME": spec.name,
         "BASE_OUTPUT_DIRECTORY": spec.base_output_directory,
         "RUN_NAME": spec.effective_run_name,
         **({"MAXTEXT_CKPT_PATH": spec.maxtext_ckpt_path} if spec.maxtext_ckpt_path else {}),

@@ -1,0 +1,258 @@
+"""Seed 004's own tools against the GKE emulator: the real gcloud on its GKE API (clusters,
+node pools, get-credentials over TLS with the cluster's CA), its Kueue Workloads (what
+`xpk workload list` reads), and the real xpk 1.16 running the console's previewed
+`xpk workload create` line, listing with --filter-by-status and deleting, while the
+console's GKE backend sees the workload as one of its kind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from console.services.jobs.workload import WorkloadSpec
+from console.services.model import JobStatus
+from emulators.gke import client as gke_client
+from tests.support.fixtures_gke import gke, gke_module, xpk_jobset
+from tests.support.gke_services import gke_backend, gke_config, gke_services
+from tests.support.waiting import until
+from tests.support.xpk import gcloud_env, gcloud_or_skip, run, xpk_args, xpk_or_skip
+
+__all__ = ["gke", "gke_module"]
+
+KUEUE = "apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
+JOBSETS = "apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+# Outside gcr.io / docker.pkg.dev: xpk validates those with `gcloud container images
+# describe`, which asks the registry itself (README, "xpk").
+IMAGE = "phantom-local/maxtext-rl:latest"
+
+
+def get(info: gke_client.GkeInfo, path: str) -> Any:
+    with urllib.request.urlopen(f"{info.server}/{path}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def delete(info: gke_client.GkeInfo, path: str) -> None:
+    req = urllib.request.Request(f"{info.server}/{path}", method="DELETE")
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+
+
+def post(info: gke_client.GkeInfo, path: str, body: Any) -> None:
+    req = urllib.request.Request(
+        f"{info.server}/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10):
+        pass
+
+
+def workloads_of(info: gke_client.GkeInfo, jobset: str) -> list[Any]:
+    items = get(info, KUEUE)["items"]
+    return [w for w in items if w["metadata"]["ownerReferences"][0]["name"] == jobset]
+
+
+def test_gcloud_lists_the_cluster_and_gets_credentials_over_tls(
+    gke_module: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    gcloud = gcloud_or_skip()
+    env = gcloud_env(gke_module, tmp_path / "home")
+    # xpk's first question: where is the cluster?
+    found = run(
+        [
+            gcloud,
+            "container",
+            "clusters",
+            "list",
+            f"--project={gke_module.project}",
+            f"--filter=name={gke_module.cluster}",
+            "--format=value(location)",
+        ],
+        env,
+        timeout=60,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == gke_module.location
+    pools = run(
+        [gcloud, "container", "node-pools", "list", f"--cluster={gke_module.cluster}",
+         f"--location={gke_module.location}", "--format=json"],
+        env,
+        timeout=60,
+    )  # fmt: skip
+    assert pools.returncode == 0, pools.stderr
+    by_name = {p["name"]: p for p in json.loads(pools.stdout)}
+    assert set(by_name) == {"cpu-np", *gke_module.slice_names}
+    assert by_name["phantom-gke-np-0"]["placementPolicy"]["tpuTopology"] == "2x4x4"
+    creds = run(
+        [gcloud, "container", "clusters", "get-credentials", gke_module.cluster,
+         f"--location={gke_module.location}"],
+        env,
+        timeout=60,
+    )  # fmt: skip
+    assert creds.returncode == 0, creds.stderr
+    kubeconfig = yaml.safe_load(Path(env["KUBECONFIG"]).read_text())
+    (cluster,) = kubeconfig["clusters"]
+    assert re.fullmatch(r"https://127\.0\.0\.1:\d+", cluster["cluster"]["server"])
+    assert cluster["cluster"]["certificate-authority-data"]
+    nodes = run(["kubectl", "get", "nodes", "-o", "name"], env, timeout=60)
+    assert nodes.returncode == 0, nodes.stderr
+    assert len(nodes.stdout.split()) == 1 + 8 * len(gke_module.slice_names)
+
+
+async def test_kueue_keeps_one_admitted_workload_per_queued_jobset(
+    gke_module: gke_client.GkeInfo,
+) -> None:
+    post(gke_module, JOBSETS, xpk_jobset("queued", "echo done", max_restarts=0))
+    post(
+        gke_module,
+        JOBSETS,
+        {**xpk_jobset("unqueued", "echo done"), "metadata": {"name": "unqueued"}},
+    )
+
+    def finished() -> bool:
+        wls = workloads_of(gke_module, "queued")
+        conds = {c["type"]: c for c in (wls[0]["status"]["conditions"] if wls else [])}
+        return "Finished" in conds
+
+    await until(finished, 30, "the queued JobSet's Workload marked Finished")
+    (wl,) = workloads_of(gke_module, "queued")
+    assert wl["metadata"]["name"].startswith("jobset-queued-")
+    assert wl["spec"]["queueName"] == "multislice-queue"
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("slice-job", 8)]
+    assignments = wl["status"]["admission"]["podSetAssignments"]
+    assert [(a["name"], a["count"]) for a in assignments] == [("slice-job", 8)]
+    conds = {c["type"]: c for c in wl["status"]["conditions"]}
+    assert conds["Admitted"]["status"] == conds["QuotaReserved"]["status"] == "True"
+    assert conds["Finished"]["message"] == "jobset completed successfully"
+    assert workloads_of(gke_module, "unqueued") == []  # no queue label: Kueue leaves it alone
+    delete(gke_module, f"{JOBSETS}/queued")
+    delete(gke_module, f"{JOBSETS}/unqueued")
+    await until(lambda: not workloads_of(gke_module, "queued"), 20, "the Workload collected")
+
+
+def container(js: dict[str, Any]) -> dict[str, Any]:
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return dict(pod["containers"][0])
+
+
+def essentials(js: dict[str, Any]) -> dict[str, Any]:
+    """What decides where and how the workload runs and restarts."""
+    spec = js["spec"]
+    rjob = spec["replicatedJobs"][0]
+    job = rjob["template"]["spec"]
+    pod = job["template"]["spec"]
+    main = container(js)
+    labels = js["metadata"]["labels"]
+    return {
+        "labels": {k: labels[k] for k in ("kueue.x-k8s.io/queue-name", "xpk.google.com/workload")},
+        "exclusive": js["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"],
+        "maxRestarts": spec["failurePolicy"]["maxRestarts"],
+        "failure rules": [
+            (r["action"], r["onJobFailureReasons"]) for r in spec["failurePolicy"]["rules"]
+        ],
+        "replicatedJob": (rjob["name"], rjob["replicas"]),
+        "pods": (job["parallelism"], job["completions"], job["backoffLimit"]),
+        "podFailurePolicy": job["podFailurePolicy"],
+        "tpu selector": {k: v for k, v in pod["nodeSelector"].items() if "gke-tpu" in k},
+        "tolerations": pod["tolerations"],
+        "pod": {
+            k: pod[k]
+            for k in (
+                "restartPolicy",
+                "hostNetwork",
+                "dnsPolicy",
+                "priorityClassName",
+                "terminationGracePeriodSeconds",
+            )
+        },
+        "container": (
+            main["name"],
+            main["image"],
+            int(main["resources"]["limits"]["google.com/tpu"]),
+        ),
+        "env": {e["name"]: e["value"] for e in main["env"]},
+        # xpk's wrapper has blank lines the console's copy leaves out
+        "command": [ln for ln in "\n".join(main["command"]).splitlines() if ln.strip()],
+        "ttl": spec["ttlSecondsAfterFinished"],
+    }
+
+
+@pytest.mark.slow
+async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees_it(
+    gke: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    xpk_or_skip()
+    gcloud_or_skip()
+    env = gcloud_env(gke, tmp_path / "home")
+    config = gke_config(gke.run_dir)
+    spec = WorkloadSpec.from_config(
+        config,
+        "xpk-line",
+        image=IMAGE,
+        hf_token_env="",  # a Secret would be a secretKeyRef; xpk's --env carries the value
+        env={"STEPS": "400", "STEP_TIME": "0.25", "CHECKPOINT_PERIOD": "50"},
+    )
+    async with gke_backend(gke, config) as (backend, _):
+        preview = backend.preview(spec)
+    assert preview.command_line.startswith("xpk workload create")
+    # The previewed line as a user pastes it; --project-number only because xpk would look
+    # the number up with Resource Manager over gRPC, which needs a real Google token.
+    line = f"{preview.command_line} \\\n  --project-number {xpk_args(gke)[-1]}"
+    created = await asyncio.to_thread(run, ["bash", "-c", line], env)
+    assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+    assert "jobset.jobset.x-k8s.io/xpk-line created" in created.stdout
+
+    made = get(gke, f"{JOBSETS}/xpk-line")
+    mine, theirs = essentials(preview.manifest), essentials(made)
+    # The one difference: the console also selects spot nodes; xpk adds that selector only
+    # with node auto-provisioning (capacity.py), on fixed spot pools it selects the TPU alone.
+    assert (
+        preview.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "nodeSelector"
+        ].get("cloud.google.com/gke-spot")
+        == "true"
+    )
+    assert theirs == mine
+
+    async with gke_services(config, tmp_path / "state") as (svc, _seen):
+
+        def seen_running() -> bool:
+            return any(
+                w.name == "xpk-line" and w.status == JobStatus.RUNNING and w.pods_running == 8
+                for w in svc.snapshot().workloads
+            )
+
+        await until(seen_running, 60, "the console lists the xpk-made workload, 8 pods running")
+        (wl,) = [w for w in svc.snapshot().workloads if w.name == "xpk-line"]
+        assert wl.template == "standard" and wl.kind == "JobSet"
+        assert "xpk-line-slice-job-0-0-" in wl.logs_url
+
+        listed = await asyncio.to_thread(
+            run,
+            ["xpk", "workload", "list", *xpk_args(gke), "--filter-by-status=RUNNING"],
+            env,
+        )
+        assert listed.returncode == 0, listed.stdout[-3000:]
+        rows = [ln for ln in listed.stdout.splitlines() if ln.startswith("xpk-line ")]
+        assert len(rows) == 1, listed.stdout[-3000:]
+        assert re.search(r"\b8\s+8\s+<none>\s+Admitted\b", rows[0]), rows[0]
+
+        deleted = await asyncio.to_thread(
+            run, ["xpk", "workload", "delete", *xpk_args(gke), "--workload", "xpk-line"], env
+        )
+        assert deleted.returncode == 0, deleted.stdout[-3000:]
+        await until(
+            lambda: all(w.name != "xpk-line" for w in svc.snapshot().workloads),
+            30,
+            "the console no longer lists the deleted workload",
+        )
+    assert get(gke, JOBSETS)["items"] == []
+    assert workloads_of(gke, "xpk-line") == []
