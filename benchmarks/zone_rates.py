@@ -2,7 +2,7 @@
 risk-aware failover pick the calmer zone?
 
     .venv/bin/python -m benchmarks.zone_rates [--seed 1] [--cycles 6]
-        [--rates local-a:180,local-b:60,local-c:20]
+        [--rates local-a:360,local-b:120,local-c:40]
 
 A GCP-faithful emulated pod (4 hosts, zones local-a/b/c). Each zone is given a preemption
 rate (reclaims per VM-hour; a reclaim takes the whole slice, as on GCP, so the slice is
@@ -113,6 +113,9 @@ class Drill:
         self.detector = Detector(self.sink, clock=time.time)
         self.orders: list[RiskOrder] = []
         self.provider: GcpTpuProvider | None = None
+        # When the slice's exposure began: its create returned (the ledger counts VM-hours
+        # from the capacity row on; a VM is reclaimable while it boots)
+        self.exposed_since = time.monotonic()
 
     async def poll(self) -> NodeInfo | None:
         assert self.provider is not None
@@ -126,7 +129,7 @@ class Drill:
         assert self.provider is not None
         zone = self.provider.zone
         stint = self.rng.expovariate(self.rates[zone] * HOSTS / 3600.0)
-        until = time.monotonic() + stint
+        until = self.exposed_since + stint
         while time.monotonic() < until:
             await self.poll()
             await asyncio.sleep(min(POLL_S, max(0.0, until - time.monotonic())))
@@ -149,6 +152,8 @@ class Drill:
         )
 
     def on_attempt(self, attempt: Attempt) -> None:
+        if attempt.ok:
+            self.exposed_since = time.monotonic()
         self.sink.emit_soon(
             Event(time.time(), EventKind.CAPACITY, attempt.text, data=attempt.to_json())
         )
@@ -180,6 +185,7 @@ async def run(work: Path, rates: dict[str, float], seed: int, cycles: int) -> di
     t0 = time.time()
     try:
         await drill.poll()
+        drill.exposed_since = time.monotonic()
         journal.record_event(Event(t0, EventKind.RECOVERED, f"watching the slice in {pod.zone}"))
         for n in range(1, cycles * len(ZONES) + 1):
             zone = await drill.reclaim_after_a_stint()
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=6, help="rounds through the three zones")
     ap.add_argument(
         "--rates",
-        default="local-a:180,local-b:60,local-c:20",
+        default="local-a:360,local-b:120,local-c:40",
         help="reclaims per VM-hour per zone, ZONE:RATE,...",
     )
     args = ap.parse_args(argv)
