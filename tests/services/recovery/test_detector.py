@@ -105,3 +105,17 @@ async def test_a_noticed_vm_always_gets_one_preempted_row() -> None:
     rows = [e for e in seen_going if e.kind in ("preemption_notice", "preempted")]
     assert [(e.kind, e.host) for e in rows] == [("preemption_notice", "w1"), ("preempted", "w1")]
     assert "after_notice" not in rows[1].data and rows[1].data["preempted_at"] == T
+
+
+async def test_a_lost_vm_row_says_where_it_was() -> None:
+    """The ledger's rates per zone and accelerator read them off the loss rows."""
+    up = HostObservation(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    gone = replace(up, tpu_state="PREEMPTED", ssh_ok=False, ray_alive=0, preempted_at=T)
+
+    def where(h: HostObservation) -> Observation:
+        return replace(_vm_obs(h), zone="us-central2-b", accelerator_type="v4-32")
+
+    (row,) = [e for e in await feed(where(up), where(gone)) if e.kind == "preempted"]
+    assert (row.data["zone"], row.data["accelerator"]) == ("us-central2-b", "v4-32")
+    (bare,) = [e for e in await feed(_vm_obs(up), _vm_obs(gone)) if e.kind == "preempted"]
+    assert "zone" not in bare.data and "accelerator" not in bare.data
