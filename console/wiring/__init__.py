@@ -24,7 +24,7 @@ from console.config import Config, ConfigError, default_state_dir
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
     from console.services.backends.base import Backend, Chaos
-    from console.services.backends.tpu_vm.capacity import Capacity
+    from console.services.backends.tpu_vm.capacity import CapacityHooks
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
     from console.services.facade import Facade, MakeConsumer
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from console.services.record.sink import EventSink
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
+
+    # The TPU VM backend's access, made with the journal, the sink and the clock its gcp
+    # provider reports to as it gets the slice back.
+    MakeAccess = Callable[[Journal, EventSink, Callable[[], float]], PodAccess]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ServicesFactory = Callable[[Config], "ConsoleServices"]
@@ -79,28 +83,25 @@ def make_services(
             ],
         ) from None
     backend: Callable[[EventSink], Backend]
-    access: PodAccess | None = None
+    storage = ""  # the pod's checkpoint storage, for the notices' verifier and the advice
     if config.is_gke:
         backend, chaos = _gke_backend(config, autostart_pod, clock, environ)
     else:
-        access, chaos = _pod_access(config, sdir, autostart_pod, progress, pod_until_ready)
+        make_access, storage, chaos = _pod_access(
+            config, sdir, autostart_pod, progress, pod_until_ready
+        )
         wd = working_dir if working_dir is not None else REPO_ROOT
 
         def backend(sink: EventSink) -> Backend:
-            made = TpuVmBackend(
+            return TpuVmBackend(
                 config,
-                access,
+                make_access(journal, sink, clock),
                 sink=sink,
                 state_dir=sdir,
                 working_dir=wd,
                 clock=clock,
                 environ=environ,
             )
-            capacity = getattr(access.provider, "capacity", None)  # the gcp provider's
-            if capacity is not None:
-                capacity.on_attempt = made.on_capacity
-                _risk_aware(config, capacity, journal, sink, clock)
-            return made
 
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
@@ -115,8 +116,6 @@ def make_services(
         clock=clock,
     )
     try:
-        if access is not None:
-            _follow_place(config, access, journal)
         facade = Facade(
             config,
             make_backend=backend,
@@ -124,11 +123,11 @@ def make_services(
             registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
             leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
-            consumers=[*_alerts(config, clock), *_notices(config, access, journal, clock)],
+            consumers=[*_alerts(config, clock), *_notices(config, storage, journal, clock)],
             clock=clock,
         )
-        if access is not None:
-            _advise_jobs(config, access, facade, journal, clock)
+        if not config.is_gke:
+            _advise_jobs(config, storage, facade, journal, clock)
         return facade
     except BaseException:
         journal.close()
@@ -151,15 +150,13 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
 
 
 def _notices(
-    config: Config, access: PodAccess | None, journal: Journal, clock: Callable[[], float]
+    config: Config, storage: str, journal: Journal, clock: Callable[[], float]
 ) -> list[MakeConsumer]:
     """Every preemption notice matched to its checkpoint in the pod's storage (a TPU VM pod:
-    GKE's workloads checkpoint on their own terms)."""
-    if access is None or not access.storage_uri:
+    GKE's workloads checkpoint on their own terms, and have no storage here)."""
+    if not storage:
         return []
     from console.services.ledger.notices import NoticeVerifier
-
-    storage = access.storage_uri
 
     def verifier(sink: EventSink) -> NoticeVerifier:
         return NoticeVerifier(
@@ -171,7 +168,7 @@ def _notices(
 
 def _advise_jobs(
     config: Config,
-    access: PodAccess,
+    storage: str,
     facade: Facade,
     journal: Journal,
     clock: Callable[[], float],
@@ -183,7 +180,7 @@ def _advise_jobs(
     backend = facade.backend
     advisor = LiveAdvisor(
         journal,
-        access.storage_uri,
+        storage,
         hosts=config.cluster.hosts,
         job_logs=lambda: newest_job_logs(backend.list_jobs, backend.job_logs),
         clock=clock,
@@ -191,15 +188,14 @@ def _advise_jobs(
     facade.submitter.advise = advisor.advised
 
 
-def _risk_aware(
-    config: Config,
-    capacity: Capacity,
-    journal: Journal,
-    sink: EventSink,
-    clock: Callable[[], float],
-) -> None:
-    """failover = "risk-aware": the capacity ranks zones by the journal's preemption rates
-    and journals the order it chose with its reason."""
+def _capacity_hooks(
+    config: Config, journal: Journal, sink: EventSink, clock: Callable[[], float]
+) -> CapacityHooks:
+    """Getting the slice back is journaled and shown on the recovery step; failover =
+    "risk-aware" ranks the zones by the journal's preemption rates and journals the order it
+    chose with its reason."""
+    from console.services.backends.tpu_vm.backend import capacity_news
+    from console.services.backends.tpu_vm.capacity import CapacityHooks
     from console.services.ledger.rates import (
         ZoneRate,
         journal_rates,
@@ -207,21 +203,22 @@ def _risk_aware(
         rates_by_zone,
     )
 
-    def risk() -> dict[str, ZoneRate]:
-        last = getattr(capacity.provider, "last", None)
-        hosts = len(last.endpoints) if last is not None and last.endpoints else config.cluster.hosts
+    def risk(zones: tuple[str, ...], hosts: int) -> dict[str, ZoneRate]:
         rates = journal_rates(
             journal,
             now=clock(),
-            hosts=max(1, hosts),
+            hosts=max(1, hosts or config.cluster.hosts),
             default_zone=config.cluster.zone,
             accelerator=config.cluster.accelerator_type,
-            zones=capacity.zones,
+            zones=zones,
         )
         return rates_by_zone(rates)
 
-    capacity.risk = risk
-    capacity.on_order = lambda order: sink.emit_soon(order_event(order, clock()))
+    return CapacityHooks(
+        on_attempt=capacity_news(sink, clock),
+        on_order=lambda order: sink.emit_soon(order_event(order, clock())),
+        risk=risk,
+    )
 
 
 def _pod_key(config: Config) -> str:
@@ -235,30 +232,21 @@ def _pod_key(config: Config) -> str:
     return "|".join((cl.provider, cl.project, cl.zone, cl.node_name, where))
 
 
-def _follow_place(config: Config, access: PodAccess, journal: Journal) -> None:
-    """The provider finds its node by the journal's place record (a failover moves it)."""
-    from console.services.backends.tpu_vm.locate import attach
-    from console.services.backends.tpu_vm.tpu import GcpTpuProvider
-    from console.services.record.place import PlaceRecord, pod_key
-
-    provider = access.provider
-    if isinstance(provider, GcpTpuProvider):
-        cl = config.cluster
-        key = pod_key(cl.provider, cl.project, cl.node_name)
-        attach(provider, PlaceRecord(journal, key))
-
-
 def _pod_access(
     config: Config,
     state_dir: Path,
     autostart: bool,
     progress: Callable[[str], None] | None = None,
     until_ready: bool = True,
-) -> tuple[PodAccess, Callable[[Backend], Chaos] | None]:
+) -> tuple[MakeAccess, str, Callable[[Backend], Chaos] | None]:
+    """How to reach the pod, and its checkpoint storage. The emulator's access is made at once
+    (its pod must run first); the gcp one when the backend is built, with the journal and the
+    sink its provider reports to."""
     from console.services.backends.tpu_vm.backend import TpuVmBackend
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.backends.tpu_vm.ssh import ssh_identity
     from console.services.backends.tpu_vm.tpu import gcp_provider
+    from console.services.record.place import PlaceRecord, pod_key
 
     if config.is_local:
         from console.wiring.pod import EmulatedTpuProvider, EmulatorChaos, ensure_pod, pod_access
@@ -272,16 +260,26 @@ def _pod_access(
             assert isinstance(backend, TpuVmBackend)
             return EmulatorChaos(backend, provider)
 
-        return access, chaos
+        return lambda *_: access, access.storage_uri, chaos
     user, key = ssh_identity(config)
-    access = PodAccess(
-        provider=gcp_provider(config),
-        ssh_user=user,
-        ssh_key=key,
-        storage_uri=config.storage,
-        wandb_dir=config.wandb.dir,
-    )
-    return access, None
+    cl = config.cluster
+
+    def gcp_access(journal: Journal, sink: EventSink, clock: Callable[[], float]) -> PodAccess:
+        provider = gcp_provider(
+            config,
+            hooks=_capacity_hooks(config, journal, sink, clock),
+            # the provider finds its node by the journal's place record (a failover moves it)
+            place=PlaceRecord(journal, pod_key(cl.provider, cl.project, cl.node_name)),
+        )
+        return PodAccess(
+            provider=provider,
+            ssh_user=user,
+            ssh_key=key,
+            storage_uri=config.storage,
+            wandb_dir=config.wandb.dir,
+        )
+
+    return gcp_access, config.storage, None
 
 
 def _gke_backend(

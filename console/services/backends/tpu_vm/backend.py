@@ -139,20 +139,6 @@ class TpuVmBackend:
     def _on_notice(self, host: str, at: float) -> None:
         self._wake()
 
-    def on_capacity(self, attempt: Attempt) -> None:
-        """A try to get the slice back (stockouts, zone moves): journaled, and shown on the
-        running recovery step ("waiting for capacity in ZONE (attempt N, next try in S s)")."""
-        self._sink.emit_soon(
-            Event(
-                at=self._clock(),
-                kind=EventKind.CAPACITY,
-                message=attempt.text,
-                actor="watchdog",
-                data=attempt.to_json(),
-            )
-        )
-        step_note(attempt.text)
-
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
         self.observer.probes.suspect(ep.name)
@@ -534,3 +520,23 @@ def _result(
         message=kw.pop("message", "") or summary(action, per_host, ok),
         **kw,
     )
+
+
+def capacity_news(sink: EventSink, clock: Callable[[], float]) -> Callable[[Attempt], None]:
+    """What to do with a try to get the slice back (stockouts, zone moves): journal it, and
+    show it on the running recovery step ("waiting for capacity in ZONE (attempt N, next
+    try in S s)")."""
+
+    def heard(attempt: Attempt) -> None:
+        sink.emit_soon(
+            Event(
+                at=clock(),
+                kind=EventKind.CAPACITY,
+                message=attempt.text,
+                actor="watchdog",
+                data=attempt.to_json(),
+            )
+        )
+        step_note(attempt.text)
+
+    return heard

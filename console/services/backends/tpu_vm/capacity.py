@@ -128,22 +128,38 @@ def schedule(cfg: CapacityConfig, zones: tuple[str, ...], lost: str) -> Iterator
                     yield zone, i < cfg.zone_retries - 1 or len(order) == 1 or zone == order[-1]
 
 
+def _no_rates(zones: tuple[str, ...], hosts: int) -> Mapping[str, ZoneRate]:
+    return {}
+
+
+@dataclass(frozen=True)
+class CapacityHooks:
+    """Who hears what the loop does, and where risk-aware gets its rates (the console's
+    journal, given by the wiring when it builds the provider)."""
+
+    on_attempt: Callable[[Attempt], None] = lambda _a: None
+    on_order: Callable[[RiskOrder], None] = lambda _o: None
+    # The preemption rates per zone, for the configured zones and the slice's host count
+    # (0 when not known yet).
+    risk: Callable[[tuple[str, ...], int], Mapping[str, ZoneRate]] = _no_rates
+
+
 class Capacity:
     def __init__(
         self,
         provider: GcpTpuProvider,
         cfg: CapacityConfig,
         *,
+        hooks: CapacityHooks = CapacityHooks(),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.cfg = cfg
         self.zones: tuple[str, ...] = cfg.zones or (provider.zone,)
-        self.on_attempt: Callable[[Attempt], None] = lambda _a: None
-        # risk-aware: the rates per zone (the journal's), and who hears the order chosen
-        self.risk: Callable[[], Mapping[str, ZoneRate]] = dict
-        self.on_order: Callable[[RiskOrder], None] = lambda _o: None
+        self.on_attempt = hooks.on_attempt
+        self.risk = hooks.risk
+        self.on_order = hooks.on_order
         self._sleep = sleep
         self._clock = clock
         self.attempts: list[Attempt] = []  # of the last reacquire
@@ -208,8 +224,10 @@ class Capacity:
         cannot be had (a journal that fails must not stop getting the slice back)."""
         if self.cfg.failover != "risk-aware":
             return self.zones
+        last = self.provider.last
+        hosts = len(last.endpoints) if last is not None and last.endpoints else 0
         try:
-            rates = self.risk()
+            rates = self.risk(self.zones, hosts)
         except Exception:
             log.exception("capacity: no preemption rates; zones in configured order")
             rates = {}

@@ -37,13 +37,15 @@ from console.config.checks import loopback_endpoint
 from console.services.backends.tpu_vm.capacity import (
     Capacity,
     CapacityError,
+    CapacityHooks,
     api_error_code,
     api_error_text,
 )
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
-from console.services.backends.tpu_vm.locate import Whereabouts
+from console.services.backends.tpu_vm.locate import Whereabouts, attach
 from console.services.errors import BackendError
 from console.services.model import HostState
+from console.services.record.place import PlaceRecord
 
 log = logging.getLogger(__name__)
 
@@ -565,12 +567,19 @@ def local_client(endpoint: str) -> tpu_v2.TpuAsyncClient:
     return tpu_v2.TpuAsyncClient(transport=transport)
 
 
-def gcp_provider(config: Config) -> GcpTpuProvider:
+def gcp_provider(
+    config: Config,
+    *,
+    hooks: CapacityHooks = CapacityHooks(),  # noqa: B008 (frozen: shared safely)
+    place: PlaceRecord | None = None,
+) -> GcpTpuProvider:
     """Google's TPU API for ``config.cluster``, credentials from the environment as gcloud
     finds them. ``cluster.api_endpoint`` overrides the endpoint: "host:port" (TLS, with those
     credentials), or "http://127.0.0.1:PORT" for a plain-text loopback endpoint with
     anonymous credentials (the GCP-faithful emulator; any other http:// host is refused).
     SSH goes to the workers' external IPs unless ``ssh.internal_ip`` or ``ssh.proxy_command``.
+    Getting the slice back reports to ``hooks``; with ``place`` the provider finds its node
+    by the pod's place record (a failover moves it) and writes every move there.
     """
     cl = config.cluster
     endpoint = cl.api_endpoint
@@ -593,5 +602,7 @@ def gcp_provider(config: Config) -> GcpTpuProvider:
         external_ssh=not (config.ssh.internal_ip or config.ssh.proxy_command),
         client_factory=factory,
     )
-    provider.capacity = Capacity(provider, config.capacity)
+    provider.capacity = Capacity(provider, config.capacity, hooks=hooks)
+    if place is not None:
+        attach(provider, place)
     return provider

@@ -292,8 +292,8 @@ async def test_risk_aware_failover_goes_to_the_calmer_zone(zoned: PodInfo, tmp_p
     p = provider(zoned, failover="risk-aware")
     cap = p.capacity
     assert cap is not None
-    cap.risk = lambda: rates_by_zone(
-        journal_rates(journal, now=t0 + 7300, hosts=4, default_zone="local-a", zones=ZONES)
+    cap.risk = lambda zones, hosts: rates_by_zone(
+        journal_rates(journal, now=t0 + 7300, hosts=4, default_zone="local-a", zones=zones)
     )
     orders: list[RiskOrder] = []
     cap.on_order = orders.append
