@@ -36,4 +36,6 @@ async def test_one_round_estimates_every_zone_and_follows_the_risk_order(tmp_pat
     highs = [table[z]["high"] for z in order]
     assert highs == sorted(highs) and not any(math.isinf(h) for h in highs)
     assert result["came_back_in"] == order[0]
-    assert result["risk_reason"].startswith("risk-aware (by the rate's upper bound): " + order[0])
+    reason = result["risk_reason"]
+    assert reason.startswith("risk-aware (by the rate's upper bound): " + order[0])
+    assert "no estimate" not in reason and all(f"{z} v" in reason for z in ZONES), reason
