@@ -187,7 +187,7 @@ class Capacity:
             await self._delete_node(lost)  # the node being replaced: frees its quota
         queued = self.cfg.acquire == "queued-resource"
         waits = 0
-        tries = schedule(self.cfg, self.order(lost), lost)
+        tries = schedule(self.cfg, await self.order(lost), lost)
         zone, wait_after = next(tries)
         n = 0
         while True:
@@ -218,7 +218,7 @@ class Capacity:
                 await self._sleep(delay)
             zone, wait_after = next_zone, next_wait
 
-    def order(self, lost: str) -> tuple[str, ...]:
+    async def order(self, lost: str) -> tuple[str, ...]:
         """The zones in the order the strategy tries them from; risk-aware ranks them by the
         rates (reported with its reason), or keeps eager-failover's order when the rates
         cannot be had (a journal that fails must not stop getting the slice back)."""
@@ -227,7 +227,7 @@ class Capacity:
         last = self.provider.last
         hosts = len(last.endpoints) if last is not None and last.endpoints else 0
         try:
-            rates = self.risk(self.zones, hosts)
+            rates = await asyncio.to_thread(self.risk, self.zones, hosts)  # a journal read
         except Exception:
             log.exception("capacity: no preemption rates; zones in configured order")
             rates = {}
