@@ -2,7 +2,7 @@
 a single training job and then during a Ray Tune sweep; the console's watchdog alone recovers.
 
     .venv/bin/python -m benchmarks.chaos [--seed 1] [--count 6] [--run-cap 6]
-        [--notice-grace 30] [--poll 0.5] [--keep]
+        [--notice-grace 30] [--poll 0.5] [--wandb-run-cap 0] [--keep]
     make chaos [CHAOS_SEED=1] [CHAOS_COUNT=6] [CHAOS_ARGS="--run-cap 4"]
 
 Against the local pod emulator with real Ray (temp dir, free ports): the console's services
@@ -12,7 +12,8 @@ bring the pod up (bootstrap, Ray on every host, tunnel) with auto recovery on, t
 drew for it: the emulator takes the head's or a worker's VM as a spot reclaim does, abruptly
 (every process SIGKILLed) or with notice (metadata ``instance/preempted`` TRUE, SIGTERM, then
 SIGKILL after ``--notice-grace``), at a drawn point of the victim trainer's checkpoint cycle.
-Nothing recovers by hand: the drill only waits for the watchdog.
+Nothing recovers by hand: the drill only waits for the watchdog. With ``--wandb-run-cap N``,
+then seed 000's sweep on W&B (``chaos_wandb``): a worker, then the head preempted.
 
 Checks (each failure is named; exit 1): every preemption journaled (``preempted``, and
 ``preemption_notice`` with notice) and recovered (``recovered``, result ok); every trainer a
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import chaos_wandb as cw
 from benchmarks.chaos_logs import Attempt, TrainerLogs
 from benchmarks.chaos_report import (
     HEAD,
@@ -96,9 +98,17 @@ class DrillSettings:
     # every rollout of up to 1024 steps), so a shot can land mid-interval
     trial_interval: int = 4096
     hosts: int = 4
+    phases: tuple[str, ...] = (JOB, SWEEP)
+    # > 0: then a sweep on W&B (``chaos_wandb``) of this run cap, a worker and the head shot
+    wandb_run_cap: int = 0
+    wandb_interval: int = 1024
 
     def shots(self) -> list[Shot]:
-        return plan(self.seed, self.count)
+        extra = cw.wandb_shots(self.count + 1) if self.wandb_run_cap else []
+        return (plan(self.seed, self.count) if self.count else []) + extra
+
+    def wandb_total(self) -> int:
+        return self.wandb_interval * 4
 
     def job_total(self) -> int:
         # long enough that every shot finds it running: a shot lands within two intervals
@@ -149,6 +159,9 @@ class Drill:
         self._polled = asyncio.Event()
         self.job_final_step: int | None = None
         self.trials_final = 0
+        self.wandb = cw.WandbServer(work / "wandb-emu") if settings.wandb_run_cap else None
+        self.wandb_sweep_id = ""
+        self.wandb_figures: dict[str, Any] = {}
 
     # -- the whole drill ------------------------------------------------------------------
     async def run(self) -> DrillResult:
@@ -158,6 +171,8 @@ class Drill:
         try:
             self.pod = await start_pod(run_dir, hosts=self.s.hosts, ready_delay=0.2, timeout=180.0)
             daemon = daemon_pid(run_dir)
+            if self.wandb is not None:
+                self.wandb.start()
             self.logs.sandboxes = {h.name: Path(h.sandbox) for h in self.pod.hosts}
             self.svc = make_services(self._config(), state_dir=self.work / "state")
             self.svc.subscribe(self._on_update)
@@ -170,6 +185,8 @@ class Drill:
                     await self.svc.stop()
                     self.svc.close_journal()
         finally:
+            if self.wandb is not None:
+                self.wandb.stop()
             await stop_pod(run_dir)  # every process of every host, and the emulator
         await self._nothing_left(run_dir, daemon)
         return self._result()
@@ -181,8 +198,12 @@ class Drill:
             await self.svc.start()
             await self._bring_up()
             tail = asyncio.create_task(self._tail(), name="chaos-tail")
-            await self._job_phase()
-            await self._sweep_phase()
+            if JOB in self.s.phases:
+                await self._job_phase()
+            if SWEEP in self.s.phases:
+                await self._sweep_phase()
+            if self.wandb is not None:
+                await cw.run_wandb_phase(self)
         except DrillAborted as exc:
             self.problems.append(f"aborted: {exc}")
         except Exception as exc:  # the drill's own failure: reported, still cleaned up
@@ -203,6 +224,7 @@ class Drill:
                 "ready_timeout_s": 180.0,
                 "notice_grace_s": self.s.notice_grace_s,
             },
+            wandb=None if self.wandb is None else self.wandb.config(),
             source="<chaos drill>",
         )
 
@@ -475,6 +497,8 @@ class Drill:
     def _result(self) -> DrillResult:
         s = self.s
         intervals = {f"{s.job_run}": s.job_interval, f"{s.sweep_id}-": s.trial_interval}
+        if self.wandb_sweep_id:
+            intervals[f"{self.wandb_sweep_id}-"] = s.wandb_interval
         losses, problems = attribute(self.records, self.logs, intervals)
         problems += problems_of_losses(self.records, losses)
         problems += restarts_from_zero(self.logs.runs())
@@ -492,6 +516,11 @@ class Drill:
             seed=s.seed,
         )
         figs["notes"] = len(self.notes)
+        figs.update(self.wandb_figures)
+        if self.wandb_figures:
+            figs.update(
+                cw.wandb_figures(self.records, losses, self.logs.runs(), f"{self.wandb_sweep_id}-")
+            )
         labels = {s.job_run: "job", f"{s.sweep_id}-": "trial "}
         return DrillResult(
             figs,
@@ -543,15 +572,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-cap", type=int, default=6, help="the sweep's run cap (default 6)")
     ap.add_argument("--notice-grace", type=float, default=30.0, help="notice, s (default 30)")
     ap.add_argument("--poll", type=float, default=0.5, help="recovery.poll_interval_s")
+    ap.add_argument(
+        "--wandb-run-cap",
+        type=int,
+        default=0,
+        help="then a sweep on the W&B emulator of this run cap, a worker and the head "
+        "preempted (benchmarks.chaos_wandb; default 0: none)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work dir (journal, logs)")
     args = ap.parse_args(argv)
     bad = [
         f"{flag} must be {rule}"
         for flag, ok, rule in (
-            ("--count", args.count >= 1, ">= 1"),
+            ("--count", args.count >= 1 or (args.count == 0 and args.wandb_run_cap), ">= 1"),
             ("--run-cap", args.run_cap >= 1, ">= 1"),
             ("--notice-grace", args.notice_grace > 0, "> 0"),
             ("--poll", args.poll > 0, "> 0"),
+            ("--wandb-run-cap", args.wandb_run_cap >= 0, ">= 0"),
         )
         if not ok
     ]
@@ -571,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_cap=args.run_cap,
         notice_grace_s=args.notice_grace,
         poll_s=args.poll,
+        wandb_run_cap=args.wandb_run_cap,
+        phases=(JOB, SWEEP) if args.count else (),  # --count 0: the W&B phase alone
     )
     work = Path(tempfile.mkdtemp(prefix="phantom-chaos-")) if args.keep else None
     import ray  # noqa: F401  (its logger first, then quieter: job uploads log at INFO)

@@ -49,9 +49,11 @@ def pod_config(
     *,
     recovery: Mapping[str, Any] | None = None,
     ray: Mapping[str, Any] | None = None,
+    wandb: Mapping[str, Any] | None = None,
     source: str = "<emulator test config>",
 ) -> Config:
-    """Config driving ``pod``: free Ray ports, small nodes, offline W&B under ``work_dir``."""
+    """Config driving ``pod``: free Ray ports, small nodes, offline W&B under ``work_dir``
+    (``wandb`` overrides, e.g. online against the W&B emulator)."""
     return parse_config(
         {
             "cluster": {"provider": "local", "hosts": len(pod.hosts), "run_dir": str(pod.run_dir)},
@@ -62,7 +64,7 @@ def pod_config(
                 "object_store_mb": 100,
                 **(ray or {}),
             },
-            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb")},
+            "wandb": {"mode": "offline", "dir": str(work_dir / "wandb"), **(wandb or {})},
             "recovery": {"ready_timeout_s": 120.0, **(recovery or {})},
         },
         source=source,
