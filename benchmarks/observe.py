@@ -51,7 +51,8 @@ from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.probes import ProbePlanner
 from console.services.model import HostState
 from console.services.observation import Observation
-from console.services.recovery.diagnosis import HostCondition, diagnose
+from console.services.recovery.classify import HostCondition
+from console.services.recovery.diagnosis import diagnose
 from console.wiring import make_services
 from console.wiring.harness import MAX_HOSTS, PodInfo, pod_config, preempt, start_pod, stop_pod
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from console.services.backends.tpu_vm.backend import TpuVmBackend
-from console.services.recovery.diagnosis import HostCondition, diagnose
+from console.services.recovery.classify import HostCondition
+from console.services.recovery.diagnosis import diagnose
 from console.wiring import make_services
 from console.wiring.harness import MAX_HOSTS, pod_config, preempt, start_pod, stop_pod
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
 from console.services.observation import HostObservation, Observation
-from console.services.recovery.diagnosis import Diagnosis, warnings
+from console.services.recovery.classify import Diagnosis
+from console.services.recovery.diagnosis import warnings
 
 
 def pod_snapshot(

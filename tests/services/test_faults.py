@@ -15,7 +15,7 @@ import pytest
 
 from console.services.facade import Facade
 from console.services.model import PodSnapshot
-from console.services.recovery.diagnosis import HostCondition
+from console.services.recovery.classify import HostCondition
 from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client

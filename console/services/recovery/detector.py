@@ -28,15 +28,18 @@ from typing import Any
 from console.services.model import ACTIVE_JOBS, Event, EventKind, JobInfo, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
 from console.services.record.sink import EventSink
-from console.services.recovery.diagnosis import (
+from console.services.recovery.classify import (
     SOFT_CONDITIONS,
     Diagnosis,
     HostCondition,
     WorkloadCondition,
-    condition_text,
-    diagnose,
     event_kind,
     fully_formed,
+)
+from console.services.recovery.diagnosis import (
+    condition_text,
+    diagnose,
+    head_text,
     slice_state_text,
     slice_text,
     workload_event,
@@ -235,7 +238,7 @@ class Detector:
                 event_kind(cond, h), f"{h.name}: {condition_text(cond, h)}", host=h.name, data=data
             )
         if diag.head_lost and not self._head_lost and self.armed:
-            await emit(EventKind.HEAD_LOST, diag.head_reason, host=diag.head)
+            await emit(EventKind.HEAD_LOST, head_text(diag), host=diag.head)
         self._head_lost = diag.head_lost
         if diag.tunnel_down and not self._tunnel_down and self.armed:
             await emit(EventKind.TUNNEL_DOWN, "dashboard tunnel is down")

@@ -1,238 +1,81 @@
-"""Observation -> Diagnosis: what is wrong and where. Pure, and the ONE place it is worded.
+"""The one place the state of the cluster is worded. It only formats: what is wrong and
+where is decided by ``classify`` (typed values), and this module turns that into words.
 
 Every sentence a user reads about the state of the cluster is made here: the symptoms that
 trigger and explain a recovery, the warnings on the overview and in ``phantom status``, the
 unmet criteria while a recovery verifies, and the per-host text of detection events. Two
 front ends and the journal show the same words for the same observation.
-
-Host conditions, from the layers of one poll:
-
-* NOTICE: the VM got its preemption notice (its metadata says so, its processes have
-  SIGTERM): it is still up, for its grace period, and then LOST;
-* LOST: the TPU state says the VM is gone (PREEMPTED/TERMINATED/DELETED/DELETING);
-* NOT_READY: the API says it is on its way up (CREATING, REPAIRING...);
-* UNREACHABLE: READY, but SSH fails and no Ray node lives on it;
-* SSH_DOWN: READY and its Ray node alive, but SSH fails (a hung sshd): shown, not recovered
-  (its jobs run on; recreating the VM would kill them);
-* RAY_DOWN: VM fine, no live Ray node on its IP (while the GCS answers);
-* DUPLICATE: two or more live Ray nodes on one IP (the seed's checklist);
-* UNKNOWN: the API did not answer for it.
-
-LOST and NOTICE are hard (the provider says so); UNREACHABLE/RAY_DOWN/DUPLICATE are soft: they could be a
-slow SSH handshake or a state query racing a registration, so auto recovery waits for them
-to persist (``detector``).
-
-On GKE the hosts are a TPU slice's nodes (``HostObservation.pool`` names the slice) and are
-worded per slice; the workloads (JobSets) have conditions of their own:
-
-* FAILED: a JobSet this console created is Failed (e.g. ReachedMaxRestarts): recovery
-  resubmits it under the same run name, so it resumes from its checkpoints (hard);
-* CAPACITY: its pods stayed unschedulable longer than ``Observation.capacity_wait_s``: no
-  TPU capacity or quota; no step can fix that, so it is reported with the fix;
-* HEAD_FAILED: the Pathways head (or the coordinator pod) is failing;
-* RESTARTING: the JobSet is restarting itself (what a slice preemption leads to).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from enum import StrEnum
 
-from console.services.model import (
-    LOST_STATES,
-    TRANSITIONAL_STATES,
-    EventKind,
-    HostState,
-    JobStatus,
-    WorkloadStatus,
-)
+from console.services.model import EventKind, HostState, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
-
-
-class HostCondition(StrEnum):
-    OK = "ok"
-    NOTICE = "notice"
-    LOST = "lost"
-    NOT_READY = EventKind.NOT_READY
-    UNREACHABLE = "unreachable"
-    RAY_DOWN = "ray_down"
-    DUPLICATE = "duplicate"
-    SSH_DOWN = EventKind.SSH_DOWN
-    UNKNOWN = "unknown"
-
-
-HARD_CONDITIONS = frozenset({HostCondition.LOST, HostCondition.NOTICE})
-SOFT_CONDITIONS = frozenset(
-    {HostCondition.UNREACHABLE, HostCondition.RAY_DOWN, HostCondition.DUPLICATE}
+from console.services.recovery.classify import (
+    Diagnosis,
+    HeadLoss,
+    HostCondition,
+    WorkloadCondition,
+    classify,
+    ray_alive_hosts,
 )
-# The journal's event kind for a host entering a condition (see ``event_kind``).
-_CONDITION_EVENTS = {
-    HostCondition.NOTICE: EventKind.PREEMPTION_NOTICE,
-    HostCondition.UNREACHABLE: EventKind.HOST_UNREACHABLE,
-    HostCondition.RAY_DOWN: EventKind.RAY_NODE_DOWN,
-    HostCondition.DUPLICATE: EventKind.DUPLICATE_RAY_NODE,
-    HostCondition.SSH_DOWN: EventKind.SSH_DOWN,
-    HostCondition.UNKNOWN: EventKind.HOST_UNKNOWN,
-}
-
-
-class WorkloadCondition(StrEnum):
-    OK = "ok"
-    RESTARTING = "restarting"
-    FAILED = "failed"
-    CAPACITY = "capacity"
-    HEAD_FAILED = EventKind.HEAD_FAILED
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    conditions: Mapping[str, HostCondition]
-    head: str
-    head_lost: bool
-    head_reason: str
-    tunnel_down: bool
-    stalled_runs: tuple[str, ...] = ()
-    symptoms: tuple[str, ...] = ()
-    workloads: Mapping[str, WorkloadCondition] = field(default_factory=dict)
-
-    def workloads_in(self, *conds: WorkloadCondition) -> tuple[str, ...]:
-        return tuple(w for w, c in self.workloads.items() if c in conds)
-
-    @property
-    def to_resubmit(self) -> tuple[str, ...]:
-        """Failed workloads of this console: resubmitted by recovery."""
-        return self.workloads_in(WorkloadCondition.FAILED)
-
-    @property
-    def blocked(self) -> tuple[str, ...]:
-        """Workloads waiting for capacity no recovery step can create."""
-        return self.workloads_in(WorkloadCondition.CAPACITY)
-
-    def hosts_in(self, *conds: HostCondition) -> tuple[str, ...]:
-        return tuple(h for h, c in self.conditions.items() if c in conds)
-
-    @property
-    def to_recreate(self) -> tuple[str, ...]:
-        return self.hosts_in(HostCondition.LOST, HostCondition.NOTICE, HostCondition.UNREACHABLE)
-
-    @property
-    def needs_recovery(self) -> bool:
-        """Something a recovery step can fix (a stall alone is reported, not "fixed")."""
-        bad = {HostCondition.LOST, HostCondition.NOTICE, HostCondition.NOT_READY} | SOFT_CONDITIONS
-        return (
-            self.head_lost
-            or self.tunnel_down
-            or any(c in bad for c in self.conditions.values())
-            or bool(self.to_resubmit)
-        )
-
-    @property
-    def hard(self) -> bool:
-        """The provider says so: a VM or node is gone, or a JobSet has Failed."""
-        return any(c in HARD_CONDITIONS for c in self.conditions.values()) or bool(self.to_resubmit)
-
-    @property
-    def healthy(self) -> bool:
-        return not self.needs_recovery and not self.stalled_runs
-
-    def summary(self) -> str:
-        return "; ".join(self.symptoms) if self.symptoms else "healthy"
-
-
-def classify_host(h: HostObservation, ray_reachable: bool) -> HostCondition:
-    state = str(h.tpu_state)
-    if state in LOST_STATES:
-        return HostCondition.LOST
-    if h.notice_at is not None:
-        return HostCondition.NOTICE
-    if state in TRANSITIONAL_STATES:
-        return HostCondition.NOT_READY
-    if state != HostState.READY:
-        return HostCondition.UNKNOWN
-    if h.ssh_ok is False and h.ray_alive == 0:
-        return HostCondition.UNREACHABLE
-    if ray_reachable and h.ray_alive == 0:
-        return HostCondition.RAY_DOWN
-    if h.ray_alive > 1:
-        return HostCondition.DUPLICATE
-    if h.ssh_ok is False:
-        return HostCondition.SSH_DOWN
-    return HostCondition.OK
 
 
 def diagnose(obs: Observation) -> Diagnosis:
-    """Every layer of one observation -> what is wrong and where."""
-    conditions = {h.name: classify_host(h, obs.ray_reachable) for h in obs.hosts}
-    symptoms: list[str] = []
+    """Every layer of one observation -> what is wrong and where, with its words."""
+    diag = classify(obs)
+    return replace(diag, symptoms=tuple(text for _, text in _lines(obs, diag)))
+
+
+class _Line(StrEnum):
+    """What a symptom line is about (``warnings`` shows some of them differently)."""
+
+    HOST = "host"
+    WORKLOAD = "workload"
+    HEAD = "head"
+    TUNNEL = "tunnel"
+    STALLED = "stalled"
+
+
+def _lines(obs: Observation, diag: Diagnosis) -> Iterator[tuple[_Line, str]]:
     pooled: dict[tuple[str, HostCondition], list[HostObservation]] = {}
     for h in obs.hosts:
-        cond = conditions[h.name]
+        cond = diag.conditions[h.name]
         if cond is HostCondition.OK:
             continue
         if h.pool:  # a slice's nodes go together: one line per slice
             pooled.setdefault((h.pool, cond), []).append(h)
             continue
         extra = f" [{', '.join(h.symptoms)}]" if h.symptoms else ""
-        symptoms.append(f"{h.name}: {condition_text(cond, h)}{extra}")
+        yield _Line.HOST, f"{h.name}: {condition_text(cond, h)}{extra}"
     for (pool, cond), hosts in pooled.items():
         size = sum(1 for h in obs.hosts if h.pool == pool)
-        symptoms.append(slice_text(pool, cond, hosts, size))
-    workloads = {w.name: classify_workload(w, obs) for w in obs.workloads}
+        yield _Line.HOST, slice_text(pool, cond, hosts, size)
     for w in obs.workloads:
-        if workloads[w.name] is not WorkloadCondition.OK:
-            symptoms.append(workload_text(workloads[w.name], w, obs))
-    head_cond = conditions.get(obs.head, HostCondition.UNKNOWN)
-    head_lost, head_reason = False, ""
-    if not obs.head:
-        pass  # a backend without a Ray head
-    elif head_cond in (
-        HostCondition.LOST,
-        HostCondition.NOTICE,
-        HostCondition.NOT_READY,
-        HostCondition.UNREACHABLE,
-    ):
-        head_lost, head_reason = True, f"head host {obs.head} is {head_cond}"
-    elif not obs.ray_reachable and head_cond is not HostCondition.UNKNOWN:
-        head_lost, head_reason = True, "Ray GCS on the head does not answer"
-    elif head_cond is HostCondition.RAY_DOWN:
-        head_lost, head_reason = True, f"no live Ray node on head host {obs.head}"
-    if head_lost:
-        symptoms.append(f"head lost: {head_reason}")
-    tunnel_down = obs.tunnel_up is False and not head_lost
-    if tunnel_down:
-        symptoms.append("dashboard tunnel down")
+        if diag.workloads[w.name] is not WorkloadCondition.OK:
+            yield _Line.WORKLOAD, workload_text(diag.workloads[w.name], w, obs)
+    if diag.head_lost:
+        yield _Line.HEAD, f"head lost: {head_text(diag)}"
+    if diag.tunnel_down:
+        yield _Line.TUNNEL, "dashboard tunnel down"
     if obs.stalled_runs:
-        symptoms.append(f"metrics stalled: {', '.join(_run_names(obs, obs.stalled_runs))}")
-    return Diagnosis(
-        conditions=conditions,
-        head=obs.head,
-        head_lost=head_lost,
-        head_reason=head_reason,
-        tunnel_down=tunnel_down,
-        stalled_runs=tuple(obs.stalled_runs),
-        symptoms=tuple(symptoms),
-        workloads=workloads,
-    )
+        yield _Line.STALLED, f"metrics stalled: {', '.join(_run_names(obs, obs.stalled_runs))}"
 
 
-def classify_workload(w: WorkloadStatus, obs: Observation) -> WorkloadCondition:
-    if w.status == JobStatus.FAILED:
-        return WorkloadCondition.FAILED if w.owned else WorkloadCondition.OK
-    if w.status in (JobStatus.SUCCEEDED, JobStatus.STOPPED):
-        return WorkloadCondition.OK
-    if (
-        w.unschedulable
-        and w.unschedulable_since is not None
-        and obs.at - w.unschedulable_since > obs.capacity_wait_s
-    ):
-        return WorkloadCondition.CAPACITY
-    if w.head_failed:
-        return WorkloadCondition.HEAD_FAILED
-    if w.status == JobStatus.PENDING and w.restarts > 0 and w.message == "restarting":
-        return WorkloadCondition.RESTARTING
-    return WorkloadCondition.OK
+def head_text(diag: Diagnosis) -> str:
+    """Why the head counts as lost."""
+    if diag.head_loss is HeadLoss.HOST:
+        return f"head host {diag.head} is {diag.head_condition}"
+    if diag.head_loss is HeadLoss.GCS_SILENT:
+        return "Ray GCS on the head does not answer"
+    if diag.head_loss is HeadLoss.RAY_DOWN:
+        return f"no live Ray node on head host {diag.head}"
+    return ""
 
 
 def workload_text(cond: WorkloadCondition, w: WorkloadStatus, obs: Observation) -> str:
@@ -333,15 +176,6 @@ def condition_text(cond: HostCondition, h: HostObservation) -> str:
     }[cond]
 
 
-def event_kind(cond: HostCondition, h: HostObservation) -> str:
-    """The journal's kind for a host entering ``cond`` (a preemption is ``preempted``)."""
-    if cond is HostCondition.LOST:
-        return (
-            EventKind.PREEMPTED if str(h.tpu_state) == HostState.PREEMPTED else EventKind.HOST_LOST
-        )
-    return _CONDITION_EVENTS.get(cond, str(cond))
-
-
 def warnings(obs: Observation, diag: Diagnosis, *, ray_expected: bool) -> tuple[str, ...]:
     """The overview's and ``phantom status``'s warning lines for this observation.
 
@@ -350,10 +184,10 @@ def warnings(obs: Observation, diag: Diagnosis, *, ray_expected: bool) -> tuple[
     not a warning.
     """
     out: list[str] = [obs.error] if obs.error else []
-    for line in diag.symptoms:
-        if line.startswith("head lost: ") and not (ray_expected or diag.hard):
+    for what, line in _lines(obs, diag):
+        if what is _Line.HEAD and not (ray_expected or diag.hard):
             continue
-        if line == "dashboard tunnel down":
+        if what is _Line.TUNNEL:
             line = f"dashboard tunnel down ({obs.tunnel_error or 'not connected'})"
         out.append(line)
     return tuple(out)
@@ -447,18 +281,6 @@ def job_env_problems(env: Mapping[str, str], expected: Mapping[str, str | None])
 def job_env_text(job_id: str, problems: tuple[str, ...] | list[str]) -> str:
     """The journal's and the screens' sentence for a job started without the expected env."""
     return f"job {job_id} started without the expected env: {'; '.join(problems)}"
-
-
-def ray_alive_hosts(obs: Observation) -> int:
-    return sum(1 for h in obs.hosts if h.ray_alive >= 1)
-
-
-def fully_formed(obs: Observation) -> bool:
-    """Ray up with exactly one live node on every host; a backend without a Ray head (GKE):
-    every node Ready."""
-    if not obs.head:
-        return bool(obs.hosts) and all(h.tpu_state == HostState.READY for h in obs.hosts)
-    return bool(obs.hosts) and obs.ray_reachable and all(h.ray_alive == 1 for h in obs.hosts)
 
 
 def resubmitted_text(old: str, new: str) -> str:

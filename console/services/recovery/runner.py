@@ -42,6 +42,7 @@ from console.services.model import (
 )
 from console.services.observation import Observation
 from console.services.record.sink import EventSink
+from console.services.recovery import classify as cx
 from console.services.recovery import diagnosis as dx
 from console.services.recovery.detector import Detector
 from console.services.recovery.notes import STEP_NOTE
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 DETECT, VERIFY = "detect", "verify"
 # What the poller saw when it asked for the recovery, and its diagnosis (None: not made yet).
-Seen = tuple[Observation, "dx.Diagnosis | None"]
+Seen = tuple[Observation, "cx.Diagnosis | None"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Round:
     of the round did."""
 
     observation: Observation
-    diagnosis: dx.Diagnosis
+    diagnosis: cx.Diagnosis
     jobs_at_start: dict[str, JobInfo]
     recreated: list[str] = field(default_factory=list)
     resubmitted: dict[str, str] = field(default_factory=dict)
@@ -281,7 +282,7 @@ class RecoveryRunner:
                 ok=True,
                 elapsed_s=self._elapsed(run, DETECT),
                 per_host={
-                    h: HostResult(host=h, ok=c is dx.HostCondition.OK, error="" if c == "ok" else c)
+                    h: HostResult(host=h, ok=c is cx.HostCondition.OK, error="" if c == "ok" else c)
                     for h, c in diag.conditions.items()
                 },
                 message=diag.summary(),
@@ -335,7 +336,7 @@ class RecoveryRunner:
             obs = await self._retry_observe(run, step=VERIFY)
             diag = dx.diagnose(obs)
             failed = [w for w in diag.to_resubmit if w not in resubmitted]
-            if diag.hosts_in(dx.HostCondition.LOST) or failed:
+            if diag.hosts_in(cx.HostCondition.LOST) or failed:
                 # Something new broke while we were recovering: report it and go again.
                 self._set(
                     run,

@@ -23,8 +23,9 @@ from console.services.model import Event, EventKind, JobInfo, RecoveryStatus, Up
 from console.services.observation import Observation
 from console.services.record.lease import FileLease
 from console.services.record.sink import EventSink
+from console.services.recovery.classify import Diagnosis
 from console.services.recovery.detector import Detector
-from console.services.recovery.diagnosis import Diagnosis, diagnose
+from console.services.recovery.diagnosis import diagnose
 from console.services.recovery.runner import Plan, RecoveryRunner, Run, RunnerSettings, Seen
 
 

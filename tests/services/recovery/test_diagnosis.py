@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from console.services.model import HostState, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
+from console.services.recovery import classify as cx
 from console.services.recovery import diagnosis as dx
 
 T = 1_760_000_000.0
@@ -50,7 +51,7 @@ def test_a_healthy_slice_is_fully_formed_without_a_ray_head() -> None:
     o = obs(nodes(), wl())
     d = dx.diagnose(o)
     assert d.healthy and not d.needs_recovery and d.symptoms == ()
-    assert dx.fully_formed(o)
+    assert cx.fully_formed(o)
     assert dx.verified_text(o, 8, {}, set()) == "8/8 nodes Ready, 1 workload(s) Running"
 
 

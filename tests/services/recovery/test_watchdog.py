@@ -23,7 +23,8 @@ from console.services.model import (
     StepState,
 )
 from console.services.observation import HostObservation, Observation
-from console.services.recovery.diagnosis import HostCondition, diagnose
+from console.services.recovery.classify import HeadLoss, HostCondition
+from console.services.recovery.diagnosis import diagnose, head_text
 from console.services.recovery.watchdog import Watchdog
 from tests.support.fake_pod import Clock, FakePod, make_watchdog, wait_done
 
@@ -109,7 +110,7 @@ def test_diagnose_head_lost_when_gcs_silent_or_head_preempted() -> None:
     obs = _obs()
     silent = Observation(at=0, hosts=obs.hosts, head="w0", ray_reachable=False, tunnel_up=True)
     d = diagnose(silent)
-    assert d.head_lost and "GCS" in d.head_reason
+    assert d.head_loss is HeadLoss.GCS_SILENT and "GCS" in head_text(d)
     # the tunnel dies with the head; that is the head's problem, not a separate one
     gone = Observation(
         at=0,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from console.services.model import ActionResult, JobStatus
-from console.services.recovery.diagnosis import HostCondition
+from console.services.recovery.classify import HostCondition
 from console.services.recovery.runner import Plan, Round, Skip, StepDef
 
 

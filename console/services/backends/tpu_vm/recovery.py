@@ -29,7 +29,7 @@ from typing import Protocol
 
 from console.services.model import ActionResult, Resubmit
 from console.services.observation import Observation
-from console.services.recovery.diagnosis import HostCondition
+from console.services.recovery.classify import HostCondition
 from console.services.recovery.runner import Plan, Round, Skip, StepDef, union
 
 
