@@ -261,7 +261,7 @@ def _pod_access(
             return EmulatorChaos(backend, provider)
 
         return lambda *_: access, access.storage_uri, chaos
-    user, key = ssh_identity(config)
+    user, key = ssh_identity(config.ssh)
     cl = config.cluster
 
     def gcp_access(journal: Journal, sink: EventSink, clock: Callable[[], float]) -> PodAccess:

@@ -94,7 +94,7 @@ def ensure_pod(
 def pod_access(config: Config, pod: PodInfo, state_dir: Path) -> PodAccess:
     """How the console reaches the emulated pod."""
     wandb_dir = config.wandb.dir or str(state_dir / "wandb")
-    user, key = ssh_identity(config, (pod.ssh_user, Path(pod.client_key)))
+    user, key = ssh_identity(config.ssh, (pod.ssh_user, Path(pod.client_key)))
     # The emulator's API is a local process: waiting for READY may ask it often.
     poll = min(0.1, config.recovery.poll_interval_s)
     return PodAccess(

@@ -150,7 +150,6 @@ class PodObserver:
                     resources=dict(mem.resources),
                 )
             )
-        cfg = p.config.cluster
         return Observation(
             at=at,
             hosts=tuple(hosts),
@@ -165,7 +164,7 @@ class PodObserver:
                 else (HostState.UNKNOWN if tpu_error else HostState.NOT_FOUND)
             ),
             health=node.health if node else "",
-            accelerator_type=(node.accelerator_type if node else "") or cfg.accelerator_type,
+            accelerator_type=(node.accelerator_type if node else "") or p.accelerator_type,
             zone=node.zone if node else "",
             dashboard_url=p.dashboard_url() or "",
             tunnel_error=p.tunnel.last_error or "",

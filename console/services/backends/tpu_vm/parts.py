@@ -56,7 +56,8 @@ class PodParts:
         on_tunnel_change: Callable[[bool, str], None] | None = None,
     ) -> None:
         rec = config.recovery
-        self.config = config
+        self.ray_cfg = config.ray  # what the parts read of the config after they are built
+        self.accelerator_type = config.cluster.accelerator_type  # until the API says
         self.access = access
         self.provider = access.provider
         self.poll_interval_s = rec.poll_interval_s
@@ -65,7 +66,7 @@ class PodParts:
         self.endpoints: list[HostEndpoint] = list(access.endpoints)
         self.host_keys = HostKeyPolicy(
             config.ssh.known_hosts_policy,
-            known_hosts_path(config, state_dir),
+            known_hosts_path(config.ssh, state_dir),
             api_keys=access.provider.host_keys,
             on_event=on_host_key,
         )
@@ -95,7 +96,9 @@ class PodParts:
             head=head,
             workers=self.endpoints[1:],
             ray_cfg=config.ray,
-            bootstrap_command=default_bootstrap_command(config),
+            bootstrap_command=default_bootstrap_command(
+                config.bootstrap_command, local=config.is_local
+            ),
             user_path=access.ray_user_path,
             node_options=self._node_options,
             dashboard_url=self.dashboard_url,
@@ -125,7 +128,7 @@ class PodParts:
     def dashboard_url(self) -> str | None:
         if not self.tunnel.is_up:
             return None
-        return self.tunnel.url(self.config.ray.dashboard_port)
+        return self.tunnel.url(self.ray_cfg.dashboard_port)
 
     def set_endpoints(self, endpoints: Sequence[HostEndpoint]) -> None:
         """The TPU API reported the workers' addresses (first poll, or a recreated node)."""
@@ -139,7 +142,7 @@ class PodParts:
         self.tunnel.set_forwards(self._forwards(eps[0]))
 
     def _forwards(self, head: HostEndpoint) -> list[Forward]:
-        forwards = default_forwards(self.config.ray, head.ip)
+        forwards = default_forwards(self.ray_cfg, head.ip)
         if self.access.shares_loopback:
             forwards = [(lh, 0 if lp == rp else lp, rh, rp) for lh, lp, rh, rp in forwards]
         return forwards
@@ -150,7 +153,7 @@ class PodParts:
         self.probe.drop(name)
 
     def _node_options(self, ep: HostEndpoint) -> raycmd.RayNodeOptions:
-        cfg = self.config.ray
+        cfg = self.ray_cfg
         size = config_sizing(cfg).over(self.access.ray_sizing)
         return raycmd.RayNodeOptions(
             node_ip=ep.ip,

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.config import Config, RayConfig
+from console.config import RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.ssh import OutputCallback, SshFanout
@@ -73,11 +73,12 @@ sys.stdout.write(json.dumps(d, separators=(",", ":")))
 """
 
 
-def default_bootstrap_command(config: Config) -> str:
-    """``bootstrap.command`` from the config, else the provider's default."""
-    if config.bootstrap_command.strip():
-        return config.bootstrap_command
-    return LOCAL_BOOTSTRAP if config.is_local else GCP_BOOTSTRAP
+def default_bootstrap_command(command: str, *, local: bool) -> str:
+    """``bootstrap.command`` when set, else the provider's default (the emulator's when
+    ``local``)."""
+    if command.strip():
+        return command
+    return LOCAL_BOOTSTRAP if local else GCP_BOOTSTRAP
 
 
 class RayError(BackendError):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import asyncssh
 
-from console.config import Config, SshConfig, default_state_dir
+from console.config import SshConfig, default_state_dir
 from console.services.backends.tpu_vm.endpoints import HostEndpoint, proxy_argv, resolve_hosts
 from console.services.backends.tpu_vm.hostkeys import (
     HostKeyClient,
@@ -540,26 +540,26 @@ def _describe_keys(keys: Sequence[asyncssh.SSHKey]) -> str:
     return "key " + ", ".join(fps)
 
 
-def ssh_identity(config: Config, default: tuple[str, Path] | None = None) -> tuple[str, Path]:
-    """(user, private key path) from ``config.ssh``, else ``default`` (the emulator's user and
+def ssh_identity(ssh: SshConfig, default: tuple[str, Path] | None = None) -> tuple[str, Path]:
+    """(user, private key path) from ``[ssh]``, else ``default`` (the emulator's user and
     key), else $USER and gcloud's ``~/.ssh/google_compute_engine``."""
     if default is not None:
         user, key = default
     else:
         user = os.environ.get("USER", "") or "root"
         key = Path("~/.ssh/google_compute_engine").expanduser()
-    if config.ssh.user:
-        user = config.ssh.user
-    if config.ssh.key:
-        key = Path(config.ssh.key).expanduser()
+    if ssh.user:
+        user = ssh.user
+    if ssh.key:
+        key = Path(ssh.key).expanduser()
     return user, key
 
 
-def known_hosts_path(config: Config, state_dir: Path | None = None) -> Path:
+def known_hosts_path(ssh: SshConfig, state_dir: Path | None = None) -> Path:
     """``ssh.known_hosts`` or ``<state dir>/known_hosts`` (never ~/.ssh/known_hosts: the
     console rewrites entries of recreated VMs and must not touch the user's own file)."""
-    if config.ssh.known_hosts:
-        return Path(config.ssh.known_hosts).expanduser()
+    if ssh.known_hosts:
+        return Path(ssh.known_hosts).expanduser()
     return (state_dir or default_state_dir()) / "known_hosts"
 
 

@@ -82,12 +82,13 @@ def test_parse_state_api_answer() -> None:
 
 
 def test_bootstrap_command_defaults() -> None:
-    assert default_bootstrap_command(Config()) == LOCAL_BOOTSTRAP
+    def command(config: Config) -> str:
+        return default_bootstrap_command(config.bootstrap_command, local=config.is_local)
+
+    assert command(Config()) == LOCAL_BOOTSTRAP
     gcp = parse_config({"cluster": {"provider": "gcp", "project": "p", "zone": "z-a"}})
-    assert default_bootstrap_command(gcp) == GCP_BOOTSTRAP
-    assert default_bootstrap_command(parse_config({"bootstrap": {"command": "echo hi"}})) == (
-        "echo hi"
-    )
+    assert command(gcp) == GCP_BOOTSTRAP
+    assert command(parse_config({"bootstrap": {"command": "echo hi"}})) == "echo hi"
 
 
 def test_head_command_keeps_dashboard_on_loopback() -> None:

@@ -392,9 +392,9 @@ def test_identity_defaults_and_overrides(tmp_path: Path) -> None:
             "ssh": {"user": "alice", "key": str(tmp_path / "id"), "known_hosts": "~/kh"},
         }
     )
-    assert ssh_identity(gcp) == ("alice", tmp_path / "id")
-    assert known_hosts_path(gcp) == Path("~/kh").expanduser()
-    assert known_hosts_path(parse_config({})).name == "known_hosts"
+    assert ssh_identity(gcp.ssh) == ("alice", tmp_path / "id")
+    assert known_hosts_path(gcp.ssh) == Path("~/kh").expanduser()
+    assert known_hosts_path(parse_config({}).ssh).name == "known_hosts"
 
 
 async def test_the_pods_ssh_built_from_config_reaches_the_pod(pod: PodInfo, tmp_path: Path) -> None:
