@@ -90,7 +90,19 @@ async def job_in(svc: Facade, job_id: str, statuses: set[str]) -> bool:
     return (await svc.job_status(job_id)).status in statuses
 
 
-async def ray_client_task(address: str) -> str:
+def ray_client_server_logs(root: Path) -> str:
+    """The tails of Ray's client-server logs on the emulated hosts: why a ray:// connect failed."""
+    tails = []
+    for f in sorted(root.rglob("ray_client_server*.err")) + sorted(
+        root.rglob("ray_client_server*.out")
+    ):
+        text = f.read_text(errors="replace")[-1500:]
+        if text.strip():
+            tails.append(f"--- {f.relative_to(root)}\n{text}")
+    return "\n".join(tails) or f"(no ray_client_server logs under {root})"
+
+
+async def ray_client_task(address: str, logs_root: Path) -> str:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -100,7 +112,7 @@ async def ray_client_task(address: str) -> str:
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 240)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    assert proc.returncode == 0, err.decode()[-3000:] + "\n" + ray_client_server_logs(logs_root)
     ran_on: str = json.loads(out.decode().strip().splitlines()[-1])
     return ran_on
 
@@ -156,7 +168,7 @@ async def run_loop(pod: PodInfo, tmp_path: Path) -> None:
         bringup_s = time.monotonic() - t0
         snap = await svc.refresh()
         assert snap.ray_alive == 4 and snap.tunnel_up, snap
-        ran_on = await ray_client_task(f"ray://127.0.0.1:{cfg.ray.local_client_port}")
+        ran_on = await ray_client_task(f"ray://127.0.0.1:{cfg.ray.local_client_port}", pod.run_dir)
         assert ran_on in {h.ip for h in pod.hosts}
 
         # -- a job sees the console's W&B mode and JAX platform ----------------------------
