@@ -176,6 +176,8 @@ class State:
             run["state"] = fields["state"]
         elif not inserted and fields.get("config") is not None:
             run["state"] = "running"  # wandb.init sends its config: a resumed run runs again
+        if run["state"] == "running" and run.get("preempting"):
+            run["state"] = "preempting"  # said once, it stays (a config update is no undo)
         run["heartbeat_at"] = now
         return run, inserted
 
@@ -199,9 +201,9 @@ class State:
                 run["log_lines"] = max(run["log_lines"], offset + len(content))
         run["heartbeat_at"] = time.time()
         if body.get("preempting"):
-            run["state"] = "preempting"
-        elif run["state"] not in ("running", "preempting"):
-            run["state"] = "running"
+            run["preempting"] = True  # wandb-core says it once; later requests do not repeat it
+        if run["state"] not in ("running", "preempting") or body.get("preempting"):
+            run["state"] = "preempting" if run.get("preempting") else "running"
         if body.get("complete"):
             code = body.get("exitcode")
             run["exitcode"] = code

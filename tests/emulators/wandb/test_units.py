@@ -186,6 +186,21 @@ def test_a_preempted_run_whose_agent_went_quiet_is_handed_out_again() -> None:
     assert sweep["handed_out"][0]["agent"] == "a2"
 
 
+def test_a_run_marked_preempting_stays_so_through_later_config_updates() -> None:
+    """The engine's agent marks the run preempting, then its trainer updates the run's config
+    (another UpsertBucket) and streams history without the flag: still preempting, so the
+    run is re-queued if its agent dies (it was not, on the pod: no run ever came back)."""
+    state = State()
+    run, _ = state.upsert_run("e", "p", "r1", {"sweep": "s1", "config": "{}"})
+    state.stream(run, {"files": {}, "preempting": True})
+    run, inserted = state.upsert_run("e", "p", "r1", {"config": '{"lr": {"value": 0.1}}'})
+    assert not inserted and run["state"] == "preempting"
+    state.stream(run, {"files": {"wandb-history.jsonl": {"offset": 0, "content": ["{}"]}}})
+    assert run["state"] == "preempting"
+    state.stream(run, {"files": {}, "complete": True, "exitcode": 0})
+    assert run["state"] == "finished"
+
+
 def test_at_the_run_cap_an_agent_waits_while_a_run_marked_preempting_may_need_it() -> None:
     """Told `exit` there, the last agents of a sweep would leave before a dead agent's run
     is re-queued, and the run would never finish (seen with two agents, a worker lost)."""
