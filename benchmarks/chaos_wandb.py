@@ -212,7 +212,14 @@ async def run_wandb_phase(drill: Any) -> None:
         )
     prefix = f"{sid}-"
     await drill._until(lambda: bool(drill._running(prefix)), 600, "the first W&B run's progress")
+    head = drill.pod.hosts[0].name
     for shot in shots:
+        if shot.kind == WORKER:  # a run training on a worker, or the shot hits nothing
+            await drill._until(
+                lambda: any(a.host != head for a in drill._running(prefix)),
+                600,
+                "a W&B run's progress on a worker",
+            )
         await drill._fire(shot, prefix, s.wandb_interval)
     info = await drill._job_end(job.job_id)
     if info.status != JobStatus.SUCCEEDED:
