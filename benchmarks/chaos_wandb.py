@@ -255,7 +255,11 @@ def wandb_figures(
             f"{r.shot.kind}#{i}": lost.get(i, 0) for i, r in shots.items()
         },
         "wandb_mttr_s": {
-            f"{r.shot.kind}#{i}": None if r.recovery is None else r.recovery.mttr_s
+            f"{r.shot.kind}#{i}": (
+                None
+                if r.recovery is None or r.recovery.mttr_s is None
+                else round(r.recovery.mttr_s, 2)
+            )
             for i, r in shots.items()
         },
         "wandb_restarted_from_zero": len(restarts_from_zero(mine)),

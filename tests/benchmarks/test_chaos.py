@@ -1,7 +1,8 @@
 """The chaos drill in CI's slow run, small: four preemptions covering head/worker x with/without
 notice (the head with notice during a single training job, the other three during a Ray Tune
 sweep of run cap 4), the console's watchdog alone recovering. The drill's checks are the
-assertions (see ``benchmarks.chaos``); ``make chaos`` runs a larger one."""
+assertions (see ``benchmarks.chaos``); ``make chaos`` runs a larger one. The second test is the
+drill's W&B phase alone (``benchmarks.chaos_wandb``): seed 000's sweep on the W&B emulator."""
 
 from __future__ import annotations
 
@@ -28,3 +29,36 @@ async def test_a_small_chaos_drill_survives_every_preemption(tmp_path: Path) -> 
     # the preemptions hit trainers, in both modes: a drill that hit nothing proves nothing
     assert figs["steps_lost_notice"]["n"] >= 1 and figs["steps_lost_abrupt"]["n"] >= 1
     assert figs["notice_to_checkpoint_s"]["n"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_seed_000_sweep_on_wandb_survives_a_worker_then_the_head(tmp_path: Path) -> None:
+    """Seed 000's sweep on W&B, end to end on the pod emulator: the console submits it with
+    the W&B backend (2 nodes x 2 agents, W&B online against the W&B emulator, the key read
+    by name); a worker, then the head, preempted mid-sweep; the watchdog relaunches the agents
+    with the same sweep id. The sweep ends FINISHED at its run cap, every run finished, none
+    restarted from step 0 after a checkpoint, each run's final weights downloadable by
+    ``latest`` and ``step-N`` (checked by the real ``wandb.Api()``)."""
+    settings = DrillSettings(seed=1, count=0, phases=(), wandb_run_cap=5, notice_grace_s=20.0)
+    result = await run_drill(settings, tmp_path / "drill", say=print)
+    print(result.table)
+    figs = result.figures
+    print(
+        "W&B sweep figures: "
+        + json.dumps(
+            {
+                "runs_final/run_cap": f"{figs.get('wandb_runs_final')}/{figs.get('wandb_run_cap')}",
+                "restarted_from_zero": figs.get("wandb_restarted_from_zero"),
+                "steps_lost_per_preemption": figs.get("wandb_steps_lost_per_preemption"),
+                "mttr_s": figs.get("wandb_mttr_s"),
+            }
+        )
+    )
+    assert not result.problems, "\n".join(result.problems)
+    assert figs["survived"] == figs["preemptions"] == 2
+    assert figs["wandb_runs_final"] == figs["wandb_run_cap"] == 5
+    assert figs["wandb_restarted_from_zero"] == 0
+    # both shots hit a run: a preemption that hit nothing proves nothing
+    assert len(figs["wandb_steps_lost_per_preemption"]) == 2
+    assert figs["steps_lost_abrupt"]["n"] >= 2
