@@ -4,9 +4,10 @@
     .venv/bin/python -m benchmarks.recovery --gcp [--repeat 2] [--poll 0.5]
 
 Against the local emulator with real Ray (temp run dir, free ports, everything stopped at the
-end): bring the pod up through ``ClusterServices`` (bootstrap, Ray on 4 hosts, tunnel, a job
-that prints and sleeps), then ``--repeat`` times preempt a worker and let the watchdog recover
-on its own, then preempt the head once (full rebuild and job resubmission).
+end): bring the pod up through ``ClusterServices`` (bootstrap, Ray on 4 hosts, tunnel, a real
+``engine.train`` job checkpointing to the pod's bucket), then ``--repeat`` times preempt a
+worker and let the watchdog recover on its own, then preempt the head once (full rebuild and
+job resubmission).
 
 * ``detect_s``: median of the watchdog's time to detect (its first observation of the loss
   minus the preemption time the TPU API reports), in seconds;
@@ -16,6 +17,10 @@ on its own, then preempt the head once (full rebuild and job resubmission).
   pod, by hand) with ``mttr_head_over_bringup``; ``join_by_hand_s`` (median of ``--repeat``
   times one worker's ``ray start`` into the running cluster, until the head lists it alive) with
   ``mttr_worker_over_join``; and ``detect_over_poll`` (detect time in poll intervals);
+* training back, not just the cluster: ``cold_first_step_s`` (bring-up as above + submit ->
+  the job's first training step, its ``[engine] progress`` line as the console reads it from
+  the job's logs) and ``head_first_step_s`` (head preemption -> the resubmitted job's first
+  step past the one it resumed at), with ``first_step_head_over_cold`` (goal <= 1.0);
 * ``step_s``: each recovery step's time in the last worker and the head recovery;
 * ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
   fresh connections; near 1 means the fan-out is parallel).
@@ -35,8 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import statistics
 import sys
@@ -73,6 +81,16 @@ SLEEPER = textwrap.dedent(
         time.sleep(1.0)
     """
 )
+# The real engine for the main run: what a user waits for is its next training step. Long
+# enough to train through every preemption; teardown stops it.
+TRAIN_ARGS = (
+    "--algo ppo --total-timesteps 10000000 --checkpoint-every 1024 --log-every 256 "
+    f"--hparams {shlex.quote(json.dumps({'n_steps': 256}))} --run-name bench-recovery "
+    "--eval-episodes 2 --wandb disabled --device cpu --torch-threads 1"
+)
+# The engine's own lines (engine.trainer, engine.metrics), as benchmarks.chaos_logs reads them.
+_RESUMING = re.compile(r"\[engine\] resuming \S+ from checkpoint \S+ at step (?P<step>\d+)")
+_PROGRESS = re.compile(r"\[engine\] progress step=(?P<step>\d+)/")
 
 
 def _config(pod: PodInfo, work: Path, poll_s: float) -> Config:
@@ -117,7 +135,6 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
             _config(pod, work, poll_s),
             state_dir=work / "state",
             autostart_pod=False,
-            working_dir=_project(work),
         )
         finished: list[RecoveryStatus] = []
 
@@ -128,9 +145,13 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
 
         svc.subscribe(on_update)
         await svc.start()
+        t_cold = time.perf_counter()
         bringup, bringup_steps = await _bring_up(svc)
         _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s {bringup_steps}")
-        job = await svc.submit(SubmitSpec(train_args="--algo ppo --total-timesteps 1000"))
+        job = await svc.submit(SubmitSpec(train_args=TRAIN_ARGS))
+        seen, step = await _first_new_step(svc, set(), 600)
+        cold_first_step = seen - t_cold
+        _log(f"cold bring-up + submit -> first step ({step}): {cold_first_step:.1f}s")
         await _running(svc, job.job_id)
 
         # As many samples as worker recoveries: `ray start` waits for its node in 1 s steps
@@ -156,16 +177,24 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
             _log(f"worker {host}: detect {status.detect_s}s, MTTR {status.mttr_s:.1f}s")
             _log(f"  steps: {step_times['worker']}")
 
+        t_head = time.perf_counter()
         await svc.preempt(pod.hosts[0].name, actor="bench")
+        resumed = asyncio.create_task(_first_new_step(svc, {job.job_id}, 900))
         status = await _next_recovery(finished, repeat + 1, 900)
         if status.result != "ok" or status.mttr_s is None:
+            resumed.cancel()
             raise RuntimeError(f"head recovery failed: {status.result}")
+        seen, step = await resumed
+        head_first_step = seen - t_head
         if status.detect_s is not None:
             detects.append(status.detect_s)
         mttr_head = status.mttr_s
         step_times["head"] = _step_times(status)
         _log(f"head: detect {status.detect_s}s, MTTR {mttr_head:.1f}s")
         _log(f"  steps: {step_times['head']}")
+        _log(
+            f"head preemption -> the resumed job's first new step ({step}): {head_first_step:.1f}s"
+        )
         await svc.teardown(actor="bench")
     finally:
         if svc is not None:
@@ -187,11 +216,41 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         "mttr_worker_samples_s": [round(x, 2) for x in worker_mttrs],
         "mttr_head_s": round(mttr_head, 2),
         "mttr_head_over_bringup": round(mttr_head / bringup, 3),
+        "cold_first_step_s": round(cold_first_step, 2),
+        "head_first_step_s": round(head_first_step, 2),
+        "first_step_head_over_cold": round(head_first_step / cold_first_step, 3),
         "join_by_hand_s": round(join_by_hand, 2),
         "join_by_hand_samples_s": [round(x, 2) for x in joins],
         "mttr_worker_over_join": round(statistics.median(worker_mttrs) / join_by_hand, 3),
         "step_s": {"bringup": bringup_steps, **step_times},
     }
+
+
+async def _first_new_step(svc: Facade, old: set[str], timeout_s: float) -> tuple[float, int]:
+    """When (perf_counter) the console first sees a job not in ``old`` log a training step
+    beyond the one it started or resumed at, and that step. Polls through the recovery: the
+    jobs API is away while the head is rebuilt."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # no tunnel, no head yet, a job just gone
+            for job in await svc.list_jobs():
+                if job.job_id in old:
+                    continue
+                step = _new_step(await svc.job_logs(job.job_id))
+                if step is not None:
+                    return time.perf_counter(), step
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"no job logged a new training step within {timeout_s:.0f}s")
+
+
+def _new_step(logs: str) -> int | None:
+    """The first progress step past the step the trainer resumed at (0: from scratch)."""
+    m = _RESUMING.search(logs)
+    start = int(m["step"]) if m else 0
+    for p in _PROGRESS.finditer(logs, m.end() if m else 0):
+        if int(p["step"]) > start:
+            return int(p["step"])
+    return None
 
 
 def _step_times(status: RecoveryStatus) -> dict[str, float]:
