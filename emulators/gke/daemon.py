@@ -410,6 +410,16 @@ class Cluster:
         try:
             self._prepare_run_dir()
             await runner.setup()
+            # The same API over TLS: the endpoint get-credentials writes (tls.py). Started
+            # before the plain port: from the plain port's start to the node pools below there
+            # is no await, so `/version` (what `start` waits for) never answers before the nodes
+            # exist.
+            tls_site = web.TCPSite(
+                runner, "127.0.0.1", 0, ssl_context=self.tls.server_context(), shutdown_timeout=1.0
+            )
+            await tls_site.start()
+            assert tls_site._server is not None
+            self.tls_port = tls_site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             site = web.TCPSite(runner, "127.0.0.1", self.cfg.port, shutdown_timeout=1.0)
             try:
                 await site.start()
@@ -421,13 +431,6 @@ class Cluster:
             server = site._server
             assert server is not None
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            # The same API over TLS: the endpoint get-credentials writes (tls.py).
-            tls_site = web.TCPSite(
-                runner, "127.0.0.1", 0, ssl_context=self.tls.server_context(), shutdown_timeout=1.0
-            )
-            await tls_site.start()
-            assert tls_site._server is not None
-            self.tls_port = tls_site._server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             self.kubelet = Kubelet(
                 self.store,
                 self.recorder,
