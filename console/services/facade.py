@@ -34,7 +34,7 @@ from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
 from console.services.errors import JobsUnavailable
 from console.services.jobs.budget import RetryBudget
-from console.services.jobs.registry import JobRegistry, Submitter
+from console.services.jobs.registry import Advise, JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.watcher import JobWatcher, env_event
@@ -114,6 +114,7 @@ class Facade(ClusterActions):
         leases: PodLeases,
         chaos: Callable[[Backend], Chaos] | None = None,
         consumers: Sequence[MakeConsumer] = (),
+        advise: Callable[[Backend], Advise] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -139,6 +140,7 @@ class Facade(ClusterActions):
             self.bus.publish,
             clock=clock,
             poll_budget_s=self.poll_budget_s,
+            advise=advise(self.backend) if advise is not None else None,
         )
         self.retry_budget = RetryBudget(
             registry, self.outcomes, self.sink, rec.max_error_retries, clock=clock

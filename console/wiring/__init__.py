@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
     from console.services.facade import Facade, MakeConsumer
+    from console.services.jobs.registry import Advise
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
     from console.services.record.sink import EventSink
@@ -124,10 +125,9 @@ def make_services(
             leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
             consumers=[*_alerts(config, clock), *_notices(config, storage, journal, clock)],
+            advise=None if config.is_gke else _advise_jobs(config, storage, journal, clock),
             clock=clock,
         )
-        if not config.is_gke:
-            _advise_jobs(config, storage, facade, journal, clock)
         return facade
     except BaseException:
         journal.close()
@@ -169,23 +169,24 @@ def _notices(
 def _advise_jobs(
     config: Config,
     storage: str,
-    facade: Facade,
     journal: Journal,
     clock: Callable[[], float],
-) -> None:
+) -> Callable[[Backend], Advise]:
     """Each job submitted (resubmissions too) gets the checkpoint advice of the moment in its
-    environment, for ``--checkpoint-every auto``."""
+    environment, for ``--checkpoint-every auto``: built with the backend whose logs it reads."""
     from console.services.ledger.live import LiveAdvisor, newest_job_logs
 
-    backend = facade.backend
-    advisor = LiveAdvisor(
-        journal,
-        storage,
-        hosts=config.cluster.hosts,
-        job_logs=lambda: newest_job_logs(backend.list_jobs, backend.job_logs),
-        clock=clock,
-    )
-    facade.submitter.advise = advisor.advised
+    def make(backend: Backend) -> Advise:
+        advisor = LiveAdvisor(
+            journal,
+            storage,
+            hosts=config.cluster.hosts,
+            job_logs=lambda: newest_job_logs(backend.list_jobs, backend.job_logs),
+            clock=clock,
+        )
+        return advisor.advised
+
+    return make
 
 
 def _capacity_hooks(

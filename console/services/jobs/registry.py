@@ -159,6 +159,10 @@ class JobRegistry(SubmissionRegistry[SubmittedJob]):
         path.replace(path.with_name(path.name + ".imported"))
 
 
+# The spec with the checkpoint advice of the moment in its env (``ledger.live``).
+Advise = Callable[[SubmitSpec], Awaitable[SubmitSpec]]
+
+
 class Submitter:
     def __init__(
         self,
@@ -169,6 +173,7 @@ class Submitter:
         *,
         clock: Callable[[], float] = time.time,
         poll_budget_s: float = 10.0,
+        advise: Advise | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
@@ -177,7 +182,7 @@ class Submitter:
         self._clock = clock
         self.poll_budget_s = poll_budget_s
         # The checkpoint advice of each job it submits (``ledger.live``), when one is wired.
-        self.advise: Callable[[SubmitSpec], Awaitable[SubmitSpec]] | None = None
+        self.advise = advise
 
     async def submit(self, spec: SubmitSpec, actor: str, resubmitted_from: str = "") -> JobInfo:
         """Submit through the backend; the registry, the journal and the bus hear of it.

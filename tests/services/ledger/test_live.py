@@ -105,12 +105,6 @@ async def test_a_submitted_job_gets_the_advice_and_the_engine_takes_it(tmp_path:
     ]
     head = Head({"earlier": "\n".join(["starting", *lines])})
     published: list[Update] = []
-    submitter = Submitter(
-        head,  # type: ignore[arg-type]
-        JobRegistry(journal),
-        EventSink(journal, published.append),
-        published.append,
-    )
     advisor = LiveAdvisor(
         journal,
         str(storage),
@@ -118,7 +112,13 @@ async def test_a_submitted_job_gets_the_advice_and_the_engine_takes_it(tmp_path:
         job_logs=lambda: newest_job_logs(head.list_jobs, head.job_logs),
         clock=lambda: now,
     )
-    submitter.advise = advisor.advised
+    submitter = Submitter(
+        head,  # type: ignore[arg-type]
+        JobRegistry(journal),
+        EventSink(journal, published.append),
+        published.append,
+        advise=advisor.advised,
+    )
     await submitter.submit(SubmitSpec(train_args="--algo ppo --checkpoint-every auto"), "user")
 
     want = advise(0.25, 600.0, 200.0, DEFAULT_CHECKPOINT_EVERY)
