@@ -38,6 +38,7 @@ from emulators.tpu_pod.chaos import FAULT_KINDS, Faults, chaos_schedule, host_fa
 from emulators.tpu_pod.children import wait_children_with_pidfds
 from emulators.tpu_pod.hosts import DELETED, Host, HostLifecycle, Runtime
 from emulators.tpu_pod.layout import host_ip, resolve_host_ref
+from emulators.tpu_pod.limits import FdLimitError, ensure_fds
 from emulators.tpu_pod.metadata import MetadataServer
 from emulators.tpu_pod.nodes import Node
 from emulators.tpu_pod.operations import ApiError, OperationStore
@@ -518,6 +519,11 @@ def run_daemon(cfg: DaemonConfig) -> int:
     )
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    try:
+        ensure_fds(cfg.hosts)
+    except FdLimitError as exc:
+        log.error("error: %s", exc)
+        return 2
     try:
         return asyncio.run(PodDaemon(cfg).run())
     except StartupError as exc:
