@@ -41,7 +41,8 @@ from typing import Any
 
 from console.config import CapacityConfig
 from console.services.backends.tpu_vm.capacity import Attempt, Capacity
-from console.services.backends.tpu_vm.tpu import GcpTpuProvider, NodeInfo, local_client
+from console.services.backends.tpu_vm.node import NodeInfo
+from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
 from console.services.ledger.rates import (
     RiskOrder,
     journal_rates,

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from console.services.backends.tpu_vm.jobs import JobError
+from console.services.backends.tpu_vm.node import NodeInfo
 from console.services.backends.tpu_vm.parts import PodParts
 from console.services.backends.tpu_vm.probes import ProbePlanner
 from console.services.backends.tpu_vm.ray import RayError, RayNodeInfo, alive_by_ip
-from console.services.backends.tpu_vm.tpu import NodeInfo, TpuApiError
+from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
 from console.services.observation import HostObservation, Observation, layer_silent_text
 

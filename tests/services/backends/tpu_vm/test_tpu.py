@@ -14,16 +14,18 @@ from google.cloud import tpu_v2
 from console.config import parse_config
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import parse_public_keys
-from console.services.backends.tpu_vm.tpu import (
-    GcpTpuProvider,
+from console.services.backends.tpu_vm.node import (
     NodeInfo,
     Symptom,
-    TpuApiError,
-    gcp_provider,
     host_states_of,
-    local_client,
     node_info_from_proto,
     parse_guest_hostkeys,
+)
+from console.services.backends.tpu_vm.tpu import (
+    GcpTpuProvider,
+    TpuApiError,
+    gcp_provider,
+    local_client,
 )
 from console.services.model import HostState
 from console.wiring.pod import EmulatedTpuProvider
