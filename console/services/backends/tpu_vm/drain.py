@@ -13,8 +13,11 @@ Instead, per noticed host:
 2. wait until no engine process (``python -m engine.*``: a job's trainer or driver, a
    trial's zygote and trainers) is left on it, asked over the SSH connection the console
    already holds (a VM shutting down accepts no new one);
-3. and then the host may go. The grace (``recovery.notice_grace_s`` and a margin) stays the
-   bound, and the API saying the VM stopped ends the wait as before.
+3. and then the host may go, once its drain has answered or its raylet is gone: a drain
+   run on a dying head took 14-18 s of a 30 s grace to fail (the drill's head with
+   notice), and a node without a raylet takes no new work anyway. The grace
+   (``recovery.notice_grace_s`` and a margin) stays the bound, and the API saying the VM
+   stopped ends the wait as before.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ GRACE_MARGIN_S = 30.0
 # The brackets keep the pattern from matching the shell that runs it (its command line
 # holds the pattern itself); ``pgrep`` exits 1 when nothing matches.
 ENGINE_PROCESSES = "pgrep -f '[-]m engine[.]'"
+# The host's raylet (it exits on the shutdown's SIGTERM): without it nothing more can be
+# placed on the host, drained or not.
+RAYLET_PROCESS = "pgrep -f '[r]aylet/raylet'"
 NO_MATCH = 1
 
 
@@ -42,7 +48,7 @@ class HostGoing:
     """One noticed host: why it may go, once it may."""
 
     name: str
-    how: str = ""  # "jobs exited" or "stopped"; "" while waiting
+    how: str = ""  # "jobs exited", "jobs exited, raylet gone" or "stopped"; "" while waiting
     drain_error: str = ""
 
 
@@ -98,8 +104,11 @@ async def let_noticed_hosts_go(
                     continue
                 if h in stopped:
                     going.how = "stopped"
-                elif drains[h].done() and not await _engine_running(parts, h):
-                    going.how = "jobs exited"
+                elif not await _running(parts, h, ENGINE_PROCESSES):
+                    if drains[h].done():
+                        going.how = "jobs exited"
+                    elif not await _running(parts, h, RAYLET_PROCESS):
+                        going.how = "jobs exited, raylet gone"
             if all(g.how for g in out.hosts.values()):
                 break
             await asyncio.sleep(min(1.0, parts.poll_interval_s))
@@ -132,9 +141,9 @@ async def _drain(
             going.drain_error = (res.stdout_tail.strip().splitlines() or [res.error])[-1]
 
 
-async def _engine_running(parts: PodParts, host: str) -> bool:
-    """False only when the host answered that no engine process is left on it."""
-    res = await parts.ssh.run_one(host, ENGINE_PROCESSES, timeout_s=15.0)
+async def _running(parts: PodParts, host: str, pgrep: str) -> bool:
+    """False only when the host answered that no process matches ``pgrep``."""
+    res = await parts.ssh.run_one(host, pgrep, timeout_s=15.0)
     return res.exit_status != NO_MATCH
 
 
