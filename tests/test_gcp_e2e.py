@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from engine.sweep import read_status
 from tests.support.emulator_helpers import running_pod
+from tests.support.ray_client import ray_client_task
 from tests.support.recorder import Recorder
 from tests.support.sweep_waits import sweep_ready_to_preempt
 from tests.support.waiting import until
@@ -63,18 +63,6 @@ SWEEP_SPACE = {
 }
 SWEEP_ID = f"{SWEEP_KIND}-grid-cap4-s0"  # what the engine derives; the console learns it
 
-RAY_CLIENT_TASK = """
-import json, sys
-import ray
-ray.init(sys.argv[1], logging_level="ERROR")
-
-@ray.remote(num_cpus=0)
-def where():
-    return ray.util.get_node_ip_address()
-
-print(json.dumps(ray.get(where.remote())))
-"""
-
 
 def project(tmp_path: Path) -> Path:
     """The user's project as the console uploads it: the engine, plus a small search space."""
@@ -88,33 +76,6 @@ def project(tmp_path: Path) -> Path:
 
 async def job_in(svc: Facade, job_id: str, statuses: set[str]) -> bool:
     return (await svc.job_status(job_id)).status in statuses
-
-
-def ray_client_server_logs(root: Path) -> str:
-    """The tails of Ray's client-server logs on the emulated hosts: why a ray:// connect failed."""
-    tails = []
-    for f in sorted(root.rglob("ray_client_server*.err")) + sorted(
-        root.rglob("ray_client_server*.out")
-    ):
-        text = f.read_text(errors="replace")[-1500:]
-        if text.strip():
-            tails.append(f"--- {f.relative_to(root)}\n{text}")
-    return "\n".join(tails) or f"(no ray_client_server logs under {root})"
-
-
-async def ray_client_task(address: str, logs_root: Path) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        RAY_CLIENT_TASK,
-        address,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 240)
-    assert proc.returncode == 0, err.decode()[-3000:] + "\n" + ray_client_server_logs(logs_root)
-    ran_on: str = json.loads(out.decode().strip().splitlines()[-1])
-    return ran_on
 
 
 async def hand_submitted(dashboard_url: str) -> str:
@@ -168,8 +129,8 @@ async def run_loop(pod: PodInfo, tmp_path: Path) -> None:
         bringup_s = time.monotonic() - t0
         snap = await svc.refresh()
         assert snap.ray_alive == 4 and snap.tunnel_up, snap
-        ran_on = await ray_client_task(f"ray://127.0.0.1:{cfg.ray.local_client_port}", pod.run_dir)
-        assert ran_on in {h.ip for h in pod.hosts}
+        ran = await ray_client_task(f"ray://127.0.0.1:{cfg.ray.local_client_port}", pod.run_dir)
+        assert ran["ran_on"] in {h.ip for h in pod.hosts}
 
         # -- a job sees the console's W&B mode and JAX platform ----------------------------
         job = await svc.submit(
