@@ -432,9 +432,12 @@ class PodState:
         live = [h for h in hosts if h.state in LIVE]
         if not live:
             return {}
+        # A host deleted or recreated meanwhile (its grace, or a wait for the lock) is a new
+        # VM: no longer ours to kill. Checked under the lock: a recreate holds it while it
+        # kills the old VM's processes, before the new generation exists.
+        generations = {h.key: h.generation for h in live}
         if grace > 0:
             self.life.give_notice(live)
-            generations = {h.key: h.generation for h in live}
             self.rt.event(
                 "preempt_notice",
                 node=node.path,
@@ -444,12 +447,10 @@ class PodState:
             )
             await self.rt.notify()
             notice = await self.life.terminate(live, grace)
-            # Deleted or recreated during the grace: that host is no longer ours to kill.
-            live = [h for h in live if h.generation == generations[h.key] and h.state in LIVE]
         else:
             notice = {}
         async with self.rt.lock:
-            live = [h for h in live if h.state in LIVE]
+            live = [h for h in live if h.generation == generations[h.key] and h.state in LIVE]
             if not live:
                 return notice
             now = time.time()

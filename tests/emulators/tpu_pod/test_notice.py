@@ -205,3 +205,36 @@ def test_bad_notice_is_a_usage_error(pod: PodInfo, capsys: pytest.CaptureFixture
     assert pod_main(["preempt", "1", "--notice", "soon", "--run-dir", str(pod.run_dir)]) == 2
     assert "not a number of seconds" in capsys.readouterr().err
     assert client.pod_status(pod.run_dir).hosts[1].state == "READY"  # type: ignore[union-attr]
+
+
+def test_a_host_recreated_during_its_grace_is_not_preempted_after_it(pod: PodInfo) -> None:
+    """The console recreates a noticed host once its jobs are done, before its grace ends
+    (its GCS ignores SIGTERM): the new VM is not the one the notice was for, and must not
+    be killed when the old one's processes are found gone (the recreate kills them)."""
+    for _ in range(3):  # a GCS and its like: they ignore the notice
+        started = ssh_run(pod, 1, "nohup bash -c \"trap '' TERM; sleep 120\" >/dev/null 2>&1 &")
+        assert started.returncode == 0, started.stderr
+    done: list[PodInfo] = []
+    noticed = threading.Thread(
+        target=lambda: done.append(client.preempt(pod.run_dir, 1, notice=60, wait=True))
+    )
+    noticed.start()
+    try:
+        wait_until(
+            lambda: (
+                (s := client.pod_status(pod.run_dir)) is not None
+                and s.hosts[1].state == "PREEMPTING"
+            ),
+            30,
+            "the notice given",
+        )
+        client.recreate(pod.run_dir, 1)
+        client.wait_for(pod.run_dir, lambda p: p.hosts[1].state == "READY", 60, "w1 READY")
+    finally:
+        noticed.join(90)  # the notice ends once the old VM's processes are gone
+    assert done, "the notice never ended"
+    after = client.pod_status(pod.run_dir)
+    assert after is not None and after.hosts[1].state == "READY"
+    kinds = [e["kind"] for e in after.events]
+    assert "preempt" not in kinds[kinds.index("recreate") :], after.events[-3:]
+    assert ssh_run(pod, 1, "true").returncode == 0  # the new VM answers
