@@ -1,15 +1,20 @@
-"""Diagnosis of GKE observations: a slice's nodes worded once per slice, a Failed JobSet of
-this console to resubmit, a capacity stall reported with its fix (not "recovered"), and the
-TPU VM sentences as they were."""
+"""Diagnosis, pure classification: a TPU VM host's layers (VM, SSH, Ray, notice) and the head;
+GKE observations (a slice's nodes worded once per slice, a Failed JobSet of this console to
+resubmit, a capacity stall reported with its fix, not "recovered"), and the TPU VM sentences."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from console.services.model import HostState, JobStatus, WorkloadStatus
 from console.services.observation import HostObservation, Observation
 from console.services.recovery import classify as cx
 from console.services.recovery import diagnosis as dx
+from console.services.recovery.classify import HeadLoss, HostCondition
+from console.services.recovery.diagnosis import diagnose, head_text
 
 T = 1_760_000_000.0
 
@@ -101,3 +106,66 @@ def test_tpu_vm_words_are_unchanged() -> None:
     assert d.symptoms == ("pod-w1: VM lost (10.1.0.3, TPU state PREEMPTED)",)
     assert dx.unmet(o, 2, {}, set())[0] == "not READY: pod-w1"
     assert dx.resubmitted_text("a", "b") == "job a lost with the head, resubmitted as b"
+
+
+# -- TPU VM hosts: each layer classified -------------------------------------------------------
+
+
+def _obs(**host_kw: Any) -> Observation:
+    base = dict(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    head = HostObservation(name="w0", ip="127.0.0.10", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    return Observation(
+        at=0.0,
+        hosts=(head, HostObservation(**{**base, **host_kw})),
+        head="w0",
+        ray_reachable=True,
+        tunnel_up=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("host_kw", "cond"),
+    [
+        ({}, HostCondition.OK),
+        ({"tpu_state": "PREEMPTED", "ssh_ok": False, "ray_alive": 0}, HostCondition.LOST),
+        ({"tpu_state": "TERMINATED"}, HostCondition.LOST),
+        ({"notice_at": 5.0}, HostCondition.NOTICE),  # still READY, but going
+        ({"notice_at": 5.0, "tpu_state": "PREEMPTED", "ray_alive": 0}, HostCondition.LOST),
+        ({"tpu_state": "CREATING", "ray_alive": 0}, HostCondition.NOT_READY),
+        ({"ssh_ok": False, "ray_alive": 0}, HostCondition.UNREACHABLE),
+        # SSH fails, Ray fine (a hung sshd, or a blip): shown, never "recovered"
+        ({"ssh_ok": False, "ray_alive": 1}, HostCondition.SSH_DOWN),
+        ({"ray_alive": 0}, HostCondition.RAY_DOWN),
+        ({"ray_alive": 2}, HostCondition.DUPLICATE),
+        ({"tpu_state": "UNKNOWN"}, HostCondition.UNKNOWN),
+    ],
+)
+def test_diagnose_classifies_each_layer(host_kw: dict[str, Any], cond: HostCondition) -> None:
+    d = diagnose(_obs(**host_kw))
+    assert d.conditions["w1"] is cond
+    assert not d.head_lost
+    harmless = (HostCondition.OK, HostCondition.UNKNOWN, HostCondition.SSH_DOWN)
+    assert d.needs_recovery == (cond not in harmless)
+
+
+def test_diagnose_head_lost_when_gcs_silent_or_head_preempted() -> None:
+    obs = _obs()
+    silent = Observation(at=0, hosts=obs.hosts, head="w0", ray_reachable=False, tunnel_up=True)
+    d = diagnose(silent)
+    assert d.head_loss is HeadLoss.GCS_SILENT and "GCS" in head_text(d)
+    # the tunnel dies with the head; that is the head's problem, not a separate one
+    gone = Observation(
+        at=0,
+        hosts=(HostObservation("w0", "127.0.0.10", "PREEMPTED", ssh_ok=False), obs.hosts[1]),
+        head="w0",
+        tunnel_up=False,
+    )
+    d = diagnose(gone)
+    assert d.head_lost and not d.tunnel_down and d.to_recreate == ("w0",)
+
+
+def test_stall_alone_is_reported_not_recovered() -> None:
+    obs = _obs()
+    d = diagnose(Observation(**{**obs.__dict__, "stalled_runs": ("run-1",)}))
+    assert not d.needs_recovery and not d.healthy
+    assert "metrics stalled: run-1" in d.summary()
