@@ -38,6 +38,7 @@ from engine.envvars import (
 )
 from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED
 from engine.logs import log
+from engine.notice import exit_with
 from engine.storage import StorageError, check_storage_writable, resolve_storage
 from engine.sweep_spaces import (
     METHODS,
@@ -241,4 +242,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())  # after a notice without the teardown: the grace is running

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from engine.envvars import EnvError, apply_jax_platform
 from engine.exit_codes import EX_INTERRUPTED, EX_OK, EX_PREEMPTED
 from engine.logs import log
-from engine.notice import PreemptionNotice, TrainingPreempted
+from engine.notice import PreemptionNotice, TrainingPreempted, exit_with
 from engine.trainconfig import (
     ALGOS,
     DEFAULT_ENV,
@@ -148,4 +148,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())  # after a notice without the teardown: the grace is running

@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.distributed import main
+from engine.notice import exit_with
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())  # after a notice without the teardown: the grace is running

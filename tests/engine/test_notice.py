@@ -96,6 +96,51 @@ def test_notice_line_round_trips_through_its_regex() -> None:
     assert m["seconds"] == "0.412" and m["source"] == "SIGTERM" and m["code"] == "75"
 
 
+# A process that stops on a notice the way engine.train does, with what a normal exit keeps:
+# an atexit handler, unflushed stdout, a non-daemon thread; and what only the teardown runs.
+EXIT_NOW = r"""
+import atexit, sys, threading
+from pathlib import Path
+from engine.notice import exit_with
+
+out = Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+go = threading.Event()
+def late_writer():
+    go.wait()
+    (out / "thread").write_text("joined")
+threading.Thread(target=late_writer).start()
+class Teardown:
+    def __del__(self):
+        (out / "teardown").write_text("ran")
+kept = Teardown()  # a module global: finalized only by the interpreter's teardown
+sys.stdout.write("unflushed line")
+go.set()
+exit_with(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("code", [EX_PREEMPTED, 1])
+def test_exit_after_a_notice_keeps_what_an_exit_keeps_and_skips_the_teardown(
+    tmp_path: Path, code: int
+) -> None:
+    """Exit 75 leaves at once: the handlers, the flush and the join still happen, the
+    interpreter's teardown (torch's alone takes seconds on a busy VM) does not. Any other
+    code is a normal exit."""
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_NOW, str(tmp_path), str(code)],
+        capture_output=True,
+        text=True,
+        env=engine_env(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode == code, proc.stderr
+    assert proc.stdout == "unflushed line"
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert (tmp_path / "thread").read_text() == "joined"
+    assert (tmp_path / "teardown").exists() == (code != EX_PREEMPTED)
+
+
 # ------------------------------------------------------------------ storage: the notice marker
 
 
