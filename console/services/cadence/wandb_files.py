@@ -239,6 +239,8 @@ class OfflineRun:
     state: str = "running"  # running / finished / failed / preempting
     exit_code: int | None = None
     start_time: float | None = None
+    # the run's config as logged (``wandb.init(config=...)`` and later updates), decoded
+    config: dict[str, Any] = field(default_factory=dict)
     reader: RecordLogReader = field(init=False)
 
     def __post_init__(self) -> None:
@@ -271,6 +273,9 @@ class OfflineRun:
                 self.project = run.project or self.project
                 if run.HasField("start_time"):
                     self.start_time = run.start_time.seconds + run.start_time.nanos / 1e9
+                self.config.update(_config_items(run.config))
+            elif kind == "config":
+                self.config.update(_config_items(rec.config))
             elif kind == "exit":
                 self.exit_code = int(rec.exit.exit_code)
                 self.state = "finished" if self.exit_code == 0 else "failed"
@@ -287,19 +292,46 @@ def record_types() -> Any:
     return wandb_internal_pb2
 
 
+def _config_items(config: Any) -> dict[str, Any]:
+    """A ``ConfigRecord``'s updates as plain values (undecodable ones left out)."""
+    out: dict[str, Any] = {}
+    for item in config.update:
+        key = str(item.key) if item.key else ".".join(item.nested_key)
+        try:
+            value = json.loads(item.value_json) if item.value_json else None
+        except ValueError:
+            continue
+        # the run record may wrap a value as W&B's config.yaml does
+        if isinstance(value, dict) and set(value) <= {"value", "desc"} and "value" in value:
+            value = value["value"]
+        out[key] = value
+    return out
+
+
+# The engine's step metric (``define_metric("*", step_metric="global_step")``): the training
+# step. W&B's own ``_step`` only counts ``log`` calls, and restarts at 0 in a resumed
+# trainer's offline file, so where the engine logged its step, that is the step.
+STEP_METRIC = "global_step"
+
+
 def _history_point(history: Any) -> HistoryPoint | None:
     step: int | None = int(history.step.num) if history.HasField("step") else None
     timestamp: float | None = None
+    metric_step: int | None = None
     for item in history.item:
         key = _item_key(item)
-        if key == "_step":
+        if key in ("_step", STEP_METRIC):
             value = _item_value(item)
             if isinstance(value, int | float) and not isinstance(value, bool):
-                step = int(value)
+                if key == STEP_METRIC:
+                    metric_step = int(value)
+                else:
+                    step = int(value)
         elif key == "_timestamp":
             value = _item_value(item)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 timestamp = float(value)
+    step = metric_step if metric_step is not None else step
     if step is None or timestamp is None or not math.isfinite(timestamp):
         return None
     return HistoryPoint(step=step, timestamp=timestamp)

@@ -13,10 +13,13 @@ up to that sighting), waiting for capacity (a failed ``capacity`` try or a ``quo
 row, up to the next successful try or the incident's end) and recovery (each
 ``recovery.<step>`` action over its own duration, the rest of the incident as ``recovery``).
 A job counts every incident on its pod against it: a job spans the pod, so any host's loss
-interrupts it (as ``advice`` assumes). Steps come from the engine (``Progress``: W&B history
-points and the step it resumed from): restart warm-up runs from an attempt's RUNNING to its
-first step, redone work from there until it passes the step the previous attempt reached.
-Without steps both are 0 and the time stays productive (``steps_known`` says which).
+interrupts it (as ``advice`` assumes). Steps come from the engine (``Progress``: one
+trainer's W&B history points, the run it trains and the step it resumed from; an attempt may
+hold several, e.g. a sweep's trials): restart warm-up runs from an attempt's RUNNING to its
+first step; a trainer's redone work runs from its first step until it passes the step the
+run's earlier trainers reached (in this attempt or an earlier one of the chain), and counts
+the steps between where it resumed and that step. Without steps both are 0 and the time
+stays productive (``steps_known`` says which).
 
 Everything is read from journal rows, which outlive the console: a ledger built after a
 restart sees what the previous process journaled. Pure functions; callers read the rows.
@@ -60,14 +63,27 @@ class StepPoint:
 
 @dataclass(frozen=True)
 class Progress:
-    """One attempt's steps: its logged points and the checkpoint step it resumed from."""
+    """One trainer's steps: its logged points, the checkpoint step it resumed from and the
+    run it trains ("" where an attempt reports one trainer without naming its run)."""
 
     points: tuple[StepPoint, ...] = ()
     resumed_from: int | None = None
+    run: str = ""
 
     @property
     def reached(self) -> int | None:
         return max((p.step for p in self.points), default=self.resumed_from)
+
+
+# The engine's steps per job id (attempt): one trainer, or several (a sweep's trials).
+Steps = Mapping[str, Progress | Sequence[Progress]]
+
+
+def trainers(progress: Steps, job_id: str) -> list[Progress]:
+    """The trainers of one attempt that logged a step, in the order they began."""
+    p = progress.get(job_id)
+    found = [p] if isinstance(p, Progress) else list(p or ())
+    return sorted((x for x in found if x.points), key=lambda x: min(q.at for q in x.points))
 
 
 # -- what the journal says -------------------------------------------------------------------------
@@ -327,12 +343,13 @@ def account(
     *,
     start: float | None = None,
     end: float | None = None,
-    progress: Mapping[str, Progress] | None = None,
+    progress: Steps | None = None,
     outcomes: Mapping[str, float] | None = None,
 ) -> Ledger:
     """The ledger of ``rows`` over ``[start, end]`` (default: the rows' own span).
 
-    ``progress``: the engine's steps per job id (attempt); ``outcomes``: when each job ended as
+    ``progress``: the engine's steps per job id (attempt), one trainer or several;
+    ``outcomes``: when each job ended as
     ``record.outcomes`` recorded it (the cluster's end time, also for a job that ended while
     no console watched: its row is only written when the next console sees it).
     """
@@ -371,7 +388,7 @@ def _job_unit(
     chain: Sequence[str],
     tries: Sequence[Attempt],
     spans: Sequence[IncidentSpan],
-    progress: Mapping[str, Progress],
+    progress: Steps,
     t0: float,
     t1: float,
     workloads: set[str],
@@ -397,30 +414,33 @@ def _job_unit(
 
 
 def _step_paints(
-    tries: Sequence[Attempt], progress: Mapping[str, Progress], t1: float, paints: list[Paint]
+    tries: Sequence[Attempt], progress: Steps, t1: float, paints: list[Paint]
 ) -> tuple[int, bool]:
     """Warm-up and redone paints from the engine's steps; returns (redone steps, known)."""
-    reached: int | None = None
+    reached: dict[str, int] = {}  # per run: the highest step its trainers so far logged
     redone = 0
     known = False
     for a in tries:
-        p = progress.get(a.job_id)
-        if p is None or not p.points:
+        found = trainers(progress, a.job_id)
+        if not found:
             continue
         known = True
-        points = sorted(p.points, key=lambda x: x.at)
-        if a.running_at is not None and points[0].at > a.running_at:
-            paints.append(Paint(a.running_at, points[0].at, Cause.WARMUP, a.job_id))
-        # Without the checkpoint step, the first logged step bounds it from above: the
-        # redone work counted is then at most one logging interval short.
-        resumed = p.resumed_from if p.resumed_from is not None else points[0].step
-        if reached is not None and reached > resumed:
-            redone += reached - resumed
-            caught = next((x.at for x in points if x.step >= reached), a.ended_at or t1)
-            paints.append(Paint(points[0].at, caught, Cause.REDONE, a.job_id))
-        top = p.reached
-        if top is not None:
-            reached = top if reached is None else max(reached, top)
+        first_at = min(q.at for p in found for q in p.points)
+        if a.running_at is not None and first_at > a.running_at:
+            paints.append(Paint(a.running_at, first_at, Cause.WARMUP, a.job_id))
+        for p in found:
+            points = sorted(p.points, key=lambda x: x.at)
+            # Without the checkpoint step, the first logged step bounds it from above: the
+            # redone work counted is then at most one logging interval short.
+            resumed = p.resumed_from if p.resumed_from is not None else points[0].step
+            before = reached.get(p.run)
+            if before is not None and before > resumed:
+                redone += before - resumed
+                caught = next((x.at for x in points if x.step >= before), a.ended_at or t1)
+                paints.append(Paint(points[0].at, caught, Cause.REDONE, a.job_id))
+            top = p.reached
+            if top is not None:
+                reached[p.run] = top if before is None else max(before, top)
     return redone, known
 
 

@@ -2,9 +2,12 @@
 wrote it.
 
 Every trainer process writes its own run file (a resumed run is a new file with the same run
-id), so a file is one attempt's steps: its ``wandb.log`` points (step, wall time). A file is
-given to the attempt that was submitted and not yet ended when the file's first point was
-logged; where several were, to the one whose entrypoint names the run (``--run-name``), and
+id), so a file is one trainer's steps: its ``wandb.log`` points (the engine's
+``global_step``, wall time) and the checkpoint step it resumed from (the engine puts
+``resumed_from_step`` in the run's config). A job attempt may hold several trainers (a
+sweep's trials, a trial Ray Tune restarted), each a ``Progress`` of its run. A file is given
+to the attempt that was submitted and not yet ended when the file's first point was logged;
+where several were, to the one whose entrypoint names the run (``--run-name``), and
 otherwise to none (a guess would put one job's steps on another). ``goodput.account`` turns
 them into restart warm-up and redone work.
 """
@@ -20,6 +23,9 @@ from typing import TYPE_CHECKING
 
 from console.services.ledger.goodput import Attempt, Progress, StepPoint
 
+# What the engine's trainer puts in its run's config (``engine.trainer``).
+RESUMED_FROM = "resumed_from_step"
+
 if TYPE_CHECKING:
     from console.services.cadence.wandb_files import HistoryPoint
 
@@ -32,11 +38,14 @@ class RunSteps:
 
     name: str
     points: tuple[StepPoint, ...]
+    resumed_from: int | None = None  # the checkpoint step it started at (0: from scratch)
 
 
-def attribute(runs: Iterable[RunSteps], tries: Mapping[str, Attempt]) -> dict[str, Progress]:
-    """Each attempt's steps, from the run files it wrote (see the module docstring)."""
-    found: dict[str, list[StepPoint]] = {}
+def attribute(
+    runs: Iterable[RunSteps], tries: Mapping[str, Attempt]
+) -> dict[str, tuple[Progress, ...]]:
+    """Each attempt's trainers, from the run files they wrote (see the module docstring)."""
+    found: dict[str, list[Progress]] = {}
     for run in runs:
         if not run.points:
             continue
@@ -51,11 +60,9 @@ def attribute(runs: Iterable[RunSteps], tries: Mapping[str, Attempt]) -> dict[st
         if len(live) != 1:
             log.debug("run %s: %d attempts could have written it; left out", run.name, len(live))
             continue
-        found.setdefault(live[0].job_id, []).extend(run.points)
-    return {
-        job: Progress(tuple(sorted(points, key=lambda p: (p.at, p.step))))
-        for job, points in found.items()
-    }
+        points = tuple(sorted(run.points, key=lambda p: (p.at, p.step)))
+        found.setdefault(live[0].job_id, []).append(Progress(points, run.resumed_from, run.name))
+    return {job: tuple(trainers) for job, trainers in found.items()}
 
 
 def _names(entrypoint: str, name: str) -> bool:
@@ -71,17 +78,20 @@ def read_runs(wandb_dir: str | os.PathLike[str]) -> list[RunSteps]:
 
     A file that cannot be read is logged and left out: the ledger is then without its steps,
     never wrong about them."""
-    from console.services.cadence.sources import OfflineRunSource
-    from console.services.cadence.wandb_files import WandbFileError
+    from console.services.cadence.wandb_files import OfflineRun, WandbFileError, run_files
 
     out: list[RunSteps] = []
-    for part in OfflineRunSource(wandb_dir, max_runs=10_000).split():
+    for path in run_files(wandb_dir):
+        run = OfflineRun(path)
         try:
-            (obs,) = part.poll()
+            points = run.poll()
         except (WandbFileError, OSError) as exc:
-            log.warning("ledger: run file %s left out: %s", part.path, exc)
+            log.warning("ledger: run file %s left out: %s", path, exc)
             continue
-        out.append(RunSteps(obs.name, _points(obs.points)))
+        resumed = run.config.get(RESUMED_FROM)
+        if not isinstance(resumed, int) or isinstance(resumed, bool) or resumed < 0:
+            resumed = None  # not the engine's run (or an older one): bounded by its first step
+        out.append(RunSteps(run.name or run.run_id, _points(points), resumed))
     return out
 
 

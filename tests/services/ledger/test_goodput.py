@@ -65,6 +65,31 @@ def test_steps_give_warmup_and_redone_work() -> None:
     _sums_to_wall(job)
 
 
+def test_a_sweeps_trainers_are_counted_per_run() -> None:
+    """A sweep's attempt trains several runs at once, and Ray Tune restarts a trial inside
+    the attempt: each trainer's redone steps are against its own run's earlier trainers,
+    never against another trial's steps."""
+    progress = {
+        "A": (
+            Progress((StepPoint(20.0, 1024), StepPoint(90.0, 6144)), 0, "t1"),
+            Progress((StepPoint(21.0, 1024), StepPoint(60.0, 3072)), 0, "t2"),
+            # t2 restarted by Tune inside A from its checkpoint at 2048: 1024 steps again
+            Progress((StepPoint(70.0, 3072), StepPoint(95.0, 5120)), 2048, "t2"),
+        ),
+        # after the head's loss: t1 from 4096 (2048 again), t2 from 4096 (1024 again)
+        "B": (
+            Progress((StepPoint(186.0, 5120), StepPoint(215.0, 8192)), 4096, "t1"),
+            Progress((StepPoint(185.0, 5120), StepPoint(200.0, 6144)), 4096, "t2"),
+        ),
+    }
+    (job,) = account(journaled(drill()), PRICING, progress=progress).units
+    assert job.redone_steps == 1024 + 2048 + 1024
+    assert job.steps_known
+    s = job.seconds
+    assert s[Cause.WARMUP] == pytest.approx(10.0 + 10.0)  # to each attempt's first step
+    _sums_to_wall(job)
+
+
 def test_a_range_clips_and_still_sums() -> None:
     ledger = account(journaled(drill()), PRICING, start=120.0, end=500.0)
     (job,) = ledger.units

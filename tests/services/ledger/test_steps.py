@@ -41,22 +41,29 @@ def test_a_run_goes_to_the_one_attempt_live_when_it_began() -> None:
     ]
     got = attribute(runs, tries)
     assert set(got) == {"a", "c"}
-    assert [p.step for p in got["a"].points] == [1, 2]
+    ((a,),) = [got["a"]]
+    assert ([p.step for p in a.points], a.run) == ([1, 2], "x")
 
 
+# Each attempt as the engine's trainer logs it: the step it resumed from in the run's
+# config, its training step as ``global_step`` (the step metric), W&B's own ``_step`` left to
+# count log calls (it starts again at 0 in the resumed trainer's file).
 WRITER = textwrap.dedent(
     """
     import os, time, wandb
-    def attempt(steps):
+    def attempt(resumed, steps):
         print(time.time(), flush=True)  # the process starts: the job is RUNNING
-        run = wandb.init(mode="offline", project="ledger", name="ppo-x", dir=os.environ["WANDB_DIR"])
+        run = wandb.init(mode="offline", project="ledger", name="ppo-x",
+                         dir=os.environ["WANDB_DIR"], config={"resumed_from_step": resumed})
+        run.define_metric("global_step")
+        run.define_metric("*", step_metric="global_step")
         for s in steps:
-            wandb.log({"loss": 1.0}, step=s)
+            run.log({"global_step": float(s), "loss": 1.0})
             time.sleep(0.005)
         run.finish()
         print(time.time(), flush=True)  # the process is gone
-    attempt(range(100, 2001, 100))  # checkpoint at 1400, lost after 2000
-    attempt(range(1500, 3001, 100))  # resumed: logs from 1500
+    attempt(0, range(100, 2001, 100))  # checkpoint at 1400, lost after 2000
+    attempt(1400, range(1500, 3001, 100))  # resumed at 1400: 1400..2000 again
     """
 )
 
@@ -114,15 +121,17 @@ def test_real_run_files_give_warmup_and_redone_work(two_attempts: tuple[Path, li
     stored = journaled(rows_for(times))
     progress = attribute(runs, attempts(stored))
     assert set(progress) == {"A", "B"}
-    assert progress["B"].points[0].step == 1500
+    ((a,), (b,)) = progress["A"], progress["B"]
+    assert (a.resumed_from, a.points[0].step, a.reached) == (0, 100, 2000)
+    assert (b.resumed_from, b.points[0].step) == (1400, 1500)  # the training step, not _step
     (job,) = account(stored, pricing_for(Config()), progress=progress).units
     assert job.steps_known
-    assert job.redone_steps == 500  # 1500..2000 again (bounded by B's first logged step)
+    assert job.redone_steps == 600  # 1400..2000 again, from the checkpoint B resumed at
     s = job.seconds
     assert s[Cause.WARMUP] > 0  # wandb.init before the first step, in both attempts
     assert s[Cause.REDONE] > 0
-    b_first = progress["B"].points[0].at
-    b_caught = next(p.at for p in progress["B"].points if p.step >= 2000)
+    b_first = b.points[0].at
+    b_caught = next(p.at for p in b.points if p.step >= 2000)
     assert s[Cause.REDONE] == pytest.approx(b_caught - b_first, abs=1e-6)
     assert sum(s.values()) == pytest.approx(job.wall_s, abs=1e-9)
 
@@ -138,7 +147,7 @@ def test_report_runs_flag(tmp_path: Path, two_attempts: tuple[Path, list[float]]
                        out=out, err=err, clock=lambda: times[-1] + 1)  # fmt: skip
     assert code == exit_codes.OK
     (job,) = json.loads(out.getvalue())["jobs"]
-    assert (job["redone_steps"], job["steps_known"]) == (500, True)
+    assert (job["redone_steps"], job["steps_known"]) == (600, True)
     code = report_main(Config(), fmt="md", journal_path=str(path), runs_dir=str(tmp_path / "x"),
                        out=out, err=err)  # fmt: skip
     assert code == exit_codes.USAGE and "--runs" in err.getvalue()
