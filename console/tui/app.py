@@ -32,8 +32,7 @@ from console.services.errors import JobsUnavailable
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.workload import WorkloadSpec
-from console.services.ledger.book import ROWS as LEDGER_ROWS
-from console.services.ledger.book import book
+from console.services.ledger.book import read_book
 from console.services.model import (
     JobInfo,
     JobStatus,
@@ -346,12 +345,12 @@ class PhantomApp(ClusterActions):
 
     @work(exclusive=True, group="ledger", exit_on_error=False)
     async def refresh_ledger(self) -> None:
-        """Read the journal and build the ledger off the event loop (``ledger.book``)."""
-        rows = await self._call("Reading the journal", self.services.events(limit=LEDGER_ROWS))
-        if rows is None:
+        """Read the journal and the jobs' logs, build the ledger off the event loop
+        (``ledger.book.read_book``, as `status --json` does: the advice needs the logs)."""
+        book = await self._call("Reading the ledger", read_book(self.services, now=self.clock()))
+        if book is None:
             return
-        config, now = self.services.config, self.clock()
-        self.state.set_ledger(await asyncio.to_thread(book, rows, config, now=now))
+        self.state.set_ledger(book)
         self._sync_screen()
 
     def action_refresh_ledger(self) -> None:

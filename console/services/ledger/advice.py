@@ -31,6 +31,7 @@ lost over the pod's VM-hours) is reported beside it.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -81,7 +82,19 @@ def _check(cost_s: float, mtbf_s: float) -> None:
         raise ValueError(f"mean time between preemptions must be > 0 s, got {mtbf_s}")
 
 
+# The engine's progress line (``engine.metrics``): SB3's fps is steps over the training time of
+# the current ``learn`` call, which excludes the saves between calls: the rate tau is in.
+_PROGRESS_FPS = re.compile(r"\[engine\] progress step=\d+/\d+ .*?\bfps=(?P<fps>\d+(?:\.\d+)?)\b")
+
+
 # -- the measurements ------------------------------------------------------------------------------
+def training_rate(lines: Iterable[str]) -> float | None:
+    """Median steps/s of the ``fps`` a job's progress lines report, or None without one."""
+    rates = [float(m["fps"]) for m in map(_PROGRESS_FPS.search, lines) if m is not None]
+    rates = [r for r in rates if r > 0]
+    return statistics.median(rates) if rates else None
+
+
 def checkpoint_cost(lines: Iterable[str]) -> float | None:
     """Median duration (s) of the saves a job's log reports, or None when it reports none.
 

@@ -7,6 +7,8 @@ all print what it returns, so their numbers cannot differ.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,16 +20,23 @@ from console.services.ledger.advice import (
     advise,
     checkpoint_cost,
     mean_time_between_preemptions,
+    training_rate,
 )
-from console.services.ledger.goodput import Ledger, Steps, account, trainers
+from console.services.ledger.goodput import Ledger, Progress, account
+from console.services.ledger.live import DEFAULT_EVERY, LOGS_OF, current_every
 from console.services.ledger.prices import pricing_for
 from console.services.model import Event
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
 
+log = logging.getLogger(__name__)
+
 # Rows read for a ledger: weeks of a busy pod (a row is a few hundred bytes).
 ROWS = 200_000
+# The jobs' logs give the advice its save cost and training rate; a cluster that does not
+# answer within this leaves the ledger without advice, never without its numbers.
+LOGS_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,18 @@ def book(
     *,
     now: float,
     since: float | None = None,
-    progress: Steps | None = None,
+    progress: Mapping[str, Progress] | None = None,
     outcomes: Mapping[str, float] | None = None,
     log_lines: Iterable[str] = (),
-    current_steps: int = 0,
+    current_steps: int = DEFAULT_EVERY,
 ) -> Book:
-    """The ledger of ``rows`` from ``since`` (never before the first row) to ``now``."""
-    rows = list(rows)
+    """The ledger of ``rows`` from ``since`` (never before the first row) to ``now``.
+
+    ``log_lines``: the jobs' logs, where the engine reports each save's duration (the
+    advice's ``C``) and its training rate (used when ``progress`` gives none);
+    ``current_steps``: the job's checkpoint interval the advice is compared with.
+    """
+    rows, log_lines = list(rows), list(log_lines)
     # The pod's record starts at the journal's first row: nothing before it is counted.
     first = min((e.at for e in rows), default=now)
     start = min(max(since, first) if since is not None else first, now)
@@ -67,14 +81,14 @@ def book(
         if now > start
         else None
     )
-    rate = _steps_per_s(progress or {})
+    rate = _steps_per_s(progress or {}) or training_rate(log_lines)
     return Book(ledger, advise(checkpoint_cost(log_lines), mtbf, rate, current_steps))
 
 
-def _steps_per_s(progress: Steps) -> float | None:
-    """Steps per second over every trainer's logged points (None without two of them)."""
+def _steps_per_s(progress: Mapping[str, Progress]) -> float | None:
+    """Steps per second over every attempt's logged points (None without two of them)."""
     steps = seconds = 0.0
-    for p in (t for job in progress for t in trainers(progress, job)):
+    for p in progress.values():
         pts = sorted(p.points, key=lambda x: x.at)
         if len(pts) >= 2 and pts[-1].at > pts[0].at:
             steps += pts[-1].step - pts[0].step
@@ -83,6 +97,23 @@ def _steps_per_s(progress: Steps) -> float | None:
 
 
 async def read_book(services: ConsoleServices, *, now: float, since: float | None = None) -> Book:
-    """``book`` over the services' journal (read off the event loop by the services)."""
+    """``book`` over the services' journal and the newest jobs' logs (built off the loop)."""
     rows = await services.events(limit=ROWS)
-    return book(rows, services.config, now=now, since=since)
+    try:
+        lines, current = await asyncio.wait_for(_newest_jobs(services), LOGS_TIMEOUT_S)
+    except Exception as exc:  # a head that is down: the ledger still has its numbers
+        log.info("ledger: job logs not read for the advice (%s)", exc)
+        lines, current = [], DEFAULT_EVERY
+    return await asyncio.to_thread(
+        book, rows, services.config, now=now, since=since, log_lines=lines, current_steps=current
+    )
+
+
+async def _newest_jobs(services: ConsoleServices) -> tuple[list[str], int]:
+    """The log lines of the newest jobs the cluster knows (as the advice at submit reads
+    them) and the newest one's own checkpoint interval (the engine's default without one)."""
+    jobs = sorted(await services.list_jobs(), key=lambda j: j.start_time or 0.0, reverse=True)
+    lines: list[str] = []
+    for job in jobs[:LOGS_OF]:
+        lines += (await services.job_logs(job.job_id)).splitlines()
+    return lines, current_every(jobs[0].entrypoint) if jobs else DEFAULT_EVERY
