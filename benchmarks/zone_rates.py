@@ -22,7 +22,8 @@ zone it came back in are printed.
 
 The rates are far above a real zone's (a few per VM-day) so a run takes minutes; only the
 time scale differs. Last line: one JSON object with ``covered`` (every configured rate
-inside its interval) and ``picked_calmest`` (risk-aware came back in the calmest zone).
+inside its interval) and ``picked_calmest`` (risk-aware came back in the calmest zone, and
+the journal's risk-aware row, read back, put that zone first).
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ async def run(work: Path, rates: dict[str, float], seed: int, cycles: int) -> di
         await drill.poll()
         await drill.recover()
         await drill.sink.flush()
+        journaled = _journaled_order(journal)
     finally:
         await provider.close()
         await stop_pod(run_dir)
@@ -242,10 +244,23 @@ async def run(work: Path, rates: dict[str, float], seed: int, cycles: int) -> di
         "rates_per_vm_hour": table,
         "risk_order": list(order.zones) if order else [],
         "risk_reason": order.reason if order else "",
+        # what a user reads later: the row the choice left in the journal
+        "journaled_order": journaled.data.get("order", []) if journaled else [],
+        "journaled_message": journaled.message if journaled else "",
+        "calmest": calmest,
         "came_back_in": provider.zone,
         "covered": all(row["covered"] for row in table.values()),
-        "picked_calmest": provider.zone == calmest,
+        "picked_calmest": provider.zone == calmest
+        and journaled is not None
+        and journaled.data.get("order", [None])[0] == calmest,
     }
+
+
+def _journaled_order(journal: Journal) -> Event | None:
+    """The newest risk-aware choice as the journal holds it (``rates.order_event``)."""
+    rows = journal.query(limit=1000, kinds=[EventKind.CAPACITY])
+    chosen = [e for e in rows if e.data.get("failover") == "risk-aware"]
+    return chosen[-1] if chosen else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,8 +291,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{'' if row['covered'] else '  NOT COVERED'}",
             file=sys.stderr,
         )
-    print(f"risk-aware: {result['risk_reason']}", file=sys.stderr)
-    print(f"came back in {result['came_back_in']}", file=sys.stderr)
+    print(f"journaled: {result['journaled_message'] or 'NO risk-aware row'}", file=sys.stderr)
+    print(
+        f"came back in {result['came_back_in']} (calmest configured: {result['calmest']})",
+        file=sys.stderr,
+    )
     print(json.dumps(result))
     return 0
 
