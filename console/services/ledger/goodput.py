@@ -49,7 +49,8 @@ from console.services.record.journal import ACTION, RECOVERED, RECOVERY_FAILED
 _ENDED = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.LOST, "PREEMPTED"}
 )
-# A VM's own preemption time is used when it is this close before the row that reported it;
+# A VM's own preemption (or notice) time is used when it is this close before the row that
+# reported it;
 # anything else (another clock, a replayed row) falls back to the row's detect_s.
 _PREEMPTED_AT_WINDOW_S = 3600.0
 
@@ -189,9 +190,17 @@ def _span(inc: Incident) -> IncidentSpan:
 
 
 def _lost_at(e: Event) -> float:
-    when = _num(e.data.get("preempted_at"))
-    if when is not None and e.at - _PREEMPTED_AT_WINDOW_S <= when <= e.at:
-        return when
+    # The provider's own time of the loss, as the watchdog's MTTR counts from it: the VM's
+    # preemption, or its notice (a notice row is journaled when a poll reads it, up to a
+    # poll after the VM's metadata said so)
+    times = [
+        when
+        for key in ("preempted_at", "notice_at")
+        if (when := _num(e.data.get(key))) is not None
+        and e.at - _PREEMPTED_AT_WINDOW_S <= when <= e.at
+    ]
+    if times:
+        return min(times)
     detect = _num(e.data.get("detect_s"))
     return e.at - detect if detect is not None and detect >= 0 else e.at
 

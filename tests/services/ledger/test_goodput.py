@@ -213,6 +213,23 @@ def test_each_incident_says_what_it_cost_by_cause() -> None:
     assert ledger.to_json()["incidents"] == ledger.incidents()
 
 
+def test_a_notice_incident_starts_when_the_vm_gave_its_notice() -> None:
+    """The notice row is journaled when a poll reads the VM's metadata, up to a poll later;
+    the watchdog's MTTR counts from the notice's own time, and so does the incident."""
+    rows = [
+        Event(50.0, EventKind.WATCHDOG, "watchdog on", actor="user"),  # the record begins
+        Event(100.9, EventKind.PREEMPTION_NOTICE, "w0: preemption notice", host="w0",
+              actor="watchdog", data={"notice_at": 100.0}),
+        Event(100.95, EventKind.RECOVERY_STARTED, "recovery started: w0", actor="watchdog"),
+        Event(141.0, EventKind.RECOVERED, "cluster recovered", actor="watchdog",
+              data={"mttr_s": 41.0}),
+    ]  # fmt: skip
+    (incident,) = account(journaled(rows), PRICING).incidents()
+    assert incident["lost_at"] == pytest.approx(100.0)
+    assert incident["detect_s"] == pytest.approx(0.9)
+    assert incident["wall_s"] == pytest.approx(41.0)  # the watchdog's MTTR
+
+
 def test_a_job_that_ended_while_no_console_watched_ends_when_it_ended() -> None:
     rows = [
         Event(0.0, EventKind.JOB_STATE, "job J new -> RUNNING", actor="jobs",
