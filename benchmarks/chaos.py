@@ -21,10 +21,16 @@ preemption interrupted resumed, losing at most one checkpoint interval, and with
 resuming at exactly the step its notice checkpoint names; no run restarted from step 0 after
 it had a checkpoint (trainer lines, and each trial's status file); every trial of the run
 cap final at its total; the single job at exactly its ``--total-timesteps``; no process of
-the drill (Ray, jobs, the emulator and its SSH servers) left running afterwards.
+the drill (Ray, jobs, the emulator and its SSH servers) left running afterwards; and the
+ledger against the drill's ground truth (``chaos_ledger``, as ``phantom report --format json
+--runs`` reads the drill's journal and the trainers' run files): each job's redone steps
+exactly the trainers' own count, each incident's recovery seconds within 1 s of the
+watchdog's MTTR, each job's causes summing to its wall time. The phases themselves (submit,
+shots, the job's end) are ``chaos_phases``.
 
-Figures (from what the trainers logged, see ``chaos_logs``; MTTR from the watchdog): last
-line one JSON object, before it a table. Exit 0 all checks hold, 1 a check failed, 2 usage.
+Figures (from what the trainers logged, see ``chaos_logs``; MTTR from the watchdog; the
+ledger's figures beside the ground truth under ``"ledger"``): last line one JSON object,
+before it the tables. Exit 0 all checks hold, 1 a check failed, 2 usage.
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -45,7 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import chaos_phases as phases
 from benchmarks import chaos_wandb as cw
+from benchmarks.chaos_ledger import JobTruth, LedgerCheck, read_ledger, read_trainers, watchdog_mttr
+from benchmarks.chaos_ledger import check as check_ledger
 from benchmarks.chaos_logs import Attempt, TrainerLogs
 from benchmarks.chaos_report import (
     HEAD,
@@ -55,17 +63,14 @@ from benchmarks.chaos_report import (
     Shot,
     ShotRecord,
     attribute,
-    brief,
     figures,
     plan,
     problems_of_losses,
     restarts_from_zero,
     table,
     target_step,
-    trial_restarts,
 )
 from console.services.facade import Facade
-from console.services.jobs.spec import SubmitSpec
 from console.services.model import TERMINAL_JOBS, JobStatus, RecoveryStatus, Update
 from console.wiring import make_services
 from console.wiring.harness import (
@@ -77,7 +82,6 @@ from console.wiring.harness import (
     start_pod,
     stop_pod,
 )
-from engine.sweep_tune import read_status
 
 TAIL_S = 0.25  # how often the trainers' log files are read
 
@@ -162,6 +166,9 @@ class Drill:
         self.wandb = cw.WandbServer(work / "wandb-emu") if settings.wandb_run_cap else None
         self.wandb_sweep_id = ""
         self.wandb_figures: dict[str, Any] = {}
+        self.runs_dir = work / "engine-wandb"  # WANDB_DIR of the job and the sweep
+        self.truths: list[JobTruth] = []  # each phase's job, for the ledger check
+        self.config: Any = None
 
     # -- the whole drill ------------------------------------------------------------------
     async def run(self) -> DrillResult:
@@ -174,7 +181,8 @@ class Drill:
             if self.wandb is not None:
                 self.wandb.start()
             self.logs.sandboxes = {h.name: Path(h.sandbox) for h in self.pod.hosts}
-            self.svc = make_services(self._config(), state_dir=self.work / "state")
+            self.config = self._config()
+            self.svc = make_services(self.config, state_dir=self.work / "state")
             self.svc.subscribe(self._on_update)
             try:
                 await self._phases()
@@ -199,9 +207,9 @@ class Drill:
             await self._bring_up()
             tail = asyncio.create_task(self._tail(), name="chaos-tail")
             if JOB in self.s.phases:
-                await self._job_phase()
+                await phases.job_phase(self)
             if SWEEP in self.s.phases:
-                await self._sweep_phase()
+                await phases.sweep_phase(self)
             if self.wandb is not None:
                 await cw.run_wandb_phase(self)
         except DrillAborted as exc:
@@ -266,82 +274,11 @@ class Drill:
             async with asyncio.timeout(timeout_s):
                 await self._polled.wait()
 
-    # -- the phases -----------------------------------------------------------------------
+    # -- the phases (``chaos_phases``) --------------------------------------------------
     def _env(self) -> dict[str, Any]:
         # a trainer starting while its previous attempt writes a notice checkpoint waits
         # for it at most this long
         return {"env_vars": {"PHANTOM_NOTICE_GRACE_S": f"{self.s.notice_grace_s:g}"}}
-
-    async def _job_phase(self) -> None:
-        assert self.svc is not None and self.pod is not None
-        s, shots = self.s, [x for x in self.shots if x.phase == JOB]
-        train_args = (
-            f"--algo ppo --total-timesteps {s.job_total()} --checkpoint-every {s.job_interval} "
-            f"--log-every 256 --hparams {shlex.quote(json.dumps({'n_steps': 256}))} "
-            f"--run-name {s.job_run} --eval-episodes 2 --wandb disabled --device cpu "
-            "--torch-threads 1"
-        )
-        job = await self.svc.submit(
-            SubmitSpec(mode="single", train_args=train_args, runtime_env=self._env()),
-            actor="chaos",
-        )
-        self._say(f"single job {job.job_id}: {train_args}")
-        await self._until(lambda: bool(self._running(s.job_run)), 420, "the job's first progress")
-        for shot in shots:
-            await self._fire(shot, s.job_run, s.job_interval)
-        info = await self._job_end(job.job_id)
-        manifest = Path(self.pod.bucket) / s.job_run / "final" / "MANIFEST.json"
-        with contextlib.suppress(OSError, ValueError):
-            self.job_final_step = int(json.loads(manifest.read_text())["step"])
-        if info.status != JobStatus.SUCCEEDED:
-            self.problems.append(f"single job ended {info.status}: {info.message}")
-        if self.job_final_step != s.job_total():
-            self.problems.append(
-                f"single job's final weights at step {self.job_final_step}, not its "
-                f"--total-timesteps {s.job_total()} ({manifest})"
-            )
-        self._say(f"single job {info.status} at step {self.job_final_step}")
-
-    async def _sweep_phase(self) -> None:
-        assert self.svc is not None and self.pod is not None
-        s, shots = self.s, [x for x in self.shots if x.phase == SWEEP]
-        sweep_args = (
-            f"--trial-timesteps {s.trial_total()} --checkpoint-every {s.trial_interval} "
-            "--max-failures 50 --wandb disabled"
-        )
-        job = await self.svc.submit(
-            SubmitSpec(
-                mode="sweep",
-                sweep_kind="ppo_rl_study",
-                sweep_method="random",
-                run_cap=s.run_cap,
-                num_nodes=s.hosts,
-                agents_per_node=1,
-                tpu_per_task=0,
-                sweep_id=s.sweep_id,
-                sweep_args=sweep_args,
-                runtime_env=self._env(),
-            ),
-            actor="chaos",
-        )
-        self._say(f"sweep {s.sweep_id} ({job.job_id}): run cap {s.run_cap}, {sweep_args}")
-        prefix = f"{s.sweep_id}-"
-        await self._until(lambda: bool(self._running(prefix)), 600, "the first trial's progress")
-        for shot in shots:
-            await self._fire(shot, prefix, s.trial_interval)
-        info = await self._job_end(job.job_id)
-        if info.status != JobStatus.SUCCEEDED:
-            self.problems.append(f"sweep job ended {info.status}: {info.message}")
-        trials = read_status(f"{self.pod.bucket_uri}/sweeps", s.sweep_id)
-        done = [t for t in trials.values() if t.get("final") and t.get("step") == s.trial_total()]
-        self.trials_final = len(done)
-        if len(trials) != s.run_cap or len(done) != s.run_cap:
-            self.problems.append(
-                f"{len(done)} of {len(trials)} trials final at step {s.trial_total()}; run cap "
-                f"{s.run_cap}: {brief(trials)}"
-            )
-        self.problems.extend(trial_restarts(trials))
-        self._say(f"sweep {info.status}: {len(done)}/{s.run_cap} trials final")
 
     # -- one preemption -------------------------------------------------------------------
     def _running(self, prefix: str, host: str | None = None) -> list[Attempt]:
@@ -502,6 +439,10 @@ class Drill:
         losses, problems = attribute(self.records, self.logs, intervals)
         problems += problems_of_losses(self.records, losses)
         problems += restarts_from_zero(self.logs.runs())
+        ledger = self._ledger_check(losses)
+        if ledger is not None:
+            problems += ledger.problems
+            self.notes += ledger.notes
         problems = self.problems + problems
         figs = figures(
             self.records,
@@ -516,20 +457,38 @@ class Drill:
             seed=s.seed,
         )
         figs["notes"] = len(self.notes)
+        if ledger is not None:
+            figs["ledger"] = ledger.figures()
         figs.update(self.wandb_figures)
         if self.wandb_figures:
             figs.update(
                 cw.wandb_figures(self.records, losses, self.logs.runs(), f"{self.wandb_sweep_id}-")
             )
         labels = {s.job_run: "job", f"{s.sweep_id}-": "trial "}
+        text = table(figs, self.records, losses, labels)
         return DrillResult(
             figs,
-            table(figs, self.records, losses, labels),
+            text if ledger is None else f"{text}\n\n{ledger.table()}",
             problems,
             self.notes,
             self.records,
             losses,
         )
+
+    def _ledger_check(self, losses: Sequence[Loss]) -> LedgerCheck | None:
+        """The ledger of the drill's journal against what the drill knows (``chaos_ledger``)."""
+        if not self.truths or self.config is None:
+            return None
+        journal = self.work / "state" / "journal.sqlite"
+        try:
+            ledger = read_ledger(self.config, journal, self.runs_dir, time.time())
+            mttr = watchdog_mttr(journal)
+            trainers = read_trainers(self.runs_dir)
+        except Exception as exc:  # named, never a traceback instead of the drill's figures
+            failed = LedgerCheck(self.truths)
+            failed.problems.append(f"ledger: cannot read it: {type(exc).__name__}: {exc}")
+            return failed
+        return check_ledger(ledger, mttr, trainers, losses, self.truths)
 
 
 def _round(value: float | None) -> float | None:

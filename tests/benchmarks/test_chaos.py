@@ -1,7 +1,11 @@
 """The chaos drill in CI's slow run, small: four preemptions covering head/worker x with/without
 notice (the head with notice during a single training job, the other three during a Ray Tune
 sweep of run cap 4), the console's watchdog alone recovering. The drill's checks are the
-assertions (see ``benchmarks.chaos``); ``make chaos`` runs a larger one. The second test is the
+assertions (see ``benchmarks.chaos``); ``make chaos`` runs a larger one. Among them, the
+ledger against the drill's ground truth (``benchmarks.chaos_ledger``): read from the drill's
+journal as ``phantom report --format json`` reads it, each job's redone steps equal the
+trainers' own count, each incident's recovery seconds are within 1 s of the watchdog's MTTR
+and each job's causes sum to its wall time. The second test is the
 drill's W&B phase alone (``benchmarks.chaos_wandb``): seed 000's sweep on the W&B emulator."""
 
 from __future__ import annotations
@@ -29,6 +33,16 @@ async def test_a_small_chaos_drill_survives_every_preemption(tmp_path: Path) -> 
     # the preemptions hit trainers, in both modes: a drill that hit nothing proves nothing
     assert figs["steps_lost_notice"]["n"] >= 1 and figs["steps_lost_abrupt"]["n"] >= 1
     assert figs["notice_to_checkpoint_s"]["n"] >= 1
+    # the ledger's own numbers beside the ground truth (any disagreement is a problem above)
+    ledger = figs["ledger"]
+    for phase in ("job", "sweep"):
+        job = ledger["jobs"][phase]
+        assert job["redone_ledger"] == job["redone_trainers"], phase
+        assert job["causes_sum_s"] == pytest.approx(job["wall_ledger_s"], abs=0.01)
+    # the abrupt preemptions cost steps: a check of 0 == 0 would prove nothing
+    assert sum(ledger["jobs"][phase]["redone_trainers"] for phase in ("job", "sweep")) > 0
+    assert len(ledger["incidents"]) >= 4
+    assert all(abs(i["diff_s"]) <= 1.0 for i in ledger["incidents"])
 
 
 @pytest.mark.slow
