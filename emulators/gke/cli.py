@@ -125,6 +125,22 @@ def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentPars
         help="node shutdown grace (pods get min(their grace, this); default 30)",
     )
     pre.add_argument("--json", action="store_true")
+    fail = sub.add_parser("fail-node", help="a node's VM dies at once; GKE repairs its slice")
+    _run_dir(fail)
+    fail.add_argument("node", metavar="NODE", help="node name (kubectl get nodes)")
+    fail.add_argument(
+        "--repair-after",
+        type=kit.seconds,
+        default=2.0,
+        help="seconds before auto-repair recreates the slice (default 2)",
+    )
+    fail.add_argument("--json", action="store_true")
+    crash = sub.add_parser("crash", help="kill a running pod's container (default SIGKILL)")
+    _run_dir(crash)
+    crash.add_argument("pod", metavar="POD", help="pod name")
+    crash.add_argument("--container", default="", help="container name (default: the first)")
+    crash.add_argument("--signal", type=int, default=9, help="signal number (default 9)")
+    crash.add_argument("--json", action="store_true")
     down = sub.add_parser("down", help="stop the emulator; no process is left behind")
     _run_dir(down)
     serve = sub.add_parser("serve", help="run the daemon in the foreground (used by `up`)")
@@ -218,6 +234,20 @@ def gke_main(argv: list[str]) -> int:
                     f"{len(result['nodes'])} nodes, {len(result['pods'])} pods "
                     f"(grace {result['grace']:g}s)"
                 )
+            return 0
+        if args.cmd in ("fail-node", "crash"):
+            if args.cmd == "fail-node":
+                result = client.fail_node(run_dir, args.node, args.repair_after)
+                text = (
+                    f"node {result['node']}: down, {len(result['pods'])} pods lost; slice "
+                    f"{result['slice']} repaired in {result['repair_after']:g}s"
+                )
+            else:
+                result = client.crash_container(run_dir, args.pod, args.container, args.signal)
+                text = (
+                    f"pod {result['pod']}: container {result['container']} sent {result['signal']}"
+                )
+            print(json.dumps(result, indent=2) if args.json else text)
             return 0
         if args.cmd == "down":
             return kit.report_down(WORDS, run_dir, client.stop(run_dir))

@@ -232,6 +232,27 @@ def preempt_slice(
     return result
 
 
+def fail_node(run_dir: Path | str | None, node: str, repair_after_s: float = 2.0) -> dict[str, Any]:
+    """The VM under ``node`` dies at once (faults.py): its containers SIGKILLed, the node
+    Ready=Unknown; GKE repairs the slice after ``repair_after_s``. Returns
+    ``{"node", "slice", "at", "repair_after", "pods"}``."""
+    if repair_after_s < 0:
+        raise GkeUsageError(f"--repair-after must be >= 0 seconds, got {repair_after_s}")
+    payload = {"op": "fail-node", "node": node, "repair_after": repair_after_s}
+    result: dict[str, Any] = request(run_dir, payload)["failure"]
+    return result
+
+
+def crash_container(
+    run_dir: Path | str | None, pod: str, container: str = "", sig: int = 9
+) -> dict[str, Any]:
+    """Kill a running pod's container (its main process) with signal ``sig`` (SIGKILL, as
+    the OOM killer does). Returns ``{"pod", "container", "signal", "pid", "at"}``."""
+    payload = {"op": "crash", "pod": pod, "container": container, "signal": sig}
+    result: dict[str, Any] = request(run_dir, payload)["crash"]
+    return result
+
+
 def restore_slice(run_dir: Path | str | None, slice_ref: str | int) -> GkeInfo:
     """Bring a deleted slice's nodes back now (ends a quota stall for it)."""
     return GkeInfo.from_json(request(run_dir, {"op": "restore", "slice": str(slice_ref)})["status"])

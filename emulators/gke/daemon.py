@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from emulators.gke import faults
 from emulators.gke import layout as L
 from emulators.gke.api import Api
 from emulators.gke.dns import RESOLVER_DIR, HostsFile
@@ -150,16 +151,32 @@ class Cluster:
         if not nodes:
             raise UsageError(f"slice {pool} has no Ready nodes ({self.slice_state(pool)})")
         cap = self.cfg.shutdown_grace if grace is None else grace
+        record = self.shut_down(pool, nodes, cap, spot=True)
+        self.preemptions.append(record)
+        return record
+
+    def shut_down(
+        self,
+        pool: str,
+        nodes: list[Obj],
+        cap: float,
+        *,
+        spot: bool,
+        also: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
+        """The kubelet's graceful node shutdown on ``nodes`` (a VM being deleted: a spot
+        reclaim, or GKE repairing the slice), then the nodes (and ``also``) deleted and the
+        slice recreated. Only a spot reclaim carries GKE's impending-termination taint."""
         names = {n["metadata"]["name"] for n in nodes}
         for node in nodes:
 
             def shut(n: Obj) -> None:
                 set_ready(n, False, "node is shutting down")
                 taints = n["spec"].setdefault("taints", [])
-                for key in (
-                    "node.kubernetes.io/not-ready",
-                    "cloud.google.com/impending-node-termination",
-                ):
+                keys = ["node.kubernetes.io/not-ready"]
+                if spot:
+                    keys.append("cloud.google.com/impending-node-termination")
+                for key in keys:
                     if not any(t["key"] == key for t in taints):
                         taints.append({"key": key, "effect": "NoSchedule"})
 
@@ -222,8 +239,7 @@ class Cluster:
             "nodes": sorted(names),
             "pods": [p["metadata"]["name"] for p in pods],
         }
-        self.preemptions.append(record)
-        self._spawn(self._finish_preemption(pool, names, stops))
+        self._spawn(self._finish_preemption(pool, names | also, stops))
         return record
 
     async def _finish_preemption(self, pool: str, names: set[str], stops: list[Any]) -> None:
@@ -321,6 +337,16 @@ class Cluster:
                 extra["preemption"] = await self.preempt(
                     str(req.get("slice", "")), None if grace is None else float(grace)
                 )
+            elif op == "fail-node":
+                after = float(req.get("repair_after", 2.0))
+                extra["failure"] = faults.fail_node(self, str(req.get("node", "")), after)
+            elif op == "crash":
+                extra["crash"] = faults.crash(
+                    self,
+                    str(req.get("pod", "")),
+                    str(req.get("container", "")),
+                    int(req.get("signal", signal.SIGKILL)),
+                )
             elif op == "restore":
                 self.restore(str(req.get("slice", "")))
             elif op == "quota":
@@ -335,7 +361,7 @@ class Cluster:
                 return {"ok": True, "pid": os.getpid()}
             else:
                 return {"ok": False, "code": 2, "error": f"unknown op {op!r}"}
-        except UsageError as exc:
+        except (UsageError, faults.FaultError) as exc:
             return {"ok": False, "code": 2, "error": str(exc)}
         return {"ok": True, "status": self.status(), **extra}
 

@@ -113,6 +113,18 @@ def delete_pod(store: Store, pod: Obj, grace: float | None = None) -> None:
     store.mutate("pods", pod, mark)
 
 
+def mark_gc_failed(p: Obj) -> None:
+    """What the pod GC writes on a pod whose node is gone before deleting it."""
+    st = p.setdefault("status", {})
+    set_condition(
+        st.setdefault("conditions", []),
+        condition(
+            "DisruptionTarget", "True", "DeletionByPodGC", "PodGC: node no longer exists", True
+        ),
+    )
+    st["phase"] = "Failed"
+
+
 def _exit_codes(pod: Obj) -> list[tuple[str, int]]:
     st = pod.get("status") or {}
     out = []
@@ -200,7 +212,13 @@ class JobController:
         Counts their failures first. In a cluster the Job controller's job-tracking
         finalizer (``batch.kubernetes.io/job-tracking``) holds each of a Job's pods until it
         has counted it, so a pod that failed just before its node went is never lost from
-        ``status.failed``; without this, one the controller had not seen yet was."""
+        ``status.failed``; without this, one the controller had not seen yet was. A pod
+        still active there (its node died and nothing reported it) is failed first, as the
+        pod GC does (``DeletionByPodGC``), so its Job counts it."""
+        for pod in self.store.list("pods"):
+            phase = (pod.get("status") or {}).get("phase")
+            if pod["spec"].get("nodeName") in nodes and phase not in TERMINAL:
+                self.store.mutate("pods", pod, mark_gc_failed)
         self.sync()
         gone = []
         for pod in self.store.list("pods"):

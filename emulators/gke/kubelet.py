@@ -31,6 +31,7 @@ from emulators.tpu_pod.procs import kill_marked, make_host_cgroup, remove_cgroup
 
 log = logging.getLogger("phantom.gke.kubelet")
 
+LOST = "lost"
 SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -80,7 +81,7 @@ class PodRuntime:
     containers: list[Container]
     restart_policy: str
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_reason: str = ""  # "delete" | "shutdown"
+    stop_reason: str = ""  # "delete" | "shutdown" | "lost" (its node died: nothing reports)
     grace: float = 30.0
     task: asyncio.Task[None] | None = None
     pod_ip: str = ""
@@ -180,7 +181,7 @@ class Kubelet:
         self, rt: PodRuntime, phase: str | None = None, extra: Callable[[Obj], None] | None = None
     ) -> None:
         pod = self.current_pod(rt)
-        if pod is None:
+        if pod is None or rt.stop_reason == LOST:
             return
         main_ready = all("running" in c.state for c in rt.main)
         inits_done = all(
@@ -245,7 +246,7 @@ class Kubelet:
 
     def _event(self, rt: PodRuntime, type_: str, reason: str, message: str) -> None:
         pod = self.current_pod(rt)
-        if pod is not None:
+        if pod is not None and rt.stop_reason != LOST:
             self.recorder.emit(pod, "Pod", type_, reason, message, "kubelet", rt.node)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -456,7 +457,7 @@ class Kubelet:
         pumps = asyncio.gather(
             _pump(proc.stdout, logfile, "stdout"), _pump(proc.stderr, logfile, "stderr")
         )
-        rc = await proc.wait()
+        rc = await _main_exit(proc)
         # The main process is gone: the rest of the container goes with it.
         await asyncio.to_thread(_kill_quietly, c.marker, c.cgroup)
         with contextlib.suppress(TimeoutError):
@@ -519,6 +520,26 @@ class Kubelet:
         with contextlib.suppress(asyncio.CancelledError):
             await rt.task
 
+    def lose(self, uid: str) -> None:
+        """The pod's node died: its processes are SIGKILLed and its status stays as the API
+        last heard it (the pod GC fails it when the node object goes)."""
+        rt = self.pods.get(uid)
+        if rt is not None:
+            self.request_stop(rt, 0, LOST)
+
+    def crash(self, pod: str, container: str, sig: int) -> tuple[int | None, str]:
+        """Send ``sig`` to the main process of ``container`` (default: the first running
+        one) of the running pod named ``pod``: (its pid, the container), or (None, "")."""
+        for rt in self.pods.values():
+            if rt.name != pod or rt.stop.is_set():
+                continue
+            for c in rt.main:
+                if c.proc is not None and (not container or c.name == container):
+                    with contextlib.suppress(ProcessLookupError):
+                        c.proc.send_signal(sig)
+                        return c.proc.pid, c.name
+        return None, ""
+
     def is_running(self, uid: str) -> bool:
         rt = self.pods.get(uid)
         return rt is not None and rt.task is not None and not rt.task.done()
@@ -532,6 +553,19 @@ class Kubelet:
         tasks = [rt.task for rt in self.pods.values() if rt.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=20)
+
+
+async def _main_exit(proc: asyncio.subprocess.Process) -> int:
+    """The main process's exit status as soon as it exits. ``proc.wait()`` alone (3.11)
+    returns only once its pipes close too, and a child still holding them (the trainer under
+    xpk's wrapper, when the wrapper dies) would keep the container "running" for ever."""
+    waiter = asyncio.ensure_future(proc.wait())
+    while proc.returncode is None and not waiter.done():
+        await asyncio.wait({waiter}, timeout=0.1)
+    if proc.returncode is None:
+        return await waiter
+    waiter.cancel()
+    return proc.returncode
 
 
 async def _pump(stream: asyncio.StreamReader, logfile: LogFile, name: str) -> None:
