@@ -39,7 +39,7 @@ from emulators.tpu_pod.children import wait_children_with_pidfds
 from emulators.tpu_pod.hosts import DELETED, Host, HostLifecycle, Runtime
 from emulators.tpu_pod.layout import host_ip, resolve_host_ref
 from emulators.tpu_pod.limits import FdLimitError, ensure_fds
-from emulators.tpu_pod.metadata import MetadataServer
+from emulators.tpu_pod.metadata import MetadataServer, bind_loopback_device
 from emulators.tpu_pod.nodes import Node
 from emulators.tpu_pod.operations import ApiError, OperationStore
 from emulators.tpu_pod.pgrepshim import write_wrapper as write_pgrep_wrapper
@@ -110,6 +110,7 @@ class PodDaemon:
         self.api = TpuApi(self.pod, self.queued, self.ops)
         self.rest = RestApi(self.api)
         self.rt.metadata = MetadataServer(self.pod.metadata_tree)
+        self._metadata_sock: socket.socket | None = None  # every host's, where the kernel allows
         self.api_port = cfg.api_port
         self._stop = asyncio.Event()
 
@@ -375,11 +376,23 @@ class PodDaemon:
         socks = reserve_common_port(ssh_ips, self.cfg.ssh_port)
         self.rt.ssh_port = socks[0].getsockname()[1]
         self.rt.reserved_ssh = dict(zip(ssh_ips, socks, strict=True))
-        socks = reserve_common_port(internal, self.cfg.metadata_port, "--metadata-port")
-        self.rt.metadata_port = socks[0].getsockname()[1]
         assert self.rt.metadata is not None
+        try:
+            shared = bind_loopback_device(self.cfg.metadata_port)
+        except OSError as exc:
+            raise StartupError(
+                f"port {self.cfg.metadata_port} is in use on a loopback address; "
+                "pass --metadata-port",
+                exit_code=2,
+            ) from exc
+        if shared is not None:
+            self._metadata_sock = shared
+            self.rt.metadata_port = shared.getsockname()[1]
+        else:
+            socks = reserve_common_port(internal, self.cfg.metadata_port, "--metadata-port")
+            self.rt.metadata_port = socks[0].getsockname()[1]
+            self.rt.reserved_meta = dict(zip(internal, socks, strict=True))
         self.rt.metadata.port = self.rt.metadata_port
-        self.rt.reserved_meta = dict(zip(internal, socks, strict=True))
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -395,7 +408,7 @@ class PodDaemon:
             self._prepare_run_dir()
             self._reserve_ports()
             assert self.rt.metadata is not None
-            await self.rt.metadata.start()
+            await self.rt.metadata.start(self._metadata_sock)
             try:
                 grpc_server, self.api_port = await serve(self.api, self.cfg.api_port)
                 await self.rest.start(self.cfg.rest_port)

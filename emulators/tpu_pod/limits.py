@@ -1,18 +1,24 @@
 """Open files for an emulated pod of many hosts.
 
-Each emulated host costs the daemon file descriptors: its SSH listener, the sessions a
-console holds (one per host, plus a notice watcher's), their channels and pipes. Measured
-with a console attached: about 20 per host (2,320 at 256 hosts), so 1,024 hosts ran the
-daemon into EMFILE at a 20,000 limit, and it then answered nothing (not even `pod down`).
-The daemon raises its own limit to what its host count needs, or refuses to start with the
-figure and the fix instead of failing half way.
+What each emulated host holds open in the daemon, measured with a console attached (its
+poll loop and a notice watcher on every host): its SSH listener (two in GCP-faithful mode:
+internal and external address), the console's one SSH connection, the notice watcher's
+session (the command's stdout and stderr pipes and its pidfd: the console sends no input,
+so its stdin pipe closes at once) and the watcher's long poll of the metadata server: 6
+a host (the metadata server is one socket for every host where the kernel allows it, see
+``metadata``). A command run on every host at once (a first probe, a bootstrap) adds 3 a
+host while it runs. Before: 9 a host at rest and 13 in a fan-out (a metadata listener per
+host, a second SSH connection for the probes, a stdin pipe per session), and a 1,024-host
+run hit EMFILE at a 20,000 limit, after which the daemon answered nothing (not even
+`pod down`). The daemon still raises its own limit to what its host count needs,
+or refuses to start with the figure and the fix instead of failing half way.
 """
 
 from __future__ import annotations
 
 import resource
 
-FDS_PER_HOST = 24  # the measured ~20, and a margin
+FDS_PER_HOST = 12  # the measured 6 at rest, 9 in a fan-out, 10 faithful; and a margin
 FDS_BASE = 1024  # API servers, logs, the control socket, Python itself
 
 
@@ -38,7 +44,8 @@ def ensure_fds(hosts: int) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
     except (ValueError, OSError):
         raise FdLimitError(
-            f"{hosts} hosts need about {need} open files, and this shell allows {hard} "
+            f"{hosts} hosts need about {need} open files ({FDS_PER_HOST} a host and "
+            f"{FDS_BASE}), and this shell allows {hard} "
             f"(ulimit -Hn): raise it (e.g. `ulimit -n {need}` as root, or nofile in "
             "/etc/security/limits.conf), or pass fewer --hosts"
         ) from None

@@ -12,8 +12,13 @@ back to the link-local default address. As on GCE:
   request time (or from ``last_etag``), ``timeout_sec`` bounds the wait;
 - a directory (``instance/``) lists its entries, ``?recursive=true`` answers JSON.
 
-One aiohttp runner serves every host; each host is one listening site, and a
-request is answered from the host whose address it arrived on.
+One aiohttp runner serves every host, and a request is answered from the host whose
+address it arrived on. Where the kernel lets a socket be tied to the loopback device
+(``SO_BINDTODEVICE`` on ``lo``: Linux 5.7+ unprivileged), that is one listening socket for
+every host, bound to the common port of all addresses but taking only what arrives on
+``lo`` (nothing from another machine reaches it), and answering only the addresses of hosts
+it serves: a 1,024-host pod's metadata costs one file descriptor, not 1,024. Elsewhere each
+host is one listening site on its own address.
 """
 
 from __future__ import annotations
@@ -74,6 +79,28 @@ def _render(tree: Tree, path: str, recursive: bool) -> tuple[str, str] | None:
     return str(node), "application/text"
 
 
+def bind_loopback_device(port: int) -> socket.socket | None:
+    """A socket for ``port`` on every address of the loopback device (not listening yet),
+    or None where the kernel refuses to tie a socket to ``lo``. Raises OSError when
+    ``port`` is taken on some loopback address."""
+    device = getattr(socket, "SO_BINDTODEVICE", None)
+    if device is None:
+        return None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, device, b"lo")
+    except OSError:
+        sock.close()
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class MetadataServer:
     """Serves ``tree_for(ip)`` (None: no VM on that address) on every added address."""
 
@@ -84,13 +111,27 @@ class MetadataServer:
         self._app.router.add_route("GET", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
         self._sites: dict[str, web.BaseSite] = {}
+        self._shared: web.BaseSite | None = None  # one site for every address (see above)
+        self._served: set[str] = set()
         self._changed = asyncio.Condition()
 
-    async def start(self) -> None:
+    async def start(self, shared: socket.socket | None = None) -> None:
+        """``shared``: a socket from ``bind_loopback_device``, then every host is served on it."""
         await self._runner.setup()
+        if shared is not None:
+            self._shared = web.SockSite(self._runner, shared, shutdown_timeout=0.5)
+            await self._shared.start()
+
+    def serves(self, ip: str) -> bool:
+        return ip in self._served if self._shared is not None else ip in self._sites
 
     async def add(self, ip: str, sock: socket.socket | None = None) -> None:
         """Serve ``ip`` on the common port (``sock``: bound to it already)."""
+        if self._shared is not None:
+            if sock is not None:
+                sock.close()
+            self._served.add(ip)
+            return
         if ip in self._sites:
             if sock is not None:
                 sock.close()
@@ -108,6 +149,7 @@ class MetadataServer:
         self._sites[ip] = site
 
     async def remove(self, ip: str) -> None:
+        self._served.discard(ip)
         site = self._sites.pop(ip, None)
         if site is not None:
             await site.stop()
@@ -120,6 +162,8 @@ class MetadataServer:
     async def stop(self) -> None:
         await self._runner.cleanup()
         self._sites.clear()
+        self._served.clear()
+        self._shared = None
 
     # --- requests ---------------------------------------------------------------
 
@@ -148,6 +192,8 @@ class MetadataServer:
             return web.Response(status=404, text="Not Found\n", headers=FLAVOR)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         ip = sockname[0] if sockname else ""
+        if not self.serves(ip):  # the shared socket: an address no host has
+            return web.Response(status=404, text="Not Found\n", headers=FLAVOR)
         q = request.query
         recursive = q.get("recursive", "").lower() == "true" or q.get("alt") == "json"
         answer = self._answer(ip, sub, recursive)

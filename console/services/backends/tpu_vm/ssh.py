@@ -151,6 +151,9 @@ class SshFanout:
         self._sem = asyncio.Semaphore(parallelism)
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._conn_locks: dict[str, asyncio.Lock] = {}
+        # Another fan-out whose open connections this one uses (never closes) before opening
+        # its own: the probes ride the connection the actions and watchers hold to each host.
+        self.borrow_from: SshFanout | None = None
         # What the fan-out has cost so far: connections made and sessions (commands) opened.
         self.connections_opened = 0
         self.sessions_opened = 0
@@ -216,6 +219,10 @@ class SshFanout:
         return await self._connect_with_retries(ep)
 
     async def _cached(self, ep: HostEndpoint) -> asyncssh.SSHClientConnection:
+        lent = self.borrow_from._conns.get(ep.name) if self.borrow_from is not None else None
+        if lent is not None and not lent.is_closed():
+            self.drop(ep.name)  # its own, from before the lender had one: one is enough
+            return lent
         lock = self._conn_locks.setdefault(ep.name, asyncio.Lock())
         async with lock:
             conn = self._conns.get(ep.name)
@@ -454,7 +461,11 @@ class SshFanout:
             conn = await self._cached(ep)
             try:
                 self.sessions_opened += 1
-                return await conn.create_process(cmd, encoding="utf-8", errors="replace")
+                # No input, as `ssh -n`: the host's sshd closes the command's stdin at once,
+                # one pipe less a session on its side (a thousand watchers, a thousand).
+                return await conn.create_process(
+                    cmd, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
+                )
             except (asyncssh.Error, OSError) as exc:
                 # The command never started: a stale cached connection may be retried once.
                 self.drop(ep.name)

@@ -439,3 +439,33 @@ async def test_watch_sessions_take_no_fan_out_slot(pod: PodInfo, tmp_path: Path)
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         await fan.close()
+
+
+async def test_probes_ride_the_connection_the_fan_out_holds(pod: PodInfo, tmp_path: Path) -> None:
+    """One SSH connection a host, not two: at 1,024 hosts the probes' own connections were
+    1,024 more sockets on each side (the emulator ran out of file descriptors). A host the
+    fan-out holds no connection to is still probed, on a connection of the probe's own."""
+    policy = HostKeyPolicy("accept-new", tmp_path / "kh")
+    fan, probe = fanout(pod, policy), fanout(pod, policy, retries=0)
+    probe.borrow_from = fan
+    try:
+        first = pod.hosts[0].name
+        assert (await fan.run("true", [first]))[first].ok
+        res = await probe.probe()
+        assert all(r.ok for r in res.values()), res
+        assert probe.connections_opened == len(pod.hosts) - 1  # none to the first host
+        assert fan.connections_opened == 1
+    finally:
+        await probe.close()
+        await fan.close()
+
+
+async def test_a_command_gets_no_input(pod: PodInfo, tmp_path: Path) -> None:
+    """As ``ssh -n``: stdin is at EOF, so the host's sshd holds no stdin pipe for a session
+    (a notice watcher on every host held one each) and a command that reads it ends."""
+    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
+    try:
+        res = await fan.run_one(pod.hosts[0].name, "cat; echo eof", timeout_s=10)
+        assert res.ok and res.stdout_tail == "eof\n", res
+    finally:
+        await fan.close()
