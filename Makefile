@@ -19,8 +19,9 @@ TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
 CHAOS_SEED ?= 1
 CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
+CHAOS_GKE_ARGS ?=
 
-.PHONY: run setup test test-slow test-all lint typecheck bench chaos clean tools-tunix
+.PHONY: run setup test test-slow test-all lint typecheck bench chaos chaos-gke clean tools-tunix
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +60,11 @@ test-all: $(STAMP) $(XPK_STAMP)
 # Ray Tune sweep on the local emulator, the watchdog alone recovering; exit 1 if a check fails.
 chaos: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
+
+# The same on GKE: seeded slice preemptions (with and without the pods' grace), node failures
+# and container crashes during a GRPO workload on the GKE emulator; exit 1 if a check fails.
+chaos-gke: $(STAMP)
+	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos_gke --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_GKE_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check console engine emulators benchmarks kubeprint tests scripts
