@@ -28,7 +28,7 @@ answering over SSH (the recreated one with its new host key).
 
 No Ray runs here (a Ray node takes ~250 MB, so 256 of them do not fit this machine): the
 GCS does not answer, and the Ray layer costs one failed call per poll at every size.
-Last line: one JSON object.
+Printed: a table (a line per size and mode), the ratios, and last one JSON object.
 """
 
 from __future__ import annotations
@@ -223,6 +223,35 @@ async def bench(sizes: list[int], polls: int, baseline_max: int) -> dict[str, An
     return out
 
 
+COLUMNS = (
+    ("cpu_ms", "console ms"),
+    ("emulator_cpu_ms", "emu ms"),
+    ("wall_ms", "wall ms"),
+    ("sessions", "sessions"),
+    ("conns", "conns"),
+    ("unreachable", "unreach"),
+    ("emulator_fds", "emu fds"),
+    ("console_fds", "con fds"),
+    ("emulator_rss_mb", "emu MB"),
+    ("host_pss_mb", "hosts MB"),
+    ("detect_s", "detect s"),
+    ("recover_s", "recover s"),
+    ("recovered", "ok"),
+)
+
+
+def table(result: dict[str, Any]) -> str:
+    """One line per size and mode: a poll's figures (per poll), the pod's footprint, and the
+    preempted worker's detection and recovery (planned mode)."""
+    head = f"{'hosts':>5} {'mode':>10} " + " ".join(f"{t:>9}" for _, t in COLUMNS)
+    lines = [head]
+    for mode in MODES:
+        for n, row in result.get(mode, {}).items():
+            cells = (f"{row[k]:>9g}" if k in row else f"{'-':>9}" for k, _ in COLUMNS)
+            lines.append(f"{n:>5} {mode:>10} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_observe", description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", default="4,32,256", help="comma-separated host counts")
@@ -244,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("NO_GCE_CHECK", "True")
     result = asyncio.run(bench(sizes, args.polls, args.baseline_max))
+    print(table(result))
     lo, hi = sizes[0], sizes[-1]
     for key in ("cpu_ms", "sessions"):
         print(f"planned {key} {hi} over {lo}: {result[f'planned_{key}_{hi}_over_{lo}']}")

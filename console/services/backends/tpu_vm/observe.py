@@ -23,6 +23,8 @@ from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.model import LOST_STATES, HostResult, HostState, JobInfo
 from console.services.observation import HostObservation, Observation, layer_silent_text
 
+_STATE = {s.value: s for s in HostState}  # HostState.of without its exception per miss
+
 
 @dataclass
 class _HostMemory:
@@ -42,6 +44,7 @@ class PodObserver:
         self._memory: dict[str, _HostMemory] = {}
         self.probes = ProbePlanner()
         self._ray_alive: dict[str, int] | None = None  # per host, at the last poll
+        self._last_hosts: dict[str, tuple[tuple[object, ...], HostObservation]] = {}
 
     async def observe(self, at: float) -> Observation:
         """One poll, within ``poll_budget_s`` as a whole: the TPU API gets half of it (a
@@ -67,7 +70,7 @@ class PodObserver:
         def state_of(index: int) -> HostState:
             if node is None:
                 return HostState.DELETED if not tpu_error else HostState.UNKNOWN
-            return HostState.of(node.host_states.get(index, HostState.UNKNOWN))
+            return _STATE.get(node.host_states.get(index, ""), HostState.UNKNOWN)
 
         states = {ep.name: state_of(ep.index) for ep in eps}
         usable = (HostState.READY, HostState.UNKNOWN)
@@ -116,41 +119,71 @@ class PodObserver:
         self._ray_alive = (
             {ep.name: alive.get(ep.ip, 0) for ep in eps} if nodes is not None else None
         )
+        # Per host, only lookups: a 1,024-host pod makes this loop the poll's own cost. A
+        # host whose every field is as at the last poll keeps its observation object (a
+        # frozen dataclass costs ~4 us to build; most hosts change nothing between polls).
+        symptoms_of: dict[str, list[str]] = {}
+        for s in node.symptoms if node else ():
+            symptoms_of.setdefault(s.worker_id, []).append(s.details)
+        health = node.health if node else ""
+        notices = self.notices
         hosts = []
         for ep in eps:
-            st = states[ep.name]
-            ssh_ok = self.probes.last(ep.name) if st in usable else None
+            name, ip = ep.name, ep.ip
+            st = states[name]
+            ssh_ok = self.probes.last(name) if st in usable else None
             if ssh_ok is None and st in LOST_STATES:
                 ssh_ok = False
-            error = self.probes.last_error(ep.name)
-            mem = self._memory.setdefault(ep.name, _HostMemory())
-            if (ep.name in probes and ssh_ok) or alive.get(ep.ip, 0):
+            error = self.probes.last_error(name) if not ssh_ok else ""
+            mem = self._memory.get(name)
+            if mem is None:
+                mem = self._memory[name] = _HostMemory()
+            ray_alive = alive.get(ip, 0)
+            if (ssh_ok and name in probes) or ray_alive:
                 mem.last_seen = at
-            if ep.ip in resources:
-                mem.resources = resources[ep.ip]
-            symptoms = tuple(
-                s.details for s in (node.symptoms if node else ()) if s.worker_id == str(ep.index)
+            if ip in resources:
+                mem.resources = resources[ip]
+            symptoms = tuple(symptoms_of.get(str(ep.index), ()))
+            preempted_at = node.symptom_time(ep.index) if node and st in LOST_STATES else None
+            key = (
+                ep,
+                st,
+                health,
+                symptoms,
+                ssh_ok,
+                error,
+                ray_alive,
+                ip in known_ips,
+                notices.get(name),
+                mem.last_seen,
+                mem.resources,
+                preempted_at,
             )
-            hosts.append(
-                HostObservation(
-                    name=ep.name,
-                    ip=ep.ip,
-                    index=ep.index,
-                    tpu_state=st,
-                    health=node.health if node else "",
-                    symptoms=symptoms,
-                    ssh_ok=ssh_ok,
-                    ssh_error=_cause(error, ep.label) if error and not ssh_ok else "",
-                    ray_alive=alive.get(ep.ip, 0),
-                    ray_known=ep.ip in known_ips,
-                    preempted_at=(
-                        node.symptom_time(ep.index) if node and st in LOST_STATES else None
-                    ),
-                    notice_at=self.notices.get(ep.name),
-                    last_seen=mem.last_seen,
-                    resources=dict(mem.resources),
-                )
+            last = self._last_hosts.get(name)
+            if last is not None and last[0] == key:
+                hosts.append(last[1])
+                continue
+            host = HostObservation(
+                name=name,
+                ip=ip,
+                index=ep.index,
+                tpu_state=st,
+                health=health,
+                symptoms=symptoms,
+                ssh_ok=ssh_ok,
+                ssh_error=_cause(error, ep.label) if error else "",
+                ray_alive=ray_alive,
+                ray_known=ip in known_ips,
+                preempted_at=preempted_at,
+                notice_at=notices.get(name),
+                last_seen=mem.last_seen,
+                resources=dict(mem.resources),
             )
+            self._last_hosts[name] = (key, host)
+            hosts.append(host)
+        if len(self._last_hosts) > len(eps):
+            wanted = {ep.name for ep in eps}
+            self._last_hosts = {k: v for k, v in self._last_hosts.items() if k in wanted}
         return Observation(
             at=at,
             hosts=tuple(hosts),
