@@ -40,9 +40,12 @@ class HostEndpoint:
 
 
 def resolve_hosts(
-    endpoints: Sequence[HostEndpoint], hosts: Iterable[str | int] | None
+    endpoints: Sequence[HostEndpoint],
+    hosts: Iterable[str | int] | None,
+    lookup: HostLookup | None = None,
 ) -> list[HostEndpoint]:
     """Host references (name, IP or index; ``None``/"all" = every host) -> endpoints.
+    ``lookup``: one built before for these very ``endpoints`` (a caller that resolves often).
 
     Raises ValueError naming the unknown reference and the accepted forms.
     """
@@ -51,7 +54,8 @@ def resolve_hosts(
     refs = [hosts] if isinstance(hosts, str) else list(hosts)
     if any(str(r).strip().lower() == "all" for r in refs):
         return list(endpoints)
-    lookup = _Lookup(endpoints)
+    if lookup is None or lookup.endpoints is not endpoints:
+        lookup = HostLookup(endpoints)
     out: list[HostEndpoint] = []
     seen: set[int] = set()
     for ref in refs:
@@ -70,9 +74,10 @@ def resolve_hosts(
     return out
 
 
-class _Lookup:
-    """References -> position of the first endpoint they name, built once per resolve
-    (a fan-out to 256 hosts by index resolves 256 references: no scan per reference)."""
+class HostLookup:
+    """References -> position of the first endpoint they name, built once per host list
+    (a fan-out to 256 hosts by index resolves 256 references: no scan per reference; a
+    1,024-host pod's poll resolves a few: no rebuild for each)."""
 
     def __init__(self, endpoints: Sequence[HostEndpoint]) -> None:
         self.endpoints = endpoints

@@ -33,7 +33,12 @@ from pathlib import Path
 import asyncssh
 
 from console.config import SshConfig, default_state_dir
-from console.services.backends.tpu_vm.endpoints import HostEndpoint, proxy_argv, resolve_hosts
+from console.services.backends.tpu_vm.endpoints import (
+    HostEndpoint,
+    HostLookup,
+    proxy_argv,
+    resolve_hosts,
+)
 from console.services.backends.tpu_vm.hostkeys import (
     HostKeyClient,
     HostKeyError,
@@ -154,6 +159,7 @@ class SshFanout:
         # Another fan-out whose open connections this one uses (never closes) before opening
         # its own: the probes ride the connection the actions and watchers hold to each host.
         self.borrow_from: SshFanout | None = None
+        self._host_lookup: HostLookup | None = None  # for ``endpoints`` as they are now
         # What the fan-out has cost so far: connections made and sessions (commands) opened.
         self.connections_opened = 0
         self.sessions_opened = 0
@@ -184,10 +190,15 @@ class SshFanout:
 
     # hosts -----------------------------------------------------------------------------
     def resolve(self, hosts: Iterable[str | int] | None = None) -> list[HostEndpoint]:
-        return resolve_hosts(self.endpoints, hosts)
+        return resolve_hosts(self.endpoints, hosts, self._lookup())
 
     def endpoint(self, host: str | int) -> HostEndpoint:
-        return resolve_hosts(self.endpoints, [host])[0]
+        return resolve_hosts(self.endpoints, [host], self._lookup())[0]
+
+    def _lookup(self) -> HostLookup:
+        if self._host_lookup is None or self._host_lookup.endpoints is not self.endpoints:
+            self._host_lookup = HostLookup(self.endpoints)
+        return self._host_lookup
 
     def set_endpoints(self, endpoints: Sequence[HostEndpoint]) -> None:
         """Replace the host list; cached connections to changed addresses are dropped."""

@@ -125,6 +125,8 @@ class GcpTpuProvider:
         self._client_factory = client_factory
         self._last_proto: tpu_v2.Node | None = None
         self.last: NodeInfo | None = None
+        self._read: NodeInfo | None = None
+        self._read_key: tuple[bytes, int, bool] | None = None
         self._warned_no_external = False
         # Stockouts, zone failover, queued resources (None: delete + create in place).
         self.capacity: Capacity | None = None
@@ -169,7 +171,15 @@ class GcpTpuProvider:
         if self.whereabouts is not None:
             self.whereabouts.moved(self.zone)  # first sight, or a record another process moved
         self._last_proto = node
-        self.last = node_info_from_proto(node, ssh_port=self.ssh_port, external=self.external_ssh)
+        # A node as it was at the last poll (most polls) is the NodeInfo read then: its wire
+        # form costs ~30 us to compare, reading 1,024 endpoints again ~2.5 ms.
+        key = (type(node).pb(node).SerializeToString(), self.ssh_port, self.external_ssh)
+        if key != self._read_key or self._read is None:
+            self._read = node_info_from_proto(
+                node, ssh_port=self.ssh_port, external=self.external_ssh
+            )
+            self._read_key = key
+        self.last = self._read
         self._check_external(self.last)
         return self.last
 
