@@ -9,13 +9,16 @@ Instead, per noticed host:
 1. drain its Ray node (``ray drain-node``, reason PREEMPTION, deadline = the grace's end):
    the GCS schedules nothing new there, so Ray Tune cannot re-place a failed trial on the
    host whose trainers just checkpointed (a trial started after the SIGTERM would never get
-   one, and would die unsaved with the VM); skipped when every live node is going;
+   one, and would die unsaved with the VM); skipped when every live node is going, and
+   for the head: its GCS goes with it, so does every job, and nothing is placed anywhere
+   after it (in the drill a drain sent to a noticed head never answered, and its raylet
+   outlived the SIGTERM by 12-13 s when the drain reached it first, 0.3 s otherwise);
 2. wait until no engine process (``python -m engine.*``: a job's trainer or driver, a
    trial's zygote and trainers) is left on it, asked over the SSH connection the console
    already holds (a VM shutting down accepts no new one);
 3. and then the host may go, once its drain has answered or its raylet is gone: a drain
-   run on a dying head took 14-18 s of a 30 s grace to fail (the drill's head with
-   notice), and a node without a raylet takes no new work anyway. The grace
+   can be slow to answer (before heads were left undrained, one took 14-18 s of a 30 s
+   grace to fail), and a node without a raylet takes no new work anyway. The grace
    (``recovery.notice_grace_s`` and a margin) stays the bound, and the API saying the VM
    stopped ends the wait as before.
 """
@@ -126,7 +129,7 @@ async def _drain(
     ray = parts.ray
     ip = parts.ssh.endpoint(going.name).ip
     for node in nodes:
-        if not node.alive or node.ip != ip:
+        if not node.alive or node.ip != ip or node.is_head:
             continue
         command = raycmd.drain_command(
             node.node_id,

@@ -28,13 +28,14 @@ def _detached(command: str, *args: str) -> str:
     return f"nohup bash -c {shlex.quote(command)} {quoted} >/dev/null 2>&1 &"
 
 
-async def test_a_host_whose_raylet_is_gone_goes_once_its_jobs_exit_without_its_drain(
+async def test_noticed_hosts_go_with_their_jobs_unless_their_drain_still_matters(
     pod: PodInfo, tmp_path: Path
 ) -> None:
-    """Both noticed hosts' trainers checkpoint and exit 75 at once, and neither drain
-    answers. w0's raylet is gone (none runs): nothing can be placed there, so it goes with
-    its jobs. w1's raylet ignores the SIGTERM: work could still land there, so it is held
-    until its VM stops at the grace's end."""
+    """Three noticed hosts' trainers checkpoint and exit 75 at once, and no drain answers.
+    Worker w0's raylet is gone (none runs): nothing can be placed there, so it goes with its
+    jobs. Worker w1's raylet ignores the SIGTERM: work could still land there, so it is held
+    until its VM stops at the grace's end. The head w2 is not drained at all (the cluster
+    goes with it): it goes with its jobs, its raylet up or not."""
     grace = 6.0
     config = pod_config(
         pod, tmp_path, recovery={"poll_interval_s": 0.5, "auto": False, "notice_grace_s": grace}
@@ -42,24 +43,25 @@ async def test_a_host_whose_raylet_is_gone_goes_once_its_jobs_exit_without_its_d
     services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)
     backend = services.backend
     assert isinstance(backend, TpuVmBackend)
-    w0, w1 = pod.hosts[0].name, pod.hosts[1].name
-    saved = {h: pod.bucket / f"{h}-checkpoint" for h in (w0, w1)}
+    w0, w1, w2 = (h.name for h in pod.hosts[:3])
+    noticed = [w0, w1, w2]
+    saved = {h: pod.bucket / f"{h}-checkpoint" for h in noticed}
     # An engine trainer by its command line: on SIGTERM it checkpoints, then exits 75.
     trainer = "trap 'echo step=4096 > \"$0\"; exit 75' TERM; while :; do sleep 0.2; done"
     # What keeps a VM up through its grace (Ray's gcs_server ignores SIGTERM) ...
     gcs = "trap '' TERM; sleep 120"
-    # ... and, on w1 only, a raylet that has not gone.
+    # ... and, on w1 and the head, a raylet that has not gone.
     raylet = "trap '' TERM; exec -a /ray/core/src/ray/raylet/raylet sleep 120"
     nodes = [
-        RayNodeInfo(node_id=f"{i:02x}" * 28, ip=h.ip, alive=True, is_head=i == 0)
-        for i, h in enumerate(pod.hosts[:3])  # w2 stays: the drains are not skipped
+        RayNodeInfo(node_id=f"{i:02x}" * 28, ip=h.ip, alive=True, is_head=h.name == w2)
+        for i, h in enumerate(pod.hosts)  # w3 stays: the drains are not skipped
     ]
     try:
         await services.start()
         await until(lambda: len(backend.notices.listening) == 4, 60, "a watcher on every host")
-        for i, host in enumerate((w0, w1)):
+        for i, host in enumerate(noticed):
             commands = [_detached(gcs), _detached(trainer, str(saved[host]), "-m", "engine.train")]
-            if host == w1:
+            if host != w0:
                 commands.append(_detached(raylet))
             for command in commands:
                 started = await asyncio.to_thread(ssh_run, pod, i, command)
@@ -67,13 +69,13 @@ async def test_a_host_whose_raylet_is_gone_goes_once_its_jobs_exit_without_its_d
         raylets = "pgrep -f '[r]aylet/raylet'"
         assert (await asyncio.to_thread(ssh_run, pod, 1, raylets)).returncode == 0
         assert (await asyncio.to_thread(ssh_run, pod, 0, raylets)).returncode == 1
-        for i in (0, 1):
+        for i in range(len(noticed)):
             await pod_client.async_preempt(pod.run_dir, i, notice=grace, wait=False)
-        await until(lambda: {w0, w1} <= set(backend.notices.notices), 15, "both notices heard")
+        await until(lambda: set(noticed) <= set(backend.notices.notices), 15, "notices heard")
 
         went = await let_noticed_hosts_go(
             backend.parts,
-            [w0, w1],
+            noticed,
             nodes=nodes,
             notice_at=backend.notices.notices,
             grace_s=grace,
@@ -81,6 +83,7 @@ async def test_a_host_whose_raylet_is_gone_goes_once_its_jobs_exit_without_its_d
 
         assert went.hosts[w0].how == "jobs exited, raylet gone", went.text()
         assert went.hosts[w1].how == "stopped", went.text()
+        assert went.hosts[w2].how == "jobs exited", went.text()
         for path in saved.values():  # no checkpoint was cut short
             assert path.read_text().strip() == "step=4096"
     finally:
