@@ -31,8 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import itertools
 import json
 import random
+import re
 import shlex
 import shutil
 import sys
@@ -135,7 +137,24 @@ class Run:
     end: float
     chose: str = ""  # the engine's own line about the interval (auto)
     preemptions: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    per_attempt: list[list[str]] = field(default_factory=list)  # each attempt's log lines
+
+
+_PROGRESS = re.compile(r"\[engine\] progress step=(?P<step>\d+)/")
+_RESUMING = re.compile(r"\[engine\] resuming \S+ from checkpoint \S+ at step (?P<step>\d+)")
+
+
+def trainers_redone(per_attempt: Sequence[Sequence[str]]) -> int:
+    """Steps redone by the trainers' own lines (a cross-check of the ledger's count): each
+    attempt's last progress step less the step the next one resumed at. Within one rollout
+    (the progress line's granularity) of the truth."""
+    redone = 0
+    for before, after in itertools.pairwise(per_attempt):
+        reached = [int(m["step"]) for m in map(_PROGRESS.search, before) if m]
+        resumed = [int(m["step"]) for m in map(_RESUMING.search, after) if m]
+        if reached:
+            redone += max(0, reached[-1] - (resumed[0] if resumed else 0))
+    return redone
 
 
 def measure(run: Run) -> dict[str, Any]:
@@ -155,6 +174,7 @@ def measure(run: Run) -> dict[str, Any]:
         "steps_known": job.steps_known,
         "redone_s": round(redone_s, 3),
         "redone_steps": job.redone_steps,
+        "trainers_redone_steps": trainers_redone(run.per_attempt),
         "saves": len(saves),
         "checkpoint_s": round(overhead_s, 3),
         "badput_s": round(redone_s + overhead_s, 3),
@@ -184,7 +204,8 @@ def report(result: dict[str, Any]) -> list[str]:
             continue
         out.append(
             f"{name}: every {r['interval_steps']} steps, {r['preemptions']} reclaims: badput "
-            f"{r['badput_s']:.2f}s = redone {r['redone_s']:.2f}s ({r['redone_steps']} steps) + "
+            f"{r['badput_s']:.2f}s = redone {r['redone_s']:.2f}s ({r['redone_steps']} steps; "
+            f"{r['trainers_redone_steps']} by the trainers' lines) + "
             f"checkpoints {r['checkpoint_s']:.2f}s ({r['saves']} saves) in {r['wall_s']:.0f}s; "
             f"reached step {r['final_step']}"
         )
@@ -309,6 +330,7 @@ class Drill:
             end,
             chose=chose.strip(),
             preemptions=len(plan),
+            per_attempt=[_read(p).splitlines() for p in self.logs],
         )
 
     async def close(self) -> None:

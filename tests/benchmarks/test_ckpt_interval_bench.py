@@ -15,6 +15,7 @@ from benchmarks.ckpt_interval import (
     schedule,
     state_row,
     submit_row,
+    trainers_redone,
 )
 from console.services.ledger.goodput import StepPoint
 from console.services.ledger.steps import RunSteps
@@ -22,6 +23,13 @@ from console.services.model import Event, EventKind, JobStatus
 from console.services.record.journal import RECOVERED
 from engine.contract import CHECKPOINT_SAVED
 from tests.support.incident_rows import journaled_async
+
+
+def test_the_trainers_own_count_of_redone_steps() -> None:
+    a = ["[engine] progress step=1280/9 fps=1", "[engine] progress step=1408/9 fps=1"]
+    b = ["[engine] resuming r from checkpoint /b/step-1024 at step 1024"]
+    assert trainers_redone([a, b, []]) == 1408 - 1024
+    assert trainers_redone([a, ["no checkpoint yet"]]) == 1408  # started over from 0
 
 
 def test_the_schedule_is_seeded_and_floored() -> None:
@@ -62,8 +70,20 @@ async def _run(name: str, resumed_at: int, saves: list[float]) -> Run:
         "[engine] progress step=128/100000000 fps=900",
         *(_saved(2048 * (i + 1), s) for i, s in enumerate(saves)),
     ]
+    attempt_a = [*lines, "[engine] progress step=3072/100000000 pct=0.0 fps=900"]
+    attempt_b = [
+        f"[engine] resuming ckpt-{name} from checkpoint /b/step-{resumed_at} at step {resumed_at}",
+        "[engine] progress step=3200/100000000 pct=0.0 fps=900",
+    ]
     return Run(
-        name, 2048, await journaled_async(rows), [steps_a, steps_b], lines, 40.0, preemptions=1
+        name,
+        2048,
+        await journaled_async(rows),
+        [steps_a, steps_b],
+        lines,
+        40.0,
+        preemptions=1,
+        per_attempt=[attempt_a, attempt_b],
     )
 
 
@@ -74,6 +94,8 @@ async def test_badput_is_the_ledgers_redone_work_plus_the_engines_saves() -> Non
     assert default["redone_s"] == pytest.approx(4.0)  # 30 s to 34 s
     assert (default["saves"], default["checkpoint_s"]) == (2, pytest.approx(0.03))
     assert default["badput_s"] == pytest.approx(4.03)
+    # the trainer got to 3072 (its last line; W&B's last point said 3000) and resumed at 2048
+    assert default["trainers_redone_steps"] == 3072 - 2048
 
     advised = measure(await _run("advised", 2560, [0.01] * 4))
     assert advised["redone_steps"] == 3000 - 2560 and advised["badput_s"] == pytest.approx(4.04)
