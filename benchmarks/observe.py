@@ -5,9 +5,9 @@ sessions; and a worker preempted, detected and recovered at each size.
 
 For each size: an emulated pod (free ports, temp run dir, stopped at the end), the console's
 services over it as `phantom` builds them (``make_services``), and ``--polls`` observations
-of the pod after the warm-up polls (at least three, and until every host has answered once:
-the first probes every host and opens the notice watchers, one SSH session a host), each
-measured:
+of the pod after the warm-up polls (at least three, until every host has answered once and
+its notice watcher listens: the first probes every host and opens the notice watchers, one
+SSH session a host; 1,024 of them starting is not a poll's cost), each measured:
 
 * ``cpu_ms``: the console process's CPU time (mean over the polls; the rest are medians) (TPU API call, SSH, parsing, diagnosis input);
 * ``emulator_cpu_ms``: the emulator daemon's CPU time (the far side of every call);
@@ -69,17 +69,27 @@ def _all_up(obs: Observation, hosts: int) -> bool:
 
 
 async def warm_up(backend: TpuVmBackend, hosts: int) -> int:
-    """Poll until every host has answered (at least ``WARMUP`` polls); how many it took."""
+    """Poll until every host has answered and its notice watcher listens (at least
+    ``WARMUP`` polls): the measured polls are the steady state, not 1,024 watchers starting.
+    Returns how many polls it took."""
     t0 = time.perf_counter()
     n = 0
+    watching = backend.config.recovery.watch_notices
     while True:
         obs = await backend.observe()
         n += 1
-        if n >= WARMUP and _all_up(obs, hosts):
+        listening = len(backend.notices.listening) >= hosts or not watching
+        if n >= WARMUP and _all_up(obs, hosts) and listening:
             return n
+        if n >= WARMUP and _all_up(obs, hosts):
+            await asyncio.sleep(0.5)  # the watchers start after a poll: let them, not polls
         if time.perf_counter() - t0 > WARMUP_DEADLINE_S:
             bad = [h.name for h in obs.hosts if not h.ssh_ok]
-            raise TimeoutError(f"{hosts} hosts: {len(bad)} never answered, e.g. {bad[:3]}")
+            deaf = hosts - len(backend.notices.listening)
+            raise TimeoutError(
+                f"{hosts} hosts: {len(bad)} never answered, e.g. {bad[:3]}; "
+                f"{deaf} notice watchers not listening"
+            )
 
 
 def cost(daemon: int) -> dict[str, float]:

@@ -93,7 +93,8 @@ class PodParts:
         # A session on the connection the fan-out already holds (a notice watcher keeps one
         # open to every host) proves the host's sshd answers, as a new connection would,
         # without a second connection a host: at 1,024 hosts that was 1,024 sockets on each
-        # side and as many key exchanges. A host without one is probed on its own connection.
+        # side and as many key exchanges. A probe that finds none makes it (with its short
+        # timeout) and the fan-out keeps it.
         self.probe.borrow_from = self.ssh
         head = self.endpoints[0] if self.endpoints else HostEndpoint("head", "127.0.0.1")
         self.ray = RayOps(

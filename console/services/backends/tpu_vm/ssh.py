@@ -156,8 +156,8 @@ class SshFanout:
         self._sem = asyncio.Semaphore(parallelism)
         self._conns: dict[str, asyncssh.SSHClientConnection] = {}
         self._conn_locks: dict[str, asyncio.Lock] = {}
-        # Another fan-out whose open connections this one uses (never closes) before opening
-        # its own: the probes ride the connection the actions and watchers hold to each host.
+        # Another fan-out whose connections this one uses (never closes), and which keeps the
+        # ones this one makes: the probes ride the connection the actions and watchers hold.
         self.borrow_from: SshFanout | None = None
         self._host_lookup: HostLookup | None = None  # for ``endpoints`` as they are now
         # What the fan-out has cost so far: connections made and sessions (commands) opened.
@@ -229,18 +229,24 @@ class SshFanout:
         ep = host if isinstance(host, HostEndpoint) else self.endpoint(host)
         return await self._connect_with_retries(ep)
 
-    async def _cached(self, ep: HostEndpoint) -> asyncssh.SSHClientConnection:
-        lent = self.borrow_from._conns.get(ep.name) if self.borrow_from is not None else None
-        if lent is not None and not lent.is_closed():
-            self.drop(ep.name)  # its own, from before the lender had one: one is enough
-            return lent
+    async def _cached(
+        self,
+        ep: HostEndpoint,
+        connect: Callable[[HostEndpoint], Awaitable[asyncssh.SSHClientConnection]] | None = None,
+    ) -> asyncssh.SSHClientConnection:
+        """The connection held to ``ep``, made (by ``connect``, default this fan-out's own
+        connect with its retries) when there is none."""
+        if self.borrow_from is not None:
+            # The lender's connection, or one made with this fan-out's settings (the probes'
+            # short timeout, no retries) that the lender then keeps: one a host, one handshake.
+            return await self.borrow_from._cached(ep, self._connect_with_retries)
         lock = self._conn_locks.setdefault(ep.name, asyncio.Lock())
         async with lock:
             conn = self._conns.get(ep.name)
             if conn is not None and not conn.is_closed():
                 return conn
             self._conns.pop(ep.name, None)
-            conn = await self._connect_with_retries(ep)
+            conn = await (connect or self._connect_with_retries)(ep)
             self._conns[ep.name] = conn
             return conn
 

@@ -444,7 +444,7 @@ async def test_watch_sessions_take_no_fan_out_slot(pod: PodInfo, tmp_path: Path)
 async def test_probes_ride_the_connection_the_fan_out_holds(pod: PodInfo, tmp_path: Path) -> None:
     """One SSH connection a host, not two: at 1,024 hosts the probes' own connections were
     1,024 more sockets on each side (the emulator ran out of file descriptors). A host the
-    fan-out holds no connection to is still probed, on a connection of the probe's own."""
+    fan-out holds no connection to is probed on one the probe makes and the fan-out keeps."""
     policy = HostKeyPolicy("accept-new", tmp_path / "kh")
     fan, probe = fanout(pod, policy), fanout(pod, policy, retries=0)
     probe.borrow_from = fan
@@ -454,7 +454,8 @@ async def test_probes_ride_the_connection_the_fan_out_holds(pod: PodInfo, tmp_pa
         res = await probe.probe()
         assert all(r.ok for r in res.values()), res
         assert probe.connections_opened == len(pod.hosts) - 1  # none to the first host
-        assert fan.connections_opened == 1
+        assert all(r.ok for r in (await fan.run("true")).values())
+        assert fan.connections_opened == 1  # it kept the probe's
     finally:
         await probe.close()
         await fan.close()
