@@ -101,6 +101,28 @@ def coordinator_prefix(spec_name: str, template: str, obj: Obj | None = None) ->
     return f"{spec_name}-slice-job-0-0-"
 
 
+def run_location(obj: Obj | None) -> tuple[str, str] | None:
+    """(run name, output URI) of a JobSet this console did not make (xpk, kubectl): what its
+    containers' env says, as the seed's run script reads it (``RUN_NAME``, else
+    ``WORKLOAD_NAME``, else the JobSet's name; under ``BASE_OUTPUT_DIRECTORY``), coordinator
+    first. None when no container names a literal ``BASE_OUTPUT_DIRECTORY``."""
+    if not obj or obj.get("kind") != "JobSet":
+        return None
+    rjobs = [rj for rj in (obj.get("spec") or {}).get("replicatedJobs") or [] if rj]
+    slot = coordinator_slot(obj)
+    rjobs.sort(key=lambda rj: rj.get("name") != (slot[0] if slot else None))
+    for rj in rjobs:
+        pod = (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+        for c in (pod or {}).get("containers") or []:
+            env = {e.get("name"): e.get("value") for e in c.get("env") or [] if "value" in e}
+            base = str(env.get("BASE_OUTPUT_DIRECTORY") or "").rstrip("/")
+            if base:
+                name = (obj.get("metadata") or {}).get("name", "")
+                run = str(env.get("RUN_NAME") or env.get("WORKLOAD_NAME") or name)
+                return run, f"{base}/{run}"
+    return None
+
+
 def _env(spec: WorkloadSpec) -> list[Obj]:
     env: list[Obj] = [
         {"name": "WORKLOAD_NAME", "value": spec.name},

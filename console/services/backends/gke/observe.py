@@ -26,6 +26,7 @@ from console.services.backends.gke.manifests import (
     ClusterRef,
     coordinator_slot,
     logs_url,
+    run_location,
     workload_url,
 )
 from console.services.backends.gke.registry import RecordedWorkload
@@ -251,7 +252,7 @@ class GkeObserver:
                     completed=str(completed.get("status", "")) if completed else "",
                     suspended=bool((js.get("spec") or {}).get("suspend")),
                     created_at=S.ts(S.meta(js).get("creationTimestamp")),
-                    run_name=S.labels(js).get(RUN_LABEL, ""),
+                    run_name=S.labels(js).get(RUN_LABEL, "") or _run_name(js),
                 )
             )
         for job in self.caches.jobs.values():
@@ -415,6 +416,11 @@ def _absent(rec: RecordedWorkload, status: JobStatus, why: str) -> JobInfo:
         message=why,
         metadata={"phantom.template": rec.spec.template},
     )
+
+
+def _run_name(jobset: Obj) -> str:
+    found = run_location(jobset)
+    return found[0] if found else ""
 
 
 def _unschedulable(p: PodStatus) -> bool:

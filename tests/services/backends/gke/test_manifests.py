@@ -87,6 +87,24 @@ def test_pathways_jobset_has_a_cpu_head_and_workers_per_slice() -> None:
     assert ws["restartPolicy"] == "OnFailure" and ws["containers"][0]["name"] == "pathways-worker"
 
 
+def test_run_location_of_a_jobset_made_elsewhere_is_read_from_its_env() -> None:
+    """An xpk- or kubectl-made JobSet carries no console label: where it writes comes from
+    the coordinator's env, as the seed's run script reads it."""
+    for js in (M.standard_jobset(SPEC), M.pathways_jobset(SPEC)):
+        js["metadata"]["labels"] = {}
+        assert M.run_location(js) == ("gptoss-rl", "gs://my-bucket/maxtext-runs/gptoss-rl")
+    js = M.standard_jobset(SPEC)
+    env = pod_spec(js)["containers"][0]["env"]
+    pod_spec(js)["containers"][0]["env"] = [
+        {"name": "BASE_OUTPUT_DIRECTORY", "value": "gs://b/runs/"},
+        {"name": "WORKLOAD_NAME", "value": "w1"},
+    ]
+    assert M.run_location(js) == ("w1", "gs://b/runs/w1")  # RUN_NAME defaults to the workload
+    pod_spec(js)["containers"][0]["env"] = [e for e in env if e["name"] != "BASE_OUTPUT_DIRECTORY"]
+    assert M.run_location(js) is None
+    assert M.run_location(M.convert_job(SPEC)) is None
+
+
 def test_conversion_is_a_job_with_its_command() -> None:
     spec = WorkloadSpec(
         name="to-maxtext",
