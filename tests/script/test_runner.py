@@ -116,6 +116,7 @@ def test_happy_path_order_shapes_and_events(tmp_path: Path) -> None:
         "recover",
         "job_logs",
         "refresh",
+        "job_logs",  # status's ledger advice reads the newest job's log (its save cost)
         "teardown",
         "pod.down",
     ]
