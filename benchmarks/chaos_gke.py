@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -72,6 +73,7 @@ CRASH = "crash"
 KINDS = (PREEMPT_GRACE, PREEMPT_ABRUPT, NODE_FAILURE, CRASH)
 COORDINATOR, WORKER, SLICE = "coordinator", "worker", "slice"
 NAME = "grpo-chaos"
+WRAPPER_POLL_S = 5.5  # xpk's wrapper: `while kill -0 $PID; do sleep 5; done` (+ a step)
 # Daemon flags: the controllers' back-offs short (the defaults are the real 10 s ones).
 FAST = ["--job-backoff", "0.01", "--crash-backoff", "0.2", "--schedule-retry", "0.5"]
 _STEP = re.compile(r"completed step: (\d+),")
@@ -188,8 +190,11 @@ class DrillSettings:
         return plan(self.seed, self.count)
 
     def total(self) -> int:
-        # a shot lands within two periods of where training resumed; then a tail
-        return self.period * (2 * self.count + 3)
+        # A shot lands within two periods of where training resumed; then a tail. With its
+        # grace the coordinator runs on until xpk's wrapper passes SIGTERM on (it polls its
+        # child every 5 s): those steps too, or the run could end before the last shot.
+        on = sum(s.graceful for s in self.shots()) * math.ceil(WRAPPER_POLL_S / self.step_time)
+        return self.period * (2 * self.count + 3) + on
 
 
 @dataclass
@@ -197,6 +202,7 @@ class ShotRecord:
     shot: Shot
     at: float = 0.0  # wall clock, as the journal dates rows
     victim: str = ""  # the slice, node or pod hit
+    slice: str = ""  # a node failure's slice (the journal's rows name the slice)
     reached: int = 0  # the coordinator's step when it was sent
     resume_s: float | None = None
     steps_lost: int | None = None
@@ -326,7 +332,8 @@ class Drill:
             pod = self._pod(coordinator=shot.target == COORDINATOR)
             if shot.kind == NODE_FAILURE:
                 node = pod["spec"]["nodeName"]
-                rec.victim = client.fail_node(self.run_dir, node, self.s.repair_after)["node"]
+                failure = client.fail_node(self.run_dir, node, self.s.repair_after)
+                rec.victim, rec.slice = failure["node"], failure["slice"]
             else:
                 rec.victim = client.crash_container(self.run_dir, pod["metadata"]["name"])["pod"]
         self.records.append(rec)
@@ -334,7 +341,8 @@ class Drill:
 
         def resumed() -> bool:
             attempts = self._attempts()
-            return len(attempts) > n_attempts and attempts[-1].reached > attempts[-1].start
+            last = attempts[-1] if len(attempts) > n_attempts else None
+            return last is not None and (last.reached > last.start or last.done)
 
         await self._until(resumed, 180, f"training resumed after event {shot.index}")
         rec.resume_s = time.monotonic() - t0
@@ -385,6 +393,8 @@ class Drill:
             want = [(EventKind.JOBSET_RESTARTED, NAME)]
             if rec.shot.kind in (PREEMPT_GRACE, PREEMPT_ABRUPT):
                 want.append((EventKind.PREEMPTED, rec.victim))
+            elif rec.shot.kind == NODE_FAILURE:  # the node unknown, then its slice deleted
+                want += [(EventKind.HOST_UNKNOWN, rec.slice), (EventKind.HOST_LOST, rec.slice)]
             for kind, host in want:
                 if not any(e.kind == kind and e.host == host for e in window):
                     self.problems.append(

@@ -1,7 +1,8 @@
 """The GKE chaos drill (``benchmarks.chaos_gke``): its plan and its stitching of the
-workload's attempts (fast), and one small seeded drill in CI's slow run: each kind of event
-once (seed 2: a preemption without grace, the coordinator's node failing, a worker crashing, a preemption with the pods' grace) on
-the GKE emulator with the console's watchdog, the drill's checks as the assertions."""
+workload's attempts (fast), and one small seeded drill in CI's slow run on the GKE emulator
+with the console's watchdog, each kind of event once (seed 2: a preemption without grace,
+the coordinator's node failing, a worker crashing, a preemption with the pods' grace); the
+drill's checks are the assertions."""
 
 from __future__ import annotations
 
