@@ -6,8 +6,8 @@ slice (``slice-job``), ``parallelism = completions =`` the slice's VMs, restart 
 (``FailJobSet`` on ``PodFailurePolicy``), ``failurePolicy.maxRestarts``, exclusive placement
 per node pool, the TPU node selectors and toleration, the command inside xpk's wrapper.
 Pathways: the JobSet of `xpk workload create-pathways` (pathways_workload_create.yaml.j2):
-a head on the CPU pool (proxy and resource manager as sidecars, the user's command as
-``jax-tpu``) and one worker Job per slice. Convert: a batch Job on the CPU pool running the
+a head on the CPU pool (proxy and resource manager as sidecars, the user's command inside
+xpk's wrapper as ``jax-tpu``) and one worker Job per slice, queued like the standard one. Convert: a batch Job on the CPU pool running the
 HF <-> MaxText conversion.
 
 Secrets travel in one Secret per workload (``<name>-phantom-env``) and reach the container
@@ -254,13 +254,17 @@ def pathways_jobset(spec: WorkloadSpec) -> Obj:
     head_env = [
         head_ref,
         {"name": "JAX_PLATFORMS", "value": "proxy"},
+        {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
         {"name": "JAX_BACKEND_TARGET", "value": "grpc://$(PATHWAYS_HEAD):29000"},
         *_env(spec),
     ]
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": {"name": spec.name, "labels": _labels(spec)},
+        "metadata": {
+            "name": spec.name,
+            "labels": {"kueue.x-k8s.io/queue-name": "multislice-queue", **_labels(spec)},
+        },
         "spec": {
             "coordinator": {"replicatedJob": "pathways-head"},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
@@ -317,7 +321,11 @@ def pathways_jobset(spec: WorkloadSpec) -> Obj:
                                             "name": CONTAINER,
                                             "image": spec.image,
                                             "env": head_env,
-                                            "command": ["bash", "-c", spec.command],
+                                            "command": [
+                                                "bash",
+                                                "-c",
+                                                XPK_WRAPPER.format(command=spec.command),
+                                            ],
                                         }
                                     ],
                                     "restartPolicy": "Never",

@@ -82,7 +82,14 @@ def test_pathways_jobset_has_a_cpu_head_and_workers_per_slice() -> None:
     assert hs["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
     assert [c["name"] for c in hs["initContainers"]] == ["pathways-proxy", "pathways-rm"]
     assert "--instance_count=2" in hs["initContainers"][1]["args"]
-    assert hs["containers"][0]["command"] == ["bash", "-c", SPEC.command]
+    # xpk wraps the head's command as it wraps a standard workload's (SIGTERM forwarded)
+    assert hs["containers"][0]["command"] == [
+        "bash",
+        "-c",
+        M.XPK_WRAPPER.format(command=SPEC.command),
+    ]
+    assert {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"} in hs["containers"][0]["env"]
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "multislice-queue"
     ws = pod_spec(js, 1)
     assert ws["restartPolicy"] == "OnFailure" and ws["containers"][0]["name"] == "pathways-worker"
 
