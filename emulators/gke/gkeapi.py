@@ -1,5 +1,6 @@
-"""The Google Cloud side of the cluster: the GKE API (container.googleapis.com v1) and the
-project lookup of Resource Manager, on the same loopback port as the Kubernetes API.
+"""The Google Cloud side of the cluster: the GKE API (container.googleapis.com v1, and
+v1beta1 for `gcloud beta`) and the project lookup of Resource Manager, on the same loopback
+port as the Kubernetes API.
 
 What `gcloud container clusters list|describe|get-credentials` and `gcloud container
 node-pools list|describe` send when ``api_endpoint_overrides/container`` points here, and
@@ -84,7 +85,11 @@ def cluster_resource(c: Cluster) -> dict[str, Any]:
 
 def answer(c: Cluster, request: web.Request, parts: list[str]) -> web.Response | None:
     """The response for a GKE or Resource Manager path, None for any other path."""
-    if parts[:2] != ["v1", "projects"] or len(parts) < 3 or request.method != "GET":
+    # v1beta1: what `gcloud beta container ...` sends (xpk lists node pools with it before
+    # a Pathways workload); its resources are v1's plus beta fields, none of which xpk reads.
+    if parts[:1] not in (["v1"], ["v1beta1"]) or parts[1:2] != ["projects"]:
+        return None
+    if len(parts) < 3 or request.method != "GET":
         return None
     project = parts[2]
     rest = parts[3:]
