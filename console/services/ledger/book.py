@@ -22,7 +22,7 @@ from console.services.ledger.advice import (
     mean_time_between_preemptions,
     training_rate,
 )
-from console.services.ledger.goodput import Ledger, Progress, account
+from console.services.ledger.goodput import Ledger, Steps, account, trainers
 from console.services.ledger.live import DEFAULT_EVERY, LOGS_OF, current_every
 from console.services.ledger.prices import pricing_for
 from console.services.model import Event
@@ -58,7 +58,7 @@ def book(
     *,
     now: float,
     since: float | None = None,
-    progress: Mapping[str, Progress] | None = None,
+    progress: Steps | None = None,
     outcomes: Mapping[str, float] | None = None,
     log_lines: Iterable[str] = (),
     current_steps: int = DEFAULT_EVERY,
@@ -85,10 +85,10 @@ def book(
     return Book(ledger, advise(checkpoint_cost(log_lines), mtbf, rate, current_steps))
 
 
-def _steps_per_s(progress: Mapping[str, Progress]) -> float | None:
-    """Steps per second over every attempt's logged points (None without two of them)."""
+def _steps_per_s(progress: Steps) -> float | None:
+    """Steps per second over every trainer's logged points (None without two of them)."""
     steps = seconds = 0.0
-    for p in progress.values():
+    for p in (t for job in progress for t in trainers(progress, job)):
         pts = sorted(p.points, key=lambda x: x.at)
         if len(pts) >= 2 and pts[-1].at > pts[0].at:
             steps += pts[-1].step - pts[0].step
