@@ -5,9 +5,10 @@ A notice (``preemption_notice`` row: the VM's own notice time in ``data.notice_a
 row's time) gives the jobs on the pod ``recovery.notice_grace_s`` to checkpoint (the engine
 checkpoints at the step it reached on SIGTERM, ``engine.notice``). Once that grace has ended
 (plus ``MARGIN_S`` for the save to land), the checkpoint storage is read: a notice is honoured
-when some run there holds a *complete* checkpoint (manifest valid, files of the listed sizes:
-``engine.storage``) created at or after the notice and by the end of its grace. A notice
-with no job active at its time (the journal's ``job_state`` rows) expects nothing.
+when some run there (a job's, or a sweep trial's under ``<sweep id>/_runs``) holds a
+*complete* checkpoint (manifest valid, files of the listed sizes: ``engine.storage``) created
+at or after the notice and by the end of its grace. A notice with no job active at its time
+(the journal's ``job_state`` rows) expects nothing.
 
 Exactly once per notice, across restarts: the ``notice_not_honoured`` row names its notice
 (``data.notice_id``, the notice row's id); a notice already named is never judged again, and
@@ -116,16 +117,31 @@ def judge(
     return Verdict(notice.id, notice.host, at, deadline, expected, matched)
 
 
-def saved_checkpoints(storage: str) -> list[Saved]:
-    """Every complete checkpoint of every run under ``storage`` (incomplete ones skipped)."""
+def run_stores(storage: str) -> list[tuple[str, str]]:
+    """``(storage, run)`` of every run under ``storage``: a job's run at its top, and a
+    sweep's trials in ``<sweep storage>/<sweep id>/_runs/<run>`` (``engine.sweep_tune``),
+    the sweep storage being ``storage`` or a directory in it (e.g. ``<storage>/sweeps``)."""
     try:
         fs, root = resolve_storage(storage)
-        runs = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+        root = root.rstrip("/")
+        parents = [root]
+        for pattern in (f"{root}/*/_runs", f"{root}/*/*/_runs"):
+            parents += sorted(str(p).rstrip("/") for p in fs.glob(pattern) if fs.isdir(p))
+        out = []
+        for parent in parents:
+            base = storage.rstrip("/") + parent[len(root) :]
+            for p in fs.ls(parent, detail=False):
+                out.append((base, str(p).rstrip("/").rsplit("/", 1)[-1]))
+        return out
     except (StorageError, OSError):
         return []
+
+
+def saved_checkpoints(storage: str) -> list[Saved]:
+    """Every complete checkpoint of every run under ``storage`` (incomplete ones skipped)."""
     out: list[Saved] = []
-    for run in runs:
-        store = FsspecCheckpointStore(storage, run)
+    for base, run in run_stores(storage):
+        store = FsspecCheckpointStore(base, run)
         for step, path in store.list_steps():
             manifest = store._read_manifest(path)  # the one validity check
             if manifest is None or manifest.get("step") != step:

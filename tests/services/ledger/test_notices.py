@@ -142,6 +142,73 @@ async def test_an_unhonoured_notice_is_said_once_also_across_restarts(tmp_path: 
     journal.close()
 
 
+# The chaos drill's sweep head notice (journal row 116 of its run, the sweep's job_state rows
+# 110/111) and the notice lines its four trials logged: run, step, seconds after SIGTERM.
+SWEEP = "phantom-sweep-20261201-230856-3303e4"
+SWEEP_NOTICE_AT = 1796166562.1674407
+SWEEP_TRIALS = [
+    ("chaos-sweep-s1-06b23_00000", 24064, 0.749),
+    ("chaos-sweep-s1-06b23_00001", 12294, 0.083),
+    ("chaos-sweep-s1-06b23_00002", 17593, 0.110),
+    ("chaos-sweep-s1-06b23_00003", 16421, 0.096),
+]
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+async def test_a_sweeps_trials_notice_checkpoints_honour_its_notice(
+    tmp_path: Path, checkpointed: bool
+) -> None:
+    """A sweep's trials save under ``<sweep storage>/<sweep id>/_runs/<run>``, not at the top
+    of the storage: their notice checkpoints honour the head's notice; trials that saved
+    nothing in its grace leave it not honoured, as a job would."""
+    storage = tmp_path / "bucket"
+    runs = storage / "sweeps" / "chaos-sweep-s1" / "_runs"
+    journal = Journal(tmp_path / "journal.sqlite")
+    journal.record_event(
+        Event(
+            1796166537.87984,
+            EventKind.JOB_STATE,
+            "sweep",
+            data={"job_id": SWEEP, "new_status": "PENDING"},
+        )
+    )
+    journal.record_event(
+        Event(
+            1796166541.8837,
+            EventKind.JOB_STATE,
+            "sweep",
+            data={"job_id": SWEEP, "new_status": "RUNNING"},
+        )
+    )
+    row = journal.record_event(
+        Event(
+            1796166562.70479,
+            EventKind.PREEMPTION_NOTICE,
+            "phantom-pod-w0: preemption notice at 23:09:22 (127.0.0.10)",
+            host="phantom-pod-w0",
+            data={"tpu_state": "READY", "ip": "127.0.0.10", "notice_at": SWEEP_NOTICE_AT},
+        )
+    )
+    for run, step, seconds in SWEEP_TRIALS:
+        save(runs, run, step - 2048, SWEEP_NOTICE_AT - 20)  # their periodic saves, before it
+        if checkpointed:
+            save(runs, run, step, SWEEP_NOTICE_AT + seconds, trigger="notice")
+    rows: list[Update] = []
+    (verdict,) = await verifier(journal, storage, SWEEP_NOTICE_AT + 60, rows).check()
+    assert verdict.notice_id == row.id and verdict.expected
+    assert verdict.honoured == checkpointed
+    if checkpointed:
+        assert sorted((s.run, s.step) for s in verdict.matched) == [
+            (run, step) for run, step, _ in SWEEP_TRIALS
+        ]
+        assert rows == []
+    else:
+        (said,) = rows
+        assert isinstance(said, Event) and said.kind == EventKind.NOTICE_NOT_HONOURED
+        assert said.data["notice_id"] == row.id
+    journal.close()
+
+
 async def test_a_notice_with_no_job_running_expects_nothing(tmp_path: Path) -> None:
     now = time.time()
     journal = Journal(tmp_path / "journal.sqlite")
