@@ -1,8 +1,9 @@
 """Seed 004's own tools against the GKE emulator: the real gcloud on its GKE API (clusters,
 node pools, get-credentials over TLS with the cluster's CA), its Kueue Workloads (what
 `xpk workload list` reads), and the real xpk 1.16 running the console's previewed
-`xpk workload create` line, listing with --filter-by-status and deleting, while the
-console's GKE backend sees the workload as one of its kind."""
+`xpk workload create` and `create-pathways` lines, listing with --filter-by-status and
+deleting, while the console sees each workload as one of its kind: template, logs, Tunix
+metrics, and a slice preemption journaled with the JobSet's restart."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ import pytest
 import yaml
 
 from console.services.jobs.workload import WorkloadSpec
-from console.services.model import JobStatus
+from console.services.model import JobStatus, RunMetrics
+from console.services.record.incidents import incident_of
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module, xpk_jobset
-from tests.support.gke_services import gke_backend, gke_config, gke_services
+from tests.support.gke_services import events, gke_backend, gke_config, gke_services
 from tests.support.waiting import until
 from tests.support.xpk import gcloud_env, gcloud_or_skip, run, xpk_args, xpk_or_skip
 
@@ -90,6 +92,13 @@ def test_gcloud_lists_the_cluster_and_gets_credentials_over_tls(
     assert pools.returncode == 0, pools.stderr
     by_name = {p["name"]: p for p in json.loads(pools.stdout)}
     assert set(by_name) == {"cpu-np", *gke_module.slice_names}
+    # `gcloud beta container node-pools list` (xpk's check before a Pathways workload)
+    beta = get(
+        gke_module,
+        f"v1beta1/projects/{gke_module.project}/locations/{gke_module.location}/clusters/"
+        f"{gke_module.cluster}/nodePools",
+    )
+    assert {p["name"] for p in beta["nodePools"]} == set(by_name)
     assert by_name["phantom-gke-np-0"]["placementPolicy"]["tpuTopology"] == "2x4x4"
     creds = run(
         [gcloud, "container", "clusters", "get-credentials", gke_module.cluster,
@@ -185,6 +194,32 @@ def essentials(js: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def pathways_essentials(js: dict[str, Any]) -> dict[str, Any]:
+    """What decides where a Pathways workload's head and workers run and what the head runs."""
+    rjobs = {rj["name"]: rj for rj in js["spec"]["replicatedJobs"]}
+    labels = js["metadata"]["labels"]
+    out: dict[str, Any] = {
+        "labels": {k: labels[k] for k in ("kueue.x-k8s.io/queue-name", "xpk.google.com/workload")},
+        "coordinator": js["spec"]["coordinator"],
+        "success": js["spec"].get("successPolicy"),
+        "startup": js["spec"].get("startupPolicy"),
+    }
+    for name, rj in rjobs.items():
+        job = rj["template"]["spec"]
+        pod = job["template"]["spec"]
+        out[name] = {
+            "replicas": rj["replicas"],
+            "pods": (job["parallelism"], job["completions"], job["backoffLimit"]),
+            "selector": pod["nodeSelector"],
+            "sidecars": [(c["name"], c["image"]) for c in pod.get("initContainers") or []],
+            "containers": [(c["name"], c["image"]) for c in pod["containers"]],
+        }
+    head = rjobs["pathways-head"]["template"]["spec"]["template"]["spec"]["containers"][0]
+    out["head env"] = {e["name"]: e.get("value") for e in head["env"]}
+    out["head command"] = [ln for ln in "\n".join(head["command"]).splitlines() if ln.strip()]
+    return out
+
+
 @pytest.mark.slow
 async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees_it(
     gke: gke_client.GkeInfo, tmp_path: Path
@@ -198,7 +233,7 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
         "xpk-line",
         image=IMAGE,
         hf_token_env="",  # a Secret would be a secretKeyRef; xpk's --env carries the value
-        env={"STEPS": "400", "STEP_TIME": "0.25", "CHECKPOINT_PERIOD": "50"},
+        env={"STEPS": "2000", "STEP_TIME": "0.25", "CHECKPOINT_PERIOD": "50"},
     )
     async with gke_backend(gke, config) as (backend, _):
         preview = backend.preview(spec)
@@ -222,7 +257,7 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
     )
     assert theirs == mine
 
-    async with gke_services(config, tmp_path / "state") as (svc, _seen):
+    async with gke_services(config, tmp_path / "state") as (svc, seen):
 
         def seen_running() -> bool:
             return any(
@@ -232,27 +267,80 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
 
         await until(seen_running, 60, "the console lists the xpk-made workload, 8 pods running")
         (wl,) = [w for w in svc.snapshot().workloads if w.name == "xpk-line"]
-        assert wl.template == "standard" and wl.kind == "JobSet"
+        assert wl.template == "standard" and wl.kind == "JobSet" and not wl.owned
+        assert wl.run_name == "xpk-line"
         assert "xpk-line-slice-job-0-0-" in wl.logs_url
 
-        listed = await asyncio.to_thread(
-            run,
-            ["xpk", "workload", "list", *xpk_args(gke), "--filter-by-status=RUNNING"],
-            env,
+        # Its Tunix metrics, read where its env says the run writes (the console has no
+        # record of it), then a spot reclaim of its slice journaled as the console's own.
+        def last_step() -> int:
+            m = [u for u in seen if isinstance(u, RunMetrics) and u.run_id == "xpk-line"]
+            return (m[-1].last_step or 0) if m else 0
+
+        await until(lambda: last_step() >= 3, 60, "the xpk-made workload's Tunix metrics")
+        cad = next(c for c in svc.cadence() if c.run_id == "xpk-line")
+        assert cad.source == "tensorboard" and cad.state == "running"
+        await asyncio.to_thread(gke_client.preempt_slice, gke.run_dir, "phantom-gke-np-0", 0)
+        await until(lambda: events(seen, "jobset_restarted"), 60, "the JobSet restart journaled")
+        (preempted,) = events(seen, "preempted")
+        (restart,) = events(seen, "jobset_restarted")
+        assert preempted.host == "phantom-gke-np-0" and restart.host == "xpk-line"
+        assert restart.data["restarts"] == 1
+        assert incident_of(preempted) and incident_of(restart) == incident_of(preempted)
+        await until(seen_running, 60, "the restarted attempt running")
+
+        # Pathways as xpk 1.16 makes it: a plain JobSet (no PathwaysJob controller), made
+        # while the standard workload holds the only slice: its head runs on cpu-np, its
+        # workers wait. Its own HOME: two xpk runs must not share one kubeconfig.
+        pw_spec = WorkloadSpec.from_config(
+            config, "xpk-pw", template="pathways", image=IMAGE, hf_token_env="",
+            env={"STEPS": "2000", "STEP_TIME": "0.25"},
+        )  # fmt: skip
+        async with gke_backend(gke, config) as (backend, _):
+            pw_preview = backend.preview(pw_spec)
+        assert pw_preview.command_line.startswith("xpk workload create-pathways")
+        pw_line = f"{pw_preview.command_line} \\\n  --project-number {xpk_args(gke)[-1]}"
+        listed, pw_created = await asyncio.gather(
+            asyncio.to_thread(
+                run,
+                ["xpk", "workload", "list", *xpk_args(gke), "--filter-by-status=RUNNING"],
+                env,
+            ),
+            asyncio.to_thread(run, ["bash", "-c", pw_line], gcloud_env(gke, tmp_path / "pw")),
         )
         assert listed.returncode == 0, listed.stdout[-3000:]
         rows = [ln for ln in listed.stdout.splitlines() if ln.startswith("xpk-line ")]
         assert len(rows) == 1, listed.stdout[-3000:]
         assert re.search(r"\b8\s+8\s+<none>\s+Admitted\b", rows[0]), rows[0]
+        assert pw_created.returncode == 0, pw_created.stdout[-3000:] + pw_created.stderr[-3000:]
+        assert "jobset.jobset.x-k8s.io/xpk-pw created" in pw_created.stdout
+        pw_made = get(gke, f"{JOBSETS}/xpk-pw")
 
+        def pathways_seen() -> bool:
+            return any(
+                w.name == "xpk-pw" and w.template == "pathways" and w.pods_running >= 1
+                for w in svc.snapshot().workloads
+            )
+
+        await until(pathways_seen, 60, "the console lists the Pathways workload, head running")
+        (pw,) = [w for w in svc.snapshot().workloads if w.name == "xpk-pw"]
+        assert pw.kind == "JobSet" and "xpk-pw-pathways-head-0-0-" in pw.logs_url
+
+        # One delete for both (it checks pathways-job-system first, which is empty).
         deleted = await asyncio.to_thread(
-            run, ["xpk", "workload", "delete", *xpk_args(gke), "--workload", "xpk-line"], env
+            run,
+            ["xpk", "workload", "delete", *xpk_args(gke), "--filter-by-job", "xpk-", "--force"],
+            env,
         )
         assert deleted.returncode == 0, deleted.stdout[-3000:]
         await until(
-            lambda: all(w.name != "xpk-line" for w in svc.snapshot().workloads),
+            lambda: all(w.name not in ("xpk-line", "xpk-pw") for w in svc.snapshot().workloads),
             30,
-            "the console no longer lists the deleted workload",
+            "the console no longer lists the deleted workloads",
         )
     assert get(gke, JOBSETS)["items"] == []
-    assert workloads_of(gke, "xpk-line") == []
+    assert workloads_of(gke, "xpk-line") == [] and workloads_of(gke, "xpk-pw") == []
+    # As for the standard workload, the console alone selects spot nodes for the workers.
+    mine, theirs = pathways_essentials(pw_preview.manifest), pathways_essentials(pw_made)
+    assert mine["worker"]["selector"].pop("cloud.google.com/gke-spot") == "true"
+    assert theirs == mine
