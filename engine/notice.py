@@ -30,6 +30,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -131,13 +132,71 @@ class PreemptionNotice:
         finally:
             signal.signal(signal.SIGTERM, previous)
 
+    @contextlib.contextmanager
+    def watched(self, stop_within_s: float, stuck_s: float = 3.0) -> Iterator[PreemptionNotice]:
+        """``installed()``, but the notice is taken by a thread of its own, not the main one.
+
+        A Python signal handler runs only between bytecodes on the main thread, so a main
+        thread blocked inside a C call (a driver waiting on a dead raylet) never runs it and
+        the process lives until the SIGKILL. The C-level handler still writes the signal's
+        number to the wakeup fd from any thread; a watcher reads it and acts on the notice
+        (``on_first``, as the handler would). If the main thread has not even run its
+        (empty) Python handler ``stuck_s`` later, it is stuck; if the block has not ended
+        ``stop_within_s`` later, it is not stopping: either way the watcher exits 75 without
+        it (``exit_now``). Main thread only, as ``installed()``; no signal mask is touched,
+        so the children keep SIGTERM as it was.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        done, main_ran = threading.Event(), threading.Event()
+        # the watcher acts on the notice; this only shows the main thread still runs Python
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: main_ran.set())
+        previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+        def give_up(why: str) -> None:
+            with contextlib.suppress(OSError):
+                os.write(
+                    2,
+                    f"[engine] preemption notice: {why}; exiting {EX_PREEMPTED} "
+                    "(preempted, resumable)\n".encode(),
+                )
+            exit_now(EX_PREEMPTED, backstop_s=stuck_s)
+
+        def watch() -> None:
+            while data := reader.recv(64):
+                if signal.SIGTERM not in data:
+                    continue
+                first = not self.requested
+                self._handle(signal.SIGTERM, None)
+                if not first:
+                    continue
+                if not main_ran.wait(stuck_s) and not done.is_set():
+                    give_up(f"the main thread is stuck {stuck_s:g}s after SIGTERM")
+                if not done.wait(max(0.0, stop_within_s - self.elapsed())):
+                    give_up(f"not stopped {stop_within_s:g}s after SIGTERM")
+
+        watcher = threading.Thread(target=watch, name="preemption-notice", daemon=True)
+        watcher.start()
+        try:
+            yield self
+        finally:
+            done.set()
+            signal.set_wakeup_fd(previous_fd)
+            signal.signal(signal.SIGTERM, previous)
+            writer.close()  # the watcher's recv returns b"": it ends
+            watcher.join(timeout=1.0)
+            reader.close()
+
     def reinstall(self) -> None:
         """Take SIGTERM back (``ray.init`` installs a handler of its own that exits)."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._handle)
 
 
-def exit_now(code: int) -> NoReturn:
+def exit_now(code: int, backstop_s: float | None = None) -> NoReturn:
     """Exit with ``code`` as ``sys.exit`` would, minus the interpreter's teardown.
 
     For an entry point that stops on a notice: its checkpoint is complete and every second
@@ -147,11 +206,20 @@ def exit_now(code: int) -> NoReturn:
     keeps what was recorded still happens, in the same order: other non-daemon threads are
     joined, the atexit handlers run (W&B's teardown, logging's flush, Ray's shutdown), and
     stdout and stderr are flushed.
+
+    Called off the main thread (a notice watcher whose main thread is stuck), the main
+    thread is not waited for; ``backstop_s`` bounds the whole exit (a thread or an atexit
+    handler stuck on a dead peer) with a bare ``os._exit(code)``.
     """
+    if backstop_s is not None:
+        backstop = threading.Timer(backstop_s, os._exit, args=(code,))
+        backstop.daemon = True
+        backstop.start()
     current = threading.current_thread()
     for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
+        if thread is current or thread.daemon or thread is threading.main_thread():
+            continue
+        thread.join()
     try:
         atexit._run_exitfuncs()
     finally:

@@ -222,6 +222,14 @@ def _trial_dirname(trial: Any) -> str:
     return f"trial_{trial.trial_id}"
 
 
+# After a notice the driver exits 75 without Tune's own stop when its main thread is stuck
+# (no Python run for DRIVER_STUCK_S) or Tune has not stopped within DRIVER_STOP_S (inside the
+# 30 s grace): Tune's state is saved every TUNE_GLOBAL_CHECKPOINT_S and each trial
+# checkpoints on its own notice, so the sweep resumes the same.
+DRIVER_STUCK_S = 3.0
+DRIVER_STOP_S = 20.0
+
+
 def storage_uri(storage: str) -> str:
     _, root = resolve_storage(storage)
     return storage if "://" in storage else root
@@ -304,7 +312,9 @@ def run_tune(args: argparse.Namespace, spec: SweepSpec, sweep_id: str) -> dict[s
                     verbose=1,
                 ),
             )
-        with notice.installed():  # after ray.init, which installs a SIGTERM handler of its own
+        # after ray.init, which installs a SIGTERM handler of its own; watched off the main
+        # thread, which may be stuck in a Ray call when the head's raylet goes with the notice
+        with notice.watched(stop_within_s=DRIVER_STOP_S, stuck_s=DRIVER_STUCK_S):
             results = tuner.fit()
         wall = time.monotonic() - started
         summary = summarise(results, spec, sweep_id, exp_path, wall)

@@ -6,6 +6,7 @@ spot VM's shutdown would: SIGTERM, then SIGKILL when the grace runs out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -139,6 +140,61 @@ def test_exit_after_a_notice_keeps_what_an_exit_keeps_and_skips_the_teardown(
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "thread").read_text() == "joined"
     assert (tmp_path / "teardown").exists() == (code != EX_PREEMPTED)
+
+
+# A sweep driver whose main thread is inside a C call that retries on EINTR (as Ray's calls
+# on a dead raylet do): libc system() waits for its child and never returns to Python.
+STUCK_DRIVER = r"""
+import atexit, ctypes, sys
+from pathlib import Path
+from engine.notice import PreemptionNotice
+
+out = Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+notice = PreemptionNotice(on_first=lambda: (out / "stop-asked").write_text("yes"))
+with notice.watched(stop_within_s=60.0, stuck_s=float(sys.argv[3])):
+    (out / "ready").write_text("yes")
+    ctypes.CDLL(None).system(sys.argv[2].encode())
+print("main thread returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stuck", [True, False])
+def test_notice_is_honoured_while_the_main_thread_is_stuck_in_c(
+    tmp_path: Path, stuck: bool
+) -> None:
+    """SIGTERM to a driver whose main thread never returns to the interpreter: the watcher
+    still asks the stop (on_first) and, the main thread still stuck, exits 75 with the
+    atexit handlers run. A main thread that ends in time exits on its own, as before."""
+    seconds, within = ("120", "1") if stuck else ("2", "60")
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    # output to files, not pipes: system()'s shell keeps its copies open after the driver exits
+    with out_path.open("w") as stdout, err_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STUCK_DRIVER, str(tmp_path), f"sleep {seconds}", within],
+            stdout=stdout,
+            stderr=stderr,
+            env=engine_env(tmp_path),
+            start_new_session=True,  # the shell and its sleep are killed with the group below
+        )
+    try:
+        wait_until(lambda: (tmp_path / "ready").exists(), 30, "the driver to start")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out, err = out_path.read_text(), err_path.read_text()
+    assert (tmp_path / "stop-asked").read_text() == "yes", err
+    assert (tmp_path / "atexit").read_text() == "ran"
+    if stuck:
+        assert proc.returncode == EX_PREEMPTED, err
+        assert "the main thread is stuck 1s after SIGTERM; exiting 75" in err
+        assert "main thread returned" not in out
+    else:
+        assert proc.returncode == 0, err
+        assert "main thread returned" in out
 
 
 # ------------------------------------------------------------------ storage: the notice marker
