@@ -244,8 +244,8 @@ def _pod_access(
     (its pod must run first); the gcp one when the backend is built, with the journal and the
     sink its provider reports to."""
     from console.services.backends.tpu_vm.backend import TpuVmBackend
+    from console.services.backends.tpu_vm.identity import ssh_identity
     from console.services.backends.tpu_vm.parts import PodAccess
-    from console.services.backends.tpu_vm.ssh import ssh_identity
     from console.services.backends.tpu_vm.tpu import gcp_provider
     from console.services.record.place import PlaceRecord, pod_key
 

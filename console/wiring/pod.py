@@ -21,9 +21,9 @@ from console.config import Config
 from console.services.backends.tpu_vm import EMULATED
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.identity import ssh_identity
 from console.services.backends.tpu_vm.parts import PodAccess
 from console.services.backends.tpu_vm.raycmd import GIB, MIB, RaySizing
-from console.services.backends.tpu_vm.ssh import ssh_identity
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, TpuApiError, local_client
 from console.services.model import ActionResult, HostResult
 from console.wiring.control import LOCAL_POD_NICE, run_dir_of

@@ -17,9 +17,10 @@ from console.config import Config, RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent, HostKeyPolicy
+from console.services.backends.tpu_vm.identity import known_hosts_path
 from console.services.backends.tpu_vm.jobs import JobService
 from console.services.backends.tpu_vm.ray import RayOps, default_bootstrap_command
-from console.services.backends.tpu_vm.ssh import SshFanout, known_hosts_path
+from console.services.backends.tpu_vm.ssh import SshFanout
 from console.services.backends.tpu_vm.tpu import TpuProvider
 from console.services.backends.tpu_vm.tunnel import Forward, Tunnel, default_forwards
 

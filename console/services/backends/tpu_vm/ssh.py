@@ -28,11 +28,10 @@ import shlex
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from pathlib import Path
 
 import asyncssh
 
-from console.config import SshConfig, default_state_dir
+from console.config import SshConfig
 from console.services.backends.tpu_vm.endpoints import (
     HostEndpoint,
     HostLookup,
@@ -44,6 +43,7 @@ from console.services.backends.tpu_vm.hostkeys import (
     HostKeyError,
     HostKeyPolicy,
 )
+from console.services.backends.tpu_vm.identity import describe_keys, load_keys
 from console.services.errors import BackendError
 from console.services.model import HostResult
 
@@ -145,7 +145,7 @@ class SshFanout:
             raise ValueError(f"ssh.parallelism = {parallelism!r}: must be greater than 0")
         self.endpoints: list[HostEndpoint] = list(endpoints)
         self.user = user
-        self.client_keys = _load_keys(client_keys)
+        self.client_keys = load_keys(client_keys)
         self.host_keys = host_keys
         self.parallelism = parallelism
         self.connect_timeout_s = connect_timeout_s
@@ -307,7 +307,7 @@ class SshFanout:
                 raise AuthFailed(
                     ep,
                     f"authentication failed for user {self.user!r} with "
-                    f"{_describe_keys(self.client_keys)}: {exc.reason or 'permission denied'}",
+                    f"{describe_keys(self.client_keys)}: {exc.reason or 'permission denied'}",
                 ) from None
             except TimeoutError:
                 raise HostUnreachable(
@@ -543,63 +543,13 @@ async def _pump(
                 log.exception("on_output callback failed")
 
 
-def _load_keys(
-    keys: Sequence[str | os.PathLike[str] | asyncssh.SSHKey],
-) -> list[asyncssh.SSHKey]:
-    loaded: list[asyncssh.SSHKey] = []
-    for k in keys:
-        if isinstance(k, asyncssh.SSHKey):
-            loaded.append(k)
-            continue
-        path = os.path.expanduser(os.fspath(k))
-        try:
-            loaded.append(asyncssh.read_private_key(path))
-        except FileNotFoundError:
-            raise ValueError(f"ssh.key = {path!r}: file not found") from None
-        except (asyncssh.KeyImportError, ValueError) as exc:
-            raise ValueError(f"ssh.key = {path!r}: not a usable private key ({exc})") from None
-    if not loaded:
-        raise ValueError("ssh.key: no client key given")
-    return loaded
-
-
-def _describe_keys(keys: Sequence[asyncssh.SSHKey]) -> str:
-    fps = [k.get_fingerprint("sha256") for k in keys]
-    return "key " + ", ".join(fps)
-
-
-def ssh_identity(ssh: SshConfig, default: tuple[str, Path] | None = None) -> tuple[str, Path]:
-    """(user, private key path) from ``[ssh]``, else ``default`` (the emulator's user and
-    key), else $USER and gcloud's ``~/.ssh/google_compute_engine``."""
-    if default is not None:
-        user, key = default
-    else:
-        user = os.environ.get("USER", "") or "root"
-        key = Path("~/.ssh/google_compute_engine").expanduser()
-    if ssh.user:
-        user = ssh.user
-    if ssh.key:
-        key = Path(ssh.key).expanduser()
-    return user, key
-
-
-def known_hosts_path(ssh: SshConfig, state_dir: Path | None = None) -> Path:
-    """``ssh.known_hosts`` or ``<state dir>/known_hosts`` (never ~/.ssh/known_hosts: the
-    console rewrites entries of recreated VMs and must not touch the user's own file)."""
-    if ssh.known_hosts:
-        return Path(ssh.known_hosts).expanduser()
-    return (state_dir or default_state_dir()) / "known_hosts"
-
-
 __all__ = [
     "AuthFailed",
     "HostKeyRefused",
     "HostUnreachable",
     "SshError",
     "SshFanout",
-    "known_hosts_path",
     "proxy_argv",
     "quote_command",
     "resolve_hosts",
-    "ssh_identity",
 ]

@@ -384,7 +384,7 @@ async def test_parallelism_limits_concurrent_sessions(pod: PodInfo, tmp_path: Pa
 
 def test_identity_defaults_and_overrides(tmp_path: Path) -> None:
     from console.config import parse_config
-    from console.services.backends.tpu_vm.ssh import known_hosts_path, ssh_identity
+    from console.services.backends.tpu_vm.identity import known_hosts_path, ssh_identity
 
     gcp = parse_config(
         {
