@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos_gke import (
+from benchmarks.chaos_gke import DrillSettings, run_drill
+from benchmarks.chaos_gke_plan import (
     COORDINATOR,
     CRASH,
     KINDS,
@@ -21,10 +22,8 @@ from benchmarks.chaos_gke import (
     SLICE,
     WORKER,
     Attempt,
-    DrillSettings,
     Shot,
     plan,
-    run_drill,
     stitch,
 )
 
