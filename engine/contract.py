@@ -6,8 +6,9 @@ prints or returns, and nothing else:
 - its exit codes (``engine.exit_codes``: 75 is "preempted, resumable");
 - the one line a trainer logs once its preemption-notice checkpoint is complete
   (``engine.notice``'s ``NOTICE_LINE``, parsed with ``NOTICE_LINE_RE``);
-- the line a trainer logs after each checkpoint it saves, with the save's duration
-  (``CHECKPOINT_SAVED``, parsed by ``parse_checkpoint_saved``): the console's checkpoint cost;
+- the line a trainer logs after each checkpoint it saves, with the pause the save caused to
+  training (``CHECKPOINT_SAVED``, parsed by ``parse_checkpoint_saved``; from the end of the
+  learn call before it to the next one's first rollout): the console's checkpoint cost;
 - the environment variables the console sets for ``--checkpoint-every auto``
   (``CHECKPOINT_ADVICE_STEPS``, ``CHECKPOINT_ADVICE_REASON``);
 - the lines naming a sweep's id (``starting sweep <id>``, ``resuming sweep <id>``,
@@ -32,7 +33,8 @@ SWEEP_RESUMING = "resuming sweep {sweep_id}"
 SWEEP_WANDB = "W&B sweep {sweep_id}"
 SWEEP_ID_RE = re.compile(r"(?:W&B sweep|starting sweep|resuming sweep) ([A-Za-z0-9_.-]+)")
 
-# A trainer's line after each checkpoint it saves (engine.trainer), after ``[engine] ``.
+# A trainer's line after each checkpoint it saves (engine.trainer), after ``[engine] ``; the
+# seconds are the whole pause the save caused to training (``Trainer.checkpoint``).
 CHECKPOINT_SAVED = "checkpoint step={step} at {uri} ({seconds:.3f}s)"
 # the URI may hold spaces (a local path): anchor on the duration at the end instead
 CHECKPOINT_SAVED_RE = re.compile(

@@ -119,6 +119,8 @@ class Trainer:
         self.saved_step: int | None = None  # step of the newest complete checkpoint
         self.checkpoint_uri: str | None = None
         self.preempted = False
+        self.training_stopped: float | None = None  # monotonic end of the last learn call
+        self._saved: tuple[int, str, float] | None = None  # a save whose pause is not over
 
     @property
     def resumed_from_step(self) -> int:
@@ -214,6 +216,13 @@ class Trainer:
                 if alpha is not None:
                     self.logger.record("behaviour/alpha", float(alpha))
 
+            def _on_training_end(self) -> None:
+                # the loop stops here: a save's pause starts at the learn call's end
+                trainer.training_stopped = time.monotonic()
+
+            def _on_rollout_start(self) -> None:
+                trainer.log_saved()  # ... and ends when the next learn call collects again
+
             def _on_step(self) -> bool:
                 return True
 
@@ -305,19 +314,38 @@ class Trainer:
         }
 
     def checkpoint(self, trigger: str) -> str:
-        """Write a complete checkpoint at the current step (``interval``, ``total``, ``notice``)."""
-        started = time.monotonic()
+        """Write a complete checkpoint at the current step (``interval``, ``total``, ``notice``).
+
+        Its line (``CHECKPOINT_SAVED``) gives the pause the save causes to training, not the
+        write alone: from the end of the learn call before it (its last update) to the first
+        rollout of the next one (serialisation, upload, manifest, pruning, and every
+        callback's training end/start hooks and SB3's set-up, which each chunk's learn call
+        runs once more). So an interval save is logged when training resumes.
+        """
+        stopped = self.training_stopped if self.training_stopped is not None else time.monotonic()
+        self.training_stopped = None
         out, manifest = self._snapshot("ckpt", trigger)
         uri = self.store.save(out, self.model.num_timesteps, manifest, self.metrics_now())
         shutil.rmtree(out, ignore_errors=True)
         self.saved_step, self.checkpoint_uri = int(self.model.num_timesteps), uri
         if trigger != "notice":
-            seconds = time.monotonic() - started
-            log(CHECKPOINT_SAVED.format(step=self.model.num_timesteps, uri=uri, seconds=seconds))
+            self.log_saved()  # an earlier one still pending ends here
+            self._saved = (self.saved_step, uri, stopped)
+            if trigger != "interval":  # no training follows
+                self.log_saved()
         return uri
+
+    def log_saved(self) -> None:
+        """Log the pending save's line with its pause up to now (no-op without one)."""
+        if self._saved is None:
+            return
+        step, uri, stopped = self._saved
+        self._saved = None
+        log(CHECKPOINT_SAVED.format(step=step, uri=uri, seconds=time.monotonic() - stopped))
 
     def _preempted(self) -> TrainingPreempted:
         """Checkpoint at the step reached (unless one is there already), log, build the error."""
+        self.log_saved()  # a save just before the notice: training paused until now
         step = int(self.model.num_timesteps)
         if self.saved_step != step or self.checkpoint_uri is None:
             try:
@@ -427,6 +455,7 @@ class Trainer:
                 self.checkpoint("total")  # before evaluation: a notice there finds it ready
             return self._finish()
         finally:
+            self.log_saved()
             self.close()
 
     def close(self) -> None:

@@ -10,9 +10,9 @@ Sources:
   ``tau = sqrt(2 C M) [1 + (1/3) sqrt(C / 2M) + (1/9) (C / 2M)] - C`` for ``C < 2M``, else
   ``tau = M``. This is the interval the console advises (Young's is reported beside it).
 
-``tau`` is the compute time between two checkpoints, ``C`` the wall time of one save (the
-engine logs each one: ``engine.contract.CHECKPOINT_SAVED``), ``M`` the mean time between
-interruptions of the job (Poisson failures, as both papers assume).
+``tau`` is the compute time between two checkpoints, ``C`` the time one save keeps training
+stopped (the engine logs each one's pause: ``engine.contract.CHECKPOINT_SAVED``), ``M`` the
+mean time between interruptions of the job (Poisson failures, as both papers assume).
 
 Badput model (first order, the cost Young minimises; restart time is left out because it
 does not depend on the interval): each ``tau`` of work pays ``C`` to save, a fraction
