@@ -7,10 +7,11 @@
   cost measured is kept, so a resubmission after a head loss (the old logs gone with it)
   still has one;
 - the mean time between preemptions ``M``: the journal's preemption rows, grouped into
-  interruptions, over the journal's whole span (``advice.mean_time_between_preemptions``);
+  interruptions, over the journal's whole span less their recoveries
+  (``advice.mean_time_between_preemptions``);
 - the training rate (steps/s), to turn seconds into steps: the complete checkpoints in the
-  storage, consecutive saves of a run (their manifests' step and creation time), median over
-  pairs so a gap across a preemption (a resume) does not drag it down.
+  storage, consecutive saves of one trainer process (their manifests' step, creation time and
+  attempt), median over pairs; a pair across a preemption (a resume) is no rate.
 
 The current interval is the job's own ``--checkpoint-every N`` (the engine's default for
 ``auto`` or none). The advice goes in the job's ``runtime_env.env_vars`` as
@@ -32,7 +33,6 @@ from dataclasses import replace
 
 from console.services.jobs.spec import SubmitSpec
 from console.services.ledger.advice import (
-    PREEMPTION_KINDS,
     Advice,
     NoAdvice,
     advise,
@@ -53,12 +53,17 @@ CONSOLE_REASON = "Young/Daly"  # how the console's own advice reason begins (Adv
 
 
 def steps_per_s(saved: Sequence[Saved]) -> float | None:
-    """Median training rate over consecutive saves of each run (None without two)."""
+    """Median training rate over consecutive saves of one trainer process (None without two).
+
+    Pairs only within one attempt (the manifest's ``attempt``): a pair across a preemption
+    spans the recovery and the restart, no training rate at all. Saves without one (older
+    manifests) pair within their run, the median outvoting such a pair.
+    """
     rates = []
-    by_run: dict[str, list[Saved]] = {}
+    by_attempt: dict[tuple[str, str], list[Saved]] = {}
     for s in saved:
-        by_run.setdefault(s.run, []).append(s)
-    for run_saves in by_run.values():
+        by_attempt.setdefault((s.run, s.attempt), []).append(s)
+    for run_saves in by_attempt.values():
         run_saves.sort(key=lambda s: s.step)
         for a, b in itertools.pairwise(run_saves):
             dt = b.created_at - a.created_at
@@ -144,7 +149,7 @@ class LiveAdvisor:
         first = self.journal.read("SELECT MIN(at) FROM events")[0][0]
         mtbf = None
         if first is not None and now > float(first):
-            rows = self.journal.query(1_000_000, list(PREEMPTION_KINDS))
+            rows = self.journal.query(1_000_000)  # the recoveries' rows too (up time)
             mtbf = mean_time_between_preemptions(rows, float(first), now, self.hosts)
         rate = steps_per_s(saved_checkpoints(self.storage)) if self.storage else None
         return mtbf, rate

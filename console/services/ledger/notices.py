@@ -48,6 +48,7 @@ class Saved:
     step: int
     created_at: float
     trigger: str = ""
+    attempt: str = ""  # the trainer process that wrote it (its manifest's ``attempt``)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ def saved_checkpoints(storage: str) -> list[Saved]:
                 continue
             created = manifest.get("created_unix")
             if isinstance(created, int | float):
-                out.append(Saved(run, step, float(created), str(manifest.get("trigger", ""))))
+                trigger, attempt = manifest.get("trigger", ""), manifest.get("attempt", "")
+                out.append(Saved(run, step, float(created), str(trigger), str(attempt or "")))
     return out
 
 

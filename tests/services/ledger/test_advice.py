@@ -19,6 +19,7 @@ from console.services.ledger.advice import (
     advise,
     checkpoint_cost,
     daly_interval,
+    down_seconds,
     expected_badput,
     mean_time_between_preemptions,
     preemption_rate,
@@ -119,7 +120,15 @@ def test_mtbf_from_a_real_journal_file(journal_file: Path) -> None:
     assert (rate.interruptions, rate.hosts_lost) == (2, 2)
     assert rate.mtbf_s == pytest.approx((end - start) / 2)
     assert rate.per_vm_hour == pytest.approx(2 / ((end - start) * 4 / 3600))
-    assert mean_time_between_preemptions(rows, start, end, hosts=4) == rate.mtbf_s
+    # M is up time over interruptions: each recovery (the loss, detect_s before its row, to
+    # its recovered row) is no time between preemptions: 1061.469..1066.566 for the worker,
+    # 1066.663..1108.685 for the head (its preempted row's loss is the earlier)
+    assert down_seconds(everything, start, end) == pytest.approx(5.097 + 42.022, abs=1e-3)
+    assert mean_time_between_preemptions(everything, start, end, hosts=4) == pytest.approx(
+        (end - start - 47.119) / 2, abs=1e-3
+    )
+    # the preemption rows alone have no recovered rows: each incident down to its last row
+    assert mean_time_between_preemptions(rows, start, end, hosts=4) < rate.mtbf_s
     # rows from before incidents were stamped are grouped by time: still two (5.6 s apart)
     bare = [
         dataclasses.replace(r, data={k: v for k, v in r.data.items() if k != KEY}) for r in rows

@@ -70,6 +70,19 @@ def test_steps_per_s_is_the_median_over_consecutive_saves() -> None:
     assert steps_per_s([Saved("a", 5, 1.0)]) is None
 
 
+def test_steps_per_s_never_pairs_saves_across_a_preemption() -> None:
+    """The storage keeps a few saves: two trainers' worth can be one pair each side of a
+    resume, where the median of two would be half the gap's."""
+    saved = [
+        Saved("a", 1000, 100.0, "interval", "first"),
+        Saved("a", 2000, 110.0, "interval", "first"),  # 100/s
+        Saved("a", 3000, 140.0, "interval", "second"),  # across the resume: 33/s, no rate
+        Saved("a", 4000, 150.0, "interval", "second"),  # 100/s
+    ]
+    assert steps_per_s(saved) == 100.0
+    assert steps_per_s(saved[1:3]) is None
+
+
 def test_current_every_reads_the_jobs_own_flag() -> None:
     assert current_every("--algo ppo --checkpoint-every 4096") == 4096
     assert current_every("--checkpoint-every=512 --algo ppo") == 512
