@@ -194,6 +194,9 @@ class FakePod:
 
         return self._per_host("join_workers", hosts, do)
 
+    async def rejoin_workers(self, hosts: Sequence[str]) -> ActionResult:
+        return await self.join_workers(hosts)  # one `ray start` or several at once: same end
+
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         def do(h: FakeHost) -> str:
             h.ray = 0  # `ray stop -f`
@@ -263,7 +266,12 @@ def make_watchdog(
     async def resubmit(job_ids: Sequence[str]) -> ActionResult:
         return await pod.resubmit(job_ids)  # looked up per call: a test may swap it
 
-    plan = pod_plan(pod, resubmit, ready_timeout_s=kw.get("ready_timeout_s", 600.0))
+    plan = pod_plan(
+        pod,
+        resubmit,
+        ready_timeout_s=kw.get("ready_timeout_s", 600.0),
+        orphans_alongside=kw.pop("orphans_alongside", True),
+    )
     wd = Watchdog(
         plan,
         observe=pod.observe,

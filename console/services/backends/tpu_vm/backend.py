@@ -73,6 +73,7 @@ class TpuVmBackend:
         self.config = config
         self.provider = config.cluster.provider
         self.access = access
+        self.rejoin_parallelism = access.rejoin_parallelism  # a benchmark may compare
         self.working_dir = Path(working_dir)
         self._sink = sink
         self._clock = clock
@@ -146,7 +147,12 @@ class TpuVmBackend:
         self._wake()
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
-        return pod_plan(self, resubmit, ready_timeout_s=self.config.recovery.ready_timeout_s)
+        return pod_plan(
+            self,
+            resubmit,
+            ready_timeout_s=self.config.recovery.ready_timeout_s,
+            orphans_alongside=self.access.orphans_alongside,
+        )
 
     def cadence_sources(self) -> list[CadenceSource]:
         wandb = replace(self.config.wandb, dir=self.access.wandb_dir or self.config.wandb.dir)
@@ -306,13 +312,18 @@ class TpuVmBackend:
         self._no_ray |= {h for h, r in per_host.items() if r.ok}
         return _result("stop_orphans", per_host, time.monotonic() - t0)
 
-    async def join_workers(self, hosts: Sequence[str]) -> ActionResult:
+    async def join_workers(
+        self, hosts: Sequence[str], parallelism: int | None = None
+    ) -> ActionResult:
         p = self.parts
         t0 = time.monotonic()
         eps = p.ssh.resolve(hosts)
         try:
             per_host = await p.ray.join_workers(
-                [ep.name for ep in eps], stale=self.observer.stale, fresh=self._no_ray
+                [ep.name for ep in eps],
+                stale=self.observer.stale,
+                fresh=self._no_ray,
+                parallelism=parallelism,
             )
         except (RayError, ValueError) as exc:
             return ActionResult(
@@ -326,6 +337,10 @@ class TpuVmBackend:
             )
         self._no_ray -= set(per_host)  # a failed start may have left a raylet behind
         return _result("join_workers", per_host, time.monotonic() - t0)
+
+    async def rejoin_workers(self, hosts: Sequence[str]) -> ActionResult:
+        """A recovery's join: ``access.rejoin_parallelism`` at a time (see ``PodAccess``)."""
+        return await self.join_workers(hosts, self.rejoin_parallelism)
 
     async def open_tunnel(self) -> ActionResult:
         t0 = time.monotonic()

@@ -43,6 +43,13 @@ class PodAccess:
     # The hosts share this machine's loopback: the head's 127.0.0.1:<port> is ours, so a
     # tunnel end on the same port would collide with the dashboard itself.
     shares_loopback: bool = False
+    # Concurrent `ray start`s when a recovery rejoins the workers (None: all at once, each
+    # on a VM of its own). Where the hosts share this machine's cores, the rejoins run while
+    # the resubmitted jobs start on the head and take the CPU those need.
+    rejoin_parallelism: int | None = None
+    # A head recovery stops the dead cluster's Ray on the surviving workers beside the
+    # head's rebuild (each VM has its own CPUs), or first, on its own (shared cores).
+    orphans_alongside: bool = True
 
 
 class PodParts:

@@ -300,8 +300,12 @@ class RayOps:
         timeout_s: float = 120.0,
         stale: Collection[str] = (),
         fresh: Collection[str] = (),
+        parallelism: int | None = None,
     ) -> dict[str, HostResult]:
         """Join ``hosts`` (default: every worker) unless already alive in this cluster.
+
+        ``parallelism``: at most this many ``ray start``s at once in this call (None: the
+        ops' ``start_parallelism``).
 
         ``fresh``: hosts known to run no Ray (a new VM; Ray just force-stopped): they only
         ``ray start``, without first stopping whatever Ray a host might still run.
@@ -313,6 +317,8 @@ class RayOps:
         node to register (a loaded box) are still waited for: the raylet usually comes up
         a little later. Raises RayError when the head's state API does not answer.
         """
+        if parallelism is not None and parallelism < 1:
+            raise ValueError(f"parallelism must be >= 1, got {parallelism}")
         t0 = time.monotonic()
         targets = [ep for ep in self.ssh.resolve(hosts) if ep.name != self.head.name]
         known = {ep.name for ep in self.workers}
@@ -330,8 +336,12 @@ class RayOps:
             else:
                 todo.append(ep)
         if todo:
+            sem = asyncio.Semaphore(parallelism) if parallelism else self._start_sem
             runs = await asyncio.gather(
-                *(self._start_worker(ep, on_output, timeout_s, ep.name in fresh) for ep in todo)
+                *(
+                    self._start_worker(ep, on_output, timeout_s, ep.name in fresh, sem)
+                    for ep in todo
+                )
             )
             for r in runs:
                 results[r.host] = r
@@ -362,13 +372,14 @@ class RayOps:
         on_output: OutputCallback | None,
         timeout_s: float,
         fresh: bool = False,
+        sem: asyncio.Semaphore | None = None,
     ) -> HostResult:
         command = f"{self.worker_command(ep)} 2>&1"
         if not fresh:
             command = f"{self._graceful_stop} >/dev/null 2>&1; {command}"
-        if self._start_sem is None:
+        if sem is None:
             return await self.ssh.run_one(ep.name, command, on_output, timeout_s=timeout_s)
-        async with self._start_sem:
+        async with sem:
             return await self.ssh.run_one(ep.name, command, on_output, timeout_s=timeout_s)
 
     async def stop(self, hosts: Iterable[str | int] | None = None) -> dict[str, HostResult]:

@@ -44,15 +44,19 @@ class PodOps(Protocol):
 
     async def start_head(self) -> ActionResult: ...
 
-    async def join_workers(self, hosts: Sequence[str]) -> ActionResult: ...
+    async def rejoin_workers(self, hosts: Sequence[str]) -> ActionResult: ...
 
     async def open_tunnel(self) -> ActionResult: ...
 
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult: ...
 
 
-def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan:
-    """The TPU VM recovery steps, bound to ``ops``."""
+def pod_plan(
+    ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float, orphans_alongside: bool = True
+) -> Plan:
+    """The TPU VM recovery steps, bound to ``ops``. ``orphans_alongside``: the orphans' stop
+    runs beside the head's rebuild (hosts of their own); else first, on its own (hosts that
+    share cores, where it would slow the head's start)."""
 
     def recreated(rnd: Round, chosen: Sequence[str], res: ActionResult) -> None:
         rnd.recreated = union(chosen, res.data.get("hosts", ()))
@@ -71,14 +75,19 @@ def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan
 
     return Plan(
         (
-            StepDef("orphans", _orphans, ops.stop_orphans, overlap_until="workers"),
+            StepDef(
+                "orphans",
+                _orphans,
+                ops.stop_orphans,
+                overlap_until="workers" if orphans_alongside else "",
+            ),
             StepDef("recreate", _to_recreate, ops.recreate, after=recreated),
             StepDef("wait_ready", _coming_up, wait_ready),
             StepDef("bootstrap", _to_bootstrap, ops.bootstrap),
             StepDef("head", _head, head, per_host=False),
             StepDef("tunnel", _tunnel, tunnel, per_host=False),
             StepDef("resubmit", _to_resubmit, resubmit, per_host=False, after=resubmitted),
-            StepDef("workers", _to_join, ops.join_workers),
+            StepDef("workers", _to_join, ops.rejoin_workers),
         )
     )
 

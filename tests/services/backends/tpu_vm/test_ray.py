@@ -136,9 +136,7 @@ async def test_ray_cluster_lifecycle_over_ssh(pod: PodInfo, tmp_path: Path) -> N
     cfg = RayConfig(
         gcs_port=free_port(), dashboard_port=free_port(), client_port=free_port(), num_cpus=1
     )
-    ops = RayOps(
-        fan, head=eps[0], workers=eps[1:], ray_cfg=cfg, poll_interval_s=0.5, start_parallelism=1
-    )
+    ops = RayOps(fan, head=eps[0], workers=eps[1:], ray_cfg=cfg, poll_interval_s=0.5)
     local = free_port()
     tunnel = Tunnel(
         lambda: fan.connect(0),
@@ -157,8 +155,15 @@ async def test_ray_cluster_lifecycle_over_ssh(pod: PodInfo, tmp_path: Path) -> N
         again = await ops.start_head()
         assert again.ok and again.stdout_tail.startswith("Ray head already running")
 
-        joined = await ops.join_workers()
+        # One `ray start` at a time (a recovery's rejoin where hosts share cores): each
+        # host's output ends before the next host's begins.
+        started: list[str] = []
+        joined = await ops.join_workers(
+            on_output=lambda h, _s, _line: started.append(h), parallelism=1
+        )
         assert all(r.ok for r in joined.values()), joined
+        blocks = [h for i, h in enumerate(started) if i == 0 or started[i - 1] != h]
+        assert sorted(blocks) == sorted(e.name for e in eps[1:]), blocks
         nodes = await ops.nodes()
         assert ops.last_source == "ssh"
         live = [n for n in nodes if n.alive]
@@ -246,6 +251,8 @@ async def test_join_without_a_head_is_a_named_error(pod: PodInfo, tmp_path: Path
             await ops.join_workers()
         with pytest.raises(ValueError, match=r"unknown host '127\.0\.0\.99'"):
             await ops.join_workers(["127.0.0.99"])
+        with pytest.raises(ValueError, match=r"parallelism must be >= 1, got 0"):
+            await ops.join_workers(parallelism=0)
         partial = RayOps(fan, head=eps[0], workers=eps[1:2], ray_cfg=cfg)
         with pytest.raises(ValueError, match=r"hosts \['pod-w2'\]|not workers of this cluster"):
             await partial.join_workers([eps[2].name])
