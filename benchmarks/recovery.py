@@ -1,13 +1,14 @@
 """Recovery benchmark: time to detect, MTTR (worker and head), and SSH fan-out scaling.
 
-    .venv/bin/python -m benchmarks.recovery [--repeat 2] [--poll 0.5]
+    .venv/bin/python -m benchmarks.recovery [--repeat 2] [--pairs 3] [--poll 0.5]
+        [--rejoin-parallelism N] [--orphans alongside|first]
     .venv/bin/python -m benchmarks.recovery --gcp [--repeat 2] [--poll 0.5]
 
 Against the local emulator with real Ray (temp run dir, free ports, everything stopped at the
 end): bring the pod up through ``ClusterServices`` (bootstrap, Ray on 4 hosts, tunnel, a real
 ``engine.train`` job checkpointing to the pod's bucket), then ``--repeat`` times preempt a
-worker and let the watchdog recover on its own, then preempt the head once (full rebuild and
-job resubmission).
+worker and let the watchdog recover on its own, then ``--pairs`` times preempt the head (full
+rebuild and job resubmission), each after a cold bring-up.
 
 * ``detect_s``: median of the watchdog's time to detect (its first observation of the loss
   minus the preemption time the TPU API reports), in seconds;
@@ -17,10 +18,18 @@ job resubmission).
   pod, by hand) with ``mttr_head_over_bringup``; ``join_by_hand_s`` (median of ``--repeat``
   times one worker's ``ray start`` into the running cluster, until the head lists it alive) with
   ``mttr_worker_over_join``; and ``detect_over_poll`` (detect time in poll intervals);
-* training back, not just the cluster: ``cold_first_step_s`` (bring-up as above + submit ->
-  the job's first training step, its ``[engine] progress`` line as the console reads it from
-  the job's logs) and ``head_first_step_s`` (head preemption -> the resubmitted job's first
-  step past the one it resumed at), with ``first_step_head_over_cold`` (goal <= 1.0);
+* training back, not just the cluster, in ``--pairs`` paired samples taken alternately: a
+  cold one (bring-up as above + submit -> the job's first training step, its ``[engine]
+  progress`` line as the console reads it from the job's logs; after the first, from a torn
+  down cluster, whose job resumes from the checkpoints as the head's does) and right after
+  it a head preemption (-> the resubmitted job's first step past the one it resumed at).
+  ``first_step_pairs`` lists each pair and its ratio, ``first_step_head_over_cold`` is the
+  median ratio (goal <= 1.0) with ``first_step_ratio_range``; ``cold_first_step_s`` /
+  ``head_first_step_s`` / ``mttr_head_s`` are medians;
+* ``rejoin_parallelism`` / ``orphans``: how the head's recovery rejoined the workers and
+  stopped the dead cluster's Ray, as the console's local wiring sets them unless
+  ``--rejoin-parallelism`` (0: all at once) or ``--orphans alongside|first`` say otherwise
+  (to compare in the same conditions);
 * ``step_s``: each recovery step's time in the last worker and the head recovery;
 * ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
   fresh connections; near 1 means the fan-out is parallel).
@@ -51,6 +60,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +71,7 @@ from console.services.backends.tpu_vm.ray import alive_by_ip
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import JobStatus, RecoveryStatus, Update
+from console.services.recovery.runner import Plan
 from console.wiring import make_services
 from console.wiring.harness import (
     PodInfo,
@@ -125,7 +136,14 @@ async def _next_recovery(
     return finished[n - 1]
 
 
-async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict[str, Any]:
+async def bench_recovery(
+    repeat: int,
+    poll_s: float,
+    keep: bool = False,
+    pairs_n: int = 3,
+    rejoin_parallelism: int | None = -1,
+    orphans: str = "default",
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="phantom-bench-recovery-"))
     run_dir = work / "pod"
     pod = await start_pod(run_dir, hosts=4, ssh_port=0, api_port=0, ready_delay=0.2, timeout=180.0)
@@ -143,16 +161,30 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
             if isinstance(u, RecoveryStatus) and u.result and new:
                 finished.append(u)
 
+        backend = svc.backend
+        assert isinstance(backend, TpuVmBackend)
+        if rejoin_parallelism != -1:  # to compare with what the console's wiring sets
+            backend.rejoin_parallelism = rejoin_parallelism
+        rejoin_parallelism = backend.rejoin_parallelism
+        runner = svc.watchdog.runner
+        if orphans != "default":
+            until = "workers" if orphans == "alongside" else ""
+            runner.plan = Plan(
+                tuple(
+                    replace(s, overlap_until=until) if s.name == "orphans" else s
+                    for s in runner.plan.steps
+                )
+            )
+        orphans = next(
+            "alongside" if s.overlap_until else "first"
+            for s in runner.plan.steps
+            if s.name == "orphans"
+        )
         svc.subscribe(on_update)
         await svc.start()
-        t_cold = time.perf_counter()
-        bringup, bringup_steps = await _bring_up(svc)
-        _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s {bringup_steps}")
-        job = await svc.submit(SubmitSpec(train_args=TRAIN_ARGS))
-        seen, step = await _first_new_step(svc, set(), 600)
-        cold_first_step = seen - t_cold
-        _log(f"cold bring-up + submit -> first step ({step}): {cold_first_step:.1f}s")
-        await _running(svc, job.job_id)
+        jobs_seen: set[str] = set()
+        cold_first_step, bringup, bringup_steps, job_id = await _cold_sample(svc, jobs_seen)
+        await _running(svc, job_id)
 
         # As many samples as worker recoveries: `ray start` waits for its node in 1 s steps
         # (Ray's GlobalStateAccessor::GetNode), so both sides land on ~2 s or ~3 s here and
@@ -167,7 +199,7 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         for i in range(repeat):
             host = pod.hosts[1 + i % (len(pod.hosts) - 1)].name
             await svc.preempt(host, actor="bench")
-            status = await _next_recovery(finished, i + 1, 600)
+            status = await _next_recovery(finished, len(finished) + 1, 600)
             if status.result != "ok" or status.mttr_s is None:
                 raise RuntimeError(f"worker recovery {i + 1} failed: {status.result}")
             if status.detect_s is not None:
@@ -177,24 +209,38 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
             _log(f"worker {host}: detect {status.detect_s}s, MTTR {status.mttr_s:.1f}s")
             _log(f"  steps: {step_times['worker']}")
 
-        t_head = time.perf_counter()
-        await svc.preempt(pod.hosts[0].name, actor="bench")
-        resumed = asyncio.create_task(_first_new_step(svc, {job.job_id}, 900))
-        status = await _next_recovery(finished, repeat + 1, 900)
-        if status.result != "ok" or status.mttr_s is None:
-            resumed.cancel()
-            raise RuntimeError(f"head recovery failed: {status.result}")
-        seen, step = await resumed
-        head_first_step = seen - t_head
-        if status.detect_s is not None:
-            detects.append(status.detect_s)
-        mttr_head = status.mttr_s
-        step_times["head"] = _step_times(status)
-        _log(f"head: detect {status.detect_s}s, MTTR {mttr_head:.1f}s")
-        _log(f"  steps: {step_times['head']}")
-        _log(
-            f"head preemption -> the resumed job's first new step ({step}): {head_first_step:.1f}s"
-        )
+        # Paired samples, alternating: the machine's load drifts over a run (and other work
+        # shares its cores), so each head sample is set against the cold one just before it.
+        pairs: list[tuple[float, float]] = []
+        head_mttrs: list[float] = []
+        for i in range(pairs_n):
+            if i:
+                await svc.teardown(actor="bench")  # disarms the watchdog; ray_up arms it
+                cold_first_step, _, _, job_id = await _cold_sample(svc, jobs_seen)
+                await _running(svc, job_id)
+            t_head = time.perf_counter()
+            n = len(finished) + 1
+            await svc.preempt(pod.hosts[0].name, actor="bench")
+            resumed = asyncio.create_task(_first_new_step(svc, set(jobs_seen), 900))
+            status = await _next_recovery(finished, n, 900)
+            if status.result != "ok" or status.mttr_s is None:
+                resumed.cancel()
+                raise RuntimeError(f"head recovery {i + 1} failed: {status.result}")
+            seen, step, new_job = await resumed
+            jobs_seen.update(j.job_id for j in await svc.list_jobs())
+            head_first_step = seen - t_head
+            if status.detect_s is not None:
+                detects.append(status.detect_s)
+            head_mttrs.append(status.mttr_s)
+            step_times["head"] = _step_times(status)
+            pairs.append((cold_first_step, head_first_step))
+            _log(f"head: detect {status.detect_s}s, MTTR {status.mttr_s:.1f}s")
+            _log(f"  steps: {step_times['head']}")
+            _log(
+                f"pair {i + 1}: head preemption -> the resumed job's first new step ({step}, "
+                f"{new_job}): {head_first_step:.1f}s; cold {cold_first_step:.1f}s; ratio "
+                f"{head_first_step / cold_first_step:.3f}"
+            )
         await svc.teardown(actor="bench")
     finally:
         if svc is not None:
@@ -206,9 +252,13 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         else:
             shutil.rmtree(work, ignore_errors=True)
     detect = statistics.median(detects) if detects else float("nan")
+    ratios = [h / c for c, h in pairs]
+    mttr_head = statistics.median(head_mttrs)
     return {
         "poll_interval_s": poll_s,
         "repeat": repeat,
+        "rejoin_parallelism": rejoin_parallelism,
+        "orphans": orphans,
         "bringup_s": round(bringup, 2),
         "detect_s": round(detect, 3),
         "detect_over_poll": round(detect / poll_s, 3),
@@ -216,9 +266,15 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
         "mttr_worker_samples_s": [round(x, 2) for x in worker_mttrs],
         "mttr_head_s": round(mttr_head, 2),
         "mttr_head_over_bringup": round(mttr_head / bringup, 3),
-        "cold_first_step_s": round(cold_first_step, 2),
-        "head_first_step_s": round(head_first_step, 2),
-        "first_step_head_over_cold": round(head_first_step / cold_first_step, 3),
+        "mttr_head_samples_s": [round(x, 2) for x in head_mttrs],
+        "cold_first_step_s": round(statistics.median(c for c, _ in pairs), 2),
+        "head_first_step_s": round(statistics.median(h for _, h in pairs), 2),
+        "first_step_head_over_cold": round(statistics.median(ratios), 3),
+        "first_step_pairs": [
+            {"cold_s": round(c, 2), "head_s": round(h, 2), "ratio": round(h / c, 3)}
+            for c, h in pairs
+        ],
+        "first_step_ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
         "join_by_hand_s": round(join_by_hand, 2),
         "join_by_hand_samples_s": [round(x, 2) for x in joins],
         "mttr_worker_over_join": round(statistics.median(worker_mttrs) / join_by_hand, 3),
@@ -226,10 +282,26 @@ async def bench_recovery(repeat: int, poll_s: float, keep: bool = False) -> dict
     }
 
 
-async def _first_new_step(svc: Facade, old: set[str], timeout_s: float) -> tuple[float, int]:
+async def _cold_sample(
+    svc: Facade, jobs_seen: set[str]
+) -> tuple[float, float, dict[str, float], str]:
+    """Cold bring-up (bootstrap + Ray up + tunnel) + submit -> the job's first training step:
+    (seconds to that step, bring-up seconds, bring-up seconds by step, the job's id)."""
+    t_cold = time.perf_counter()
+    bringup, bringup_steps = await _bring_up(svc)
+    _log(f"bring-up (bootstrap + ray up + tunnel): {bringup:.1f}s {bringup_steps}")
+    job = await svc.submit(SubmitSpec(train_args=TRAIN_ARGS))
+    seen, step, _ = await _first_new_step(svc, set(jobs_seen), 600)
+    jobs_seen.add(job.job_id)
+    cold_first_step = seen - t_cold
+    _log(f"cold bring-up + submit -> first step ({step}): {cold_first_step:.1f}s")
+    return cold_first_step, bringup, bringup_steps, job.job_id
+
+
+async def _first_new_step(svc: Facade, old: set[str], timeout_s: float) -> tuple[float, int, str]:
     """When (perf_counter) the console first sees a job not in ``old`` log a training step
-    beyond the one it started or resumed at, and that step. Polls through the recovery: the
-    jobs API is away while the head is rebuilt."""
+    beyond the one it started or resumed at, that step and the job. Polls through the
+    recovery: the jobs API is away while the head is rebuilt."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):  # no tunnel, no head yet, a job just gone
@@ -238,7 +310,7 @@ async def _first_new_step(svc: Facade, old: set[str], timeout_s: float) -> tuple
                     continue
                 step = _new_step(await svc.job_logs(job.job_id))
                 if step is not None:
-                    return time.perf_counter(), step
+                    return time.perf_counter(), step, job.job_id
         await asyncio.sleep(0.25)
     raise TimeoutError(f"no job logged a new training step within {timeout_s:.0f}s")
 
@@ -388,6 +460,23 @@ async def bench_gcp(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_recovery", description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2, help="worker preemptions (median)")
+    ap.add_argument(
+        "--pairs", type=int, default=3, help="paired cold / head-preemption first-step samples"
+    )
+    ap.add_argument(
+        "--rejoin-parallelism",
+        type=int,
+        default=-1,
+        help="concurrent `ray start`s when a recovery rejoins workers (0: all at once; "
+        "default: what the console's local wiring sets)",
+    )
+    ap.add_argument(
+        "--orphans",
+        choices=("default", "alongside", "first"),
+        default="default",
+        help="a head recovery's stop of the dead cluster's Ray: beside the head's rebuild or "
+        "before it (default: what the console's local wiring sets)",
+    )
     ap.add_argument("--poll", type=float, default=0.5, help="recovery.poll_interval_s")
     ap.add_argument("--fanout-repeat", type=int, default=3, help="samples per fan-out point")
     ap.add_argument("--skip-fanout", action="store_true", help="recovery figures only")
@@ -397,8 +486,17 @@ def main(argv: list[str] | None = None) -> int:
         "--ready-delay", type=float, default=0.2, help="--gcp: emulated CreateNode -> READY (s)"
     )
     args = ap.parse_args(argv)
-    if args.repeat < 1 or args.poll <= 0 or args.fanout_repeat < 1:
-        print("bench_recovery: --repeat >= 1, --poll > 0, --fanout-repeat >= 1", file=sys.stderr)
+    if (
+        args.repeat < 1
+        or args.pairs < 1
+        or args.poll <= 0
+        or args.fanout_repeat < 1
+        or args.rejoin_parallelism < -1
+    ):
+        print(
+            "bench_recovery: --repeat >= 1, --pairs >= 1, --poll > 0, --fanout-repeat >= 1",
+            file=sys.stderr,
+        )
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -411,7 +509,10 @@ def main(argv: list[str] | None = None) -> int:
         gcp = asyncio.run(bench_gcp(args.repeat, args.poll, args.ready_delay, args.keep))
         print(json.dumps(gcp))
         return 0
-    out = asyncio.run(bench_recovery(args.repeat, args.poll, args.keep))
+    rejoin = None if args.rejoin_parallelism == 0 else args.rejoin_parallelism
+    out = asyncio.run(
+        bench_recovery(args.repeat, args.poll, args.keep, args.pairs, rejoin, args.orphans)
+    )
     if not args.skip_fanout:
         # After the recovery runs, so the two never compete for the same cores.
         fan, _ = asyncio.run(bench_fanout.bench([1, 4, 32], "sleep 0.5", args.fanout_repeat))
