@@ -21,9 +21,14 @@ The journal of each run is written as the console writes it: the loss rows by th
 ``Detector`` from TPU API polls, the submit / job-state / resubmission rows as the job
 registry, watcher and watchdog write them. Measured from the ledger (``goodput.account`` over
 the run's journal, the trainer's W&B run files as its steps): the redone work (seconds and
-steps); the checkpoint overhead is the saves' durations the engine reported, read as the
-advice reads them (``advice.checkpoint_cost``'s parser); badput = redone + overhead. Printed:
-each run's figures and ``advised / default``. Last line: one JSON object.
+steps); the checkpoint overhead is the pauses the engine reported for its saves (each one
+from the end of a learn call to the next one's first rollout), read as the advice reads them
+(``advice.checkpoint_cost``'s parser); badput = redone + overhead. Printed: each run's figures,
+each reclaim's redone seconds by the trainers' own lines, and ``advised / default`` with the
+difference against its noise: where a reclaim lands in the checkpoint cycle is luck, so the
+difference is weighed against two standard errors from the runs' per-reclaim spread (near
+Young's optimum the expected badput is flat, and a few reclaims cannot tell two intervals
+apart). ``advised_not_worse`` stays the plain comparison. Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ import asyncio
 import functools
 import itertools
 import json
+import math
 import random
 import re
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +58,7 @@ from benchmarks.zone_rates import observation
 from console.config import Config
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
 from console.services.jobs.spec import SubmitSpec
-from console.services.ledger.advice import Advice, NoAdvice
+from console.services.ledger.advice import Advice, NoAdvice, training_rate
 from console.services.ledger.goodput import account, attempts
 from console.services.ledger.live import LiveAdvisor
 from console.services.ledger.prices import pricing_for
@@ -144,17 +151,30 @@ _PROGRESS = re.compile(r"\[engine\] progress step=(?P<step>\d+)/")
 _RESUMING = re.compile(r"\[engine\] resuming \S+ from checkpoint \S+ at step (?P<step>\d+)")
 
 
-def trainers_redone(per_attempt: Sequence[Sequence[str]]) -> int:
-    """Steps redone by the trainers' own lines (a cross-check of the ledger's count): each
-    attempt's last progress step less the step the next one resumed at. Within one rollout
-    (the progress line's granularity) of the truth."""
-    redone = 0
+def redone_per_reclaim(per_attempt: Sequence[Sequence[str]]) -> list[int]:
+    """Steps redone at each reclaim by the trainers' own lines (a cross-check of the ledger's
+    count): each attempt's last progress step less the step the next one resumed at. Within
+    one rollout (the progress line's granularity) of the truth."""
+    redone = []
     for before, after in itertools.pairwise(per_attempt):
         reached = [int(m["step"]) for m in map(_PROGRESS.search, before) if m]
         resumed = [int(m["step"]) for m in map(_RESUMING.search, after) if m]
         if reached:
-            redone += max(0, reached[-1] - (resumed[0] if resumed else 0))
+            redone.append(max(0, reached[-1] - (resumed[0] if resumed else 0)))
     return redone
+
+
+def trainers_redone(per_attempt: Sequence[Sequence[str]]) -> int:
+    return sum(redone_per_reclaim(per_attempt))
+
+
+def spread(per_reclaim_s: Sequence[float]) -> float:
+    """Standard error of a run's redone total as an estimate of its expectation: where a
+    reclaim lands in the checkpoint cycle is luck, so each reclaim's redone work is one
+    draw (sample standard deviation times sqrt(n)); 0 with fewer than two reclaims."""
+    if len(per_reclaim_s) < 2:
+        return 0.0
+    return statistics.stdev(per_reclaim_s) * math.sqrt(len(per_reclaim_s))
 
 
 def measure(run: Run) -> dict[str, Any]:
@@ -166,6 +186,10 @@ def measure(run: Run) -> dict[str, Any]:
     saves = [s.seconds for s in map(parse_checkpoint_saved, run.lines) if s is not None]
     redone_s = job.seconds[Cause.REDONE]
     overhead_s = sum(saves)
+    # each reclaim's redone steps in seconds of training at the trainers' own rate
+    rate = training_rate(run.lines)
+    per_reclaim = redone_per_reclaim(run.per_attempt)
+    per_reclaim_s = [n / rate for n in per_reclaim] if rate else []
     return {
         "interval_steps": run.interval,
         "preemptions": run.preemptions,
@@ -174,7 +198,9 @@ def measure(run: Run) -> dict[str, Any]:
         "steps_known": job.steps_known,
         "redone_s": round(redone_s, 3),
         "redone_steps": job.redone_steps,
-        "trainers_redone_steps": trainers_redone(run.per_attempt),
+        "trainers_redone_steps": sum(per_reclaim),
+        "redone_per_reclaim_s": [round(x, 2) for x in per_reclaim_s],
+        "redone_se_s": round(spread(per_reclaim_s), 3),
         "saves": len(saves),
         "checkpoint_s": round(overhead_s, 3),
         "badput_s": round(redone_s + overhead_s, 3),
@@ -186,10 +212,17 @@ def measure(run: Run) -> dict[str, Any]:
 
 
 def compare(default: dict[str, Any], advised: dict[str, Any]) -> dict[str, Any]:
+    """``advised / default`` badput, and whether their difference stands out of the luck of
+    where the reclaims landed (two standard errors of the difference, ``spread``)."""
     ratio = advised["badput_s"] / default["badput_s"] if default["badput_s"] > 0 else None
+    diff = advised["badput_s"] - default["badput_s"]
+    noise = 2.0 * math.hypot(default.get("redone_se_s", 0.0), advised.get("redone_se_s", 0.0))
     return {
         "advised_over_default": None if ratio is None else round(ratio, 3),
         "advised_not_worse": advised["badput_s"] <= default["badput_s"],
+        "difference_s": round(diff, 3),
+        "difference_2se_s": round(noise, 3),
+        "within_noise": abs(diff) <= noise,
     }
 
 
@@ -209,9 +242,21 @@ def report(result: dict[str, Any]) -> list[str]:
             f"checkpoints {r['checkpoint_s']:.2f}s ({r['saves']} saves) in {r['wall_s']:.0f}s; "
             f"reached step {r['final_step']}"
         )
+        if r.get("redone_per_reclaim_s"):
+            out.append(
+                f"  {name} redone per reclaim (s, the trainers' lines): "
+                f"{r['redone_per_reclaim_s']}, s.e. of the total {r['redone_se_s']:.2f}s"
+            )
     if result.get("advised_over_default") is not None:
         verdict = "not worse" if result["advised_not_worse"] else "WORSE"
-        out.append(f"advised / default badput: {result['advised_over_default']:.2f} ({verdict})")
+        line = f"advised / default badput: {result['advised_over_default']:.2f} ({verdict})"
+        if "difference_s" in result:
+            line += (
+                f"; difference {result['difference_s']:+.2f}s against a noise of "
+                f"±{result['difference_2se_s']:.2f}s (2 s.e.: where the reclaims land): "
+                + ("within it" if result["within_noise"] else "beyond it")
+            )
+        out.append(line)
     return out
 
 

@@ -4,6 +4,8 @@ the real sink), the trainer's steps and the engine's checkpoint lines."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from benchmarks.ckpt_interval import (
@@ -13,6 +15,7 @@ from benchmarks.ckpt_interval import (
     report,
     resubmit_row,
     schedule,
+    spread,
     state_row,
     submit_row,
     trainers_redone,
@@ -101,8 +104,28 @@ async def test_badput_is_the_ledgers_redone_work_plus_the_engines_saves() -> Non
     assert advised["redone_steps"] == 3000 - 2560 and advised["badput_s"] == pytest.approx(4.04)
     verdict = compare(default, advised)
     assert verdict == {"advised_over_default": pytest.approx(4.04 / 4.03, abs=1e-3),
-                       "advised_not_worse": False}  # fmt: skip
+                       "advised_not_worse": False, "difference_s": pytest.approx(0.01),
+                       "difference_2se_s": 0.0, "within_noise": False}  # fmt: skip
+    # one reclaim each: one draw of where a reclaim lands, no spread to weigh it against
+    assert default["redone_per_reclaim_s"] == [pytest.approx(1024 / 900, abs=0.01)]
+    assert default["redone_se_s"] == 0.0
 
     lines = report({"schedule_s": [5.0], "default": default, "advised": advised, **verdict})
     assert lines[1].startswith("default: every 2048 steps, 1 reclaims: badput 4.03s = redone")
-    assert lines[-1] == "advised / default badput: 1.00 (WORSE)"
+    assert lines[-1] == (
+        "advised / default badput: 1.00 (WORSE); difference +0.01s against a noise of ±0.00s "
+        "(2 s.e.: where the reclaims land): beyond it"
+    )
+
+
+def test_the_spread_of_a_runs_redone_work_weighs_the_difference() -> None:
+    """Where each reclaim lands in the checkpoint cycle is luck: the difference between the
+    runs is judged against two standard errors of it, from each run's per-reclaim spread."""
+    assert spread([1.0]) == 0.0
+    assert spread([0.5, 1.5, 1.0, 1.0]) == pytest.approx(math.sqrt(1 / 6) * 2)
+    default = {"badput_s": 4.0, "redone_se_s": 0.6}
+    advised = {"badput_s": 5.0, "redone_se_s": 0.8}
+    verdict = compare(default, advised)
+    assert verdict["difference_2se_s"] == pytest.approx(2.0)
+    assert (verdict["advised_not_worse"], verdict["within_noise"]) == (False, True)
+    assert compare(default, {**advised, "badput_s": 6.5})["within_noise"] is False
