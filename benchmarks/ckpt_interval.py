@@ -204,6 +204,9 @@ def measure(run: Run) -> dict[str, Any]:
         "saves": len(saves),
         "checkpoint_s": round(overhead_s, 3),
         "badput_s": round(redone_s + overhead_s, 3),
+        # the same with the trainers' own redone work (their stderr lines, written at once,
+        # where a reclaimed trainer's last W&B points may never reach its run file)
+        "badput_trainers_s": round(sum(per_reclaim_s) + overhead_s, 3),
         "ledger_seconds": {str(c): round(v, 2) for c, v in job.seconds.items() if v > 0},
         # a cross-check, sensitive to the machine's load: where training got to in the end
         # (the schedule gives both runs the same seconds of training)
@@ -223,6 +226,11 @@ def compare(default: dict[str, Any], advised: dict[str, Any]) -> dict[str, Any]:
         "difference_s": round(diff, 3),
         "difference_2se_s": round(noise, 3),
         "within_noise": abs(diff) <= noise,
+        "trainers_advised_over_default": (
+            round(advised["badput_trainers_s"] / default["badput_trainers_s"], 3)
+            if default.get("badput_trainers_s")
+            else None
+        ),
     }
 
 
@@ -245,7 +253,8 @@ def report(result: dict[str, Any]) -> list[str]:
         if r.get("redone_per_reclaim_s"):
             out.append(
                 f"  {name} redone per reclaim (s, the trainers' lines): "
-                f"{r['redone_per_reclaim_s']}, s.e. of the total {r['redone_se_s']:.2f}s"
+                f"{r['redone_per_reclaim_s']}, s.e. of the total {r['redone_se_s']:.2f}s; "
+                f"badput by them {r['badput_trainers_s']:.2f}s"
             )
     if result.get("advised_over_default") is not None:
         verdict = "not worse" if result["advised_not_worse"] else "WORSE"
@@ -257,6 +266,11 @@ def report(result: dict[str, Any]) -> list[str]:
                 + ("within it" if result["within_noise"] else "beyond it")
             )
         out.append(line)
+        if result.get("trainers_advised_over_default") is not None:
+            out.append(
+                "advised / default badput by the trainers' lines: "
+                f"{result['trainers_advised_over_default']:.2f}"
+            )
     return out
 
 

@@ -105,17 +105,21 @@ async def test_badput_is_the_ledgers_redone_work_plus_the_engines_saves() -> Non
     verdict = compare(default, advised)
     assert verdict == {"advised_over_default": pytest.approx(4.04 / 4.03, abs=1e-3),
                        "advised_not_worse": False, "difference_s": pytest.approx(0.01),
-                       "difference_2se_s": 0.0, "within_noise": False}  # fmt: skip
+                       "difference_2se_s": 0.0, "within_noise": False,
+                       # by the trainers' lines: 512 steps redone against 1024, at 900/s
+                       "trainers_advised_over_default": pytest.approx(
+                           (512 / 900 + 0.04) / (1024 / 900 + 0.03), abs=1e-3)}  # fmt: skip
     # one reclaim each: one draw of where a reclaim lands, no spread to weigh it against
     assert default["redone_per_reclaim_s"] == [pytest.approx(1024 / 900, abs=0.01)]
     assert default["redone_se_s"] == 0.0
 
     lines = report({"schedule_s": [5.0], "default": default, "advised": advised, **verdict})
     assert lines[1].startswith("default: every 2048 steps, 1 reclaims: badput 4.03s = redone")
-    assert lines[-1] == (
+    assert lines[-2:] == [
         "advised / default badput: 1.00 (WORSE); difference +0.01s against a noise of ±0.00s "
-        "(2 s.e.: where the reclaims land): beyond it"
-    )
+        "(2 s.e.: where the reclaims land): beyond it",
+        "advised / default badput by the trainers' lines: 0.52",
+    ]
 
 
 def test_the_spread_of_a_runs_redone_work_weighs_the_difference() -> None:
