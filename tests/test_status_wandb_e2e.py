@@ -6,14 +6,12 @@ the deadline and the command still exits."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import socket
 import subprocess
 import sys
 import textwrap
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from console.services.cadence.sources import OnlineRunSource
 from console.services.cadence.tracker import CadenceTracker
 from emulators.tpu_pod.client import start_pod
 from tests.script.test_e2e import ROOT, assert_pod_gone, child_env, phantom_argv, write_config
-from tests.support.fixtures_wandb import API_KEY, WandbEmu, kill_group, wandb_emu
+from tests.support.fixtures_wandb import API_KEY, WandbEmu, kill_group, set_delay, wandb_emu
 from tests.support.waiting import wait_until
 
 __all__ = ["wandb_emu"]
@@ -94,20 +92,6 @@ def writer(emu: WandbEmu, tmp_path: Path, name: str, interval: float) -> Iterato
         w.stop.touch()
         kill_group(w.proc)
         w.proc.communicate(timeout=30)
-
-
-def set_delay(base_url: str, key: str, seconds: float) -> None:
-    """The emulator holds every later GraphQL and file-stream answer ``seconds``: a slow
-    W&B server (its control request, with the API key like the API itself)."""
-    token = base64.b64encode(f"api:{key}".encode()).decode()
-    req = urllib.request.Request(
-        f"{base_url}/_phantom/delay",
-        data=json.dumps({"seconds": seconds}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Basic {token}"},
-    )
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with direct.open(req, timeout=10) as resp:
-        assert json.loads(resp.read()) == {"delay_s": seconds}
 
 
 def history_lines(emu: WandbEmu, name: str) -> int:

@@ -57,6 +57,9 @@ class WandbServer:
         # Seconds every GraphQL and file-stream answer is held back (POST /_phantom/delay):
         # a slow W&B server, for the clients' deadlines.
         self.delay_s = cfg.delay
+        # Set on SIGTERM: answers still held back are let go at once, so a stop is not kept
+        # waiting for them (the runner's cleanup waits for every open handler).
+        self.stopping = asyncio.Event()
 
     @property
     def base_url(self) -> str:
@@ -99,7 +102,10 @@ class WandbServer:
             log.info("401 %s %s (wrong or missing API key)", request.method, request.path)
             return web.json_response(_UNAUTHORIZED, status=401)
         if self.delay_s > 0 and (request.path == "/graphql" or request.path.startswith("/files/")):
-            await asyncio.sleep(self.delay_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.delay_s)
+            if self.stopping.is_set():  # its state is saved already: change nothing now
+                return web.json_response({"error": "the server is stopping"}, status=503)
         resp: web.StreamResponse = await handler(request)
         return resp
 
@@ -251,6 +257,7 @@ async def serve(cfg: ServerConfig, api_key: str) -> None:
     try:
         await stop.wait()
     finally:
+        server.stopping.set()
         server.state.save()
         await runner.cleanup()
         with contextlib.suppress(OSError):

@@ -9,6 +9,7 @@ host, and the tests assert the trap saw nothing.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -120,8 +121,6 @@ class WandbEmu:
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         """Ask the emulator directly (what the SDK would send), with the right key."""
-        import base64
-
         token = base64.b64encode(f"api:{API_KEY}".encode()).decode()
         req = urllib.request.Request(
             f"{self.base_url}/graphql",
@@ -132,6 +131,20 @@ class WandbEmu:
         with direct.open(req, timeout=10) as resp:
             data: dict[str, Any] = json.loads(resp.read())["data"]
             return data
+
+
+def set_delay(base_url: str, key: str, seconds: float) -> None:
+    """The emulator holds every later GraphQL and file-stream answer ``seconds``: a slow
+    W&B server (its control request, with the API key like the API itself)."""
+    token = base64.b64encode(f"api:{key}".encode()).decode()
+    req = urllib.request.Request(
+        f"{base_url}/_phantom/delay",
+        data=json.dumps({"seconds": seconds}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Basic {token}"},
+    )
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with direct.open(req, timeout=10) as resp:
+        assert json.loads(resp.read()) == {"delay_s": seconds}
 
 
 def start_emulator(run_dir: Path) -> client.WandbInfo:

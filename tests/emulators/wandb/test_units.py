@@ -5,15 +5,33 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from console.cli import main as phantom
 from emulators.wandb import client, gql
+from emulators.wandb import layout as L
 from emulators.wandb import sweeps as S
 from emulators.wandb.state import State
-from tests.support.fixtures_wandb import API_KEY, WandbEmu, start_emulator, stop_emulator
+from tests.support.fixtures_wandb import (
+    API_KEY,
+    WandbEmu,
+    set_delay,
+    start_emulator,
+    stop_emulator,
+)
+from tests.support.waiting import wait_until
+
+
+def requests_seen(base_url: str) -> int:
+    """The daemon's request count (this status request included)."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with direct.open(f"{base_url}/_phantom/status", timeout=10) as resp:
+        return int(json.loads(resp.read())["requests"])
 
 
 def test_gql_reads_fragments_aliases_variables_and_directives() -> None:
@@ -139,6 +157,41 @@ def test_restart_keeps_runs_and_sweeps(tmp_path: Path) -> None:
         assert data["project"]["run"] == {"name": "r1", "config": '{"a": {"value": 1}}'}
     finally:
         stop_emulator(run_dir, again)
+
+
+def test_a_stop_lets_go_of_answers_held_back_and_exits_on_sigterm(tmp_path: Path) -> None:
+    """`down` while a slow server holds a GraphQL answer: the daemon lets the answer go (503)
+    and exits on its SIGTERM (its info file removed), not by the SIGKILL the stop falls back
+    to after its timeout."""
+    run_dir = tmp_path / "emu"
+    info = start_emulator(run_dir)
+    emu = WandbEmu(info, trap=None)  # type: ignore[arg-type]
+    answer: list[object] = []
+    try:
+        set_delay(info.base_url, API_KEY, 600.0)
+        polls = [requests_seen(info.base_url)]
+
+        def held() -> None:
+            try:
+                emu.graphql("{ viewer { username } }")
+            except urllib.error.HTTPError as exc:
+                answer.append(exc.code)
+
+        asker = threading.Thread(target=held, daemon=True)
+        asker.start()
+        # each poll is one request itself: one more than the polls means the GraphQL one came
+        wait_until(
+            lambda: (
+                polls.append(requests_seen(info.base_url)) or polls[-1] > polls[0] + len(polls) - 1
+            ),
+            30,
+            "the held GraphQL request",
+        )
+    finally:
+        stop_emulator(run_dir, info)
+    asker.join(30)
+    assert answer == [503]
+    assert not L.RunLayout(run_dir).info_file.exists(), "the daemon was SIGKILLed"
 
 
 def test_phantom_wandb_up_status_down(
