@@ -26,10 +26,10 @@ rebuild and job resubmission), each after a cold bring-up.
   ``first_step_pairs`` lists each pair and its ratio, ``first_step_head_over_cold`` is the
   median ratio (goal <= 1.0) with ``first_step_ratio_range``; ``cold_first_step_s`` /
   ``head_first_step_s`` / ``mttr_head_s`` are medians;
-* ``rejoin_parallelism`` / ``orphans``: how the head's recovery rejoined the workers and
-  stopped the dead cluster's Ray, as the console's local wiring sets them unless
-  ``--rejoin-parallelism`` (0: all at once) or ``--orphans alongside|first`` say otherwise
-  (to compare in the same conditions);
+* ``rejoin_parallelism`` / ``orphans``: how the head's recovery rejoined the workers (as the
+  console's local wiring sets it unless ``--rejoin-parallelism`` says otherwise, 0: all at
+  once) and stopped the dead cluster's Ray (beside the head's rebuild, as the console's plan
+  does, unless ``--orphans first`` stops it before), to compare in the same conditions;
 * ``step_s``: each recovery step's time in the last worker and the head recovery;
 * ``fanout_32_over_1``: from ``bench_fanout`` (the same command on 32 vs 1 emulated hosts,
   fresh connections; near 1 means the fan-out is parallel).
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("default", "alongside", "first"),
         default="default",
         help="a head recovery's stop of the dead cluster's Ray: beside the head's rebuild or "
-        "before it (default: what the console's local wiring sets)",
+        "before it (default: what the console's plan does, alongside)",
     )
     ap.add_argument("--poll", type=float, default=0.5, help="recovery.poll_interval_s")
     ap.add_argument("--fanout-repeat", type=int, default=3, help="samples per fan-out point")

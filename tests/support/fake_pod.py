@@ -266,12 +266,7 @@ def make_watchdog(
     async def resubmit(job_ids: Sequence[str]) -> ActionResult:
         return await pod.resubmit(job_ids)  # looked up per call: a test may swap it
 
-    plan = pod_plan(
-        pod,
-        resubmit,
-        ready_timeout_s=kw.get("ready_timeout_s", 600.0),
-        orphans_alongside=kw.pop("orphans_alongside", True),
-    )
+    plan = pod_plan(pod, resubmit, ready_timeout_s=kw.get("ready_timeout_s", 600.0))
     wd = Watchdog(
         plan,
         observe=pod.observe,

@@ -300,41 +300,6 @@ async def test_an_overlapping_step_that_fails_stops_the_round_before_the_step_it
     assert failed and failed[0].data["step"] == "orphans"
 
 
-async def test_orphans_stopped_first_where_the_hosts_share_cores(clock: Clock) -> None:
-    """Where the hosts share the machine's cores the dead cluster's Ray is stopped before the
-    head's rebuild, not beside it: nothing of the rebuild starts until that stop is done."""
-    pod = FakePod(clock)
-    pod.form()
-    wd, _, _ = make_watchdog(pod, clock, orphans_alongside=False)
-    job = pod.submit("train")
-    await poll(wd, pod)
-    pod.preempt("pod-w0")
-    await poll(wd, pod)
-    assert (await wait_done(wd)).result == "ok"
-    assert [c for c in pod.calls if c[0] != "observe"] == [
-        ("stop_orphans", ("pod-w1", "pod-w2", "pod-w3")),
-        ("recreate", ("pod-w0",)),
-        ("wait_ready", ("pod-w0",)),
-        ("bootstrap", ("pod-w0",)),
-        ("start_head", ("pod-w0",)),
-        ("open_tunnel", ()),
-        ("resubmit", (job,)),
-        ("join_workers", ("pod-w1", "pod-w2", "pod-w3")),
-    ]
-
-    failing = FakePod(clock)
-    failing.form()
-    wd, _, _ = make_watchdog(failing, clock, step_retries=1, orphans_alongside=False)
-    await poll(wd, failing)
-    failing.always_fail["stop_orphans"] = {"pod-w3"}
-    failing.preempt("pod-w0")
-    await poll(wd, failing)
-    status = await wait_done(wd)
-    assert status.result == "failed: orphans"
-    assert all(steps(status)[s][0] == "pending" for s in ("recreate", "head", "workers"))
-    assert [c[0] for c in failing.calls if c[0] != "observe"] == ["stop_orphans"] * 2
-
-
 async def test_retry_reruns_only_the_hosts_that_failed(pod: FakePod, clock: Clock) -> None:
     wd, _, _ = make_watchdog(pod, clock)
     await poll(wd, pod)

@@ -147,12 +147,7 @@ class TpuVmBackend:
         self._wake()
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
-        return pod_plan(
-            self,
-            resubmit,
-            ready_timeout_s=self.config.recovery.ready_timeout_s,
-            orphans_alongside=self.access.orphans_alongside,
-        )
+        return pod_plan(self, resubmit, ready_timeout_s=self.config.recovery.ready_timeout_s)
 
     def cadence_sources(self) -> list[CadenceSource]:
         wandb = replace(self.config.wandb, dir=self.access.wandb_dir or self.config.wandb.dir)

@@ -47,9 +47,6 @@ class PodAccess:
     # on a VM of its own). Where the hosts share this machine's cores, the rejoins run while
     # the resubmitted jobs start on the head and take the CPU those need.
     rejoin_parallelism: int | None = None
-    # A head recovery stops the dead cluster's Ray on the surviving workers beside the
-    # head's rebuild (each VM has its own CPUs), or first, on its own (shared cores).
-    orphans_alongside: bool = True
 
 
 class PodParts:

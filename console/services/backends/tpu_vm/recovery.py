@@ -51,12 +51,8 @@ class PodOps(Protocol):
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult: ...
 
 
-def pod_plan(
-    ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float, orphans_alongside: bool = True
-) -> Plan:
-    """The TPU VM recovery steps, bound to ``ops``. ``orphans_alongside``: the orphans' stop
-    runs beside the head's rebuild (hosts of their own); else first, on its own (hosts that
-    share cores, where it would slow the head's start)."""
+def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan:
+    """The TPU VM recovery steps, bound to ``ops``."""
 
     def recreated(rnd: Round, chosen: Sequence[str], res: ActionResult) -> None:
         rnd.recreated = union(chosen, res.data.get("hosts", ()))
@@ -75,12 +71,7 @@ def pod_plan(
 
     return Plan(
         (
-            StepDef(
-                "orphans",
-                _orphans,
-                ops.stop_orphans,
-                overlap_until="workers" if orphans_alongside else "",
-            ),
+            StepDef("orphans", _orphans, ops.stop_orphans, overlap_until="workers"),
             StepDef("recreate", _to_recreate, ops.recreate, after=recreated),
             StepDef("wait_ready", _coming_up, wait_ready),
             StepDef("bootstrap", _to_bootstrap, ops.bootstrap),
