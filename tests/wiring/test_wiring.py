@@ -110,6 +110,23 @@ def test_the_emulator_sets_its_small_sizing_explicitly(pod: PodInfo, tmp_path: P
         svc.close_journal()
 
 
+def test_rejoins_one_at_a_time_only_where_the_hosts_share_cores(
+    pod: PodInfo, gcp_services: Facade, tmp_path: Path
+) -> None:
+    """A TPU VM host has its own CPUs: a recovery rejoins every worker at once there. The
+    emulator's hosts share this machine's: one `ray start` at a time, beside the resubmitted
+    job's start on the head."""
+    assert isinstance(gcp_services.backend, TpuVmBackend)
+    assert gcp_services.backend.rejoin_parallelism is None
+    cfg = parse_config({"cluster": {"run_dir": str(pod.run_dir)}})
+    svc = make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
+    try:
+        assert isinstance(svc.backend, TpuVmBackend)
+        assert svc.backend.rejoin_parallelism == 1
+    finally:
+        svc.close_journal()
+
+
 @pytest.mark.parametrize(
     ("ray", "message"),
     [
