@@ -12,7 +12,8 @@
   their id) and every worker rejoined.
   Jobs go back as soon as the head answers: their drivers start while the workers join (a
   distributed run's strict placement group, and Tune's trials, wait for the nodes they need),
-  so the head's recovery costs little more than bringing the cluster up. The surviving
+  so the head's recovery costs little more than bringing the cluster up (where the hosts
+  share cores, the workers join one at a time: ``PodAccess.rejoin_parallelism``). The surviving
   workers' raylets belong to the dead cluster: they are force-stopped (``orphans``) while
   the head's VM is recreated, instead of each waiting out a graceful stop at its rejoin.
 
