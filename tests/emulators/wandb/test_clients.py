@@ -37,7 +37,9 @@ TRAIN = textwrap.dedent(
     run = wandb.init(
         project="resume", entity="lab", id="trainer-1", resume="allow",
         config={"alpha": 0.5},
-        settings=wandb.Settings(x_file_stream_transmit_interval=0.2),
+        # history reaches the server each second; wandb-core takes an interval under 1 s
+        # for its 15 s default (0.2 made this test wait 15 s for the first rows)
+        settings=wandb.Settings(x_file_stream_transmit_interval=1),
     )
     print("resumed", run.resumed, flush=True)
     for i in range(count):
