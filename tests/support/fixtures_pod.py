@@ -1,4 +1,5 @@
-"""Pytest plugin: an emulated 4-host spot pod (``pod``) and one running Ray (``ray_pod``).
+"""Pytest plugin: an emulated 4-host spot pod (``pod``; ``quiet_pod``, one a module shares)
+and one running Ray (``ray_pod``).
 
 Enabled by ``pytest_plugins = ["tests.support.fixtures_pod"]`` in tests/conftest.py. Every
 fixture uses free ports and its own run dir, so concurrent test runs on one
@@ -57,6 +58,19 @@ def stop_test_pod(run_dir: Path) -> None:
 def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodInfo]:
     """A READY 4-host emulated pod in a tmp run dir; stopped afterwards."""
     run_dir = tmp_path_factory.mktemp("pod")
+    info = start_test_pod(run_dir)
+    try:
+        yield info
+    finally:
+        stop_test_pod(run_dir)
+
+
+@pytest.fixture(scope="module")
+def quiet_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodInfo]:
+    """One READY 4-host pod for a module's tests that only run commands on it: none of them
+    preempts, recreates or faults a host, changes its keys, or leaves a process running
+    (a test that does takes ``pod``). A bring-up is most of such a test's time."""
+    run_dir = tmp_path_factory.mktemp("quiet-pod")
     info = start_test_pod(run_dir)
     try:
         yield info
@@ -236,6 +250,7 @@ __all__ = [
     "RayPod",
     "free_port",
     "pod",
+    "quiet_pod",
     "ray_pod",
     "ssh_run",
     "start_ray",

@@ -113,9 +113,9 @@ def fanout(pod: PodInfo, policy: HostKeyPolicy, **kw: object) -> SshFanout:
     )
 
 
-async def test_fanout_streams_output_from_every_host(pod: PodInfo, tmp_path: Path) -> None:
-    provider = EmulatedTpuProvider(pod)
-    fan = fanout(pod, HostKeyPolicy("tpu-api", tmp_path / "kh", api_keys=provider.host_keys))
+async def test_fanout_streams_output_from_every_host(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    provider = EmulatedTpuProvider(quiet_pod)
+    fan = fanout(quiet_pod, HostKeyPolicy("tpu-api", tmp_path / "kh", api_keys=provider.host_keys))
     lines: list[tuple[str, str, str]] = []
     try:
         res = await fan.run(
@@ -125,8 +125,8 @@ async def test_fanout_streams_output_from_every_host(pod: PodInfo, tmp_path: Pat
     finally:
         await fan.close()
         await provider.close()
-    assert set(res) == {h.name for h in pod.hosts}
-    for h in pod.hosts:
+    assert set(res) == {h.name for h in quiet_pod.hosts}
+    for h in quiet_pod.hosts:
         r = res[h.name]
         assert r.ok and r.exit_status == 0, r
         assert r.stdout_tail == f"host={h.name}\n"
@@ -134,30 +134,33 @@ async def test_fanout_streams_output_from_every_host(pod: PodInfo, tmp_path: Pat
         assert (h.name, "stderr", "warn") in lines
 
 
-async def test_exit_status_and_subset(pod: PodInfo, tmp_path: Path) -> None:
-    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
+async def test_exit_status_and_subset(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    fan = fanout(quiet_pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
     try:
         res = await fan.run("echo boom >&2; exit 7", hosts=["w1", "127.0.0.12"])
     finally:
         await fan.close()
-    assert sorted(res) == [pod.hosts[1].name, pod.hosts[2].name]
-    r = res[pod.hosts[1].name]
+    assert sorted(res) == [quiet_pod.hosts[1].name, quiet_pod.hosts[2].name]
+    r = res[quiet_pod.hosts[1].name]
     assert not r.ok and r.exit_status == 7
-    assert r.error == f"{pod.hosts[1].ip}:{pod.ssh_port} ({pod.hosts[1].name}): exit status 7: boom"
+    assert (
+        r.error
+        == f"{quiet_pod.hosts[1].ip}:{quiet_pod.ssh_port} ({quiet_pod.hosts[1].name}): exit status 7: boom"
+    )
 
 
-async def test_arguments_never_reach_a_shell(pod: PodInfo, tmp_path: Path) -> None:
-    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
+async def test_arguments_never_reach_a_shell(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    fan = fanout(quiet_pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
     try:
         res = await fan.run(["echo", "; touch pwned", "$(touch pwned2)"], hosts=[0])
         check = await fan.run("ls -a ~ && pwd", hosts=[0])
     finally:
         await fan.close()
-    r = res[pod.hosts[0].name]
+    r = res[quiet_pod.hosts[0].name]
     assert r.ok and r.stdout_tail == "; touch pwned $(touch pwned2)\n"
-    listing = check[pod.hosts[0].name].stdout_tail
+    listing = check[quiet_pod.hosts[0].name].stdout_tail
     assert "pwned" not in listing
-    assert not list(pod.run_dir.rglob("pwned*"))
+    assert not list(quiet_pod.run_dir.rglob("pwned*"))
 
 
 async def test_preempted_host_is_named_with_cause(pod: PodInfo, tmp_path: Path) -> None:
@@ -231,10 +234,10 @@ async def test_wrong_client_key_is_an_auth_failure_not_retried(
     assert "attempts" not in r.error  # an auth failure is never retried
 
 
-async def test_missing_key_file_is_a_config_error(pod: PodInfo, tmp_path: Path) -> None:
+async def test_missing_key_file_is_a_config_error(quiet_pod: PodInfo, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"ssh.key = '.*/nope': file not found"):
         SshFanout(
-            endpoints(pod),
+            endpoints(quiet_pod),
             user="phantom",
             client_keys=[tmp_path / "nope"],
             host_keys=HostKeyPolicy("accept-new", tmp_path / "kh"),
@@ -306,15 +309,15 @@ async def test_changed_host_key_accepted_when_tpu_api_publishes_it(
     ]
 
 
-async def test_key_not_published_by_tpu_api_is_refused(pod: PodInfo, tmp_path: Path) -> None:
+async def test_key_not_published_by_tpu_api_is_refused(quiet_pod: PodInfo, tmp_path: Path) -> None:
     """The API vouches for one key and the server offers another: a man in the middle."""
     impostor = asyncssh.generate_private_key("ssh-ed25519").convert_to_public()
-    target = pod.hosts[0]
+    target = quiet_pod.hosts[0]
 
     async def published() -> dict[str, str]:
         return {target.ip: impostor.export_public_key().decode()}
 
-    fan = fanout(pod, HostKeyPolicy("tpu-api", tmp_path / "kh", api_keys=published))
+    fan = fanout(quiet_pod, HostKeyPolicy("tpu-api", tmp_path / "kh", api_keys=published))
     try:
         res = await fan.run("true", hosts=[0])
     finally:
@@ -370,8 +373,8 @@ async def test_command_timeout_is_reported(pod: PodInfo, tmp_path: Path) -> None
     await until(lambda: not find_marked(marker), 10, "the remote command to end", step=0.05)
 
 
-async def test_parallelism_limits_concurrent_sessions(pod: PodInfo, tmp_path: Path) -> None:
-    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"), parallelism=1)
+async def test_parallelism_limits_concurrent_sessions(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    fan = fanout(quiet_pod, HostKeyPolicy("accept-new", tmp_path / "kh"), parallelism=1)
     try:
         res = await fan.run("date +%s.%N; sleep 0.2; date +%s.%N")
     finally:
@@ -397,22 +400,29 @@ def test_identity_defaults_and_overrides(tmp_path: Path) -> None:
     assert known_hosts_path(parse_config({}).ssh).name == "known_hosts"
 
 
-async def test_the_pods_ssh_built_from_config_reaches_the_pod(pod: PodInfo, tmp_path: Path) -> None:
+async def test_the_pods_ssh_built_from_config_reaches_the_pod(
+    quiet_pod: PodInfo, tmp_path: Path
+) -> None:
     from console.config import Config
     from console.services.backends.tpu_vm.parts import PodParts
     from console.wiring.pod import pod_access
 
     events: list[HostKeyEvent] = []
     parts = PodParts(
-        Config(), pod_access(Config(), pod, tmp_path), state_dir=tmp_path, on_host_key=events.append
+        Config(),
+        pod_access(Config(), quiet_pod, tmp_path),
+        state_dir=tmp_path,
+        on_host_key=events.append,
     )
     try:
         res = await parts.ssh.run(["printenv", "PHANTOM_HOST"])
         fan = parts.ssh
     finally:
         await parts.close()
-    assert {n: r.stdout_tail.strip() for n, r in res.items()} == {h.name: h.name for h in pod.hosts}
-    assert fan.user == pod.ssh_user and fan.host_keys.policy == "tpu-api"
+    assert {n: r.stdout_tail.strip() for n, r in res.items()} == {
+        h.name: h.name for h in quiet_pod.hosts
+    }
+    assert fan.user == quiet_pod.ssh_user and fan.host_keys.policy == "tpu-api"
     assert len(events) == 4
 
 
@@ -441,19 +451,21 @@ async def test_watch_sessions_take_no_fan_out_slot(pod: PodInfo, tmp_path: Path)
         await fan.close()
 
 
-async def test_probes_ride_the_connection_the_fan_out_holds(pod: PodInfo, tmp_path: Path) -> None:
+async def test_probes_ride_the_connection_the_fan_out_holds(
+    quiet_pod: PodInfo, tmp_path: Path
+) -> None:
     """One SSH connection a host, not two: at 1,024 hosts the probes' own connections were
     1,024 more sockets on each side (the emulator ran out of file descriptors). A host the
     fan-out holds no connection to is probed on one the probe makes and the fan-out keeps."""
     policy = HostKeyPolicy("accept-new", tmp_path / "kh")
-    fan, probe = fanout(pod, policy), fanout(pod, policy, retries=0)
+    fan, probe = fanout(quiet_pod, policy), fanout(quiet_pod, policy, retries=0)
     probe.borrow_from = fan
     try:
-        first = pod.hosts[0].name
+        first = quiet_pod.hosts[0].name
         assert (await fan.run("true", [first]))[first].ok
         res = await probe.probe()
         assert all(r.ok for r in res.values()), res
-        assert probe.connections_opened == len(pod.hosts) - 1  # none to the first host
+        assert probe.connections_opened == len(quiet_pod.hosts) - 1  # none to the first host
         assert all(r.ok for r in (await fan.run("true")).values())
         assert fan.connections_opened == 1  # it kept the probe's
     finally:
@@ -461,12 +473,12 @@ async def test_probes_ride_the_connection_the_fan_out_holds(pod: PodInfo, tmp_pa
         await fan.close()
 
 
-async def test_a_command_gets_no_input(pod: PodInfo, tmp_path: Path) -> None:
+async def test_a_command_gets_no_input(quiet_pod: PodInfo, tmp_path: Path) -> None:
     """As ``ssh -n``: stdin is at EOF, so the host's sshd holds no stdin pipe for a session
     (a notice watcher on every host held one each) and a command that reads it ends."""
-    fan = fanout(pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
+    fan = fanout(quiet_pod, HostKeyPolicy("accept-new", tmp_path / "kh"))
     try:
-        res = await fan.run_one(pod.hosts[0].name, "cat; echo eof", timeout_s=10)
+        res = await fan.run_one(quiet_pod.hosts[0].name, "cat; echo eof", timeout_s=10)
         assert res.ok and res.stdout_tail == "eof\n", res
     finally:
         await fan.close()
