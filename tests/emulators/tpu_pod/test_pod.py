@@ -37,31 +37,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_tpu_client_lists_gets_and_reads_guest_attributes(pod: PodInfo) -> None:
-    tpu, channel = tpu_client(pod)
+async def test_tpu_client_lists_gets_and_reads_guest_attributes(quiet_pod: PodInfo) -> None:
+    tpu, channel = tpu_client(quiet_pod)
     async with channel:
-        nodes = [n async for n in await tpu.list_nodes(parent=pod.parent)]
-        assert [n.name for n in nodes] == [pod.node_path]
+        nodes = [n async for n in await tpu.list_nodes(parent=quiet_pod.parent)]
+        assert [n.name for n in nodes] == [quiet_pod.node_path]
         node = nodes[0]
         assert node.state == tpu_v2.Node.State.READY
         assert node.accelerator_type == "v4-32"
         assert node.scheduling_config.spot
         endpoints = [(e.ip_address, e.port) for e in node.network_endpoints]
-        assert endpoints == [(host_ip(i), pod.ssh_port) for i in range(4)]
+        assert endpoints == [(host_ip(i), quiet_pod.ssh_port) for i in range(4)]
 
-        got = await tpu.get_node(name=pod.node_path)
-        assert got.name == pod.node_path and got.state == tpu_v2.Node.State.READY
+        got = await tpu.get_node(name=quiet_pod.node_path)
+        assert got.name == quiet_pod.node_path and got.state == tpu_v2.Node.State.READY
 
         attrs = await tpu.get_guest_attributes(
-            request={"name": pod.node_path, "query_path": "hostkeys/ssh-host-key"}
+            request={"name": quiet_pod.node_path, "query_path": "hostkeys/ssh-host-key"}
         )
         published = [a.query_value.items[0].value for a in attrs.guest_attributes]
-        assert published == [h.host_key for h in pod.hosts]
-        known = pod.known_hosts.read_text().splitlines()
-        assert known == [f"[{h.ip}]:{h.ssh_port} {h.host_key}" for h in pod.hosts]
+        assert published == [h.host_key for h in quiet_pod.hosts]
+        known = quiet_pod.known_hosts.read_text().splitlines()
+        assert known == [f"[{h.ip}]:{h.ssh_port} {h.host_key}" for h in quiet_pod.hosts]
 
         with pytest.raises(Exception, match="not found"):
-            await tpu.get_node(name=pod.node_path + "-missing")
+            await tpu.get_node(name=quiet_pod.node_path + "-missing")
 
 
 async def test_tpu_delete_and_create_are_long_running_operations(pod: PodInfo) -> None:
@@ -87,41 +87,43 @@ async def test_tpu_delete_and_create_are_long_running_operations(pod: PodInfo) -
     assert result.stdout.strip() == fresh.hosts[3].name, result.stderr
 
 
-def test_openssh_runs_command_on_host_2_with_strict_host_keys(pod: PodInfo) -> None:
-    argv = pod.ssh_argv(2, 'echo "$PHANTOM_HOST $PHANTOM_HOST_IP $PWD"; cat; echo oops >&2; exit 7')
+def test_openssh_runs_command_on_host_2_with_strict_host_keys(quiet_pod: PodInfo) -> None:
+    argv = quiet_pod.ssh_argv(
+        2, 'echo "$PHANTOM_HOST $PHANTOM_HOST_IP $PWD"; cat; echo oops >&2; exit 7'
+    )
     assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv
     result = subprocess.run(argv, input="from stdin\n", capture_output=True, text=True, timeout=60)
     assert result.returncode == 7, result.stderr
-    host = pod.hosts[2]
-    sandbox = str(pod.run_dir / "hosts" / host.name / "home")
+    host = quiet_pod.hosts[2]
+    sandbox = str(quiet_pod.run_dir / "hosts" / host.name / "home")
     assert result.stdout.splitlines() == [f"{host.name} {host.ip} {sandbox}", "from stdin"]
     assert "oops" in result.stderr
 
-    env = ssh_run(pod, "127.0.0.12", "env").stdout
+    env = ssh_run(quiet_pod, "127.0.0.12", "env").stdout
     path = next(line for line in env.splitlines() if line.startswith("PATH=")).split("=", 1)[1]
     # The host-scoped `ray` wrapper, then the venv's bin, then ~/.local/bin, then system.
     assert path.split(":")[:3] == [
-        str(pod.run_dir / "bin"),
+        str(quiet_pod.run_dir / "bin"),
         str(Path(sys.executable).parent),
         f"{sandbox}/.local/bin",
     ]
     assert "TMPDIR=" in env and f"HOME={sandbox}" in env
 
 
-def test_ssh_rejects_wrong_user_and_unknown_key(pod: PodInfo, tmp_path: Path) -> None:
-    argv = pod.ssh_argv(1, "true")
-    wrong_user = [a.replace(f"{pod.ssh_user}@", "root@") for a in argv]
+def test_ssh_rejects_wrong_user_and_unknown_key(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    argv = quiet_pod.ssh_argv(1, "true")
+    wrong_user = [a.replace(f"{quiet_pod.ssh_user}@", "root@") for a in argv]
     assert subprocess.run(wrong_user, capture_output=True, timeout=60).returncode == 255
     other_key = tmp_path / "other"
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True
     )
-    argv[argv.index(str(pod.client_key))] = str(other_key)
+    argv[argv.index(str(quiet_pod.client_key))] = str(other_key)
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 255 and "Permission denied" in result.stderr
 
 
-async def test_asyncssh_forwards_to_loopback_only(pod: PodInfo) -> None:
+async def test_asyncssh_forwards_to_loopback_only(quiet_pod: PodInfo) -> None:
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"pong:" + await reader.readline())
         await writer.drain()
@@ -129,9 +131,9 @@ async def test_asyncssh_forwards_to_loopback_only(pod: PodInfo) -> None:
 
     server = await asyncio.start_server(echo, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, asyncssh.connect(**pod.asyncssh_options(0)) as conn:
+    async with server, asyncssh.connect(**quiet_pod.asyncssh_options(0)) as conn:
         result = await conn.run("echo $PHANTOM_HOST", check=True)
-        assert str(result.stdout).strip() == pod.hosts[0].name
+        assert str(result.stdout).strip() == quiet_pod.hosts[0].name
         for dest in ("localhost", "127.0.0.1"):
             reader, writer = await conn.open_connection(dest, port)
             writer.write(b"ping\n")
@@ -141,8 +143,8 @@ async def test_asyncssh_forwards_to_loopback_only(pod: PodInfo) -> None:
             await conn.open_connection("example.invalid", 80)
 
 
-async def test_signals_from_the_client_reach_the_command(pod: PodInfo) -> None:
-    async with asyncssh.connect(**pod.asyncssh_options(1)) as conn:
+async def test_signals_from_the_client_reach_the_command(quiet_pod: PodInfo) -> None:
+    async with asyncssh.connect(**quiet_pod.asyncssh_options(1)) as conn:
         proc = await conn.create_process("echo up; exec sleep 1000", stdin=asyncssh.DEVNULL)
         assert await proc.stdout.readline() == "up\n"
         proc.send_signal("TERM")
@@ -150,12 +152,12 @@ async def test_signals_from_the_client_reach_the_command(pod: PodInfo) -> None:
         assert result.exit_signal is not None and result.exit_signal[0] == "TERM"
 
 
-async def test_commands_and_shells_start_inside_the_host_cgroup(pod: PodInfo) -> None:
+async def test_commands_and_shells_start_inside_the_host_cgroup(quiet_pod: PodInfo) -> None:
     """A host's shell joins its cgroup before the command runs."""
-    if client.read_cgroup(pod.run_dir) is None:
+    if client.read_cgroup(quiet_pod.run_dir) is None:
         pytest.skip("no writable cgroup hierarchy here: host processes are tracked by marker")
     probe = 'echo "$$ $LINENO"; cat "$_PHANTOM_POD_CGROUP/cgroup.procs"\n'
-    async with asyncssh.connect(**pod.asyncssh_options(3)) as conn:
+    async with asyncssh.connect(**quiet_pod.asyncssh_options(3)) as conn:
         ran = await conn.run(probe, check=True)  # an "exec" request: bash -c
         shell = await conn.run(input=probe, check=True)  # a "shell" request: bash on stdin
     for result in (ran, shell):
