@@ -133,20 +133,20 @@ def test_local_client_is_loopback_only(endpoint: str) -> None:
 # --- against the emulator ---------------------------------------------------------------
 
 
-async def test_get_node_and_host_keys(pod: PodInfo) -> None:
-    prov = EmulatedTpuProvider(pod)
+async def test_get_node_and_host_keys(quiet_pod: PodInfo) -> None:
+    prov = EmulatedTpuProvider(quiet_pod)
     try:
         node = await prov.get_node()
         keys = await prov.host_keys()
     finally:
         await prov.close()
     assert node is not None and node.ready
-    assert node.name == pod.node_name and node.accelerator_type == pod.accelerator_type
+    assert node.name == quiet_pod.node_name and node.accelerator_type == quiet_pod.accelerator_type
     assert [(e.name, e.ip, e.port, e.index) for e in node.endpoints] == [
-        (h.name, h.ip, h.ssh_port, h.index) for h in pod.hosts
+        (h.name, h.ip, h.ssh_port, h.index) for h in quiet_pod.hosts
     ]
     assert node.health == "HEALTHY"
-    for h in pod.hosts:
+    for h in quiet_pod.hosts:
         (key,) = parse_public_keys(keys[h.ip])
         assert key.get_fingerprint("sha256") == h.host_key_fingerprint
 
@@ -211,18 +211,23 @@ def _dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_api_errors_are_one_line_and_wait_ready_reports_them(pod: PodInfo) -> None:
+async def test_api_errors_are_one_line_and_wait_ready_reports_them(quiet_pod: PodInfo) -> None:
     client = local_client(f"127.0.0.1:{_dead_port()}")
     prov = GcpTpuProvider(
-        pod.project, pod.zone, pod.node_name, client, poll_interval_s=0.05, call_timeout_s=1.0
+        quiet_pod.project,
+        quiet_pod.zone,
+        quiet_pod.node_name,
+        client,
+        poll_interval_s=0.05,
+        call_timeout_s=1.0,
     )
     seen: list[Any] = []
     try:
         with pytest.raises(TpuApiError) as err:
             await prov.get_node()
-        assert str(err.value).startswith(f"TPU API GetNode for {pod.node_name}: ")
+        assert str(err.value).startswith(f"TPU API GetNode for {quiet_pod.node_name}: ")
         assert "\n" not in str(err.value)
-        with pytest.raises(TimeoutError, match=rf"{pod.node_name} not READY after 0.3s"):
+        with pytest.raises(TimeoutError, match=rf"{quiet_pod.node_name} not READY after 0.3s"):
             await prov.wait_ready(0.3, on_progress=seen.append)
     finally:
         await prov.close()
