@@ -3,7 +3,9 @@ then SIGKILL after the grace, as on a spot VM. The Tune trial / distributed trai
 writes a checkpoint at the step it reached; its retry elsewhere resumes from exactly there.
 
 Clusters are ``engine.localray`` clusters on loopback with a head that runs no work (so the
-preempted node is never the head) and two 1-CPU workers.
+preempted node is never the head) and two 1-CPU workers. The tests that lose a node bring up
+their own; the two that signal only the job's driver share one (a bring-up is seconds of CI
+each), each finding it as fresh: its three nodes alive and no actor of an earlier job left.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,38 @@ GRACE_S = 10.0
 
 def _node(cluster: LocalRayCluster, ip: str) -> Any:
     return next(n for n in cluster.nodes if n.ip == ip)
+
+
+@pytest.fixture(scope="module")
+def _shared_cluster() -> Iterator[LocalRayCluster]:
+    with local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
+        yield cluster
+
+
+def _alive_actors(cluster: LocalRayCluster) -> list[dict[str, Any]] | None:
+    """The cluster's ALIVE actors, by its dashboard's state API (None: no answer yet)."""
+    url = (
+        f"{cluster.dashboard_url}/api/v0/actors?detail=false&limit=100"
+        "&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
+    )
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read().decode())
+    except (OSError, ValueError):
+        return None
+    found: list[dict[str, Any]] = body["data"]["result"]["result"]
+    return found
+
+
+@pytest.fixture
+def driver_cluster(_shared_cluster: LocalRayCluster) -> LocalRayCluster:
+    """The module's cluster for a test that loses no node, as a fresh one would be."""
+
+    def fresh() -> bool:
+        return len(_shared_cluster.alive_nodes()) == 3 and _alive_actors(_shared_cluster) == []
+
+    wait_until(fresh, 60, "the shared cluster: 3 nodes alive, no actor of an earlier job")
+    return _shared_cluster
 
 
 def _last_progress(text: str) -> int:
@@ -143,7 +179,9 @@ def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached
     print(f"trainer preempted at step {noticed_step}, resumed there on {trainer['node_ip']}")
 
 
-def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(tmp_path: Path) -> None:
+def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
+    tmp_path: Path, driver_cluster: LocalRayCluster
+) -> None:
     """The head's notice reaches the launcher (the job's driver): it forwards it to every
     running trainer, each writes a checkpoint at its step, and the launcher exits 75.
     Submitting the same command again resumes every trainer from exactly there."""
@@ -152,43 +190,42 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(tmp_path: Pat
         f"--algo ppo --env CartPole-v1 --total-timesteps 60000 --checkpoint-every 1000000 "
         f"--storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
     )
-    with local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
-        argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
-                "--train-args", train_args, "--num-nodes", "2", "--address", cluster.gcs_address]  # fmt: skip
-        log = tmp_path / "first.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(
-                argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
-                text=True,
-            )  # fmt: skip
-        try:
-
-            def both_training() -> bool:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                found = re.findall(
-                    r"\(trainer-(\d) pid=[^)]*\)(?:\x1b\[0m)?\s*\[engine\] progress step=(\d+)/",
-                    log.read_text(),
-                )
-                return len({t for t, step in found if int(step) >= 2048}) == 2
-
-            wait_until(both_training, 300, "both trainers past step 2048")
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=120)
-        finally:
-            kill(proc)
-        text = log.read_text()
-        assert proc.returncode == 75, text[-4000:]
-        noticed = {}
-        for line in text.splitlines():
-            m = re.search(r"preemption notice: checkpoint step=(\d+) complete at (\S+)", line)
-            if m:
-                noticed[Path(m[2]).parent.parent.name] = int(m[1])
-        assert len(noticed) == 2 and all(0 < s < 60000 for s in noticed.values()), text[-4000:]
-
-        again = subprocess.run(
-            argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
-            timeout=900,
+    argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
+            "--train-args", train_args, "--num-nodes", "2", "--address", driver_cluster.gcs_address]  # fmt: skip
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
+            text=True,
         )  # fmt: skip
+    try:
+
+        def both_training() -> bool:
+            assert proc.poll() is None, log.read_text()[-4000:]
+            found = re.findall(
+                r"\(trainer-(\d) pid=[^)]*\)(?:\x1b\[0m)?\s*\[engine\] progress step=(\d+)/",
+                log.read_text(),
+            )
+            return len({t for t, step in found if int(step) >= 2048}) == 2
+
+        wait_until(both_training, 300, "both trainers past step 2048")
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        kill(proc)
+    text = log.read_text()
+    assert proc.returncode == 75, text[-4000:]
+    noticed = {}
+    for line in text.splitlines():
+        m = re.search(r"preemption notice: checkpoint step=(\d+) complete at (\S+)", line)
+        if m:
+            noticed[Path(m[2]).parent.parent.name] = int(m[1])
+    assert len(noticed) == 2 and all(0 < s < 60000 for s in noticed.values()), text[-4000:]
+
+    again = subprocess.run(
+        argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
     assert again.returncode == 0, again.stderr[-4000:]
     summary = json.loads(again.stdout.strip().splitlines()[-1])
     resumed = {t["run_name"]: t["resumed_from_step"] for t in summary["trainers"]}
@@ -196,42 +233,43 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(tmp_path: Pat
     assert all(t["num_timesteps"] == 60000 for t in summary["trainers"])
 
 
-def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(tmp_path: Path) -> None:
+def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
+    tmp_path: Path, driver_cluster: LocalRayCluster
+) -> None:
     """The head's notice reaches the sweep driver: Ray Tune stops the way it does on SIGUSR1
     (experiment state saved), the trials' trainers checkpoint at their steps, the driver exits
     75, and resubmitting the same sweep resumes every trial from its notice checkpoint."""
     storage = f"file://{tmp_path / 'sweeps'}"
-    with local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster:
-        argv = [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method",
-                "grid", "--run-cap", "2", "--num-nodes", "2", "--cpus-per-node", "1",
-                "--storage", storage, "--sweep-id", "headnotice", "--trial-timesteps", "40000",
-                "--checkpoint-every", "1000000", "--wandb", "disabled",
-                "--address", cluster.gcs_address]  # fmt: skip
-        log = tmp_path / "first.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(
-                argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
-                text=True,
-            )  # fmt: skip
-        try:
-
-            def both_training() -> bool:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                trials = read_status(storage, "headnotice")
-                return len(trials) == 2 and _last_progress(log.read_text()) >= 2048
-
-            wait_until(both_training, 300, "both trials training")
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=300)
-        finally:
-            kill(proc)
-        assert proc.returncode == 75, log.read_text()[-4000:]
-        assert "preemption notice: sweep headnotice state saved" in log.read_text()
-
-        again = subprocess.run(
-            argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
-            timeout=900,
+    argv = [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method",
+            "grid", "--run-cap", "2", "--num-nodes", "2", "--cpus-per-node", "1",
+            "--storage", storage, "--sweep-id", "headnotice", "--trial-timesteps", "40000",
+            "--checkpoint-every", "1000000", "--wandb", "disabled",
+            "--address", driver_cluster.gcs_address]  # fmt: skip
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
+            text=True,
         )  # fmt: skip
+    try:
+
+        def both_training() -> bool:
+            assert proc.poll() is None, log.read_text()[-4000:]
+            trials = read_status(storage, "headnotice")
+            return len(trials) == 2 and _last_progress(log.read_text()) >= 2048
+
+        wait_until(both_training, 300, "both trials training")
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=300)
+    finally:
+        kill(proc)
+    assert proc.returncode == 75, log.read_text()[-4000:]
+    assert "preemption notice: sweep headnotice state saved" in log.read_text()
+
+    again = subprocess.run(
+        argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
     assert again.returncode == 0, again.stderr[-4000:]
     assert "resuming sweep headnotice" in again.stderr
     summary = json.loads(again.stdout.strip().splitlines()[-1])
