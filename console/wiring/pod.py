@@ -47,8 +47,9 @@ LOCAL_RAY_ENV: Mapping[str, str] = {
 LOCAL_RAY_SIZING = RaySizing(num_cpus=2, object_store_memory=256 * MIB, memory=4 * GIB)
 # A head recovery resubmits the jobs, then rejoins the workers while they start on the head:
 # here on the same cores, where three `ray start`s at once delayed the resumed job's first
-# step (recovery bench, head/cold first-step ratio: median 0.89 all at once, 0.70 one at a
-# time). A VM has CPUs of its own: there they all start at once.
+# step (recovery bench, head/cold first-step ratio, two rounds of 3 paired samples: median
+# 0.89 and 1.16 all at once, 0.70 and 0.76 one at a time; the workers step itself takes
+# 3-4 s longer). A VM has CPUs of its own: there they all start at once.
 LOCAL_REJOIN_PARALLELISM = 1
 
 
