@@ -31,6 +31,13 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 GRACE_S = 10.0
+# Steps of each trainer when only the driver gets the notice: no more than the notice needs,
+# as the resumed run trains the rest. The launcher forwards it within a second of both
+# trainers passing step 2048 (they checkpoint at ~2k); Tune's own stop takes ~10 s (a fixed
+# wait, not CPU: 10.0 s at 600 and at 1100 steps/s each here), so its trials checkpoint at
+# ~14k of 24k at 1100 steps/s: 32k leaves as much again for a faster machine.
+LAUNCHER_TOTAL = 24000
+SWEEP_TOTAL = 32000
 
 
 def _node(cluster: LocalRayCluster, ip: str) -> Any:
@@ -135,7 +142,7 @@ def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached
     storage = tmp_path / "dist"
     log = tmp_path / "launcher.log"
     train_args = (
-        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 40000 --checkpoint-every "
+        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 20000 --checkpoint-every "
         f"1000000 --storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
     )
     with (
@@ -165,17 +172,17 @@ def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached
     assert proc.returncode == 0, text[-4000:]
     summary = json.loads(out.strip().splitlines()[-1])
     (trainer,) = summary["trainers"]
-    assert not summary["failures"] and trainer["num_timesteps"] == 40000
+    assert not summary["failures"] and trainer["num_timesteps"] == 20000
     assert trainer["node_ip"] != victim.ip
     noticed_step = trainer["resumed_from_step"]
-    assert 0 < noticed_step < 40000, trainer
+    assert 0 < noticed_step < 20000, trainer
     manifest = json.loads(
         (
             storage / trainer["run_name"] / "checkpoints" / f"step-{noticed_step:012d}" / MANIFEST
         ).read_text()
     )
     assert manifest["trigger"] == "notice" and manifest["node"] == victim.ip
-    assert latest_checkpoint_step(f"file://{storage}", trainer["run_name"]) == 40000
+    assert latest_checkpoint_step(f"file://{storage}", trainer["run_name"]) == 20000
     print(f"trainer preempted at step {noticed_step}, resumed there on {trainer['node_ip']}")
 
 
@@ -187,11 +194,13 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
     Submitting the same command again resumes every trainer from exactly there."""
     storage = tmp_path / "dist"
     train_args = (
-        f"--algo ppo --env CartPole-v1 --total-timesteps 60000 --checkpoint-every 1000000 "
-        f"--storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
+        f"--algo ppo --env CartPole-v1 --total-timesteps {LAUNCHER_TOTAL} "
+        f"--checkpoint-every 1000000 --storage file://{storage} --wandb disabled "
+        "--eval-episodes 1 --log-every 512"
     )
     argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
-            "--train-args", train_args, "--num-nodes", "2", "--address", driver_cluster.gcs_address]  # fmt: skip
+            "--train-args", train_args, "--num-nodes", "2",
+            "--address", driver_cluster.gcs_address]  # fmt: skip
     log = tmp_path / "first.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
@@ -220,7 +229,7 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
         m = re.search(r"preemption notice: checkpoint step=(\d+) complete at (\S+)", line)
         if m:
             noticed[Path(m[2]).parent.parent.name] = int(m[1])
-    assert len(noticed) == 2 and all(0 < s < 60000 for s in noticed.values()), text[-4000:]
+    assert len(noticed) == 2 and all(0 < s < LAUNCHER_TOTAL for s in noticed.values()), text[-4000:]
 
     again = subprocess.run(
         argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,
@@ -230,7 +239,7 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
     summary = json.loads(again.stdout.strip().splitlines()[-1])
     resumed = {t["run_name"]: t["resumed_from_step"] for t in summary["trainers"]}
     assert resumed == noticed
-    assert all(t["num_timesteps"] == 60000 for t in summary["trainers"])
+    assert all(t["num_timesteps"] == LAUNCHER_TOTAL for t in summary["trainers"])
 
 
 def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
@@ -242,8 +251,9 @@ def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
     storage = f"file://{tmp_path / 'sweeps'}"
     argv = [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method",
             "grid", "--run-cap", "2", "--num-nodes", "2", "--cpus-per-node", "1",
-            "--storage", storage, "--sweep-id", "headnotice", "--trial-timesteps", "40000",
-            "--checkpoint-every", "1000000", "--wandb", "disabled",
+            "--storage", storage, "--sweep-id", "headnotice",
+            "--trial-timesteps", str(SWEEP_TOTAL), "--checkpoint-every", "1000000",
+            "--wandb", "disabled",
             "--address", driver_cluster.gcs_address]  # fmt: skip
     log = tmp_path / "first.log"
     with open(log, "w") as fh:
@@ -276,6 +286,6 @@ def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
     assert summary["completed"] == 2 and summary["errored"] == 0
     for trial in read_status(storage, "headnotice").values():
         first, *later = trial["attempts"]
-        assert later and 0 < first["last_step"] < 40000, trial
+        assert later and 0 < first["last_step"] < SWEEP_TOTAL, trial
         assert later[0]["resumed_from_step"] == first["last_step"], trial
-        assert trial["final"] and trial["step"] == 40000
+        assert trial["final"] and trial["step"] == SWEEP_TOTAL
