@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -18,6 +17,7 @@ from engine import envs
 from engine.storage import MANIFEST, FsspecCheckpointStore, build_manifest
 from engine.train import TrainConfig, learn_exactly, make_vec_env
 from tests.support.engine_helpers import engine_env, wandb_records
+from tests.support.waiting import wait_until
 
 SMOKE = ["--algo", "ppo", "--total-timesteps", "5000", "--alpha", "0.3", "--device", "cpu"]
 
@@ -258,11 +258,12 @@ def test_sigkill_mid_run_resumes_to_exact_total(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (ckpts / "step-000000003000" / MANIFEST).exists():
+
+        def saved() -> bool:
             assert proc.poll() is None, "trainer ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoint at 3000 steps within 120 s"
-            time.sleep(0.05)
+            return (ckpts / "step-000000003000" / MANIFEST).exists()
+
+        wait_until(saved, 120, "a checkpoint at 3000 steps", 0.05)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()

@@ -14,6 +14,7 @@ from console.services.model import Event, PodSnapshot, Progress, Update
 from console.services.pending import PendingServices
 from tests.support.fake_data import healthy_pod
 from tests.support.fake_services import FakeServices
+from tests.support.waiting import until
 
 
 class Gate:
@@ -34,9 +35,10 @@ class Gate:
         return self.services
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0.01)
+async def settle(gate: Gate) -> None:
+    """Until the build runs in its thread, held at the gate: what waits on it cannot be done."""
+    await until(lambda: bool(gate.threads), 5, "the build to start in its thread", 0.01)
+    await asyncio.sleep(0)  # one turn of the loop: tasks made before reach their awaits
 
 
 async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happening() -> None:
@@ -49,7 +51,8 @@ async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happen
     assert svc.recovery_status().auto is Config().recovery.auto and svc.successor("j") == "j"
 
     start = asyncio.create_task(svc.start())
-    await settle()
+    await settle(gate)
+    await until(lambda: any(isinstance(u, Progress) for u in seen), 5, "the build's progress")
     assert not start.done() and gate.threads and gate.threads[0] != "MainThread"
     progress = [u for u in seen if isinstance(u, Progress)]
     assert [e.message for e in progress] == ["starting the local pod emulator (4 hosts)"]
@@ -72,7 +75,7 @@ async def test_an_action_taken_while_building_waits_and_then_runs() -> None:
     start = asyncio.create_task(svc.start())
     ray_up = asyncio.create_task(svc.ray_up(actor="user"))
     svc.set_auto_recovery(False)  # remembered, applied to the real services
-    await settle()
+    await settle(gate)
     assert not ray_up.done()
     gate.go.set()
     res = await asyncio.wait_for(ray_up, 5)
@@ -100,9 +103,9 @@ async def test_stop_during_the_build_waits_for_it_then_stops_what_it_made() -> N
     gate = Gate()
     svc = PendingServices(Config(), gate)
     start = asyncio.create_task(svc.start())
-    await settle()
+    await settle(gate)
     stop = asyncio.create_task(svc.stop())
-    await settle()
+    await settle(gate)
     assert not stop.done()
     gate.go.set()
     await asyncio.wait_for(stop, 5)
@@ -130,7 +133,7 @@ async def test_gke_workload_actions_wait_for_the_build_and_a_preview_names_why_n
         svc.preview_workload(spec)
     start = asyncio.create_task(svc.start())
     create = asyncio.create_task(svc.create_workload(spec, actor="script"))
-    await settle()
+    await settle(gate)
     assert not create.done()
     gate.go.set()
     job = await asyncio.wait_for(create, 5)

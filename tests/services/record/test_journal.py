@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from console.services.record.journal import (
 )
 from console.services.record.sink import EventSink
 from tests.support import REPO
+from tests.support.waiting import wait_until
 
 ROOT = REPO
 
@@ -216,9 +216,8 @@ def test_survives_kill_9_mid_write(tmp_path: Path) -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "200"  # the loop is writing
         reader = Journal(path)
-        deadline = time.monotonic() + 60
-        while reader.count() < 1000 and time.monotonic() < deadline:
-            time.sleep(0.01)  # poll the live writer (WAL lets readers in)
+        # poll the live writer (WAL lets readers in)
+        wait_until(lambda: reader.count() >= 1000, 60, "1000 rows read beside the writer", 0.01)
         reader.close()
     finally:
         proc.send_signal(signal.SIGKILL)

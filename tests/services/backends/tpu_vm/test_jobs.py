@@ -8,7 +8,6 @@ dir with a tiny stand-in `engine/train.py` that prints and sleeps.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -37,6 +36,7 @@ from console.services.backends.tpu_vm.jobs import (
 from console.services.jobs.spec import META_MODE, META_SPEC, SpecError, SubmitSpec
 from console.services.jobs.watcher import JobTransition, JobWatcher
 from console.services.model import JobStatus, LogLine, LogStreamClosed
+from tests.support.waiting import until
 
 VENV_BIN = Path(sys.executable).parent
 RAY = VENV_BIN / "ray"
@@ -234,12 +234,12 @@ async def test_stop_a_running_job_and_watch_transitions(
     assert await jobs.stop(info.job_id) is False  # not running any more
 
     transitions: list[JobTransition] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        transitions += [t for t in await watcher.poll() if t.job.job_id == info.job_id]
-        if transitions and transitions[-1].new_status == "STOPPED":
-            break
-        await asyncio.sleep(0.2)
+
+    async def stopped() -> bool:
+        transitions.extend(t for t in await watcher.poll() if t.job.job_id == info.job_id)
+        return bool(transitions) and transitions[-1].new_status == "STOPPED"
+
+    await until(stopped, 30, "the job's STOPPED transition")
     assert transitions[0].old_status is None  # first seen after the baseline
     assert transitions[-1].new_status == "STOPPED"
     ev = transitions[-1].to_event(at=123.0)
