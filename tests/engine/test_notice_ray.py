@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,31 @@ def driver_cluster(_shared_cluster: LocalRayCluster) -> LocalRayCluster:
 def _last_progress(text: str) -> int:
     found = re.findall(r"progress step=(\d+)/", text)
     return int(found[-1]) if found else 0
+
+
+def _sigterm_once(
+    argv: list[str], tmp_path: Path, ready: Callable[[str], bool], what: str, stop_s: float
+) -> tuple[int, str]:
+    """Start the driver, SIGTERM it (the head's notice) once ``ready`` holds for its log, and
+    return its exit code and log; a driver that ends first fails with its log's tail."""
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
+            text=True,
+        )  # fmt: skip
+    try:
+
+        def started() -> bool:
+            assert proc.poll() is None, log.read_text()[-4000:]
+            return ready(log.read_text())
+
+        wait_until(started, 300, what)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=stop_s)
+    finally:
+        kill(proc)
+    return proc.returncode, log.read_text()
 
 
 def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(tmp_path: Path) -> None:
@@ -201,29 +226,15 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
     argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
             "--train-args", train_args, "--num-nodes", "2",
             "--address", driver_cluster.gcs_address]  # fmt: skip
-    log = tmp_path / "first.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
-            text=True,
-        )  # fmt: skip
-    try:
 
-        def both_training() -> bool:
-            assert proc.poll() is None, log.read_text()[-4000:]
-            found = re.findall(
-                r"\(trainer-(\d) pid=[^)]*\)(?:\x1b\[0m)?\s*\[engine\] progress step=(\d+)/",
-                log.read_text(),
-            )
-            return len({t for t, step in found if int(step) >= 2048}) == 2
+    def both_training(log: str) -> bool:
+        found = re.findall(
+            r"\(trainer-(\d) pid=[^)]*\)(?:\x1b\[0m)?\s*\[engine\] progress step=(\d+)/", log
+        )
+        return len({t for t, step in found if int(step) >= 2048}) == 2
 
-        wait_until(both_training, 300, "both trainers past step 2048")
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=120)
-    finally:
-        kill(proc)
-    text = log.read_text()
-    assert proc.returncode == 75, text[-4000:]
+    code, text = _sigterm_once(argv, tmp_path, both_training, "both trainers past 2048", 120)
+    assert code == 75, text[-4000:]
     noticed = {}
     for line in text.splitlines():
         m = re.search(r"preemption notice: checkpoint step=(\d+) complete at (\S+)", line)
@@ -255,26 +266,13 @@ def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
             "--trial-timesteps", str(SWEEP_TOTAL), "--checkpoint-every", "1000000",
             "--wandb", "disabled",
             "--address", driver_cluster.gcs_address]  # fmt: skip
-    log = tmp_path / "first.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            argv, cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh,
-            text=True,
-        )  # fmt: skip
-    try:
 
-        def both_training() -> bool:
-            assert proc.poll() is None, log.read_text()[-4000:]
-            trials = read_status(storage, "headnotice")
-            return len(trials) == 2 and _last_progress(log.read_text()) >= 2048
+    def both_training(log: str) -> bool:
+        return len(read_status(storage, "headnotice")) == 2 and _last_progress(log) >= 2048
 
-        wait_until(both_training, 300, "both trials training")
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=300)
-    finally:
-        kill(proc)
-    assert proc.returncode == 75, log.read_text()[-4000:]
-    assert "preemption notice: sweep headnotice state saved" in log.read_text()
+    code, text = _sigterm_once(argv, tmp_path, both_training, "both trials training", 300)
+    assert code == 75, text[-4000:]
+    assert "preemption notice: sweep headnotice state saved" in text
 
     again = subprocess.run(
         argv, cwd=tmp_path, env=engine_env(tmp_path), capture_output=True, text=True,

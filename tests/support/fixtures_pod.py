@@ -57,12 +57,7 @@ def stop_test_pod(run_dir: Path) -> None:
 @pytest.fixture
 def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodInfo]:
     """A READY 4-host emulated pod in a tmp run dir; stopped afterwards."""
-    run_dir = tmp_path_factory.mktemp("pod")
-    info = start_test_pod(run_dir)
-    try:
-        yield info
-    finally:
-        stop_test_pod(run_dir)
+    yield from _test_pod(tmp_path_factory, "pod")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +65,11 @@ def quiet_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodInfo]:
     """One READY 4-host pod for a module's tests that only run commands on it: none of them
     preempts, recreates or faults a host, changes its keys, or leaves a process running
     (a test that does takes ``pod``). A bring-up is most of such a test's time."""
-    run_dir = tmp_path_factory.mktemp("quiet-pod")
+    yield from _test_pod(tmp_path_factory, "quiet-pod")
+
+
+def _test_pod(factory: pytest.TempPathFactory, name: str) -> Iterator[PodInfo]:
+    run_dir = factory.mktemp(name)
     info = start_test_pod(run_dir)
     try:
         yield info
