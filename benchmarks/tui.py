@@ -54,9 +54,9 @@ from console.services.model import (
     UpdateBus,
 )
 from console.tui.app import PhantomApp, TuiSettings
-from console.tui.screens.logview import LogViewScreen
-from console.tui.screens.overview import host_cells
-from console.tui.widgets.fast_table import FastTable
+from console.screens.logview import LogViewScreen
+from console.screens.overview import host_cells
+from console.widgets.fast_table import FastTable
 from console.wiring import capabilities_for
 from console.wiring.control import LOCAL_POD_NICE
 

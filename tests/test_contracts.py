@@ -24,13 +24,17 @@ from tests.support import REPO
 ROOT = REPO
 
 
+TEXTUAL_HOMES = ("console.tui", "console.screens", "console.widgets")
+
+
 def _modules(package: str) -> list[str]:
-    """Every module of a package but the TUI's (the one place textual belongs)."""
+    """Every module of a package but the TUI's: its app shell, screens and widgets (the places
+    textual belongs)."""
     path = ROOT / package.replace(".", "/")
     return [
         m.name
         for m in pkgutil.walk_packages([str(path)], prefix=package + ".")
-        if not m.name.rsplit(".", 1)[-1].startswith("_") and not m.name.startswith("console.tui")
+        if not m.name.rsplit(".", 1)[-1].startswith("_") and not m.name.startswith(TEXTUAL_HOMES)
     ]
 
 
@@ -105,8 +109,11 @@ def test_the_tree_keeps_every_layer_contract() -> None:
             "import console.services.backends.tpu_vm.ssh",
             "The two backends are independent",
         ),
-        ("console/tui/screens/_probe.py", "import asyncssh", "The TUI never reaches"),
+        ("console/screens/_probe.py", "import asyncssh", "The TUI never reaches"),
         ("console/tui/_probe.py", "import console.wiring", "The TUI never reaches"),
+        ("console/widgets/_probe.py", "import console.services.facade", "The TUI never reaches"),
+        ("console/screens/_probe.py", "import console.tui.app", "The console's layers"),
+        ("console/widgets/_probe.py", "import console.screens.base", "The console's layers"),
         ("console/services/_probe.py", "import console.tui.app", "The console's layers"),
         ("console/config/_probe.py", "import console.services.model", "The console's layers"),
         # a new top-level room must be placed in the layers before it lands

@@ -19,7 +19,7 @@ import pytest
 from console.config import Config
 from console.services.record.journal import Journal
 from console.tui.app import PhantomApp, TuiSettings
-from console.tui.widgets.fast_table import FastTable
+from console.widgets.fast_table import FastTable
 from console.wiring import make_services
 from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client

@@ -19,8 +19,8 @@ from textual import work
 from textual.app import App
 
 from console.services.model import ActionResult, HostState
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.state import ConsoleState, duration, result_text
+from console.screens.confirm import ConfirmScreen
+from console.screens.state import ConsoleState, duration, result_text
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices

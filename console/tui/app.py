@@ -54,21 +54,21 @@ from console.tui.messages import (
     RecoveryUpdated,
     UpdateBridge,
 )
-from console.tui.screens.base import PhantomScreen
-from console.tui.screens.cadence import CadenceScreen
-from console.tui.screens.events import EventsScreen
-from console.tui.screens.help import HelpScreen
-from console.tui.screens.host import HostScreen
-from console.tui.screens.jobs import JobsScreen
-from console.tui.screens.ledger import LedgerScreen
-from console.tui.screens.logview import LogViewScreen
-from console.tui.screens.overview import OverviewScreen
-from console.tui.screens.palette import PhantomCommands
-from console.tui.screens.recovery import RecoveryScreen
-from console.tui.screens.submit import SubmitScreen
-from console.tui.screens.workload_form import WorkloadFormScreen
-from console.tui.screens.workloads import WorkloadsScreen
-from console.tui.state import DEFAULT_LOG_RING, ConsoleState
+from console.screens.base import PhantomScreen
+from console.screens.cadence import CadenceScreen
+from console.screens.events import EventsScreen
+from console.screens.help import HelpScreen
+from console.screens.host import HostScreen
+from console.screens.jobs import JobsScreen
+from console.screens.ledger import LedgerScreen
+from console.screens.logview import LogViewScreen
+from console.screens.overview import OverviewScreen
+from console.screens.palette import PhantomCommands
+from console.screens.recovery import RecoveryScreen
+from console.screens.submit import SubmitScreen
+from console.screens.workload_form import WorkloadFormScreen
+from console.screens.workloads import WorkloadsScreen
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState
 
 T = TypeVar("T")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython default 700)

@@ -23,16 +23,16 @@ from console.services.errors import JobsUnavailable
 from console.services.model import HostStatus, LogLine
 from console.tui.app import PhantomApp, TuiSettings
 from console.tui.messages import LatestPod, LogInbox, PodUpdated
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.help import SCREENS
-from console.tui.screens.logview import LogViewScreen
-from console.tui.screens.overview import OverviewScreen
-from console.tui.screens.palette import PhantomCommands
-from console.tui.screens.submit import SubmitScreen
-from console.tui.state import LogRing
-from console.tui.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
-from console.tui.widgets.fast_table import FastTable
-from console.tui.widgets.table import PhantomTable
+from console.screens.confirm import ConfirmScreen
+from console.screens.help import SCREENS
+from console.screens.logview import LogViewScreen
+from console.screens.overview import OverviewScreen
+from console.screens.palette import PhantomCommands
+from console.screens.submit import SubmitScreen
+from console.screens.state import LogRing
+from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
+from console.widgets.fast_table import FastTable
+from console.widgets.table import PhantomTable
 from tests.support import REPO
 from tests.support.fake_data import NODE, T0, healthy_pod, host
 from tests.support.fake_services import FakeServices

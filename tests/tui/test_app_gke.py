@@ -8,9 +8,9 @@ from pathlib import Path
 
 from console.config import parse_config
 from console.tui.app import PhantomApp
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.logview import LogViewScreen
-from console.tui.widgets.table import PhantomTable
+from console.screens.confirm import ConfirmScreen
+from console.screens.logview import LogViewScreen
+from console.widgets.table import PhantomTable
 from tests.support.fake_data import GKE_POOL, tunix_metrics
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle, wait_for

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from console.config import parse_config
 from console.services.capabilities import INTENTS, Capability
-from console.tui.screens.help import HelpScreen
-from console.tui.screens.overview import OverviewScreen
-from console.tui.screens.palette import PhantomCommands
-from console.tui.screens.workloads import WorkloadsScreen
-from console.tui.widgets.fast_table import FastTable
+from console.screens.help import HelpScreen
+from console.screens.overview import OverviewScreen
+from console.screens.palette import PhantomCommands
+from console.screens.workloads import WorkloadsScreen
+from console.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle
 

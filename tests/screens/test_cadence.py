@@ -4,7 +4,7 @@ down) and why, instead of showing them as if they were."""
 from __future__ import annotations
 
 from console.services.model import RunCadence
-from console.tui.screens.cadence import run_cells, run_detail
+from console.screens.cadence import run_cells, run_detail
 
 
 def _run(**kw: object) -> RunCadence:

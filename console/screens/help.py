@@ -15,18 +15,18 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from console.services.capabilities import can
-from console.tui.screens.cadence import CadenceScreen
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.events import EventsScreen
-from console.tui.screens.host import HostScreen
-from console.tui.screens.jobs import JobsScreen
-from console.tui.screens.logview import LogViewScreen
-from console.tui.screens.overview import OverviewScreen
-from console.tui.screens.recovery import RecoveryScreen
-from console.tui.screens.submit import SubmitScreen
-from console.tui.screens.workload_form import WorkloadFormScreen
-from console.tui.screens.workloads import WorkloadsScreen
-from console.tui.widgets.table import PhantomTable
+from console.screens.cadence import CadenceScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.events import EventsScreen
+from console.screens.host import HostScreen
+from console.screens.jobs import JobsScreen
+from console.screens.logview import LogViewScreen
+from console.screens.overview import OverviewScreen
+from console.screens.recovery import RecoveryScreen
+from console.screens.submit import SubmitScreen
+from console.screens.workload_form import WorkloadFormScreen
+from console.screens.workloads import WorkloadsScreen
+from console.widgets.table import PhantomTable
 
 INTRO = (
     "Phantom Console shows what is alive on the pod, what was preempted, what each job "

@@ -20,9 +20,9 @@ from textual.widgets import DataTable, Static
 
 from console.services.model import Event, EventKind
 from console.services.record.incidents import Incident, group, in_time_order, incident_of
-from console.tui.screens.base import FilteredScreen
-from console.tui.state import clock_time, duration, short_host
-from console.tui.widgets.table import Cell
+from console.screens.base import FilteredScreen
+from console.screens.state import clock_time, duration, short_host
+from console.widgets.table import Cell
 
 KIND_STYLE: dict[str, str] = {
     EventKind.PREEMPTED: "bold red",

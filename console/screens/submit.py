@@ -20,8 +20,8 @@ from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
 from console.services.jobs.spec import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
-from console.tui.screens.form import FormScreen
-from console.tui.widgets.env_input import EnvVarsInput, parse_env_vars
+from console.screens.form import FormScreen
+from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
 INT_FIELDS: dict[str, int] = {
     "num_nodes": 1,

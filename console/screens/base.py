@@ -14,10 +14,10 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
-from console.tui.state import ConsoleState
-from console.tui.widgets.fast_table import FastTable
-from console.tui.widgets.status import StatusBar, health_text
-from console.tui.widgets.table import PhantomTable
+from console.screens.state import ConsoleState
+from console.widgets.fast_table import FastTable
+from console.widgets.status import StatusBar, health_text
+from console.widgets.table import PhantomTable
 
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp

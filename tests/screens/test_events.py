@@ -6,7 +6,7 @@ from __future__ import annotations
 from console.services.model import Event
 from console.services.record.incidents import incident_of
 from console.tui.app import PhantomApp
-from console.tui.screens.events import EventsScreen
+from console.screens.events import EventsScreen
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled_async, recorded
 from tests.support.tui import make_app

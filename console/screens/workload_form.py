@@ -29,8 +29,8 @@ from console.services.jobs.workload import (
     WorkloadPreview,
     WorkloadSpec,
 )
-from console.tui.screens.form import FormScreen
-from console.tui.widgets.env_input import EnvVarsInput, parse_env_vars
+from console.screens.form import FormScreen
+from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
 LABELS = {
     "name": "Name",

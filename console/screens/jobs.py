@@ -20,9 +20,9 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from console.services.model import JobInfo, JobStatus
-from console.tui.screens.base import FilteredScreen
-from console.tui.state import ago
-from console.tui.widgets.table import Cell
+from console.screens.base import FilteredScreen
+from console.screens.state import ago
+from console.widgets.table import Cell
 
 STATUS_STYLE = {
     JobStatus.PENDING: "yellow",

@@ -14,7 +14,7 @@ from textual.widgets import Footer, Static
 
 from console.services.capabilities import can
 from console.services.model import HostStatus
-from console.tui.state import ago, clock_time, resources_text
+from console.screens.state import ago, clock_time, resources_text
 
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp

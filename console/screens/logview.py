@@ -16,9 +16,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Log, Static
 
-from console.tui.screens.base import PhantomScreen
-from console.tui.screens.jobs import STATUS_STYLE
-from console.tui.state import clock_time
+from console.screens.base import PhantomScreen
+from console.screens.jobs import STATUS_STYLE
+from console.screens.state import clock_time
 
 
 class SearchHighlighter(Highlighter):

@@ -17,8 +17,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import ProgressBar, Static
 
 from console.services.model import RecoveryStatus, RecoveryStep, StepState
-from console.tui.screens.base import PhantomScreen
-from console.tui.state import clock_time, duration, short_host
+from console.screens.base import PhantomScreen
+from console.screens.state import clock_time, duration, short_host
 
 STEP_GLYPH = {
     StepState.PENDING: ("○", "dim"),

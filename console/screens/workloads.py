@@ -24,10 +24,10 @@ from textual.widgets import DataTable, Static
 
 from console.services.capabilities import Capability, can
 from console.services.model import JobStatus, PodSnapshot, PodStatus, WorkloadStatus
-from console.tui.screens.base import FilteredScreen
-from console.tui.screens.jobs import STATUS_STYLE
-from console.tui.state import ago
-from console.tui.widgets.table import Cell, PhantomTable
+from console.screens.base import FilteredScreen
+from console.screens.jobs import STATUS_STYLE
+from console.screens.state import ago
+from console.widgets.table import Cell, PhantomTable
 
 WIDE = 110  # from this many columns on, every `kubectl get jobset` column has room
 _NAME_W = (16, 28)  # narrow, wide: xpk's pod names are the workload's plus ~15 characters

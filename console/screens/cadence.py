@@ -18,9 +18,9 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from console.services.model import RunCadence, RunMetrics
-from console.tui.screens.base import FilteredScreen
-from console.tui.state import duration, spark
-from console.tui.widgets.table import Cell
+from console.screens.base import FilteredScreen
+from console.screens.state import duration, spark
+from console.widgets.table import Cell
 
 SPARK_WIDTH = 12
 COLUMNS: list[tuple[str, str, int | None]] = [

@@ -23,8 +23,8 @@ from textual.widgets import Static
 from console.services.ledger.book import Book
 from console.services.ledger.goodput import Unit
 from console.services.ledger.timeline import Cause, Segment
-from console.tui.screens.base import PhantomScreen
-from console.tui.state import duration
+from console.screens.base import PhantomScreen
+from console.screens.state import duration
 
 STYLE: dict[Cause, tuple[str, str]] = {
     Cause.PRODUCTIVE: ("█", "green"),

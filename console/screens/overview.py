@@ -16,10 +16,10 @@ from textual.widgets import Static
 
 from console.services.capabilities import Capability
 from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
-from console.tui.screens.base import FilteredScreen
-from console.tui.state import ago, resources_text, short_host
-from console.tui.widgets.fast_table import FastTable
-from console.tui.widgets.table import Cell
+from console.screens.base import FilteredScreen
+from console.screens.state import ago, resources_text, short_host
+from console.widgets.fast_table import FastTable
+from console.widgets.table import Cell
 
 COLUMNS: list[tuple[str, str, int]] = [
     ("host", "HOST", 6),
