@@ -144,10 +144,19 @@ def cmd_init(path_arg: str | None, force: bool) -> int:
         print(f"phantom: {path} exists; pass --force to overwrite it", file=sys.stderr)
         return exit_codes.USAGE
     from console.config.example import example_config
+    from console.config.validate import Invalid, check_output, is_config, kept_paths, write_atomic
 
+    try:  # never over the journal, a run dir or a file that is not a config, even --force
+        target = check_output(
+            "phantom init", path, keep=kept_paths(Config()), may_replace=is_config,
+            replaced_what="a phantom config (TOML)",
+        )  # fmt: skip
+    except Invalid as exc:
+        print(exc, file=sys.stderr)
+        return exit_codes.USAGE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(example_config(), encoding="utf-8")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, example_config())
     except OSError as exc:
         print(
             f"phantom: cannot write {path}: {exc.strerror or exc}; pick a writable path "

@@ -20,6 +20,7 @@ from typing import TextIO
 
 from console import exit_codes
 from console.config import Config
+from console.config.validate import write_atomic
 
 FORMATS = ("md", "html", "json")
 
@@ -70,6 +71,21 @@ def report_main(
             "logged to (their offline run files), or leave --runs out\n"
         )
         return exit_codes.USAGE
+    target: Path | None = None
+    if output:
+        from console.config.validate import Invalid, check_output, kept_paths
+
+        try:
+            target = check_output(
+                "phantom report: --output",
+                output,
+                keep=kept_paths(config, journal=path),
+                may_replace=is_report,
+                replaced_what="a report (phantom report writes only over its own reports)",
+            )
+        except Invalid as exc:
+            err.write(f"{exc}\n")
+            return exit_codes.USAGE
     now = clock()
     if since is not None and since >= now:
         err.write(
@@ -97,9 +113,9 @@ def report_main(
     text = render(
         book(rows, config, now=now, since=since, outcomes=outcomes, progress=progress), fmt
     )
-    if output:
+    if target is not None:
         try:
-            Path(output).write_text(text, encoding="utf-8")
+            write_atomic(target, text)
         except OSError as exc:
             err.write(
                 f"phantom report: cannot write {output}: {exc.strerror or exc}; pick a "
@@ -110,6 +126,18 @@ def report_main(
     else:
         out.write(text)
     return exit_codes.OK
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a report this command wrote (md, html or json), so that
+    writing a fresh one over it loses nothing."""
+    from console.config.validate import head
+
+    text = head(path, 1 << 16)
+    first = text.lstrip()[:200]
+    if first.startswith("# ") or first.lower().startswith("<!doctype html>"):
+        return "preemption ledger" in text
+    return first.startswith("{") and '"headline"' in text and '"advice"' in text
 
 
 def _utc(at: float) -> str:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,3 +123,86 @@ def test_missing_journal_and_future_since_exit_2(tmp_path: Path) -> None:
     assert code == exit_codes.USAGE and "in the future" in err
     code, _, err = run(path, "md", output=str(tmp_path / "no" / "such" / "dir.html"))
     assert code == exit_codes.USAGE and "pick a writable path for --output" in err
+
+
+# -- nothing saved is overwritten (issue 36, item 1) -------------------------------------------
+
+
+def _phantom_report(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`phantom report ...` as a user runs it, with its state dir in ``tmp_path``."""
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PHANTOM_NO_CONFIG_DISCOVERY": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "console", "report", "--format", "md", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _rows(path: Path) -> int:
+    journal = Journal(path)
+    try:
+        return len(journal.query(limit=100_000))
+    finally:
+        journal.close()
+
+
+def test_report_output_onto_the_journal_is_refused_and_the_journal_kept(tmp_path: Path) -> None:
+    """The field's data loss: `report -o <the journal>` wrote the report over the SQLite
+    journal (300 rows gone). Now exit 2, the journal named, every row still there: given as
+    --journal, as the default journal, and through a symlink."""
+    state = tmp_path / "state" / "phantom"
+    state.mkdir(parents=True)
+    path, rows = journal_file(state)
+    assert len(rows) > 20
+    before = path.read_bytes()
+    (tmp_path / "link.md").symlink_to(path)
+    for args in (
+        ("--journal", str(path), "-o", str(path)),
+        ("-o", str(path)),  # the default journal, in the state dir
+        ("-o", str(tmp_path / "link.md")),
+    ):
+        proc = _phantom_report(tmp_path, *args)
+        assert proc.returncode == exit_codes.USAGE, proc.stdout + proc.stderr
+        assert "journal" in proc.stderr and "Traceback" not in proc.stderr
+        assert path.read_bytes() == before
+        assert _rows(path) == len(rows)
+
+
+def test_report_output_never_replaces_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+    path, _ = journal_file(tmp_path)
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    code, _, err = run(path, "md", output=str(notes))
+    assert code == exit_codes.USAGE and "is not a report" in err
+    assert notes.read_text() == "my notes\n"
+    inside = tmp_path / "state" / "phantom" / "pod"
+    inside.mkdir(parents=True)
+    cfg = Config(cluster=replace(Config().cluster, run_dir=str(inside)))
+    err_io = io.StringIO()
+    code = report_main(
+        cfg, fmt="md", journal_path=str(path), output=str(inside / "r.md"), err=err_io,
+        out=io.StringIO(), clock=lambda: NOW,
+    )  # fmt: skip
+    assert code == exit_codes.USAGE and "pod emulator's run dir" in err_io.getvalue()
+    assert not (inside / "r.md").exists()
+
+
+def test_report_output_replaces_its_own_report_whole(tmp_path: Path) -> None:
+    """A report may be written again over an earlier one (md, html, json), through a temp
+    file renamed into place: no temp file is left beside it."""
+    path, _ = journal_file(tmp_path)
+    for fmt in ("md", "html", "json"):
+        target = tmp_path / f"r.{fmt}"
+        for _ in range(2):
+            code, out, err = run(path, fmt, output=str(target))
+            assert (code, out) == (exit_codes.OK, f"{target}\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "journal.sqlite", "r.html", "r.json", "r.md",
+    ]  # fmt: skip
