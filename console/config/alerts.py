@@ -1,26 +1,29 @@
-"""The [alerts] section: webhooks told of preemptions, recoveries, stalls, capacity and jobs.
+"""The [alerts] section: apprise URLs told of preemptions, recoveries, stalls, capacity, jobs.
 
     [alerts]
     per_minute = 20
 
-    [[alerts.webhooks]]
+    [[alerts.notify]]
     name = "ops"
-    format = "slack"                    # {"text": ...}; "json": the generic body
-    url_env = "PHANTOM_SLACK_WEBHOOK"   # the NAME of the variable holding the URL
+    url = "slack://${PHANTOM_SLACK_TOKENS}/#ops"       # any apprise URL (100+ services)
 
-A webhook URL usually carries its token (Slack's does), so the file names the environment
-variable that holds it, never the URL; the variable must be set when the config is loaded
-(a missing one is a config error naming it, exit 2, before anything runs). The settings carry
-attribute docstrings: ``phantom init``'s example is generated from them (``config.example``).
+An apprise URL usually carries its token, so the file holds ``${NAME}`` where the secret goes
+and the environment holds the secret: each ``${NAME}`` is read when the config is loaded (an
+unset one is a config error naming it), and a URL whose token is written out in the file is
+refused. apprise itself judges each URL (one it rejects is a config error: exit 2, before
+anything runs). The old ``[[alerts.webhooks]]`` tables get an error that shows the lines to
+write instead. The settings carry attribute docstrings: ``phantom init``'s example is
+generated from them (``config.example``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from console.config.names import ENV_NAME_RE
 
@@ -39,41 +42,56 @@ class AlertKind(StrEnum):
 
 
 ALERT_KINDS: tuple[str, ...] = tuple(AlertKind)
-FORMATS = ("json", "slack")
+# ``${NAME}`` in a URL: the secret part, read from the environment variable NAME.
+SECRET_REF = re.compile(r"\$\{([^}]*)\}")
+APPRISE_DOCS = "https://github.com/caronc/apprise/wiki"
 
 
 @dataclass(frozen=True)
-class WebhookConfig:
-    """One receiver ([[alerts.webhooks]])."""
+class NotifyConfig:
+    """One receiver ([[alerts.notify]])."""
 
     name: str
     """What the journal calls it (never its URL)."""
-    url_env: str
-    """The NAME of the environment variable holding the URL, never the URL itself."""
-    format: Literal["json", "slack"] = "json"
-    """"json" (the generic body: kind, message, incident, MTTR, ...) or "slack" ({"text": ...})."""
+    url: str
+    """An apprise URL with ``${NAME}`` where its secret goes (read from the environment)."""
+
+    @property
+    def secret_envs(self) -> tuple[str, ...]:
+        return tuple(SECRET_REF.findall(self.url))
+
+    def resolved(self, environ: Mapping[str, str] | None = None) -> str:
+        """The URL with its secrets filled in from the environment (never shown, never
+        journaled)."""
+        env = os.environ if environ is None else environ
+        return SECRET_REF.sub(lambda m: env.get(m.group(1), ""), self.url)
 
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    """[alerts]: webhooks told of preemptions, recoveries, stalls, capacity and jobs."""
+    """[alerts]: apprise URLs told of preemptions, recoveries, stalls, capacity and jobs."""
 
-    webhooks: tuple[WebhookConfig, ...] = ()
-    """Receivers, each a [[alerts.webhooks]] table: name, url_env (the NAME of the variable
-    holding its URL) and format ("json" or "slack"). None: no alerts."""
+    notify: tuple[NotifyConfig, ...] = ()
+    """Receivers, each a [[alerts.notify]] table: name and url, an apprise URL with
+    ${NAME} where its token goes (the variable NAME holds it). None: no alerts."""
     kinds: tuple[str, ...] = ALERT_KINDS
     """What to send: preemption, recovered, recovery_failed, stall, no_capacity,
     notice_not_honoured, job_failed, job_finished."""
     per_minute: int = 20
     """At most this many alerts a minute to each receiver; more are dropped (journaled)."""
     retries: int = 3
-    """A delivery that fails (no answer, 429, 5xx) is tried again this many times."""
+    """A delivery that fails is tried again this many times."""
     backoff_s: float = 2.0
     """Wait before the first retry, doubling each time."""
     timeout_s: float = 10.0
     """Seconds one delivery may take."""
     queue: int = 100
     """Alerts waiting per receiver; beyond this the oldest is dropped (journaled, counted)."""
+
+    @property
+    def secret_envs(self) -> tuple[str, ...]:
+        """Every variable a receiver's URL reads: their values are masked wherever shown."""
+        return tuple(dict.fromkeys(n for r in self.notify for n in r.secret_envs))
 
 
 def parse_alerts(
@@ -90,10 +108,12 @@ def parse_alerts(
     known = {f.name for f in fields(AlertsConfig)}
     values: dict[str, Any] = {}
     for key, value in table.items():
-        if key not in known:
+        if key == "webhooks":
+            problems.append(_migration(value))
+        elif key not in known:
             problems.append(f"alerts.{key}: unknown key; allowed: {', '.join(sorted(known))}")
-        elif key == "webhooks":
-            values[key] = _webhooks(value, problems, env)
+        elif key == "notify":
+            values[key] = _notify(value, problems, env)
         else:
             checked = check(f"alerts.{key}", getattr(defaults, key), value, problems)
             if checked is not bad:
@@ -110,58 +130,106 @@ def parse_alerts(
     return replace(defaults, **values)
 
 
-def _webhooks(value: Any, problems: list[str], env: Mapping[str, str]) -> tuple[WebhookConfig, ...]:
+def _migration(value: Any) -> str:
+    """What replaces an old [[alerts.webhooks]] table, written out."""
+    rows = value if isinstance(value, list) else []
+    blocks = []
+    for i, row in enumerate(rows):
+        row = row if isinstance(row, Mapping) else {}
+        name = str(row.get("name") or f"hook{i}")
+        env = str(row.get("url_env") or "PHANTOM_ALERT_URL")
+        blocks.append(f'    [[alerts.notify]]\n    name = "{name}"\n    url = "${{{env}}}"')
+    new = (
+        "\n\n".join(blocks)
+        or '    [[alerts.notify]]\n    name = "ops"\n    url = "${PHANTOM_ALERT_URL}"'
+    )
+    return (
+        "alerts.webhooks: the webhook sender was replaced by apprise; write instead:\n"
+        f"{new}\n"
+        "  and make the variable hold an apprise URL: a Slack or Discord webhook URL works as "
+        "it is; a generic JSON receiver's http(s)://HOST/PATH becomes json(s)://HOST/PATH "
+        f"({APPRISE_DOCS})"
+    )
+
+
+def _notify(value: Any, problems: list[str], env: Mapping[str, str]) -> tuple[NotifyConfig, ...]:
     if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
         problems.append(
-            "alerts.webhooks: a list of tables, each written as [[alerts.webhooks]] with "
-            'name = "...", url_env = "NAME_OF_THE_URL_VARIABLE", format = "json" or "slack"'
+            "alerts.notify: a list of tables, each written as [[alerts.notify]] with "
+            'name = "..." and url = "slack://${PHANTOM_SLACK_TOKENS}/#ops" (an apprise URL)'
         )
         return ()
-    out: list[WebhookConfig] = []
+    out: list[NotifyConfig] = []
     names: set[str] = set()
-    allowed = {f.name for f in fields(WebhookConfig)}
+    allowed = {f.name for f in fields(NotifyConfig)}
     for i, row in enumerate(value):
-        where = f"alerts.webhooks[{i}]"
+        where = f"alerts.notify[{i}]"
         before = len(problems)
-        name, url_env, fmt = row.get("name"), row.get("url_env"), row.get("format", "json")
+        name, url = row.get("name"), row.get("url")
         if not isinstance(name, str) or not name:
             problems.append(f'{where}.name: required, e.g. name = "ops"')
         elif name in names:
             problems.append(f"{where}.name = {name!r}: used twice; each receiver has its own")
         else:
             names.add(name)
-            where = f"alerts.webhooks[{i}] ({name})"
-        if "url" in row:
-            problems.append(
-                f"{where}.url: the URL carries the receiver's token and never goes in the file; "
-                "export it and name the variable with url_env"
-            )
-        for key in sorted(set(row) - allowed - {"url"}):
+            where = f"alerts.notify[{i}] ({name})"
+        for key in sorted(set(row) - allowed):
             problems.append(f"{where}.{key}: unknown key; allowed: {', '.join(sorted(allowed))}")
-        if fmt not in FORMATS:
-            problems.append(f"{where}.format = {fmt!r}: allowed values are {', '.join(FORMATS)}")
-        if not isinstance(url_env, str) or not ENV_NAME_RE.match(url_env):
+        if not isinstance(url, str) or not url.strip():
             problems.append(
-                f"{where}.url_env: the NAME of the environment variable holding the URL, "
-                'e.g. url_env = "PHANTOM_SLACK_WEBHOOK"'
+                f'{where}.url: required, an apprise URL such as "json://127.0.0.1:8080/hook" '
+                f'or "slack://${{PHANTOM_SLACK_TOKENS}}/#ops" ({APPRISE_DOCS})'
             )
         else:
-            url = env.get(url_env, "")
-            if not url:
-                problems.append(
-                    f"{where}.url_env = {url_env!r}: that environment variable is not set; "
-                    f"export {url_env}=<the webhook URL> (or remove the receiver)"
-                )
-            elif not url.startswith(("http://", "https://")):
-                problems.append(
-                    f"{where}.url_env = {url_env!r}: its value is not an http(s):// URL"
-                )
+            _check_url(where, url, problems, env)
         if len(problems) == before:
-            out.append(WebhookConfig(name=str(name), url_env=str(url_env), format=fmt))
+            out.append(NotifyConfig(name=str(name), url=str(url)))
     return tuple(out)
 
 
-def webhook_urls(alerts: AlertsConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Each receiver's URL, read from its variable now (the config checked it was set)."""
-    env = os.environ if environ is None else environ
-    return {w.name: env.get(w.url_env, "") for w in alerts.webhooks}
+def _check_url(where: str, url: str, problems: list[str], env: Mapping[str, str]) -> None:
+    refs = SECRET_REF.findall(url)
+    for ref in refs:
+        if not ENV_NAME_RE.match(ref):
+            problems.append(
+                f"{where}.url: ${{{ref}}} is not an environment variable name; write "
+                "${NAME} where the secret goes, e.g. ${PHANTOM_SLACK_TOKENS}"
+            )
+            return
+        if not env.get(ref):
+            problems.append(
+                f"{where}.url: ${{{ref}}} is not set; export {ref}=<the secret> (or remove "
+                "the receiver)"
+            )
+    if len(refs) != url.count("$"):
+        problems.append(f"{where}.url: write each secret as ${{NAME}} (a bare $ is not read)")
+    if any(p.startswith(where) for p in problems):
+        return
+    import apprise  # only a config with receivers pays for it
+
+    plugin = apprise.Apprise.instantiate(SECRET_REF.sub(lambda m: env[m.group(1)], url))
+    shown = _scheme(url)
+    if plugin is None:
+        problems.append(
+            f"{where}.url: apprise does not accept this {shown} URL; check it against "
+            f"{APPRISE_DOCS}"
+        )
+        return
+    if not refs:
+        # apprise knows which parts of its URL are secret: it masks them when asked.
+        literal = apprise.Apprise.instantiate(url)
+        if literal is not None and literal.url(privacy=True) != literal.url(privacy=False):
+            problems.append(
+                f"{where}.url: this {shown} URL carries its token in the file; put the token "
+                "in an environment variable and write ${NAME} in its place"
+            )
+
+
+def _scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    return f"{scheme}://" if sep and scheme.isidentifier() else "apprise"
+
+
+def notify_urls(alerts: AlertsConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each receiver's URL with its secrets filled in now (the config checked they were set)."""
+    return {r.name: r.resolved(environ) for r in alerts.notify}

@@ -110,7 +110,7 @@ def _section_class(f: Any) -> type | None:
 def _entry(key: str, value: Any, doc: str) -> list[str]:
     line = f"{key} = {_toml(value)}"
     # An empty default means "decided for you" (or "none", a list of tables such as
-    # [[alerts.webhooks]] that an uncommented `key = []` would clash with): shown, left out.
+    # [[alerts.notify]] that an uncommented `key = []` would clash with): shown, left out.
     return [*_comment(doc), f"# {line}" if value in ("", ()) else line]
 
 

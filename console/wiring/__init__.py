@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from console.services.jobs.registry import Advise
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
+    from console.services.record.lease import FileLease
     from console.services.record.sink import EventSink
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
@@ -106,13 +107,9 @@ def make_services(
 
     journal = Journal(
         journal_path if journal_path is not None else sdir / "journal.sqlite",
-        # A webhook URL carries its token: masked wherever it would appear, like a key.
+        # An apprise URL's secret part (its ${NAME}s): masked wherever it would appear.
         scrubber=Scrubber(
-            [
-                config.wandb.api_key_env,
-                config.gke.hf_token_env,
-                *(w.url_env for w in config.alerts.webhooks),
-            ]
+            [config.wandb.api_key_env, config.gke.hf_token_env, *config.alerts.secret_envs]
         ),
         clock=clock,
     )
@@ -135,13 +132,14 @@ def make_services(
 
 
 def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
-    """[alerts]' webhooks, fed from the facade's bus: both front ends send the same alerts."""
-    if not config.alerts.webhooks:
+    """[alerts]' apprise receivers, fed from the facade's bus: every front end sends the
+    same alerts."""
+    if not config.alerts.notify:
         return []
-    from console.config.alerts import webhook_urls
-    from console.services.alerts.sender import Alerter
+    from console.config.alerts import notify_urls
+    from console.services.alerts.notify import Alerter
 
-    urls = webhook_urls(config.alerts)
+    urls = notify_urls(config.alerts)
 
     def alerter(sink: EventSink) -> Alerter:
         return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
@@ -220,6 +218,16 @@ def _capacity_hooks(
         on_order=lambda order: sink.emit_soon(order_event(order, clock())),
         risk=risk,
     )
+
+
+def watcher_lease(config: Config, state_dir: str | os.PathLike[str] | None = None) -> FileLease:
+    """One `phantom watch` per pod: a claim beside the pod's ``watch`` and ``actions`` leases
+    (a TUI or a script on the same pod does not take it; a second watcher is refused)."""
+    from console.services.record.lease import FileLease, PodLeases
+
+    sdir = Path(state_dir) if state_dir is not None else default_state_dir()
+    path = PodLeases(sdir, _pod_key(config)).watch.path.with_suffix(".watcher")
+    return FileLease(path, "watcher")
 
 
 def _pod_key(config: Config) -> str:

@@ -1,4 +1,6 @@
-"""[alerts]: receivers named by the variable that holds their URL, checked before anything runs."""
+"""[alerts]: apprise URLs with their secret in the environment, each judged by apprise; the
+old [[alerts.webhooks]] tables get the lines to write instead. Every problem is named (exit 2
+before anything runs)."""
 
 from __future__ import annotations
 
@@ -9,55 +11,84 @@ from pathlib import Path
 import pytest
 
 from console.config import ConfigError, parse_config
-from console.config.alerts import ALERT_KINDS, AlertsConfig, WebhookConfig
+from console.config.alerts import ALERT_KINDS, AlertsConfig, NotifyConfig, notify_urls
 from tests.script.test_e2e import phantom_argv
 from tests.support import REPO
 
-SLACK = {"name": "ops", "url_env": "PHANTOM_TEST_SLACK_WEBHOOK", "format": "slack"}
+SLACK = {"name": "ops", "url": "slack://${PHANTOM_TEST_SLACK_TOKENS}/#ops"}
+TOKENS = "T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ"
 
 
-def test_webhooks_parse_with_their_url_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PHANTOM_TEST_SLACK_WEBHOOK", "https://hooks.example/T0/B0/secret")
-    cfg = parse_config({"alerts": {"webhooks": [SLACK], "per_minute": 5}})
-    assert cfg.alerts == AlertsConfig(
-        webhooks=(WebhookConfig("ops", "PHANTOM_TEST_SLACK_WEBHOOK", "slack"),), per_minute=5
-    )
-    assert cfg.alerts.kinds == ALERT_KINDS
-    assert parse_config({}).alerts.webhooks == ()
+def test_apprise_urls_parse_with_their_secret_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PHANTOM_TEST_SLACK_TOKENS", TOKENS)
+    cfg = parse_config({"alerts": {"notify": [SLACK], "per_minute": 5}})
+    assert cfg.alerts == AlertsConfig(notify=(NotifyConfig("ops", SLACK["url"]),), per_minute=5)
+    assert cfg.alerts.secret_envs == ("PHANTOM_TEST_SLACK_TOKENS",)
+    assert notify_urls(cfg.alerts) == {"ops": f"slack://{TOKENS}/#ops"}
+    assert parse_config({}).alerts.notify == ()
+    assert parse_config({}).alerts.kinds == ALERT_KINDS
 
 
 def test_every_problem_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PHANTOM_TEST_SLACK_WEBHOOK", raising=False)
-    monkeypatch.setenv("PHANTOM_TEST_NOT_A_URL", "hooks.example/x")
-    bad = {
-        "webhooks": [
+    monkeypatch.delenv("PHANTOM_TEST_SLACK_TOKENS", raising=False)
+    alerts = {
+        "notify": [
             SLACK,
-            {"name": "b", "url": "https://x/secret", "url_env": "PHANTOM_TEST_NOT_A_URL"},
-            {"name": "c", "url_env": "https://hooks.example/x", "format": "xml"},
+            {"name": "b", "url": f"slack://{TOKENS}/#ops"},
+            {"name": "c", "url": "nosuchservice://x/y"},
+            {"name": "c", "url": "json://${not a name}"},
+            {"name": "e", "url": "json://127.0.0.1/hook", "format": "slack"},
         ],
-        "kinds": ["preemption", "lunch"],
         "per_minute": 0,
     }
-    with pytest.raises(ConfigError) as err:
-        parse_config({"alerts": bad})
-    text = err.value.render()
-    assert "alerts.webhooks[0] (ops).url_env = 'PHANTOM_TEST_SLACK_WEBHOOK'" in text
-    assert "not set" in text and "export PHANTOM_TEST_SLACK_WEBHOOK=" in text
-    assert "alerts.webhooks[1] (b).url: the URL carries the receiver's token" in text
-    assert "(b).url_env = 'PHANTOM_TEST_NOT_A_URL': its value is not an http(s):// URL" in text
-    assert "(c).format = 'xml'" in text and "(c).url_env: the NAME" in text
-    assert "alerts.kinds: unknown ['lunch']" in text
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"alerts": alerts})
+    text = exc.value.render()
+    assert "alerts.notify[0] (ops).url: ${PHANTOM_TEST_SLACK_TOKENS} is not set" in text
+    assert "alerts.notify[1] (b).url: this slack:// URL carries its token in the file" in text
+    assert "alerts.notify[2] (c).url: apprise does not accept this nosuchservice:// URL" in text
+    assert "alerts.notify[3].name = 'c': used twice" in text
+    assert "${not a name} is not an environment variable name" in text
+    assert "alerts.notify[4] (e).format: unknown key" in text
     assert "alerts.per_minute = 0" in text
-    assert "https://x/secret" not in text
+    assert TOKENS not in text
 
 
-def test_a_missing_url_variable_stops_a_script_with_exit_2(tmp_path: Path) -> None:
-    (tmp_path / "c.toml").write_text(
-        '[[alerts.webhooks]]\nname = "ops"\nurl_env = "PHANTOM_TEST_SLACK_WEBHOOK"\n'
-    )
+def test_an_old_webhook_table_shows_the_lines_to_write() -> None:
+    old = {"webhooks": [{"name": "ops", "url_env": "PHANTOM_SLACK_WEBHOOK", "format": "slack"}]}
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"alerts": old})
+    text = exc.value.render()
+    assert "the webhook sender was replaced by apprise; write instead:" in text
+    assert '[[alerts.notify]]\n    name = "ops"\n    url = "${PHANTOM_SLACK_WEBHOOK}"' in text
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        (
+            '[[alerts.notify]]\nname = "ops"\nurl = "json://${PHANTOM_TEST_ALERT_HOST}/x"\n',
+            "alerts.notify[0] (ops).url: ${PHANTOM_TEST_ALERT_HOST} is not set",
+        ),
+        (
+            '[[alerts.notify]]\nname = "ops"\nurl = "nosuchservice://127.0.0.1/x"\n',
+            "apprise does not accept this nosuchservice:// URL",
+        ),
+        (
+            '[[alerts.webhooks]]\nname = "ops"\nurl_env = "PHANTOM_TEST_SLACK_WEBHOOK"\n',
+            'url = "${PHANTOM_TEST_SLACK_WEBHOOK}"',
+        ),
+    ],
+)
+def test_a_bad_receiver_stops_a_script_with_exit_2(
+    tmp_path: Path, table: str, expected: str
+) -> None:
+    (tmp_path / "c.toml").write_text(table)
     (tmp_path / "s.phantom").write_text("status\n")
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k != "PHANTOM_TEST_SLACK_WEBHOOK"}
+    env = {k: v for k, v in os.environ.items() if k != "PHANTOM_TEST_ALERT_HOST"}
     env |= {"XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
     proc = subprocess.run(
         phantom_argv("--config", str(tmp_path / "c.toml"), "--script", str(tmp_path / "s.phantom")),
@@ -69,5 +100,5 @@ def test_a_missing_url_variable_stops_a_script_with_exit_2(tmp_path: Path) -> No
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert "alerts.webhooks[0] (ops).url_env = 'PHANTOM_TEST_SLACK_WEBHOOK'" in proc.stderr
+    assert expected in proc.stderr
     assert not (home / "state" / "phantom" / "journal.sqlite").exists(), "something was run"

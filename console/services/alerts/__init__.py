@@ -1,4 +1,6 @@
-"""Alerts: webhooks told of preemptions, recoveries, stalls, capacity and jobs ([alerts]).
+"""Alerts: apprise receivers told of preemptions, recoveries, stalls, capacity and jobs
+([alerts]).
 
-``rules`` says which journaled events are alerts and what is sent; ``sender.Alerter`` sends
-them from its own tasks, fed from the bus, never on the recovery's path."""
+``rules`` says which journaled events are alerts, what identifies each (one per incident)
+and the text sent; ``notify.Alerter`` sends them through apprise from its own tasks, fed from
+the bus, never on the recovery's path."""

@@ -112,32 +112,35 @@ _TITLES = {
 }
 
 
-def json_body(alert: Alert, source: str) -> dict[str, Any]:
-    """The generic body: everything a receiver may want, as plain JSON."""
-    return {
-        "source": "phantom",
-        "cluster": source,
-        "kind": alert.kind,
-        "title": _TITLES.get(alert.kind, alert.kind),
-        "message": alert.message,
-        "at": alert.at,
-        "host": alert.host,
-        "incident": alert.incident,
-        **dict(alert.details),
-    }
+_TYPES = {
+    AlertKind.PREEMPTION: "warning",
+    AlertKind.RECOVERED: "success",  # the incident's alert is closed
+    AlertKind.RECOVERY_FAILED: "failure",
+    AlertKind.STALL: "warning",
+    AlertKind.NO_CAPACITY: "warning",
+    AlertKind.NOTICE_NOT_HONOURED: "warning",
+    AlertKind.JOB_FAILED: "failure",
+    AlertKind.JOB_FINISHED: "info",
+}
 
 
-def slack_body(alert: Alert, source: str) -> dict[str, Any]:
-    """Slack's incoming-webhook body (and Mattermost's, Discord's /slack): one line of text."""
-    title = _TITLES.get(alert.kind, alert.kind)
-    parts = [f"*phantom {source}*: {title}: {alert.message}"]
+def notify_type(alert: Alert) -> str:
+    """apprise's notify type (its receivers colour and icon by it): a recovery is a success
+    that closes its incident's warning."""
+    return _TYPES.get(alert.kind, "info")
+
+
+def text_of(alert: Alert, source: str) -> tuple[str, str]:
+    """(title, body) as every apprise receiver shows them: what happened, its incident, the
+    MTTR of a recovery, when (UTC). Only what the journal row says (already scrubbed)."""
+    title = f"phantom {source}: {_TITLES.get(alert.kind, alert.kind)}".strip()
+    parts = [alert.message]
+    if alert.host:
+        parts.append(f"host {alert.host}")
     mttr = alert.details.get("mttr_s")
     if isinstance(mttr, int | float) and alert.kind == AlertKind.RECOVERED:
         parts.append(f"MTTR {mttr:.1f}s")
     if alert.incident:
         parts.append(f"incident {alert.incident}")
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(alert.at))
-    return {"text": " | ".join(parts) + f" ({stamp})"}
-
-
-BODIES = {"json": json_body, "slack": slack_body}
+    return title, " | ".join(parts) + f" ({stamp})"

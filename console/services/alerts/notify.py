@@ -1,16 +1,17 @@
-"""``Alerter``: webhooks fed from the bus, never on the recovery's path.
+"""``Alerter``: apprise receivers fed from the bus, never on the recovery's path.
 
     EventSink -> bus -> Alerter.offer (no I/O, never blocks) -> one queue per receiver
-                                      -> that receiver's task: rate limit, POST, retry
+                                      -> that receiver's task: rate limit, apprise, retry
 
 The event path only appends to a bounded queue: a receiver that is dead or hangs holds up
 its own task, nothing else (not the journal, not the recovery, not the other receivers). A
 full queue drops its oldest alert, and the count is journaled when the task gets to the next.
 
-An alert is sent once (``rules.Alert.key``) and only for rows this process journaled (the
-rows it follows from other front ends are theirs to send). Every attempt is journaled as an
-``alert`` row: receiver name, alert kind, HTTP status or error, attempt; never the URL (its
-token): the receiver's URL is masked out of any error text before it is written.
+An alert is sent once (``rules.Alert.key``: one per incident for its preemption, one when
+its recovery closes it) and only for rows this process journaled (the rows it follows from
+other front ends are theirs to send). Every attempt is journaled as an ``alert`` row:
+receiver name, alert kind, whether apprise delivered it, attempt; never the URL (its token).
+apprise's own log lines name URLs, so its logger is kept out of every output.
 """
 
 from __future__ import annotations
@@ -25,24 +26,23 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from console.config.alerts import AlertsConfig, WebhookConfig
-from console.services.alerts.rules import ALERT, BODIES, Alert, alert_for
+from console.config.alerts import AlertsConfig, NotifyConfig
+from console.services.alerts.rules import ALERT, Alert, alert_for, notify_type, text_of
 from console.services.model import Event, Update
 from console.services.record.sink import EventSink
 
 log = logging.getLogger(__name__)
 
-MASKED_URL = "<webhook url>"
+MASKED_URL = "<apprise url>"
 _SEEN = 4096  # alert keys remembered (dedup)
 
 
 @dataclass
 class _Receiver:
-    hook: WebhookConfig
+    hook: NotifyConfig
     url: str
     queue: collections.deque[Alert]
+    apprise: Any = None  # the receiver's apprise.Apprise, made at start
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     dropped: int = 0
     sent_at: collections.deque[float] = field(default_factory=collections.deque)
@@ -50,7 +50,8 @@ class _Receiver:
 
 
 class Alerter:
-    """Sends alerts to ``settings.webhooks`` (``urls``: name -> URL, read from the env)."""
+    """Sends alerts to ``settings.notify`` (``urls``: name -> apprise URL with its secrets,
+    read from the env)."""
 
     def __init__(
         self,
@@ -72,13 +73,12 @@ class Alerter:
         self._kinds = frozenset(settings.kinds)
         self._receivers = [
             _Receiver(w, urls[w.name], collections.deque(maxlen=settings.queue))
-            for w in settings.webhooks
+            for w in settings.notify
         ]
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
         self._settled = asyncio.Event()  # set whenever a receiver's task runs dry
 
     @property
@@ -119,11 +119,15 @@ class Alerter:
             return
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s),
-            trust_env=False,  # a webhook is posted directly, never through an env proxy
-        )
+        import apprise
+
+        quiet = logging.getLogger("apprise")  # its lines name the URL (the token)
+        quiet.propagate = False
+        quiet.addHandler(logging.NullHandler())
         for r in self._receivers:
+            r.apprise = apprise.Apprise()
+            if not r.apprise.add(r.url):  # the config checked it; the env changed since
+                log.warning("alerts: apprise refused the URL of %s", r.hook.name)
             r.ready = asyncio.Event()
             if r.queue:
                 r.ready.set()
@@ -143,9 +147,6 @@ class Alerter:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
         self._loop = None
 
     async def idle(self) -> None:
@@ -198,19 +199,17 @@ class Alerter:
             )
             return
         r.sent_at.append(now)
-        body = BODIES[r.hook.format](alert, self._source)
+        title, body = text_of(alert, self._source)
         attempts = self.settings.retries + 1
         for attempt in range(1, attempts + 1):
-            status, error = await self._post(r, body)
-            ok = status is not None and 200 <= status < 300
-            again = not ok and attempt < attempts and (status is None or _retryable(status))
-            what = f"HTTP {status}" if status is not None else error
+            ok, error = await self._notify(r, title, body, notify_type(alert))
+            again = not ok and attempt < attempts
+            what = "delivered" if ok else f"not delivered ({error})"
             await self._journal(
                 r,
                 alert,
                 f"alert {alert.kind} to {r.hook.name}: {what}"
                 + ("" if ok or not again else f" (attempt {attempt}/{attempts}, retrying)"),
-                status=status,
                 error=error,
                 attempt=attempt,
                 ok=ok,
@@ -219,16 +218,15 @@ class Alerter:
                 return
             await self._sleep(self.settings.backoff_s * 2 ** (attempt - 1))
 
-    async def _post(self, r: _Receiver, body: dict[str, Any]) -> tuple[int | None, str]:
-        assert self._session is not None
+    async def _notify(self, r: _Receiver, title: str, body: str, kind: str) -> tuple[bool, str]:
         try:
-            async with self._session.post(r.url, json=body) as resp:
-                await resp.read()
-                return resp.status, ""
+            async with asyncio.timeout(self.settings.timeout_s):
+                ok = await r.apprise.async_notify(body=body, title=title, notify_type=kind)
         except TimeoutError:
-            return None, f"no answer within {self.settings.timeout_s:g}s"
-        except Exception as exc:  # aiohttp's errors name the URL: masked before journaling
-            return None, _masked(f"{type(exc).__name__}: {exc}", r.url)
+            return False, f"no answer within {self.settings.timeout_s:g}s"
+        except Exception as exc:  # apprise's errors may name the URL: masked before journaling
+            return False, _masked(f"{type(exc).__name__}: {exc}", r.url)
+        return bool(ok), "" if ok else "apprise reported a failure"
 
     async def _journal(self, r: _Receiver, alert: Alert, message: str, **data: Any) -> None:
         await self._sink.emit(
@@ -249,10 +247,6 @@ class Alerter:
         )
 
 
-def _retryable(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
 def _masked(text: str, url: str) -> str:
     """``text`` without the URL or any part that carries its token (path, query)."""
     if not url:
@@ -260,7 +254,7 @@ def _masked(text: str, url: str) -> str:
     from yarl import URL
 
     parsed = URL(url)
-    parts = {url, str(parsed), parsed.path_qs, parsed.raw_path_qs}
+    parts = {url, str(parsed), parsed.path_qs, parsed.raw_path_qs, parsed.password or ""}
     for part in sorted((p for p in parts if len(p) > 1), key=len, reverse=True):
         text = text.replace(part, MASKED_URL)
     return text
