@@ -3,6 +3,8 @@
     phantom                      open the console (TUI) on the configured cluster
     phantom --script FILE|-      run a script of console actions headless (JSON lines out)
     phantom status [--json]      one snapshot of pod, Ray, jobs and cadence, then exit
+    phantom watch [--metrics ADDR:PORT] [--once]   the watchdog unattended (JSON lines out)
+    phantom serve [--bind ADDR:PORT]               the console in a browser (textual-serve)
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
@@ -66,6 +68,45 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds to wait for the metric sources; a slower one is shown as stale "
         "(default: recovery.cadence_deadline_s, 5)",
+    )
+    watch = sub.add_parser(
+        "watch",
+        help="run the watchdog unattended: recover, journal, alert, export metrics",
+        description="The console without a screen, left running (a container, a systemd "
+        "service): the same services, watchdog and journal as the TUI. One line per journal "
+        "row on stdout; SIGTERM/SIGINT stop it cleanly (exit 0); one watcher per cluster "
+        "(a second exits 2).",
+    )
+    watch.add_argument(
+        "--metrics",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="serve Prometheus /metrics and /healthz there (e.g. 127.0.0.1:9464)",
+    )
+    watch.add_argument(
+        "--once", action="store_true", help="one pass: poll, finish any recovery, exit"
+    )
+    watch.add_argument(
+        "--format", choices=("json", "text"), default="json", help="JSON lines (default) or text"
+    )
+    serve = sub.add_parser(
+        "serve",
+        help="the console in a browser (textual-serve), loopback unless told otherwise",
+        description="Each browser tab runs its own console. Binding anything but loopback "
+        "needs a token in the environment (--token-env, default PHANTOM_SERVE_TOKEN).",
+    )
+    serve.add_argument(
+        "--bind",
+        type=_listen,
+        default="127.0.0.1:8000",
+        metavar="ADDR:PORT",
+        help="where to listen (default 127.0.0.1:8000)",
+    )
+    serve.add_argument(
+        "--token-env",
+        default="PHANTOM_SERVE_TOKEN",
+        metavar="NAME",
+        help="the variable holding the token a non-loopback bind requires",
     )
     report = sub.add_parser(
         "report",
@@ -202,6 +243,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _listen(text: str) -> object:
+    from console.config.listen import parse_listen
+
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _since(text: str) -> float:
     from console.report import parse_since
 
@@ -223,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.OK
     if args.command == "init":
         return cmd_init(args.path, args.force)
+    if args.command == "serve":  # the tabs' consoles load the config themselves
+        from console.serve.main import ServeOptions, serve_main
+
+        return serve_main(ServeOptions(args.bind, args.token_env, args.config))
     if args.command in ("pod", "gke", "wandb"):
         from console.wiring import emulator_cli
 
@@ -239,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from console.script.main import script_main
 
             return script_main(args.script, config)
+        if args.command == "watch":
+            from console.watch.main import WatchOptions, watch_main
+
+            return watch_main(config, WatchOptions(args.metrics, args.once, args.format))
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "report":

@@ -1,0 +1,149 @@
+"""The exporter's series from the rows and snapshots the services publish, scraped over HTTP
+with the names the issue lists; /healthz follows the poll loop."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from console.config.listen import Listen
+from console.services.exporter.series import WatchSeries, incident_kind
+from console.services.exporter.server import Exporter, MetricsServer
+from console.services.model import (
+    Event,
+    EventKind,
+    HostState,
+    HostStatus,
+    JobInfo,
+    JobStatus,
+    PodSnapshot,
+    RunCadence,
+)
+from tests.support.clock import Clock
+
+NAMES = {
+    "phantom_preemptions",
+    "phantom_recovery_seconds",
+    "phantom_detect_seconds",
+    "phantom_hosts",
+    "phantom_jobs",
+    "phantom_cadence_age_seconds",
+    "phantom_goodput_ratio",
+    "phantom_cost_dollars",
+    "phantom_up",
+}
+
+
+def _snapshot(at: float, states: list[HostState]) -> PodSnapshot:
+    hosts = tuple(
+        HostStatus(index=i, name=f"phantom-pod-w{i}", ip=f"127.0.0.{10 + i}", tpu_state=s)
+        for i, s in enumerate(states)
+    )
+    return PodSnapshot(at=at, provider="local", node_name="phantom-pod", hosts=hosts)
+
+
+def _samples(series: WatchSeries) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(series.render().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_every_series_from_what_the_services_publish() -> None:
+    clock = Clock(1000.0)
+    series = WatchSeries(
+        zone="local-a", hosts_total=4, alive_within_s=30.0, monotonic=clock, clock=clock
+    )
+    up = [HostState.READY] * 4
+    series.offer(_snapshot(1000.0, up))
+    # One incident: a worker preempted (two rows about it), then its summary row.
+    for kind in (EventKind.PREEMPTED, EventKind.HOST_LOST):
+        series.offer(
+            Event(
+                at=1001.0,
+                kind=kind,
+                message="lost",
+                host="phantom-pod-w2",
+                data={"incident": "inc-1"},
+            )
+        )
+    series.offer(
+        Event(at=1002.0, kind=EventKind.PREEMPTED, message="lost", host="phantom-pod-w0", data={})
+    )
+    summary = {"incident": "inc-1", "result": "recovered", "mttr_s": 42.0, "detect_s": 1.5}
+    series.offer(
+        Event(at=1050.0, kind=EventKind.INCIDENT, message="done", data={**summary, "hosts": ["w2"]})
+    )
+    series.offer(JobInfo(job_id="j1", status=JobStatus.RUNNING))
+    series.offer(JobInfo(job_id="j2", status=JobStatus.FAILED))
+    series.offer(
+        RunCadence(
+            run_id="r1", name="ppo", source="offline", last_step=10, last_at=990.0,
+            seconds_since=None, median_interval_s=None, steps_per_min=None,
+        )
+    )  # fmt: skip
+    series.set_ledger({"goodput": 0.9, "money": {"spot_usd": 1.5, "on_demand_same_work_usd": 4.0}})
+    got = _samples(series)
+    assert {name for name, _ in got} >= {
+        "phantom_preemptions_total",
+        "phantom_recovery_seconds_count",
+        "phantom_detect_seconds_count",
+        "phantom_hosts",
+        "phantom_jobs",
+        "phantom_cadence_age_seconds",
+        "phantom_goodput_ratio",
+        "phantom_cost_dollars_total",
+        "phantom_up",
+    }
+    assert got[("phantom_preemptions_total", (("kind", "worker"), ("zone", "local-a")))] == 1.0
+    assert got[("phantom_preemptions_total", (("kind", "head"), ("zone", "local-a")))] == 1.0
+    assert got[("phantom_recovery_seconds_count", (("kind", "worker"),))] == 1.0
+    assert got[("phantom_recovery_seconds_sum", (("kind", "worker"),))] == 42.0
+    assert got[("phantom_detect_seconds_sum", ())] == 1.5
+    assert got[("phantom_hosts", (("state", "READY"),))] == 4.0
+    assert got[("phantom_hosts", (("state", "PREEMPTED"),))] == 0.0
+    assert got[("phantom_jobs", (("state", "RUNNING"),))] == 1.0
+    assert got[("phantom_jobs", (("state", "FAILED"),))] == 1.0
+    assert got[("phantom_cadence_age_seconds", (("run", "ppo"),))] == 10.0
+    assert got[("phantom_goodput_ratio", ())] == 0.9
+    assert got[("phantom_cost_dollars_total", (("kind", "on_demand"),))] == 4.0
+    assert got[("phantom_up", ())] == 1.0
+    clock.t += 31.0  # no snapshot for longer than alive_within_s: the loop is not alive
+    assert _samples(series)[("phantom_up", ())] == 0.0
+
+
+def test_an_incident_is_named_by_what_it_lost() -> None:
+    assert incident_kind({"hosts": ["a", "b", "c", "d"], "head": True}, 4) == "slice"
+    assert incident_kind({"hosts": ["a"], "head": True}, 4) == "head"
+    assert incident_kind({"hosts": ["b"], "head": False}, 4) == "worker"
+
+
+async def test_metrics_and_healthz_over_http() -> None:
+    clock = Clock(1000.0)
+    series = WatchSeries(zone="z", hosts_total=4, alive_within_s=30.0, monotonic=clock, clock=clock)
+    exporter = Exporter(series, MetricsServer(series, Listen("127.0.0.1", 0)))
+    await exporter.start()
+    base = f"http://127.0.0.1:{exporter.server.port}"
+    try:
+
+        def get(path: str) -> tuple[int, str]:
+            try:
+                with urllib.request.urlopen(base + path, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+
+        status, _ = await asyncio.to_thread(get, "/healthz")
+        assert status == 503  # no poll yet
+        exporter.offer(_snapshot(1000.0, [HostState.READY]))
+        status, text = await asyncio.to_thread(get, "/healthz")
+        assert (status, text) == (200, "ok\n")
+        status, text = await asyncio.to_thread(get, "/metrics")
+        families = {f.name for f in text_string_to_metric_families(text)}
+        assert status == 200 and families == NAMES
+    finally:
+        await exporter.stop()
