@@ -8,9 +8,10 @@ sections may say together. Kept apart so the settings read as settings.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from console.config import (
@@ -24,9 +25,15 @@ from console.config import (
 )
 from console.config.capacity import capacity_cross_problems, capacity_value_problems
 from console.config.gke import gke_cross_problems, gke_value_problems
-from console.config.names import ENV_NAME_RE
 from console.config.names import NAME_RE as _NAME_RE
 from console.config.prices import PricesConfig, prices_cross_problems, prices_value_problems
+from console.config.validate import (
+    Invalid,
+    accelerator_type,
+    directory,
+    env_var_name,
+    shown,
+)
 
 BAD = object()
 
@@ -34,27 +41,30 @@ BAD = object()
 def check_value(key: str, default: Any, value: Any, problems: list[str]) -> Any:
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            problems.append(f"{key} = {value!r}: must be true or false")
+            problems.append(f"{key} = {shown(value)}: must be true or false")
             return BAD
         return value
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{key} = {value!r}: must be an integer")
+            problems.append(f"{key} = {shown(value)}: must be an integer")
             return BAD
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
-            problems.append(f"{key} = {value!r}: must be a number")
+            problems.append(f"{key} = {shown(value)}: must be a number")
+            return BAD
+        if not math.isfinite(value):  # TOML has nan and inf
+            problems.append(f"{key} = {value}: must be a finite number")
             return BAD
         return float(value)
     if isinstance(default, str):
         if not isinstance(value, str):
-            problems.append(f"{key} = {value!r}: must be a string")
+            problems.append(f"{key} = {shown(value)}: must be a string")
             return BAD
         return value
     if isinstance(default, tuple):
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            problems.append(f'{key} = {value!r}: must be a list of names, e.g. ["a", "b"]')
+            problems.append(f'{key} = {shown(value)}: must be a list of names, e.g. ["a", "b"]')
             return BAD
         return tuple(value)
     if isinstance(default, Mapping):
@@ -63,7 +73,7 @@ def check_value(key: str, default: Any, value: Any, problems: list[str]) -> Any:
             for k, v in value.items()
         ):
             problems.append(
-                f"{key} = {value!r}: must be a table of name = number, e.g. {{TPU = 8}}"
+                f"{key} = {shown(value)}: must be a table of name = number, e.g. {{TPU = 8}}"
             )
             return BAD
         return {k: float(v) for k, v in value.items()}
@@ -99,47 +109,65 @@ _PORTS = {"ssh.port", "ray.gcs_port", "ray.dashboard_port", "ray.client_port"}
 _PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
 
 
+# Keys whose type has a validator of its own (``validate``): the same door as the flags and
+# script lines of that type.
+_DOOR: dict[str, Callable[[str, Any], object]] = {
+    "wandb.api_key_env": env_var_name,
+    "cluster.accelerator_type": lambda key, value: accelerator_type(f"{key} =", value),
+    "gke.tpu_type": lambda key, value: accelerator_type(f"{key} =", value),
+    "cluster.run_dir": lambda key, value: value and directory(f"{key} =", value),
+    "gke.run_dir": lambda key, value: value and directory(f"{key} =", value),
+    "wandb.dir": lambda key, value: value and directory(f"{key} =", value),
+}
+
+
 def check_domain(key: str, value: Any, problems: list[str]) -> None:
+    door = _DOOR.get(key)
+    if door is not None:
+        try:
+            door(key, value)
+        except Invalid as exc:
+            problems.append(str(exc))
+        return
     if key == "cluster.provider" and value not in PROVIDERS:
-        problems.append(f"{key} = {value!r}: allowed values are {', '.join(PROVIDERS)}")
+        problems.append(f"{key} = {shown(value)}: allowed values are {', '.join(PROVIDERS)}")
     elif key == "ssh.known_hosts_policy" and value not in KNOWN_HOSTS_POLICIES:
-        problems.append(f"{key} = {value!r}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}")
+        problems.append(
+            f"{key} = {shown(value)}: allowed values are {', '.join(KNOWN_HOSTS_POLICIES)}"
+        )
     elif key == "wandb.mode" and value not in WANDB_MODES:
-        problems.append(f"{key} = {value!r}: allowed values are {', '.join(WANDB_MODES)}")
+        problems.append(f"{key} = {shown(value)}: allowed values are {', '.join(WANDB_MODES)}")
     elif key == "cluster.node_name" and not _NAME_RE.match(value):
         problems.append(
-            f"{key} = {value!r}: lower-case letters, digits and '-', starting with a letter"
+            f"{key} = {shown(value)}: lower-case letters, digits and '-', starting with a letter"
         )
     elif key in _PORTS and not 1 <= value <= 65535:
-        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535")
+        problems.append(f"{key} = {shown(value)}: a TCP port between 1 and 65535")
     elif key in _PORTS_OR_AUTO and not 0 <= value <= 65535:
-        problems.append(f"{key} = {value!r}: a TCP port between 1 and 65535, or 0 for auto")
+        problems.append(f"{key} = {shown(value)}: a TCP port between 1 and 65535, or 0 for auto")
     elif key in _POSITIVE and value <= 0:
-        problems.append(f"{key} = {value!r}: must be greater than 0")
+        problems.append(f"{key} = {shown(value)}: must be greater than 0")
     elif key.startswith("capacity."):
         problems += capacity_value_problems(key, value)
     elif key == "cluster.hosts" and value > 1024:
-        problems.append(f"{key} = {value!r}: at most 1024 hosts")
+        problems.append(f"{key} = {shown(value)}: at most 1024 hosts")
     elif key == "recovery.stall_factor" and value <= 1:
-        problems.append(f"{key} = {value!r}: must be greater than 1 (k x the median interval)")
+        problems.append(f"{key} = {shown(value)}: must be greater than 1 (k x the median interval)")
     elif key in ("ray.num_cpus", "ray.memory_mb") and value < 0:
-        problems.append(f"{key} = {value!r}: must be 0 (the host's own) or more")
+        problems.append(f"{key} = {shown(value)}: must be 0 (the host's own) or more")
     elif key == "ray.object_store_mb" and value != 0 and value < 75:
-        problems.append(f"{key} = {value!r}: at least 75 (Ray's minimum), or 0 for Ray's default")
+        problems.append(
+            f"{key} = {shown(value)}: at least 75 (Ray's minimum), or 0 for Ray's default"
+        )
     elif key in _NON_NEGATIVE and value < 0:
-        problems.append(f"{key} = {value!r}: must be 0 or more")
+        problems.append(f"{key} = {shown(value)}: must be 0 or more")
     elif key.startswith("gke."):
         problems += gke_value_problems(key, value)
     elif key.startswith("prices."):
         problems += prices_value_problems(key, value)
     elif key == "wandb.base_url" and value and not value.startswith(("http://", "https://")):
-        problems.append(f"{key} = {value!r}: a URL such as http://127.0.0.1:PORT, or empty")
-    elif key == "wandb.api_key_env":
-        if not ENV_NAME_RE.match(value):
-            problems.append(
-                f"{key} = {value!r}: the NAME of an environment variable (e.g. WANDB_API_KEY), "
-                "never the key itself"
-            )
+        problems.append(f"{key} = {shown(value)}: a URL such as http://127.0.0.1:PORT, or empty")
+
     elif key == "cluster.api_endpoint" and value.startswith(("http://", "grpc://")):
         try:
             loopback_endpoint(value)
@@ -149,7 +177,7 @@ def check_domain(key: str, value: Any, problems: list[str]) -> None:
         _check_proxy_command(key, value, problems)
     elif key == "ray.jax_platform" and not re.match(r"^([a-z]+(,[a-z]+)*)?$", value):
         problems.append(
-            f'{key} = {value!r}: a JAX platform name or list, e.g. "cpu", "tpu" or "tpu,cpu"'
+            f'{key} = {shown(value)}: a JAX platform name or list, e.g. "cpu", "tpu" or "tpu,cpu"'
         )
     elif key == "ray.resources":
         for name, amount in value.items():
@@ -184,14 +212,14 @@ def _check_proxy_command(key: str, value: str, problems: list[str]) -> None:
     try:
         argv = shlex.split(value)
     except ValueError as exc:
-        problems.append(f"{key} = {value!r}: bad quoting ({exc})")
+        problems.append(f"{key} = {shown(value)}: bad quoting ({exc})")
         return
     if not argv:
         problems.append(f"{key}: empty; leave it out to connect directly")
     bad = sorted({t for t in PROXY_TOKENS.findall(value) if t not in "hprn%"})
     if bad:
         problems.append(
-            f"{key} = {value!r}: unknown token(s) {', '.join('%' + t for t in bad)}; "
+            f"{key} = {shown(value)}: unknown token(s) {', '.join('%' + t for t in bad)}; "
             "use %h (host), %p (port), %r (user), %n (worker name) or %%"
         )
 

@@ -24,6 +24,8 @@ from typing import Any
 from console.config import Config
 from console.config.names import ENV_NAME_RE, NAME_RE
 from console.config.runtime_env import validate_runtime_env
+from console.config.validate import Invalid
+from console.script import door
 from console.script.language import (
     ACTIONS,
     CONTINUE_FLAG,
@@ -366,9 +368,10 @@ def _convert(adef: ActionDef, arg: Arg, value: str, ctx: _Ctx) -> Any:
     if kind == "job":
         return value
     if kind == "kind":
-        if not re.match(r"^[a-z][a-z0-9_]*$", value):
-            raise _ArgError(f"{label} {value!r}: an event kind like preempted, recovered, stalled")
-        return value
+        try:
+            return door.event_kind(label, value)
+        except Invalid as exc:
+            raise _ArgError(str(exc)) from None
     if kind == "runtime_env":
         return _load_runtime_env(value, ctx.base_dir, adef.name)
     if kind == "env":
@@ -474,6 +477,11 @@ def _check_semantics(adef: ActionDef, args: dict[str, Any], lineno: int, ctx: _C
             raise _ArgError(
                 "submit: " + "; ".join(f"{_flag_of(k)}: {v}" for k, v in problems.items())
             )
+        if spec.mode != "sweep":  # engine.train parses them on the cluster: check them here
+            try:
+                door.train_args("submit: --train-args", spec.train_args)
+            except Invalid as exc:
+                raise _ArgError(str(exc)) from None
 
 
 def _flag_of(spec_field: str) -> str:

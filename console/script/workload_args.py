@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from console.config import Config
+from console.config.validate import read_text_file, safe_yaml
 from console.services.jobs.workload import WorkloadSpec
 
 PathExists = Callable[[str], "bool | None"]
@@ -36,18 +35,17 @@ def load_spec_file(value: str, base_dir: Path, label: str) -> dict[str, Any]:
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = base_dir / path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{label}: cannot read {str(path)!r} ({exc.strerror or exc})") from None
+    # the spec file is named in every problem (binary, too big, a YAML alias bomb), never
+    # the script that names it
+    text = read_text_file(label, path)
+    if path.suffix in (".yaml", ".yml"):
+        data: Any = safe_yaml(text, f"{label} {path}")
     try:
         if path.suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        elif path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
+            data = tomllib.loads(text)
+        elif path.suffix not in (".yaml", ".yml"):
             data = json.loads(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except ValueError as exc:
         raise ValueError(
             f"{label}: {path} is not valid {path.suffix[1:] or 'JSON'} ({exc})"
         ) from None

@@ -100,7 +100,7 @@ def _daemon_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentParser:
+def build_parser(prog: str = "phantom gke") -> argparse.ArgumentParser:
     parser = kit.Parser(
         prog=prog,
         description="Emulated GKE cluster (v5p-64 spot slices) on "
@@ -110,7 +110,13 @@ def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentPars
     up = sub.add_parser("up", help="start the emulator and wait until its API answers")
     _cluster_flags(up)
     _daemon_flags(up)
-    up.add_argument("--timeout", type=kit.seconds, default=60.0)
+    up.add_argument(
+        "--timeout",
+        type=kit.positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for the API server (default 60); on failure it is stopped",
+    )
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show the server, kubeconfig and slices")
     _run_dir(st)
@@ -139,7 +145,9 @@ def build_parser(prog: str = "python -m emulators.gke") -> argparse.ArgumentPars
     _run_dir(crash)
     crash.add_argument("pod", metavar="POD", help="pod name")
     crash.add_argument("--container", default="", help="container name (default: the first)")
-    crash.add_argument("--signal", type=int, default=9, help="signal number (default 9)")
+    crash.add_argument(
+        "--signal", type=kit.count(1, 64), default=9, help="signal number (default 9)"
+    )
     crash.add_argument("--json", action="store_true")
     down = sub.add_parser("down", help="stop the emulator; no process is left behind")
     _run_dir(down)

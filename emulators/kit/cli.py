@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulators.kit import validate
+
 
 class Parser(argparse.ArgumentParser):
     """Usage errors come back as a ``SystemExit(message)`` that ``parse`` turns into 2."""
@@ -37,7 +39,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
 def add_run_dir(p: argparse.ArgumentParser, default: Path) -> None:
     p.add_argument(
         "--run-dir",
-        type=Path,
+        type=validate.run_dir,
         default=None,
         help=f"state directory of the emulator (default {default})",
     )
@@ -49,25 +51,13 @@ def run_dir_of(args: argparse.Namespace, default: Callable[[], Path]) -> Path:
 
 
 def seconds(text: str) -> float:
-    """A number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return value
+    """A finite number of seconds >= 0."""
+    return validate.finite(text, lo=0)
 
 
 def positive_seconds(text: str) -> float:
-    """A number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {value}")
-    return value
+    """A finite number of seconds > 0."""
+    return validate.finite(text, above=0)
 
 
 def count(lo: int, hi: int) -> Callable[[str], int]:

@@ -8,6 +8,7 @@ Daemon side: ``start_control_server`` serves one JSON request per connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -133,8 +134,25 @@ def wait_up(
         if value is not None:
             return value
         if time.monotonic() > deadline:
-            raise timed_out()
+            error = timed_out()
+            stop_spawned(proc)  # `timed_out` stops a daemon that answers; this one may not yet
+            raise error
         time.sleep(POLL_S)
+
+
+def stop_spawned(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """Stop a daemon this process spawned and its session (it runs in its own): SIGTERM, so it
+    cleans up its children, then SIGKILL of the whole session after ``grace`` seconds. A
+    daemon that failed to start must leave nothing running."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the session's leftovers (start_new_session)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
 
 
 def daemon_error(layout: DaemonLayout, scan: int = 20, show: int = 20, silent: str = SILENT) -> str:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from emulators.kit import cli as kit
-from emulators.tpu_pod import client
+from emulators.tpu_pod import accelerators, client
 from emulators.tpu_pod.accelerators import parse_quota
 from emulators.tpu_pod.layout import (
     DEFAULT_ACCELERATOR_TYPE,
@@ -63,6 +63,19 @@ def _nice(text: str) -> int:
     return value
 
 
+def _accelerator_type(text: str) -> str:
+    """A Cloud TPU type from the table (``accelerators``), in either mode: an unknown one
+    would start a pod no real API could create."""
+    try:
+        accelerators.parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: not a Cloud TPU type; use e.g. v4-8, v4-32, v5p-64, v5litepod-16 "
+            "or v6e-8 (`phantom pod` README)"
+        ) from None
+    return text
+
+
 def _zones(text: str) -> tuple[str, ...]:
     try:
         return parse_zones(text)
@@ -94,6 +107,7 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--accelerator-type",
+        type=_accelerator_type,
         default=None,
         help=f"the node's TPU type (default {DEFAULT_ACCELERATOR_TYPE}); GCP-faithful, "
         "its host count is the pod's (v4-8: 1, v4-32: 4, v5p-64: 8)",
@@ -206,7 +220,12 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=kit.Parser)
     up = sub.add_parser("up", help="start the emulator and wait until the node is READY")
     _add_pod_flags(up)
-    up.add_argument("--timeout", type=kit.seconds, default=120.0, help="seconds to wait for READY")
+    up.add_argument(
+        "--timeout",
+        type=kit.positive_seconds,
+        default=120.0,
+        help="seconds to wait for READY (on failure the daemon is stopped)",
+    )
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show node and hosts")
     _add_run_dir(st)
@@ -263,7 +282,9 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
     z = sub.add_parser("zone", help="change a zone's capacity or stockouts now")
     _add_run_dir(z)
     z.add_argument("zone", metavar="ZONE")
-    z.add_argument("--capacity", type=int, default=None, help="slices the zone has")
+    z.add_argument(
+        "--capacity", type=kit.count(0, 1_000_000), default=None, help="slices the zone has"
+    )
     z.add_argument(
         "--stockout",
         type=kit.seconds,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from emulators.kit import cli as kit
+from emulators.kit import validate
 from emulators.wandb import client
 from emulators.wandb import layout as L
 
@@ -40,7 +41,7 @@ def _server_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentParser:
+def build_parser(prog: str = "phantom wandb") -> argparse.ArgumentParser:
     parser = kit.Parser(
         prog=prog,
         description="Emulated W&B server on loopback for the wandb SDK and CLI "
@@ -54,13 +55,20 @@ def build_parser(prog: str = "python -m emulators.wandb") -> argparse.ArgumentPa
     )
     up.add_argument(
         "--api-key-env",
+        type=validate.env_name,
         default=L.API_KEY_ENV,
         metavar="VAR",
         help=f"read the accepted API key from $VAR (default {L.API_KEY_ENV}; unset: "
         "generate one into RUN_DIR/api_key)",
     )
     _server_flags(up)
-    up.add_argument("--timeout", type=float, default=30.0)
+    up.add_argument(
+        "--timeout",
+        type=kit.positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for the server to answer (default 30); on failure it is stopped",
+    )
     up.add_argument("--json", action="store_true", help="print the status as JSON")
     st = sub.add_parser("status", help="show the URL, state file and counts")
     _run_dir(st)

@@ -169,7 +169,7 @@ INVALID = [
         "--sweep-args: bad quoting",
         id="sweep-args-quoting",
     ),
-    pytest.param("wait-event Preempted!\n", 1, "an event kind like", id="bad-event-kind"),
+    pytest.param("wait-event Preempted!\n", 1, "not a known event kind", id="bad-event-kind"),
 ]
 
 
