@@ -85,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="ppo_rl_study",
         help="search space: a name in engine/sweeps/ or a path to a .json file",
     )
-    parser.add_argument("--method", choices=METHODS, default="random")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default=None,
+        help="random or grid (default: the space file's method, else random)",
+    )
     parser.add_argument("--run-cap", type=positive_int, default=900, help="max trials")
     parser.add_argument("--num-nodes", type=positive_int, default=1)
     parser.add_argument("--agents-per-node", type=positive_int, default=1)
@@ -147,6 +152,13 @@ def validate(args: argparse.Namespace, local_checks: bool = True) -> tuple[Sweep
     """All checks that need no cluster; raises UsageError."""
     _resolve_env_defaults(args)
     spec = load_spec(args.kind)
+    if args.method is None:
+        args.method = spec.method or "random"
+    elif spec.method and spec.method != args.method:
+        raise UsageError(
+            f"--method {args.method}: the search space {args.kind[:80]} says method "
+            f"{spec.method}; give one of them"
+        )
     try:
         resolve_storage(args.storage)
         if local_checks:

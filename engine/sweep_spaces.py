@@ -9,7 +9,9 @@ of the full grid, in a fixed order (sorted names, listed values).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import difflib
 import itertools
 import json
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from engine.trainconfig import (
     ALGOS,
     TrainConfig,
     UsageError,
+    build_parser,
     check_hparam_keys,
     check_hparams,
 )
@@ -49,6 +52,7 @@ class SweepSpec:
     fixed: dict[str, Any]
     parameters: dict[str, dict[str, Any]]
     description: str = ""
+    method: str = ""  # the file's own "method" (empty: --method decides)
 
 
 def available_kinds() -> list[str]:
@@ -96,6 +100,7 @@ def _read_spec(path: Path, where: str) -> dict[str, Any]:
 def _check_parameter(where: str, p: Any) -> None:
     if not isinstance(p, dict):
         raise UsageError(f"{where}: expected an object")
+    _check_keys(where, p, PARAMETER_KEYS)
     if "value" in p:
         return
     if "values" in p:
@@ -115,6 +120,62 @@ def _check_parameter(where: str, p: Any) -> None:
     )
 
 
+# The keys of a space file (W&B sweep syntax plus the engine's algo and fixed settings) and of
+# one parameter; anything else is a typo (`fixd`) that would otherwise be ignored.
+SPEC_KEYS = ("algo", "description", "fixed", "method", "metric", "parameters")
+PARAMETER_KEYS = ("distribution", "max", "min", "value", "values")
+
+
+def _check_keys(where: str, given: Any, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(str(k) for k in given if k not in allowed)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise UsageError(f"{where}: unknown key(s) {shown}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _train_flags() -> dict[str, argparse.Action]:
+    """engine.train's flags by setting name: each sweep value is checked by the flag's own
+    type and choices, so a space cannot hold what the command line refuses (n_envs 0, alpha
+    7)."""
+    parser = build_parser(raise_errors=True)
+    return {a.dest: a for a in parser._actions if a.option_strings}
+
+
+def _check_setting(where: str, name: str, value: Any, flags: dict[str, argparse.Action]) -> None:
+    action = flags.get(name)
+    if action is None:
+        return
+    flag = action.option_strings[-1]
+    if action.nargs == 0:  # a switch (store_true)
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: {name} = {value!r}: true or false (engine.train {flag})")
+        return
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise UsageError(f"{where}: {name} = {str(value)[:40]!r}: a number or a string")
+    text = str(value)
+    if action.choices is not None and text not in action.choices:
+        raise UsageError(
+            f"{where}: {name} = {text[:40]!r}: one of {', '.join(map(str, action.choices))}"
+        )
+    if callable(action.type):
+        try:
+            action.type(text)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise UsageError(
+                f"{where}: {name} = {text[:40]!r}: {exc} (engine.train {flag})"
+            ) from None
+
+
+def _candidates(p: dict[str, Any]) -> list[Any]:
+    if "value" in p:
+        return [p["value"]]
+    if "values" in p:
+        return list(p["values"])
+    return [p.get("min"), p.get("max")]
+
+
 def load_spec(kind: str) -> SweepSpec:
     """Load and validate a search space (``--kind``: a name in engine/sweeps or a .json path).
 
@@ -122,6 +183,13 @@ def load_spec(kind: str) -> SweepSpec:
     """
     path, where = _spec_source(kind)
     raw = _read_spec(path, where)
+    _check_keys(where, raw, SPEC_KEYS)
+    method = raw.get("method", "")
+    if method and method not in METHODS:
+        raise UsageError(
+            f"{where}: method {str(method)[:40]!r} is not one this engine runs; use "
+            f"{' or '.join(METHODS)} (or leave it out and pass --method)"
+        )
     algo = raw.get("algo", "ppo")
     if algo not in ALGOS:
         raise UsageError(f"{where}: algo {str(algo)[:40]!r} is not one of {', '.join(ALGOS)}")
@@ -136,6 +204,12 @@ def load_spec(kind: str) -> SweepSpec:
         raise UsageError(f"{where}: 'fixed' must be an object of engine.train settings")
     for name, p in params.items():
         _check_parameter(f"{where} parameter {name[:80]!r}", p)
+    flags = _train_flags()
+    for name, p in params.items():
+        for value in _candidates(p):
+            _check_setting(f"{where} parameter {name[:80]!r}", name, value, flags)
+    for name, value in fixed.items():
+        _check_setting(f"{where} fixed", name, value, flags)
     try:
         check_hparam_keys(algo, [k for k in [*params, *fixed] if k not in CONFIG_FIELDS])
         for name, p in params.items():
@@ -154,6 +228,7 @@ def load_spec(kind: str) -> SweepSpec:
         fixed=dict(fixed),
         parameters=dict(params),
         description=str(raw.get("description", "")),
+        method=str(method),
     )
 
 

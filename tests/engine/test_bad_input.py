@@ -89,6 +89,20 @@ def files() -> Iterator[dict[str, str]]:
     (root / "badtype.json").write_text(
         '{"fixed": {"total_timesteps": "lots"}, "parameters": {"alpha": {"value": 0.1}}}'
     )
+    # issue 36: a space the engine's own flags refuse, and keys/methods it used to ignore
+    (root / "zeroenvs.json").write_text('{"parameters": {"n_envs": {"values": [0, 1]}}}')
+    (root / "fixedzero.json").write_text(
+        '{"fixed": {"n_envs": 0}, "parameters": {"alpha": {"value": 0.1}}}'
+    )
+    (root / "alpha7.json").write_text('{"parameters": {"alpha": {"values": [0.2, 7]}}}')
+    (root / "fixd.json").write_text(
+        '{"fixd": {"n_envs": 2}, "parameters": {"alpha": {"value": 0.1}}}'
+    )
+    (root / "vaules.json").write_text('{"parameters": {"alpha": {"vaules": [0.1]}}}')
+    (root / "bayes.json").write_text('{"method": "bayes", "parameters": {"alpha": {"value": 0.1}}}')
+    (root / "gridfile.json").write_text(
+        '{"method": "grid", "parameters": {"alpha": {"values": [0.1]}}}'
+    )
     (root / "a-file").write_text("not a directory")
     locked = root / "locked"
     locked.mkdir()
@@ -105,6 +119,10 @@ def files() -> Iterator[dict[str, str]]:
         "unknown": str(root / "unknown.json"),
         "badtype": str(root / "badtype.json"),
         "file": str(root / "a-file"),
+        **{
+            name: str(root / f"{name}.json")
+            for name in ("zeroenvs", "fixedzero", "alpha7", "fixd", "vaules", "bayes", "gridfile")
+        },
         "locked": str(locked / "runs"),
     }
     _make_unwritable(locked, undo=True)
@@ -205,6 +223,13 @@ SWEEP = [
     Case("sweep", ["--kind", "{badtype}"], needle="--kind"),
     Case("sweep", ["--kind", LONG], needle="--kind"),
     Case("sweep", ["--method", "bayes"], needle="--method"),
+    Case("sweep", ["--kind", "{zeroenvs}"], needle="n_envs"),  # was a ZeroDivisionError
+    Case("sweep", ["--kind", "{fixedzero}"], needle="n_envs"),
+    Case("sweep", ["--kind", "{alpha7}"], needle="alpha"),  # was accepted
+    Case("sweep", ["--kind", "{fixd}"], needle="'fixd'"),  # was ignored
+    Case("sweep", ["--kind", "{vaules}"], needle="'vaules'"),
+    Case("sweep", ["--kind", "{bayes}"], needle="method 'bayes'"),  # was silently random
+    Case("sweep", ["--kind", "{gridfile}", "--method", "random"], needle="--method random"),
     Case("sweep", ["--run-cap", "0"], needle="--run-cap"),
     Case("sweep", ["--num-nodes", "-1"], needle="--num-nodes"),
     Case("sweep", ["--agents-per-node", "x"], needle="--agents-per-node"),
