@@ -68,6 +68,7 @@ class Artifacts:
             "createdAt": iso(),
             "artifactCollection": lambda a: self._coll_obj_or_none(entity, project, a.get("name")),
             "artifactSequence": lambda a: self._coll_obj_or_none(entity, project, a.get("name")),
+            "artifactCollections": lambda a: self.collections_of(entity, project, name, a),
         }
 
     def _coll_obj_or_none(self, entity: str, project: str, name: str | None) -> Obj | None:
@@ -91,13 +92,15 @@ class Artifacts:
             "state": "READY",
             "digestAlgorithm": "MANIFEST_MD5",
             "tags": {"edges": []},
-            "aliases": {"edges": []},
+            "aliases": lambda a: _conn(
+                [self.alias_obj(coll, name) for name in sorted(coll["aliases"])]
+            ),
             "defaultArtifactType": self.type_obj(coll["type"], coll["entity"], coll["project"]),
-            "project": {"name": coll["project"], "entity": {"name": coll["entity"]}},
+            "project": self.collection_info(coll)["project"],
             "latestArtifact": {"id": latest["id"], "versionIndex": latest["version_index"]}
             if latest
             else None,
-            "artifacts": lambda a: _conn([self.art_obj(x) for x in committed]),
+            "artifacts": lambda a: self._versions(committed, a),
             "artifactMembership": lambda a: self.membership(
                 coll["entity"], coll["project"], f"{coll['name']}:{a.get('aliasName') or 'latest'}"
             ),
@@ -137,9 +140,78 @@ class Artifacts:
                     "directUrl": f"{base}/_artifacts/{_num(art['id'])}/wandb_manifest.json",
                 },
             },
-            "createdBy": None,
+            "digestAlgorithm": "MANIFEST_MD5",
+            "createdBy": lambda a: self._run_obj(coll["entity"], coll["project"], art.get("run")),
+            "usedBy": lambda a: _conn(
+                [
+                    o
+                    for r in self.state.runs.values()
+                    if art["id"] in (r.get("used_artifacts") or [])
+                    and (o := self._run_info(r)) is not None
+                ]
+            ),
             "files": lambda a: _conn([self._file_obj(art, name) for name in sorted(files)]),
         }
+
+    def _run_info(self, run: Record) -> Obj:
+        """RunInfoFragment: the run an artifact was logged or used by."""
+        proj = self.state.project(run["entity"], run["project"]) or {}
+        return {
+            "__typename": "Run",
+            "id": node_id("Run", run["name"], run["project"], run["entity"]),
+            "name": run["name"],
+            "project": {
+                "id": node_id("Project", run["project"], run["entity"]),
+                "internalId": str(proj.get("internal_id", 0)),
+                "name": run["project"],
+                "entity": {"name": run["entity"]},
+            },
+        }
+
+    def _run_obj(self, entity: str, project: str, name: str | None) -> Obj | None:
+        run = self.state.run(entity, project, name or "")
+        return self._run_info(run) if run is not None else None
+
+    def _versions(self, committed: list[Record], args: Obj) -> Obj:
+        """A collection's versions (ProjectArtifacts: each edge also carries ``version``),
+        newest first unless ``order`` says ``+``."""
+        newest_first = not str(args.get("order") or "-").startswith("+")
+        arts = sorted(committed, key=lambda x: x["version_index"], reverse=newest_first)
+        conn = _page([self.art_obj(x) for x in arts], args)
+        for edge in conn["edges"]:
+            edge["version"] = f"v{edge['node']['versionIndex']}"
+        return conn
+
+    def collections_of(self, entity: str, project: str, type_name: str | None, args: Obj) -> Obj:
+        """``artifactCollections`` of a project (or of one of its types)."""
+        found = [
+            c
+            for c in self.state.collections.values()
+            if c["entity"] == entity
+            and c["project"] == project
+            and (type_name is None or c["type"] == type_name)
+            and any(self.state.artifacts[a]["state"] == "COMMITTED" for a in c["versions"])
+        ]
+        found.sort(key=lambda c: c["created_at"])
+        return _page([self.coll_obj(c) for c in found], args)
+
+    def logged_by_run(self, run: Record) -> list[Obj]:
+        """``run.outputArtifacts``: the committed versions the run logged, oldest first."""
+        prefix = f"{run['entity']}/{run['project']}/"
+        arts = [
+            a
+            for a in self.state.artifacts.values()
+            if a.get("run") == run["name"]
+            and a["state"] == "COMMITTED"
+            and a["collection"].startswith(prefix)
+        ]
+        arts.sort(key=lambda a: a.get("committed_at") or a["created_at"])
+        return [self.art_obj(a) for a in arts]
+
+    def used_by_run(self, run: Record) -> list[Obj]:
+        """``run.inputArtifacts``: what the run used (``use_artifact``), in order."""
+        ids = run.get("used_artifacts") or []
+        return [self.art_obj(self.state.artifacts[i]) for i in ids if i in self.state.artifacts]
 
     def collection_info(self, coll: Record) -> Obj:
         """CollectionInfoFragment / SourceCollectionInfoFragment with ProjectInfoFragment."""
@@ -317,6 +389,49 @@ class Artifacts:
             run["used_artifacts"].append(art["id"])
         return {"artifact": self.art_obj(art)}
 
+    def add_aliases(self, args: Obj) -> Obj:
+        """``addAliases``: each alias moves onto this version (an alias names one version
+        of a collection, so it leaves the one that had it)."""
+        inp = args.get("input") or {}
+        art = self._artifact(inp.get("artifactID"))
+        if art["state"] != "COMMITTED":
+            raise ArtifactError(f"artifact {inp.get('artifactID')} is not committed")
+        coll = self.state.collections[art["collection"]]
+        for spec in inp.get("aliases") or []:
+            alias = str(spec.get("alias") or "")
+            _check_alias(alias)
+            coll["aliases"][alias] = art["id"]
+        return {"success": True}
+
+    def delete_aliases(self, args: Obj) -> Obj:
+        inp = args.get("input") or {}
+        art = self._artifact(inp.get("artifactID"))
+        coll = self.state.collections[art["collection"]]
+        for spec in inp.get("aliases") or []:
+            alias = str(spec.get("alias") or "")
+            if coll["aliases"].get(alias) == art["id"] and alias != "latest":
+                del coll["aliases"][alias]
+        return {"success": True}
+
+    def update(self, args: Obj) -> Obj:
+        """``updateArtifact``: description, metadata and (older clients) the alias list."""
+        inp = args.get("input") or {}
+        art = self._artifact(inp.get("artifactID"))
+        for key in ("description", "metadata"):
+            if inp.get(key) is not None:
+                art[key] = inp[key]
+        if inp.get("aliases") is not None:
+            coll = self.state.collections[art["collection"]]
+            wanted = {str(a.get("alias") or "") for a in inp["aliases"]}
+            for alias in wanted:
+                _check_alias(alias)
+            for alias, aid in list(coll["aliases"].items()):
+                if aid == art["id"] and alias not in wanted and alias != "latest":
+                    del coll["aliases"][alias]
+            for alias in wanted:
+                coll["aliases"][alias] = art["id"]
+        return {"artifact": self.art_obj(art)}
+
     def _alias(self, coll: Record, art: Record, aliases: list[str]) -> None:
         for alias in {"latest", *aliases}:
             coll["aliases"][alias] = art["id"]
@@ -337,6 +452,32 @@ class Artifacts:
 def _num(artifact_id: str) -> str:
     """The number in an artifact id (``Artifact:v1:<n>``): its storage directory."""
     return base64.b64decode(artifact_id).decode().rsplit(":", 1)[-1]
+
+
+def _check_alias(alias: str) -> None:
+    if not alias or len(alias) > 128 or (alias.startswith("v") and alias[1:].isdigit()):
+        raise ArtifactError(
+            f"invalid alias {alias!r}: 1-128 characters, and not vN (version names are the "
+            "server's)"
+        )
+
+
+def _page(nodes: list[Obj], args: Obj) -> Obj:
+    """A page of a connection: ``after`` is the cursor of the last edge seen."""
+    after = str(args.get("after") or "0")
+    start = int(after) if after.isdigit() else 0
+    first = args.get("first")
+    page = nodes[start : start + first] if first else nodes[start:]
+    end = start + len(page)
+    return {
+        "edges": [{"node": n, "cursor": str(start + i + 1)} for i, n in enumerate(page)],
+        "pageInfo": {
+            "__typename": "PageInfo",
+            "endCursor": str(end),
+            "hasNextPage": end < len(nodes),
+        },
+        "totalCount": len(nodes),
+    }
 
 
 def _conn(nodes: list[Obj]) -> Obj:

@@ -8,12 +8,15 @@ function of them. Field names and shapes follow the queries the SDK and wandb-co
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import mimetypes
 import time
 from collections.abc import Callable
 from typing import Any
 
 from emulators.wandb import layout as L
+from emulators.wandb import runquery as Q
 from emulators.wandb import sweeps as S
 from emulators.wandb.artifacts import Artifacts
 from emulators.wandb.state import Record, State, decode_id, iso, node_id
@@ -45,67 +48,6 @@ def _connection(nodes: list[Obj], args: dict[str, Any]) -> Obj:
     }
 
 
-def _match(run: Record, flt: Any) -> bool:
-    """The subset of W&B's MongoDB-style run filters the clients send."""
-    if not flt:
-        return True
-    for key, want in flt.items():
-        if key == "$and":
-            if not all(_match(run, f) for f in want):
-                return False
-            continue
-        if key == "$or":
-            if not any(_match(run, f) for f in want):
-                return False
-            continue
-        have = _field(run, key)
-        if isinstance(want, dict):
-            if not all(_compare(op, have, val) for op, val in want.items()):
-                return False
-        elif have != want:
-            return False
-    return True
-
-
-def _compare(op: str, have: Any, val: Any) -> bool:
-    if op == "$eq":
-        return bool(have == val)
-    if op == "$ne":
-        return bool(have != val)
-    if op == "$in":
-        return have in val
-    if op == "$nin":
-        return have not in val
-    if op == "$exists":
-        return (have is not None) == bool(val)
-    if have is None:
-        return False
-    if op == "$gt":
-        return bool(have > val)
-    if op == "$gte":
-        return bool(have >= val)
-    if op == "$lt":
-        return bool(have < val)
-    if op == "$lte":
-        return bool(have <= val)
-    return True  # an operator the clients do not send here: do not filter on it
-
-
-def _field(run: Record, key: str) -> Any:
-    simple = {"name": "name", "displayName": "display_name", "sweep": "sweep", "state": "state"}
-    if key in simple:
-        return run.get(simple[key])
-    head, _, rest = key.partition(".")
-    if head == "config":
-        cfg = json.loads(run["config"] or "{}")
-        name = rest.removesuffix(".value")
-        entry = cfg.get(name)
-        return entry.get("value") if isinstance(entry, dict) else entry
-    if head in ("summary_metrics", "summaryMetrics"):
-        return run["summary"].get(rest)
-    return None
-
-
 def _history_keys(run: Record) -> Obj:
     keys: dict[str, Obj] = {}
     for line in run["history"]:
@@ -123,6 +65,15 @@ def _sampled(run: Record, specs: list[str] | str) -> list[list[Obj]]:
         spec = json.loads(spec_text)
         keys = spec.get("keys") or []
         rows = [json.loads(line) for line in run["history"]]
+        # wandb-core's scan pages ask [minStep, maxStep], both ends included
+        lo, hi = spec.get("minStep"), spec.get("maxStep")
+        if lo is not None or hi is not None:
+            rows = [
+                r
+                for r in rows
+                if (lo is None or r.get("_step", 0) >= lo)
+                and (hi is None or r.get("_step", 0) <= hi)
+            ]
         if keys:
             rows = [{k: r[k] for k in keys if k in r} for r in rows if all(k in r for k in keys)]
         samples = int(spec.get("samples") or 500)
@@ -193,12 +144,16 @@ class Schema:
         prefix = f"{entity}/{name}/"
 
         def runs_of(args: dict[str, Any]) -> list[Record]:
-            flt = json.loads(args["filters"]) if args.get("filters") else {}
-            found = [
-                r for k, r in self.state.runs.items() if k.startswith(prefix) and _match(r, flt)
-            ]
-            order = str(args.get("order") or "-created_at")
-            return sorted(found, key=lambda r: r["created_at"], reverse=order.startswith("-"))
+            try:
+                flt = Q.parse_filters(args.get("filters"))
+                found = [
+                    r
+                    for k, r in self.state.runs.items()
+                    if k.startswith(prefix) and Q.match(r, flt, self.shown_state)
+                ]
+                return Q.ordered(found, args.get("order"), self.shown_state)
+            except Q.RunQueryError as exc:
+                raise GraphQLError(str(exc), status=400) from None
 
         def sweeps_of(args: dict[str, Any]) -> Obj:
             found = [s for k, s in self.state.sweeps.items() if k.startswith(prefix)]
@@ -230,6 +185,7 @@ class Schema:
                 entity, name, a.get("name") or ""
             ),
             "artifactCollection": lambda a: self._collection(entity, name, a.get("name")),
+            "artifactCollections": lambda a: self.artifacts.collections_of(entity, name, None, a),
         }
 
     def _artifact_or_none(self, entity: str, project: str, ref: str | None) -> Obj | None:
@@ -307,10 +263,40 @@ class Schema:
             "projectId": str(proj.get("internal_id", 0)),
             "project": lambda a: self.project_obj(proj),
             "sweep": lambda a: self._sweep_or_none(entity, project, run.get("sweep")),
-            "files": lambda a: _connection([], a),
-            "outputArtifacts": lambda a: _connection([], a),
-            "inputArtifacts": lambda a: _connection([], a),
+            "fileCount": len(run.get("files") or {}),
+            "files": lambda a: _connection(self._files(run, a), a),
+            "outputArtifacts": lambda a: _connection(self.artifacts.logged_by_run(run), a),
+            "inputArtifacts": lambda a: _connection(self.artifacts.used_by_run(run), a),
         }
+
+    def _files(self, run: Record, args: dict[str, Any]) -> list[Obj]:
+        """``files(names:, pattern:)``: what the run uploaded (``run.save``, wandb-core's
+        own files), by name."""
+        entity, project, name = run["entity"], run["project"], run["name"]
+        names = args.get("names") or []
+        pattern = args.get("pattern")
+        base = self.base_url()
+        out = []
+        for fname, meta in sorted((run.get("files") or {}).items()):
+            if names and fname not in names:
+                continue
+            if pattern and not fnmatch.fnmatch(fname, pattern.replace("%", "*")):
+                continue
+            url = f"{base}/_storage/{entity}/{project}/{name}/{fname}"
+            out.append(
+                {
+                    "__typename": "File",
+                    "id": node_id("File", name, project, entity, fname),
+                    "name": fname,
+                    "url": url,
+                    "directUrl": url,
+                    "sizeBytes": meta.get("size"),
+                    "mimetype": mimetypes.guess_type(fname)[0] or "application/octet-stream",
+                    "updatedAt": iso(meta.get("updated_at")),
+                    "md5": meta.get("md5"),
+                }
+            )
+        return out
 
     def shown_state(self, run: Record) -> str:
         """The stored state, or what W&B shows for a run whose client went quiet: a running
@@ -332,7 +318,7 @@ class Schema:
             "method": sweep["config"]["method"],
             "state": sweep["state"],
             "description": sweep["config"].get("description"),
-            "bestLoss": None,
+            "bestLoss": S.best_metric(self.state, sweep),
             "config": sweep["config_text"],
             "createdAt": iso(sweep["created_at"]),
             "updatedAt": iso(sweep["updated_at"]),
@@ -398,6 +384,9 @@ class Schema:
                 "createArtifactFiles": self._changing(self.artifacts.create_files),
                 "commitArtifact": self._changing(self.artifacts.commit),
                 "useArtifact": self._changing(self.artifacts.use),
+                "addAliases": self._changing(self.artifacts.add_aliases),
+                "deleteAliases": self._changing(self.artifacts.delete_aliases),
+                "updateArtifact": self._changing(self.artifacts.update),
             },
         }
 
@@ -444,14 +433,18 @@ class Schema:
         project = inp.get("modelName") or "uncategorized"
         name = inp.get("name")
         if not name and inp.get("id"):
+            # the public API's run.update() and summary.update() name the run by its node
+            # id alone: the run's own entity and project, never a new run elsewhere
             parts = decode_id(inp["id"])
-            name = parts[2] if len(parts) >= 3 else None
+            if len(parts) < 5 or parts[0] != "Run" or self.state.run(*parts[4:1:-1]) is None:
+                raise GraphQLError(f"run {inp['id']} not found", status=404)
+            name, project, entity = parts[2], parts[3], parts[4]
         if not name:
             raise GraphQLError("upsertBucket needs a run name (the run id)")
         sweep = inp.get("sweep")
         if sweep and f"{entity}/{project}/{sweep}" not in self.state.sweeps:
             raise GraphQLError(f"sweep {entity}/{project}/{sweep} not found", status=404)
-        run, inserted = self.state.upsert_run(entity, project, name, inp)
+        run, inserted = self.state.upsert_run(entity, project, name, inp, revive=not inp.get("id"))
         self.changed = True
         return {"bucket": self.run_obj(run), "inserted": inserted}
 

@@ -126,9 +126,11 @@ class State:
         return self.runs.get(f"{entity}/{project}/{name}")
 
     def upsert_run(
-        self, entity: str, project: str, name: str, fields: Record
+        self, entity: str, project: str, name: str, fields: Record, revive: bool = True
     ) -> tuple[Record, bool]:
-        """Create or update a run from UpsertBucket's input; True if it was created."""
+        """Create or update a run from UpsertBucket's input; True if it was created.
+        ``revive``: a config from wandb.init marks the run running again; an edit through
+        the public API (``run.update()``) leaves its state alone."""
         self.project(entity, project, create=True)
         key = f"{entity}/{project}/{name}"
         run = self.runs.get(key)
@@ -158,8 +160,8 @@ class State:
             ("displayName", "display_name"),
             ("groupName", "group"),
             ("jobType", "job_type"),
-            ("notes", "notes"),
             ("description", "notes"),
+            ("notes", "notes"),  # after description: run.update() sends both, notes is newer
             ("host", "host"),
             ("jobProgram", "program"),
             ("commit", "commit"),
@@ -174,7 +176,7 @@ class State:
             run["summary"].update(json.loads(fields["summaryMetrics"]))
         if fields.get("state"):
             run["state"] = fields["state"]
-        elif not inserted and fields.get("config") is not None:
+        elif revive and not inserted and fields.get("config") is not None:
             run["state"] = "running"  # wandb.init sends its config: a resumed run runs again
         if run["state"] == "running" and run.get("preempting"):
             run["state"] = "preempting"  # said once, it stays (a config update is no undo)

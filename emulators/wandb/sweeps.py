@@ -2,15 +2,17 @@
 
 W&B runs the sweep's search on the server: an agent heartbeats with the runs it still
 runs, and the answer is a list of commands (``run`` with a fresh run id and its
-parameters, ``stop``, ``exit``). Here ``random`` and ``grid`` are built; ``bayes`` is
-accepted but proposes like ``random`` (no Gaussian-process model of the metric), which
-``README.md`` says. ``run_cap`` bounds the runs handed out; a stopped (FINISHED) sweep
-hands out no new run, a CANCELED one also stops its running runs.
+parameters, ``stop``, ``exit``). ``random``, ``grid`` and ``bayes`` (a Gaussian process
+on the finished runs' metric, ``bayes.py``) are built, and ``early_terminate: hyperband``
+stops running runs as W&B's rule does (``hyperband_stops``). ``run_cap`` bounds the runs
+handed out; a stopped (FINISHED) sweep hands out no new run, a CANCELED one also stops
+its running runs.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 import secrets
@@ -20,10 +22,24 @@ from typing import Any
 
 import yaml
 
+from emulators.wandb import bayes
 from emulators.wandb.state import Record, State
 
 METHODS = ("random", "grid", "bayes")
 RUN_STATES_ACTIVE = ("running", "preempting", "pending")
+GOALS = ("minimize", "maximize")
+DISTRIBUTIONS = (
+    "constant",
+    "categorical",
+    "uniform",
+    "int_uniform",
+    "q_uniform",
+    "log_uniform",
+    "log_uniform_values",
+    "q_log_uniform_values",
+    "normal",
+    "log_normal",
+)
 
 
 class SweepConfigError(ValueError):
@@ -32,7 +48,12 @@ class SweepConfigError(ValueError):
 
 def parse_config(text: str) -> dict[str, Any]:
     try:
-        cfg = yaml.safe_load(text) if text else None
+        # JSON first: PyYAML (YAML 1.1) reads JSON's 1e-05 as a string
+        cfg = json.loads(text) if text.lstrip().startswith("{") else None
+    except ValueError:
+        cfg = None
+    try:
+        cfg = cfg if cfg is not None else (yaml.safe_load(text) if text else None)
     except yaml.YAMLError as exc:
         raise SweepConfigError(f"the sweep config is not YAML/JSON: {exc}") from None
     if not isinstance(cfg, dict):
@@ -43,9 +64,11 @@ def parse_config(text: str) -> dict[str, Any]:
     params = cfg.get("parameters")
     if not isinstance(params, dict) or not params:
         raise SweepConfigError("parameters must be a non-empty mapping of name -> spec")
+    _check_metric(cfg)
     for name, spec in params.items():
         if not isinstance(spec, dict):
             raise SweepConfigError(f"parameters.{name} must be a mapping")
+        _check_distribution(name, spec)
         if method == "grid" and "values" not in spec and "value" not in spec:
             raise SweepConfigError(
                 f"parameters.{name}: a grid search needs `values` or `value` for every parameter"
@@ -58,6 +81,56 @@ def parse_config(text: str) -> dict[str, Any]:
     if cap is not None and (not isinstance(cap, int) or cap < 1):
         raise SweepConfigError(f"run_cap must be a whole number >= 1, got {cap!r}")
     return cfg
+
+
+def _check_metric(cfg: dict[str, Any]) -> None:
+    metric = cfg.get("metric")
+    if metric is None:
+        if cfg["method"] == "bayes":
+            raise SweepConfigError(
+                'bayesian search requires a "metric" section: metric: {name: <key the runs '
+                "log>, goal: minimize|maximize}"
+            )
+        return
+    if not isinstance(metric, dict) or not isinstance(metric.get("name"), str):
+        raise SweepConfigError("metric.name is required: the key the runs log, e.g. loss")
+    goal = metric.get("goal", "minimize")
+    if goal not in GOALS:
+        raise SweepConfigError(f"metric.goal must be minimize or maximize, got {goal!r}")
+    early = cfg.get("early_terminate")
+    if early is not None:
+        if not isinstance(early, dict) or early.get("type") != "hyperband":
+            raise SweepConfigError("early_terminate.type must be hyperband")
+        eta = early.get("eta", 3)
+        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or eta <= 1:
+            raise SweepConfigError(f"early_terminate.eta must be a number > 1, got {eta!r}")
+        if "min_iter" in early:
+            it = early["min_iter"]
+            if isinstance(it, bool) or not isinstance(it, int) or it < 1:
+                raise SweepConfigError(f"early_terminate.min_iter must be >= 1, got {it!r}")
+        elif "max_iter" in early:
+            it, steps = early["max_iter"], early.get("s", 0)
+            if not isinstance(it, int) or not isinstance(steps, int) or it < 1 or steps < 1:
+                raise SweepConfigError("early_terminate with max_iter needs s (whole numbers >= 1)")
+        else:
+            raise SweepConfigError("early_terminate: hyperband needs min_iter (or max_iter and s)")
+
+
+def _check_distribution(name: str, spec: dict[str, Any]) -> None:
+    """Every parameter needs a value, values, a distribution or bounds: W&B refuses an
+    empty one rather than guess."""
+    dist = spec.get("distribution")
+    if dist is not None and dist not in DISTRIBUTIONS:
+        raise SweepConfigError(
+            f"invalid hyperparameter configuration: {name}: unknown distribution {dist!r} "
+            f"(one of {', '.join(DISTRIBUTIONS)})"
+        )
+    known = {"value", "values", "min", "max", "mu", "sigma"}
+    if dist is None and not known & set(spec):
+        raise SweepConfigError(
+            f"invalid hyperparameter configuration: {name}: give a value, values, min/max "
+            "or a distribution"
+        )
 
 
 def _number(value: Any, name: str) -> float:
@@ -139,7 +212,98 @@ def propose(state: State, sweep: Record) -> dict[str, Any] | None:
         grid = _grid(cfg["parameters"])
         return grid[len(handed)] if len(handed) < len(grid) else None
     rng = random.Random(f"{sweep['name']}:{len(handed)}")
+    if cfg["method"] == "bayes":
+        return bayes.suggest(cfg["parameters"], observations(state, sweep), goal(cfg), rng, _sample)
     return {n: _sample(spec, rng) for n, spec in cfg["parameters"].items()}
+
+
+def goal(cfg: dict[str, Any]) -> str:
+    return str((cfg.get("metric") or {}).get("goal") or "minimize")
+
+
+def observations(state: State, sweep: Record) -> list[tuple[dict[str, Any], float]]:
+    """(parameters, metric) of the sweep's runs that are over and logged the metric."""
+    name = (sweep["config"].get("metric") or {}).get("name")
+    out = []
+    for item in sweep["handed_out"]:
+        run = state.run(sweep["entity"], sweep["project"], item["run_id"])
+        if run is None or run["state"] in RUN_STATES_ACTIVE:
+            continue
+        got = (run.get("summary") or {}).get(name)
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            out.append((item["params"], float(got)))
+    return out
+
+
+def best_metric(state: State, sweep: Record) -> float | None:
+    """The best metric value so far by the sweep's goal (the Sweep's ``bestLoss``)."""
+    seen = [m for _, m in observations(state, sweep)]
+    if not seen or not sweep["config"].get("metric"):
+        return None
+    return max(seen) if goal(sweep["config"]) == "maximize" else min(seen)
+
+
+def hyperband_bands(early: dict[str, Any]) -> list[int]:
+    """The iterations at which hyperband judges a run: ``min_iter * eta**k`` (or
+    ``max_iter / eta**k`` for k = 1..s), as W&B's early_terminate documents."""
+    eta = float(early.get("eta", 3))
+    if "min_iter" in early:
+        return [int(early["min_iter"] * eta**k) for k in range(12)]
+    return sorted(int(early["max_iter"] / eta**k) for k in range(1, int(early["s"]) + 1))
+
+
+def hyperband_stops(
+    early: dict[str, Any],
+    goal_name: str,
+    histories: dict[str, list[float]],
+    running: list[str],
+) -> list[str]:
+    """Running runs hyperband stops now.
+
+    At each band b, every run that has logged the metric b times gives its best value so
+    far; the threshold is the value at the 1/eta quantile of those (W&B's rule: only the
+    best 1/eta go on). A running run whose latest band's value is worse is stopped."""
+    eta = float(early.get("eta", 3))
+    sign = 1.0 if goal_name == "minimize" else -1.0
+    best = {rid: [sign * v for v in h] for rid, h in histories.items()}
+    stops = []
+    for rid in running:
+        mine = best.get(rid) or []
+        reached = [b for b in hyperband_bands(early) if 0 < b <= len(mine)]
+        if not reached:
+            continue
+        band = reached[-1]
+        values = sorted(min(h[:band]) for h in best.values() if len(h) >= band)
+        if len(values) < 2:
+            continue
+        threshold = values[int(len(values) / eta)]
+        if min(mine[:band]) > threshold:
+            stops.append(rid)
+    return stops
+
+
+def _early_stops(state: State, sweep: Record, running: list[str]) -> list[str]:
+    cfg = sweep["config"]
+    early, metric = cfg.get("early_terminate"), cfg.get("metric")
+    if not early or not metric or not running:
+        return []
+    histories: dict[str, list[float]] = {}
+    for item in sweep["handed_out"]:
+        run = state.run(sweep["entity"], sweep["project"], item["run_id"])
+        if run is None:
+            continue
+        rows = (json.loads(line) for line in run["history"])
+        histories[item["run_id"]] = [
+            float(r[metric["name"]])
+            for r in rows
+            if isinstance(r.get(metric["name"]), (int, float))
+        ]
+    done = set(sweep.setdefault("stopped", []))
+    stops = [
+        rid for rid in hyperband_stops(early, goal(cfg), histories, running) if rid not in done
+    ]
+    sweep["stopped"].extend(stops)
+    return stops
 
 
 def heartbeat(state: State, agent: Record, run_state: dict[str, bool]) -> list[dict[str, Any]]:
@@ -154,7 +318,9 @@ def heartbeat(state: State, agent: Record, run_state: dict[str, bool]) -> list[d
     if sweep["state"] == "CANCELED":
         return [{"type": "stop", "run_id": rid} for rid in running] or [{"type": "exit"}]
     if running:
-        return []  # one run at a time per agent, as W&B's controller hands them out
+        stops = _early_stops(state, sweep, running)
+        # one run at a time per agent, as W&B's controller hands them out
+        return [{"type": "stop", "run_id": rid} for rid in stops]
     if sweep["state"] != "RUNNING":
         return [{"type": "exit"}]
     requeued = _requeue(state, sweep, agent)
