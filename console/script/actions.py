@@ -17,6 +17,7 @@ from console.config import Config
 from console.script.feed import EventFeed
 from console.script.language import ACTOR, DEFAULT_TIMEOUTS
 from console.script.parse import build_spec
+from console.script.told import error_sentence, plain_lines
 from console.script.workload_args import build_workload_spec
 from console.services.ledger.book import read_book
 from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
@@ -201,7 +202,7 @@ async def _poll_status(
         except (StepFailure, asyncio.CancelledError):
             raise
         except Exception as exc:
-            last_error = f"{type(exc).__name__}: {exc}"
+            last_error = error_sentence(exc)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             why = f"; last error: {last_error}" if last_error else ""
@@ -362,7 +363,7 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
 async def logs(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
     job_id = run.job_ref(args)
-    lines = (await svc.job_logs(job_id)).splitlines()
+    lines = plain_lines((await svc.job_logs(job_id)).splitlines())
     tail = args.get("tail") or 100
     return {"job_id": job_id, "total_lines": len(lines), "lines": lines[-tail:]}
 

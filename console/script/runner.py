@@ -29,6 +29,7 @@ from console.script.actions import HANDLERS, GkeControl, PodControl, StepFailure
 from console.script.feed import EventFeed
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
+from console.script.told import error_sentence
 from console.secrets import Scrubber
 from console.services.jobs.spec import SpecError
 from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
@@ -265,7 +266,7 @@ class ScriptRunner:
                 ok, result = False, {"error": f"invalid input: {exc}", "problems": exc.problems}
                 self._config_error = True
             except Exception as exc:  # a service error fails this step, not the runner
-                ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
+                ok, result = False, {"error": error_sentence(exc)}
             self._emit_step(results, n, step, ok, time.monotonic() - t0, result)
             if not ok:
                 self.diag(

@@ -210,8 +210,17 @@ def test_a_service_exception_fails_the_step_with_its_message(tmp_path: Path) -> 
     code, lines, err, _ = run(tmp_path, "preempt 1\n", h, pod_up=True)
     assert code == exit_codes.FAILED
     st = steps(lines)[0]
-    assert st["result"]["error"] == "ValueError: preempt: only on provider local"
-    assert "preempt failed: ValueError" in err
+    # a sentence, as the service wrote it (issue 36: it began "ValueError:")
+    assert st["result"]["error"] == "preempt: only on provider local"
+    assert "preempt failed: preempt: only on provider local" in err
+    assert "ValueError" not in err
+
+
+def test_an_unexpected_exception_is_named_as_one(tmp_path: Path) -> None:
+    h = Harness(Behaviour(raise_in={"preempt": KeyError("w9")}))
+    code, lines, err, _ = run(tmp_path, "preempt 1\n", h, pod_up=True)
+    assert code == exit_codes.FAILED
+    assert steps(lines)[0]["result"]["error"] == "unexpected KeyError: 'w9'"
 
 
 def test_config_error_from_the_services_is_exit_2(tmp_path: Path) -> None:
@@ -453,3 +462,29 @@ def test_interrupt_stops_what_it_started_and_exits_130(tmp_path: Path, sig: int)
     assert names.index("stop_job") < names.index("pod.down")
     assert "teardown" not in names  # the step after the interrupted one never ran
     assert f"phantom: {signal.Signals(sig).name}: stopping what this script started" in err
+
+
+def test_logs_are_plain_text_each_line_once(tmp_path: Path) -> None:
+    """A Ray driver's log as the field saw it: each worker line in colour, three times (issue
+    36, item 6). The script's `logs` gives the text the job printed, once per line."""
+    worker = "\x1b[36m(train_worker pid=4242, ip=127.0.0.11)\x1b[0m "
+    driver = [
+        "\x1b[1m\x1b[32mJob 'raysubmit_1' started\x1b[0m",
+        *[worker + f"step {n} loss 0.{n}" for n in (100, 200) for _ in range(3)],
+        "",
+        worker + "checkpoint saved at step 200",
+        worker + "checkpoint saved at step 200\r",
+    ]
+    h = Harness(Behaviour(logs="\n".join(driver)))
+    code, lines, _, _ = run(tmp_path, "submit single\nlogs last --tail 50\n", h, pod_up=True)
+    assert code == exit_codes.OK
+    logs = next(s for s in steps(lines) if s["action"] == "logs")["result"]
+    prefix = "(train_worker pid=4242, ip=127.0.0.11) "
+    assert logs["lines"] == [
+        "Job 'raysubmit_1' started",
+        prefix + "step 100 loss 0.100",
+        prefix + "step 200 loss 0.200",
+        "",
+        prefix + "checkpoint saved at step 200",
+    ]
+    assert not any("\x1b" in line for line in logs["lines"])
