@@ -118,6 +118,29 @@ def test_the_tree_keeps_every_layer_contract() -> None:
         ("console/config/_probe.py", "import console.services.model", "The console's layers"),
         # a new top-level room must be placed in the layers before it lands
         ("console/_newroom.py", "X = 1", "The console's layers"),
+        # inside the services: each room imports only the rooms below it
+        (
+            "console/services/record/_probe.py",
+            "import console.services.recovery.watchdog",
+            "The services' rooms",
+        ),
+        (
+            "console/services/jobs/_probe.py",
+            "import console.services.backends.base",
+            "The services' rooms",
+        ),
+        (
+            "console/services/ledger/_probe.py",
+            "import console.services.jobs.spec",
+            "The services' rooms",
+        ),
+        (
+            "console/services/cadence/_probe.py",
+            "import console.services.record.journal",
+            "The services' rooms",
+        ),
+        # a new room inside the services must be placed before it lands
+        ("console/services/_room.py", "X = 1", "The services' rooms"),
     ],
 )
 def test_a_broken_contract_fails_the_lint(

@@ -19,9 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from console.services.backends.base import Backend
 from console.services.jobs.spec import META_SWEEP_ID, SubmitSpec, new_job_id
 from console.services.jobs.submissions import SubmissionRegistry, Table
 from console.services.model import (
@@ -163,10 +162,21 @@ class JobRegistry(SubmissionRegistry[SubmittedJob]):
 Advise = Callable[[SubmitSpec], Awaitable[SubmitSpec]]
 
 
+class JobsApi(Protocol):
+    """The part of ``backends.base.Backend`` a submitter uses (declared here, below the
+    backends: the facade hands its backend in)."""
+
+    async def submit(self, spec: SubmitSpec) -> JobInfo: ...
+
+    async def job_status(self, job_id: str) -> JobInfo: ...
+
+    async def job_logs(self, job_id: str) -> str: ...
+
+
 class Submitter:
     def __init__(
         self,
-        backend: Backend,
+        backend: JobsApi,
         registry: JobRegistry,
         sink: EventSink,
         publish: Callable[[Update], None],

@@ -28,10 +28,10 @@ import logging
 import shlex
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any, Protocol, TypeVar
 
-from console.services.jobs.spec import SubmitSpec
 from console.services.ledger.advice import (
     Advice,
     NoAdvice,
@@ -46,6 +46,20 @@ from engine.contract import CHECKPOINT_ADVICE_REASON, CHECKPOINT_ADVICE_STEPS
 from engine.trainconfig import DEFAULT_CHECKPOINT_EVERY as DEFAULT_EVERY
 
 log = logging.getLogger(__name__)
+
+
+class Submission(Protocol):
+    """What the advice reads of a job about to be submitted (``jobs.spec.SubmitSpec``, a
+    frozen dataclass): declared here, below the jobs room, which calls in."""
+
+    @property
+    def train_args(self) -> str: ...
+
+    @property
+    def runtime_env(self) -> Mapping[str, Any]: ...
+
+
+S = TypeVar("S", bound=Submission)
 
 LOGS_OF = 3  # newest jobs whose logs are read for the save's cost
 READ_TIMEOUT_S = 10.0
@@ -89,7 +103,7 @@ def current_every(train_args: str) -> int:
     return DEFAULT_EVERY
 
 
-def with_advice(spec: SubmitSpec, advice: Advice | NoAdvice) -> SubmitSpec:
+def with_advice(spec: S, advice: Advice | NoAdvice) -> S:
     """``spec`` with the advice in its env vars (a resubmission's older advice replaced; a
     user's own steps kept)."""
     if not isinstance(advice, Advice):
@@ -103,7 +117,7 @@ def with_advice(spec: SubmitSpec, advice: Advice | NoAdvice) -> SubmitSpec:
         return spec
     env_vars.update(advice.env())
     env["env_vars"] = env_vars
-    return replace(spec, runtime_env=env)
+    return replace(spec, runtime_env=env)  # type: ignore[type-var]  # S is a frozen dataclass
 
 
 class LiveAdvisor:
@@ -126,7 +140,7 @@ class LiveAdvisor:
         self.cost_s: float | None = None  # the last measured, kept across head losses
         self.last: Advice | NoAdvice | None = None
 
-    async def advise(self, spec: SubmitSpec) -> Advice | NoAdvice:
+    async def advise(self, spec: Submission) -> Advice | NoAdvice:
         try:
             lines = await asyncio.wait_for(self.job_logs(), READ_TIMEOUT_S)
         except Exception as exc:  # the head may be gone (a resubmission): keep the last cost
@@ -154,7 +168,7 @@ class LiveAdvisor:
         rate = steps_per_s(saved_checkpoints(self.storage)) if self.storage else None
         return mtbf, rate
 
-    async def advised(self, spec: SubmitSpec) -> SubmitSpec:
+    async def advised(self, spec: S) -> S:
         """``spec`` with the advice in its environment (unchanged without advice)."""
         return with_advice(spec, await self.advise(spec))
 

@@ -16,6 +16,7 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from console.services.model import Event, EventKind, RecoveryStatus, RecoveryStep, StepState, Update
 from console.services.record.journal import (
@@ -26,10 +27,38 @@ from console.services.record.journal import (
     Journal,
 )
 from console.services.record.lease import PodLeases
-from console.services.recovery.watchdog import Watchdog
+from console.services.record.sink import EventSink
 
 RECOVERY_REQUESTED = EventKind.RECOVERY_REQUESTED
 _ENDS = (RECOVERED, RECOVERY_FAILED)
+
+
+class Recoverer(Protocol):
+    """What sharing drives in this process's watchdog (``recovery.watchdog.Watchdog``).
+
+    Declared here, below the recovery room, so the journal's room never imports it: the
+    facade hands its watchdog in."""
+
+    @property
+    def sink(self) -> EventSink: ...
+
+    @property
+    def status(self) -> RecoveryStatus: ...
+
+    @property
+    def auto(self) -> bool: ...
+
+    @property
+    def step_names(self) -> Sequence[str]:
+        """The recovery plan's steps, in order."""
+
+    def start_recovery(self, actor: str = "user", trigger: str = "") -> object: ...
+
+    def arm(self) -> None: ...
+
+    def disarm(self) -> None: ...
+
+    def set_auto(self, enabled: bool, actor: str = "user", *, journal: bool = True) -> None: ...
 
 
 class RecoveryView:
@@ -116,7 +145,7 @@ class Sharing:
         self,
         journal: Journal,
         leases: PodLeases,
-        watchdog: Watchdog,
+        watchdog: Recoverer,
         publish: Callable[[Update], None],
         own_ids: Callable[[int], bool],
     ) -> None:
@@ -126,7 +155,7 @@ class Sharing:
         self._publish = publish
         self._own = own_ids
         self._last_id = journal.last_id()
-        self.view = RecoveryView(watchdog.runner.plan.names, watchdog.auto)
+        self.view = RecoveryView(watchdog.step_names, watchdog.auto)
         self._ends: list[Event] = []
 
     @property

@@ -98,6 +98,10 @@ class Watchdog:
         return self.runner.auto
 
     @property
+    def step_names(self) -> tuple[str, ...]:
+        return self.runner.plan.names
+
+    @property
     def armed(self) -> bool:
         return self.detector.armed
 
