@@ -63,7 +63,7 @@ def search(method: str, seed: int, budget: int, noise: float) -> list[float]:
         "parameters": PARAMS,
     }
     S.parse_config(json.dumps(cfg))
-    sweep = {
+    sweep: dict[str, Any] = {
         "key": f"bench/sweep/s{seed}",
         "entity": "bench",
         "project": "sweep",
@@ -136,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{method:<7}" + "  ".join(f"{m:6.3f}" for m in medians[method]))
     regret = {m: 1.0 - medians[m][-1] for m in curves}
     ratio = regret["bayes"] / regret["random"] if regret["random"] > 0 else float("nan")
-    wins = sum(
-        b[-1] > r[-1] for b, r in zip(curves["bayes"], curves["random"], strict=True)
-    )
+    wins = sum(b[-1] > r[-1] for b, r in zip(curves["bayes"], curves["random"], strict=True))
     print(
         f"median regret at {args.budget} runs: bayes {regret['bayes']:.3f}, random "
         f"{regret['random']:.3f}, bayes/random {ratio:.2f}; bayes better on {wins}/{args.seeds} seeds"
