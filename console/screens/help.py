@@ -14,7 +14,6 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from console.services.capabilities import can
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
@@ -26,6 +25,7 @@ from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
+from console.services.action_table import can
 from console.widgets.table import PhantomTable
 
 INTRO = (

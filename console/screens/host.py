@@ -12,9 +12,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.services.capabilities import can
-from console.services.model import HostStatus
+from console.screens.keys import table_key
 from console.screens.state import ago, clock_time, resources_text
+from console.services.action_table import can
+from console.services.model import HostStatus
 
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp
@@ -46,27 +47,9 @@ class HostScreen(ModalScreen[None]):
     BINDING_GROUP_TITLE = "Host"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close", id="host.close", tooltip="Back to the overview"),
-        Binding(
-            "b",
-            "bootstrap",
-            "Re-bootstrap",
-            id="host.bootstrap",
-            tooltip="Run the bootstrap command on this host again",
-        ),
-        Binding(
-            "p",
-            "preempt",
-            "Preempt",
-            id="host.preempt",
-            tooltip="Emulator only: preempt this host now (asks to confirm)",
-        ),
-        Binding(
-            "c",
-            "recreate",
-            "Recreate",
-            id="host.recreate",
-            tooltip="Emulator only: recreate this host (asks to confirm)",
-        ),
+        table_key("host.bootstrap"),
+        table_key("host.preempt"),
+        table_key("host.recreate"),
     ]
 
     def __init__(self, host_name: str) -> None:

@@ -19,9 +19,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from console.services.model import JobInfo, JobStatus
 from console.screens.base import FilteredScreen
+from console.screens.keys import table_key
 from console.screens.state import ago
+from console.services.model import JobInfo, JobStatus
 from console.widgets.table import Cell
 
 STATUS_STYLE = {
@@ -78,13 +79,7 @@ class JobsScreen(FilteredScreen):
             id="jobs.filter",
             tooltip="Show only jobs whose id, status or entrypoint contains the text",
         ),
-        Binding(
-            "x",
-            "stop_job",
-            "Stop job",
-            id="jobs.stop",
-            tooltip="Stop the highlighted job (asks to confirm)",
-        ),
+        table_key("jobs.stop"),
         Binding(
             "ctrl+r",
             "app.refresh_jobs",

@@ -14,10 +14,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
+from console.screens.base import FilteredScreen
+from console.screens.keys import table_key
+from console.screens.state import ago, resources_text, short_host
 from console.services.capabilities import Capability
 from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
-from console.screens.base import FilteredScreen
-from console.screens.state import ago, resources_text, short_host
 from console.widgets.fast_table import FastTable
 from console.widgets.table import Cell
 
@@ -171,28 +172,9 @@ class OverviewScreen(FilteredScreen):
             id="overview.filter",
             tooltip="Show only hosts whose row contains the text (name, IP, PREEMPTED, DEAD…)",
         ),
-        Binding(
-            "r",
-            "app.recover",
-            "Recover",
-            id="overview.recover",
-            tooltip="Run the whole recovery loop now (asks to confirm)",
-        ),
-        Binding(
-            "u",
-            "app.bring_up",
-            "Bring up",
-            id="overview.bring_up",
-            tooltip="Bootstrap every host, start the Ray head, join the workers, open the tunnel",
-        ),
-        Binding(
-            "ctrl+r",
-            "app.refresh_pod",
-            "Refresh",
-            show=False,
-            id="overview.refresh",
-            tooltip="Poll TPU API, SSH and Ray now",
-        ),
+        table_key("overview.recover"),
+        table_key("overview.bring_up"),
+        table_key("overview.refresh"),
         Binding(
             "escape",
             "clear_filter",

@@ -1,10 +1,10 @@
 """Command palette (ctrl+p): the rare actions that do not deserve a key.
 
-What the cluster can do, from the one table of intents (``console.services.capabilities``)
-filtered by what its backend declares: on a TPU VM pod teardown, the tunnel, re-bootstrap one
-host, the dashboard URL and (on the local emulator) preempt or recreate a host; on GKE only
-what GKE can do. Destructive ones still ask to confirm: the palette only starts the same app
-actions a key would.
+Its entries are the rows of ``console.services.action_table`` that name the palette, offered
+where the cluster's backend can do them (``action_table.offered``): on a TPU VM pod teardown,
+the tunnel, re-bootstrap one host, the dashboard URL and (on the local emulator) preempt or
+recreate a host; on GKE only what GKE can do. Destructive ones still ask to confirm: the
+palette only starts the same app actions a key would.
 """
 
 from __future__ import annotations
@@ -15,31 +15,13 @@ from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from console.services.capabilities import offered
+from console.services.action_table import Front, offered, on
 
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp
 
 # (title, help, callback, listed before anything is typed)
 Command = tuple[str, str, Callable[[], object], bool]
-
-
-_HANDLED = (
-    "recover",
-    "toggle_auto",
-    "refresh_pod",
-    "submit_form",
-    "show_ledger",
-    "bring_up",
-    "ray_up",
-    "teardown",
-    "open_tunnel",
-    "open_dashboard",
-    "relaunch_sweep",
-    "bootstrap",
-    "preempt",
-    "recreate",
-)
 
 
 class PhantomCommands(Provider):
@@ -49,8 +31,8 @@ class PhantomCommands(Provider):
 
     @classmethod
     def handled(cls) -> tuple[str, ...]:
-        """The intents the palette offers (the rest live on their screen's keys)."""
-        return _HANDLED
+        """The intents the palette offers: the table's palette rows."""
+        return tuple(a.tui for a in on(Front.PALETTE) if a.tui)
 
     def handlers(self) -> dict[str, Callable[[], object] | Callable[[str], object]]:
         """Each intent's handler in the app: whole-cluster ones take nothing, per-host ones
@@ -74,23 +56,22 @@ class PhantomCommands(Provider):
         }
 
     def commands(self) -> list[Command]:
-        """What this cluster can do (``capabilities.offered``), as palette entries."""
+        """What this cluster can do (``action_table.offered``), as palette entries."""
         app = self.phantom
         pod = app.state.pod
         hosts = [h.name for h in pod.hosts] if pod else []
         handlers = self.handlers()
         out: list[Command] = []
-        for intent in offered(app.services.capabilities):
-            handler = handlers.get(intent.id)
-            if handler is None:
-                continue
-            if not intent.per_host:
-                out.append((intent.label, intent.help, cast("Callable[[], object]", handler), True))
+        for action in offered(Front.PALETTE, app.services.capabilities):
+            handler = handlers[action.tui or ""]  # a palette row without a handler: a bug
+            hint = action.hint or action.description
+            if not action.per_host:
+                out.append((action.label, hint, cast("Callable[[], object]", handler), True))
                 continue
             for name in hosts:  # a destructive per-host command appears when searched for
-                label = intent.label.replace("host", f"host {name}", 1)
+                label = action.label.replace("host", f"host {name}", 1)
                 per_host = cast("Callable[[str], object]", handler)
-                out.append((label, intent.help, partial(per_host, name), not intent.confirm))
+                out.append((label, hint, partial(per_host, name), not action.confirm))
         return out
 
     async def discover(self) -> Hits:

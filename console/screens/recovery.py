@@ -16,9 +16,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import ProgressBar, Static
 
-from console.services.model import RecoveryStatus, RecoveryStep, StepState
 from console.screens.base import PhantomScreen
+from console.screens.keys import table_key
 from console.screens.state import clock_time, duration, short_host
+from console.services.model import RecoveryStatus, RecoveryStep, StepState
 
 STEP_GLYPH = {
     StepState.PENDING: ("○", "dim"),
@@ -144,20 +145,8 @@ class RecoveryScreen(PhantomScreen):
     CSS_PATH = "recovery.tcss"
     BINDING_GROUP_TITLE = "Recovery"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "r",
-            "app.recover",
-            "Recover now",
-            id="recovery.run",
-            tooltip="Run detect → recreate → bootstrap → Ray → tunnel → relaunch now (confirms)",
-        ),
-        Binding(
-            "a",
-            "app.toggle_auto",
-            "Toggle auto",
-            id="recovery.auto",
-            tooltip="Let the watchdog recover on its own, or only when you press r",
-        ),
+        table_key("recovery.run"),
+        table_key("recovery.auto"),
         Binding(
             "ctrl+r",
             "app.refresh_recovery",

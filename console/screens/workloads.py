@@ -22,11 +22,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from console.services.capabilities import Capability, can
-from console.services.model import JobStatus, PodSnapshot, PodStatus, WorkloadStatus
 from console.screens.base import FilteredScreen
 from console.screens.jobs import STATUS_STYLE
+from console.screens.keys import table_key
 from console.screens.state import ago
+from console.services.action_table import can, intent_of
+from console.services.capabilities import Capability
+from console.services.model import JobStatus, PodSnapshot, PodStatus, WorkloadStatus
 from console.widgets.table import Cell, PhantomTable
 
 WIDE = 110  # from this many columns on, every `kubectl get jobset` column has room
@@ -140,12 +142,8 @@ class WorkloadsScreen(FilteredScreen):
     MODE = "workloads"
     WATCHES = frozenset({"pod", "tick"})
     CSS_PATH = "workloads.tcss"
-    # This screen's actions, by the intent each one is (``capabilities.INTENTS``).
-    INTENT_OF: ClassVar[dict[str, str]] = {
-        "logs": "workload_logs",
-        "delete": "delete_workload",
-        "preempt_slice": "preempt_slice",
-    }
+    # This screen's actions, by the table's intent each one is (``action_table``).
+    INTENT_OF: ClassVar[dict[str, str]] = intent_of("workloads")
     BINDING_GROUP_TITLE = "Workloads (GKE)"
     FILTER_PLACEHOLDER = "filter workloads: text in any column (grpo, Failed, disrupted)"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -156,35 +154,10 @@ class WorkloadsScreen(FilteredScreen):
             id="workloads.filter",
             tooltip="Show only workloads whose row contains the text",
         ),
-        Binding(
-            "l",
-            "logs",
-            "Logs",
-            id="workloads.logs",
-            tooltip="Follow the highlighted pod's log, or a workload's (its coordinator's)",
-        ),
-        Binding(
-            "x",
-            "delete",
-            "Delete",
-            id="workloads.delete",
-            tooltip="Delete the highlighted workload and its pods (asks to confirm)",
-        ),
-        Binding(
-            "p",
-            "preempt_slice",
-            "Preempt",
-            id="workloads.preempt_slice",
-            tooltip="GKE emulator: reclaim the highlighted pod's TPU slice (asks to confirm)",
-        ),
-        Binding(
-            "ctrl+r",
-            "app.refresh_pod",
-            "Refresh",
-            show=False,
-            id="workloads.refresh",
-            tooltip="Poll the cluster now",
-        ),
+        table_key("workloads.logs"),
+        table_key("workloads.delete"),
+        table_key("workloads.preempt_slice"),
+        table_key("workloads.refresh"),
         Binding(
             "escape",
             "clear_filter",

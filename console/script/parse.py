@@ -38,7 +38,7 @@ from console.script.language import (
     LOCAL_HOSTS_PER_BLOCK as HOSTS_PER_BLOCK,
 )
 from console.script.workload_args import PathExists, load_spec_file, shown, workload_problems
-from console.services.capabilities import refusal
+from console.services.action_table import refusal_for
 from console.services.jobs.spec import SubmitSpec
 from console.wiring import capabilities_for
 
@@ -201,13 +201,14 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
 def _check_provider(adef: ActionDef, config: Config) -> None:
     """An action the configured cluster cannot do (what its backend declares) is refused:
     another kind of cluster's verbs, and emulator verbs on a real one."""
-    if adef.needs is None or adef.needs in capabilities_for(config):
+    if adef.row is None:  # a directive: every cluster
+        return
+    why = refusal_for(adef.row, capabilities_for(config))
+    if why is None:
         return
     provider = config.cluster.provider
     where = f"provider {provider!r}" + (" with a kubeconfig" if config.is_gke else "")
-    raise _ArgError(
-        f"{refusal(adef.name, adef.needs)}; this config drives {where} ({config.source})"
-    )
+    raise _ArgError(f"{why}; this config drives {where} ({config.source})")
 
 
 def _unknown_action(name: str) -> str:

@@ -26,8 +26,25 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from console.screens.base import PhantomScreen
+from console.screens.cadence import CadenceScreen
+from console.screens.events import EventsScreen
+from console.screens.help import HelpScreen
+from console.screens.host import HostScreen
+from console.screens.jobs import JobsScreen
+from console.screens.keys import table_key
+from console.screens.ledger import LedgerScreen
+from console.screens.logview import LogViewScreen
+from console.screens.overview import OverviewScreen
+from console.screens.palette import PhantomCommands
+from console.screens.recovery import RecoveryScreen
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState
+from console.screens.submit import SubmitScreen
+from console.screens.workload_form import WorkloadFormScreen
+from console.screens.workloads import WorkloadsScreen
+from console.services.action_table import can
 from console.services.api import ConsoleServices
-from console.services.capabilities import Capability, can
+from console.services.capabilities import Capability
 from console.services.errors import JobsUnavailable
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.sweeplink import wandb_sweep_url
@@ -54,21 +71,6 @@ from console.tui.messages import (
     RecoveryUpdated,
     UpdateBridge,
 )
-from console.screens.base import PhantomScreen
-from console.screens.cadence import CadenceScreen
-from console.screens.events import EventsScreen
-from console.screens.help import HelpScreen
-from console.screens.host import HostScreen
-from console.screens.jobs import JobsScreen
-from console.screens.ledger import LedgerScreen
-from console.screens.logview import LogViewScreen
-from console.screens.overview import OverviewScreen
-from console.screens.palette import PhantomCommands
-from console.screens.recovery import RecoveryScreen
-from console.screens.submit import SubmitScreen
-from console.screens.workload_form import WorkloadFormScreen
-from console.screens.workloads import WorkloadsScreen
-from console.screens.state import DEFAULT_LOG_RING, ConsoleState
 
 T = TypeVar("T")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython default 700)
@@ -141,14 +143,7 @@ class PhantomApp(ClusterActions):
         Binding(
             "q", "quit", "Quit", id="app.quit", tooltip="Leave the console (the pod keeps running)"
         ),
-        Binding(
-            "s",
-            "submit_form",
-            "Submit",
-            id="app.submit",
-            tooltip="Open the job submission form (single, distributed or sweep); on GKE, "
-            "the new-workload form (a JobSet)",
-        ),
+        table_key("app.submit"),
     ]
 
     def __init__(
@@ -304,7 +299,7 @@ class PhantomApp(ClusterActions):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A key is offered only where the cluster can do what it asks (its backend's
-        declaration: ``capabilities.INTENTS``); the footer and help follow."""
+        declaration, through ``action_table``); the footer and help follow."""
         return can(action, self.services.capabilities)
 
     def action_refresh_pod(self) -> None:

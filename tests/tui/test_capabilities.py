@@ -8,11 +8,12 @@ TPU VM pod (gcp) no emulator verb is.
 from __future__ import annotations
 
 from console.config import parse_config
-from console.services.capabilities import INTENTS, Capability
 from console.screens.help import HelpScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.workloads import WorkloadsScreen
+from console.services.action_table import ACTIONS, Front
+from console.services.capabilities import Capability
 from console.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle
@@ -71,11 +72,12 @@ async def test_bring_up_is_a_key_only_where_there_are_vms_to_bring_up() -> None:
 
 
 def test_every_intent_has_a_unique_id_and_a_known_capability() -> None:
-    assert len({i.id for i in INTENTS}) == len(INTENTS)
-    assert all(i.needs is None or isinstance(i.needs, Capability) for i in INTENTS)
+    intents = [a.tui for a in ACTIONS if a.tui]
+    assert len(set(intents)) == len(intents)
+    assert all(a.needs is None or isinstance(a.needs, Capability) for a in ACTIONS)
     handled = set(PhantomCommands.handled())
-    on_screens = {"workload_logs", "delete_workload", "preempt_slice"}  # the Workloads keys
-    assert {i.id for i in INTENTS} == handled | on_screens
+    keys_only = {a.tui for a in ACTIONS if a.tui and Front.PALETTE not in a.fronts}
+    assert set(intents) == handled | keys_only
 
 
 async def test_the_overview_on_gke_lists_nodes_apart_without_ray_or_ssh_columns() -> None:
