@@ -18,10 +18,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from console.services.model import Event, EventKind
-from console.services.record.incidents import Incident, group, in_time_order, incident_of
 from console.screens.base import FilteredScreen
 from console.screens.state import clock_time, duration, short_host
+from console.services.model import Event, EventKind, IncidentOutcome
+from console.services.record.incidents import Incident, group, in_time_order, incident_of
 from console.widgets.table import Cell
 
 KIND_STYLE: dict[str, str] = {
@@ -87,7 +87,7 @@ def incident_message(data: Mapping[str, Any]) -> str:
     """The incident row's message: how it ended first (the kind and host have columns)."""
     result = str(data.get("result") or "open")
     mttr = data.get("mttr_s")
-    if result == EventKind.RECOVERED and isinstance(mttr, int | float):
+    if data.get("outcome") == IncidentOutcome.RECOVERED and isinstance(mttr, int | float):
         result = f"MTTR {duration(float(mttr))}"  # only a recovery has one: it came back
     parts = [("head: " if data.get("head") else "") + result]
     resub = data.get("resubmitted") or {}
@@ -104,9 +104,9 @@ def incident_cells(
     incident: Incident, node_name: str, message_width: int, expanded: bool
 ) -> tuple[Cell, ...]:
     data = incident.summary.data
-    result = str(data.get("result", ""))
-    style = "bold green" if result == EventKind.RECOVERED else "bold yellow"
-    if result.startswith("failed"):
+    outcome = data.get("outcome")
+    style = "bold green" if outcome == IncidentOutcome.RECOVERED else "bold yellow"
+    if outcome == IncidentOutcome.FAILED:
         style = "bold red"
     kind = str(data.get("trigger_kind") or EventKind.INCIDENT)
     label = ("▾ " if expanded else "▸ ") + KIND_LABEL.get(kind, kind)

@@ -406,6 +406,51 @@ class EventKind(StrEnum):
     ALERT = "alert"
 
 
+class IncidentCause(StrEnum):
+    """What an incident was, from the row that opened it (its summary's ``cause``)."""
+
+    PREEMPTION = "preemption"  # a notice, a VM or a slice reclaimed
+    NODE_FAILURE = "node_failure"  # a host lost, a worker replaced
+    HEAD_LOSS = "head_loss"  # the head host gone, the cluster with it
+    CRASH = "crash"  # a workload's head or JobSet failed
+    RAY_FAILURE = "ray_failure"  # a Ray node down or doubled on one host
+    UNREACHABLE = "unreachable"  # SSH or the host out of reach
+    STALL = "stall"  # metrics stopped arriving
+    REQUESTED = "requested"  # a recovery someone asked for, nothing seen lost
+    OTHER = "other"
+
+
+class IncidentOutcome(StrEnum):
+    """How an incident ended (its summary's ``outcome``; ``failed_step`` says where a
+    failed one stopped)."""
+
+    RECOVERING = "recovering"
+    NO_RECOVERY = "no recovery"  # trouble no recovery followed (yet)
+    RECOVERED = "recovered"
+    NOTHING_TO_RECOVER = "nothing to recover"
+    FAILED = "failed"
+
+
+# The row that opened an incident -> what the incident was (``IncidentCause.OTHER`` else; a
+# TPU state change counts as a preemption when it went to PREEMPTED, the only one that opens).
+CAUSE_OF_KIND: Mapping[str, IncidentCause] = {
+    EventKind.PREEMPTION_NOTICE: IncidentCause.PREEMPTION,
+    EventKind.PREEMPTED: IncidentCause.PREEMPTION,
+    EventKind.STATE_CHANGE: IncidentCause.PREEMPTION,
+    EventKind.HOST_LOST: IncidentCause.NODE_FAILURE,
+    EventKind.WORKER_REPLACED: IncidentCause.NODE_FAILURE,
+    EventKind.HEAD_LOST: IncidentCause.HEAD_LOSS,
+    EventKind.HEAD_FAILED: IncidentCause.CRASH,
+    EventKind.JOBSET_FAILED: IncidentCause.CRASH,
+    EventKind.RAY_NODE_DOWN: IncidentCause.RAY_FAILURE,
+    EventKind.DUPLICATE_RAY_NODE: IncidentCause.RAY_FAILURE,
+    EventKind.HOST_UNREACHABLE: IncidentCause.UNREACHABLE,
+    EventKind.SSH_DOWN: IncidentCause.UNREACHABLE,
+    EventKind.STALLED: IncidentCause.STALL,
+    EventKind.RECOVERY_STARTED: IncidentCause.REQUESTED,
+}
+
+
 @dataclass(frozen=True)
 class Event:
     """A journal row: something observed or done. ``actor`` is who started an action."""

@@ -74,7 +74,13 @@ def test_every_series_from_what_the_services_publish() -> None:
     series.offer(
         Event(at=1002.0, kind=EventKind.PREEMPTED, message="lost", host="phantom-pod-w0", data={})
     )
-    summary = {"incident": "inc-1", "result": "recovered", "mttr_s": 42.0, "detect_s": 1.5}
+    summary = {
+        "incident": "inc-1",
+        "result": "recovered",
+        "outcome": "recovered",
+        "mttr_s": 42.0,
+        "detect_s": 1.5,
+    }
     series.offer(
         Event(at=1050.0, kind=EventKind.INCIDENT, message="done", data={**summary, "hosts": ["w2"]})
     )

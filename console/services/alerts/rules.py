@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.config.alerts import AlertKind
-from console.services.model import Event, EventKind, HostState, JobStatus
+from console.services.model import Event, EventKind, HostState, IncidentOutcome, JobStatus
 from console.services.record.incidents import INCIDENT, LOSS_KINDS, incident_of
 
 ALERT = EventKind.ALERT  # the journal's kind for a delivery attempt
@@ -77,10 +77,10 @@ def _classify(e: Event) -> tuple[AlertKind | None, str]:
     ):
         return AlertKind.PREEMPTION, f"preemption:{iid or row}"
     if e.kind == INCIDENT:
-        result = str(e.data.get("result", ""))
-        if result == EventKind.RECOVERED:
+        outcome = e.data.get("outcome")
+        if outcome == IncidentOutcome.RECOVERED:
             return AlertKind.RECOVERED, f"recovered:{iid}"
-        if result.startswith("failed"):
+        if outcome == IncidentOutcome.FAILED:
             return AlertKind.RECOVERY_FAILED, f"recovery_failed:{iid}"
         return None, ""
     if e.kind == EventKind.STALLED:

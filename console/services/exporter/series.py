@@ -37,6 +37,7 @@ from console.services.model import (
     Event,
     EventKind,
     HostState,
+    IncidentOutcome,
     JobInfo,
     PodSnapshot,
     RunCadence,
@@ -140,7 +141,7 @@ class WatchSeries(Collector):
         elif ev.kind == INCIDENT:
             d = ev.data
             mttr, detect = _num(d.get("mttr_s")), _num(d.get("detect_s"))
-            if mttr is not None and d.get("result") == EventKind.RECOVERED:
+            if mttr is not None and d.get("outcome") == IncidentOutcome.RECOVERED:
                 self.recovery.labels(kind=incident_kind(d, self.hosts_total)).observe(mttr)
             if detect is not None:
                 self.detect.observe(detect)

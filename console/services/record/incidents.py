@@ -26,7 +26,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.services.model import Event, EventKind, HostState
+from console.services.model import (
+    CAUSE_OF_KIND,
+    Event,
+    EventKind,
+    HostState,
+    IncidentCause,
+    IncidentOutcome,
+)
 from console.services.record.journal import (
     ACTION,
     RECOVERED,
@@ -142,20 +149,24 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
         lost = _num(e.data.get("steps_lost"))
         if lost is not None:
             steps_lost = (steps_lost or 0) + int(lost)
+    failed_step = ""
     if end is None:
-        result = "recovering" if started is not None else "no recovery"
+        outcome = IncidentOutcome.RECOVERING if started is not None else IncidentOutcome.NO_RECOVERY
     elif end.kind == RECOVERED:
-        result = (
-            EventKind.RECOVERED
+        outcome = (
+            IncidentOutcome.RECOVERED
             if _num(end.data.get("mttr_s")) is not None
-            else "nothing to recover"
+            else IncidentOutcome.NOTHING_TO_RECOVER
         )
     else:
-        result = f"failed at {end.data.get('step') or '?'}"
+        outcome, failed_step = IncidentOutcome.FAILED, str(end.data.get("step") or "?")
     return {
         KEY: incident_id,
         "trigger": trigger,
         "trigger_kind": first.kind if first is not None else "",
+        "cause": CAUSE_OF_KIND.get(first.kind, IncidentCause.OTHER)
+        if first is not None
+        else IncidentCause.OTHER,
         "host": first.host if first is not None else "",
         "hosts": hosts,
         "head": any(e.kind in (EventKind.HEAD_LOST, EventKind.HEAD_FAILED) for e in rows),
@@ -163,13 +174,20 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
         "ended_at": end.at if end is not None else None,
         "detect_s": detect,
         "mttr_s": _num(end.data.get("mttr_s")) if end is not None else None,
-        "result": result,
+        "result": result_text(outcome, failed_step),  # for people; readers take the outcome
+        "outcome": outcome,
+        "failed_step": failed_step,
         "steps": steps,
         "resubmitted": resubmitted,
         "steps_lost": steps_lost,
         "folded": folded,
         "rows": len(rows),
     }
+
+
+def result_text(outcome: str, failed_step: str = "") -> str:
+    """How an incident ended, in words."""
+    return f"failed at {failed_step}" if outcome == IncidentOutcome.FAILED else str(outcome)
 
 
 def summary_text(data: Mapping[str, Any]) -> str:
@@ -181,9 +199,10 @@ def summary_text(data: Mapping[str, Any]) -> str:
     hosts = data.get("hosts") or ([data["host"]] if data.get("host") else [])
     if hosts:
         what += f" ({', '.join(str(h) for h in hosts)})"
-    result = str(data.get("result", ""))
+    outcome = str(data.get("outcome", ""))
+    result = result_text(outcome, str(data.get("failed_step", "")))
     mttr = _num(data.get("mttr_s"))
-    if result == EventKind.RECOVERED and mttr is not None:
+    if outcome == IncidentOutcome.RECOVERED and mttr is not None:
         result = f"recovered in {mttr:.1f}s"
     parts = [f"{what}: {result}"]
     resub = data.get("resubmitted") or {}

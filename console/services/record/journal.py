@@ -33,11 +33,19 @@ from typing import Any
 
 from console.config import default_state_dir
 from console.secrets import Scrubber
-from console.services.model import ActionResult, Event, EventKind, HostResult
+from console.services.model import (
+    CAUSE_OF_KIND,
+    ActionResult,
+    Event,
+    EventKind,
+    HostResult,
+    IncidentCause,
+    IncidentOutcome,
+)
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 ACTION = EventKind.ACTION
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = EventKind.RECOVERY_STARTED
@@ -106,6 +114,30 @@ _MIGRATIONS: dict[int, str] = {
         );
     """,
 }
+
+# Version 5: what readers used to take out of a row's words is a field of its data. A
+# ``recovery_started`` row carries its ``trigger``; an incident's summary its ``outcome``
+# (``IncidentOutcome``), ``failed_step`` and ``cause`` (``IncidentCause``). Rows written
+# before get them here, once, from the words they were written with.
+_CAUSE_CASE = " ".join(f"WHEN '{k}' THEN '{c}'" for k, c in CAUSE_OF_KIND.items())
+_MIGRATIONS[5] = f"""
+    UPDATE events SET data = json_set(data, '$.trigger',
+        CASE WHEN message LIKE 'recovery started: %' THEN substr(message, 19) ELSE message END)
+    WHERE kind = '{EventKind.RECOVERY_STARTED}' AND json_valid(data)
+        AND json_type(data) = 'object' AND json_type(data, '$.trigger') IS NULL;
+    UPDATE events SET data = json_set(data,
+        '$.outcome', CASE
+            WHEN json_extract(data, '$.result') IN ({", ".join(f"'{o}'" for o in IncidentOutcome if o != IncidentOutcome.FAILED)})
+                THEN json_extract(data, '$.result')
+            WHEN json_extract(data, '$.result') LIKE 'failed%' THEN '{IncidentOutcome.FAILED}'
+            ELSE '{IncidentOutcome.NO_RECOVERY}' END,
+        '$.failed_step', CASE WHEN json_extract(data, '$.result') LIKE 'failed at %'
+            THEN substr(json_extract(data, '$.result'), 11) ELSE '' END,
+        '$.cause', CASE json_extract(data, '$.trigger_kind') {_CAUSE_CASE}
+            ELSE '{IncidentCause.OTHER}' END)
+    WHERE kind = '{EventKind.INCIDENT}' AND json_valid(data)
+        AND json_type(data) = 'object' AND json_type(data, '$.outcome') IS NULL
+"""
 
 
 class JournalError(Exception):
@@ -417,7 +449,7 @@ class Journal:
                     started_at=open_.at,
                     ended_at=ev.at,
                     ok=ok,
-                    trigger=_trigger(open_.message),
+                    trigger=trigger_of(open_),
                     actor=open_.actor,
                     mttr_s=mttr if mttr is not None or not ok else ev.at - open_.at,
                     detect_s=detect,
@@ -451,9 +483,10 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _trigger(message: str) -> str:
-    prefix = "recovery started: "
-    return message[len(prefix) :] if message.startswith(prefix) else message
+def trigger_of(started: Event) -> str:
+    """What a ``recovery_started`` row says started it (its ``data.trigger``; rows written
+    before it was a field got it when their journal was migrated to version 5)."""
+    return str(started.data.get("trigger", ""))
 
 
 def _unfinished(ev: Event) -> Recovery:
@@ -461,7 +494,7 @@ def _unfinished(ev: Event) -> Recovery:
         started_at=ev.at,
         ended_at=None,
         ok=None,
-        trigger=_trigger(ev.message),
+        trigger=trigger_of(ev),
         actor=ev.actor,
         mttr_s=None,
         detect_s=_num(ev.data.get("detect_s")),

@@ -25,6 +25,7 @@ from console.services.record.journal import (
     RECOVERY_FAILED,
     RECOVERY_STARTED,
     Journal,
+    trigger_of,
 )
 from console.services.record.lease import PodLeases
 from console.services.record.sink import EventSink
@@ -72,12 +73,11 @@ class RecoveryView:
         """Apply one row; True when the status changed."""
         st = self.status
         if ev.kind == RECOVERY_STARTED:
-            trigger = ev.message.removeprefix("recovery started: ")
             self.status = RecoveryStatus(
                 active=True,
                 auto=st.auto,
                 steps=tuple(RecoveryStep(name=n) for n in self.step_names),
-                trigger=trigger,
+                trigger=trigger_of(ev),
                 started_at=ev.at,
                 detect_s=_num(ev.data.get("detect_s")),
                 owner=st.owner,

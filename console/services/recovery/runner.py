@@ -199,7 +199,9 @@ class RecoveryRunner:
                 EventKind.RECOVERY_STARTED,
                 f"recovery started: {run.trigger}",
                 actor=run.actor,
-                data={"detect_s": run.detect_s} if run.detect_s is not None else None,
+                # The trigger as a field: followers and the journal read it, never the message.
+                data={"trigger": run.trigger}
+                | ({"detect_s": run.detect_s} if run.detect_s is not None else {}),
             )
             for rnd in range(1, self.settings.max_rounds + 1):
                 if rnd > 1:

@@ -15,8 +15,15 @@ from pathlib import Path
 import pytest
 
 from console.secrets import MASK
-from console.services.model import ActionResult, Event, HostResult
+from console.services.model import (
+    ActionResult,
+    Event,
+    HostResult,
+    IncidentCause,
+    IncidentOutcome,
+)
 from console.services.record.journal import (
+    _MIGRATIONS,
     SCHEMA_VERSION,
     AsyncJournal,
     Journal,
@@ -94,7 +101,7 @@ def test_action_time_defaults_to_when_it_started(tmp_path: Path) -> None:
 
 
 def test_schema_is_versioned_and_wal(journal: Journal, tmp_path: Path) -> None:
-    assert journal.schema_version == SCHEMA_VERSION == 4
+    assert journal.schema_version == SCHEMA_VERSION == 5
     db = sqlite3.connect(journal.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -244,7 +251,7 @@ def _watchdog_rows(j: Journal) -> None:
             "recovery_started",
             "recovery started: host-2 lost",
             actor="watchdog",
-            data={"detect_s": 1.5},
+            data={"trigger": "host-2 lost", "detect_s": 1.5},
         )
     )
     j.record_action("watchdog", "recovery.recreate", {}, 10.0, True, at=101.0)
@@ -258,7 +265,13 @@ def _watchdog_rows(j: Journal) -> None:
         )
     )
     j.record_event(
-        ev(200.0, "recovery_started", "recovery started: requested by user", actor="user")
+        ev(
+            200.0,
+            "recovery_started",
+            "recovery started: requested by user",
+            actor="user",
+            data={"trigger": "requested by user"},
+        )
     )
     j.record_event(
         ev(
@@ -275,7 +288,7 @@ def _watchdog_rows(j: Journal) -> None:
             "recovery_started",
             "recovery started: head lost",
             actor="watchdog",
-            data={"detect_s": 4.0},
+            data={"trigger": "head lost", "detect_s": 4.0},
         )
     )
     j.record_event(
@@ -293,7 +306,7 @@ def _watchdog_rows(j: Journal) -> None:
             "recovery_started",
             "recovery started: head lost",
             actor="watchdog",
-            data={"detect_s": 2.0},
+            data={"trigger": "head lost", "detect_s": 2.0},
         )
     )
     j.record_event(
@@ -311,7 +324,7 @@ def _watchdog_rows(j: Journal) -> None:
             "recovery_started",
             "recovery started: host-1 lost",
             actor="watchdog",
-            data={"detect_s": 3.0},
+            data={"trigger": "host-1 lost", "detect_s": 3.0},
         )
     )
 
@@ -346,3 +359,50 @@ async def test_reads_for_the_event_loop(journal: Journal) -> None:
     assert rows[1].actor == "watchdog" and rows[1].data["action"] == "recovery.bootstrap"
     assert await reads.recoveries() == []
     sink.close()
+
+
+def test_a_journal_written_before_triggers_were_fields_still_reads(tmp_path: Path) -> None:
+    """A version-4 journal (an older phantom's): its recovery rows said their trigger only in
+    the message, its incident summaries their end only in words. Opened now, it is migrated
+    once: the trigger, the outcome, the failed step and the cause are fields, and nothing
+    reads the words again."""
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    for version in range(1, 5):
+        for statement in _MIGRATIONS[version].split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 4")
+    rows = [
+        (100.0, "preempted", "watchdog", "host-2 preempted", "{}"),
+        (101.0, "recovery_started", "watchdog", "recovery started: host-2 lost", '{"detect_s": 1.5}'),
+        (160.0, "recovered", "watchdog", "cluster recovered in 59.5s", '{"mttr_s": 59.5}'),
+        (300.0, "recovery_started", "user", "recovery started: requested by user", "{}"),
+        (420.0, "recovery_failed", "user", "recovery failed at bootstrap: ...", '{"step": "bootstrap"}'),
+        (100.0, "incident", "watchdog", "preempted (host-2): recovered in 59.5s",
+         '{"incident": "inc-1", "trigger_kind": "preempted", "result": "recovered", "mttr_s": 59.5}'),
+        (300.0, "incident", "watchdog", "recovery started: failed at bootstrap",
+         '{"incident": "inc-2", "trigger_kind": "recovery_started", "result": "failed at bootstrap"}'),
+    ]  # fmt: skip
+    db.executemany(
+        "INSERT INTO events (at, kind, actor, message, data) VALUES (?, ?, ?, ?, ?)", rows
+    )
+    db.commit()
+    db.close()
+
+    with Journal(path) as j:
+        assert j.schema_version == SCHEMA_VERSION
+        assert [(r.trigger, r.ok, r.failed_step) for r in j.recoveries()] == [
+            ("host-2 lost", True, ""),
+            ("requested by user", False, "bootstrap"),
+        ]
+        summaries = [e.data for e in j.query(kinds=["incident"])]
+        assert [(d["outcome"], d["failed_step"], d["cause"]) for d in summaries] == [
+            (IncidentOutcome.RECOVERED, "", IncidentCause.PREEMPTION),
+            (IncidentOutcome.FAILED, "bootstrap", IncidentCause.REQUESTED),
+        ]
+        assert summaries[0]["result"] == "recovered"  # the words stay, for people
+        assert [e.message for e in j.query(kinds=["recovery_started"])] == [
+            "recovery started: host-2 lost",
+            "recovery started: requested by user",
+        ]
