@@ -28,16 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.config import CapacityConfig
-from console.services.backends.tpu_vm.capacity import Capacity
-from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
-from console.wiring.harness import (
+from benchmarks.pods import (
     preempt,
     seeded_windows,
     start_pod,
     stop_pod,
     zone_stocked_out,
 )
+from console.config import CapacityConfig
+from console.services.backends.tpu_vm.capacity import Capacity
+from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
 
 ZONES = ("local-a", "local-b", "local-c")
 LEAD_S = 3.0  # the preempted zone's stockout opens this long after start-up

@@ -70,10 +70,7 @@ from benchmarks.chaos_report import (
     table,
     target_step,
 )
-from console.services.facade import Facade
-from console.services.model import TERMINAL_JOBS, JobStatus, RecoveryStatus, Update
-from console.wiring import make_services
-from console.wiring.harness import (
+from benchmarks.pods import (
     PodInfo,
     daemon_pid,
     leftovers,
@@ -82,6 +79,9 @@ from console.wiring.harness import (
     start_pod,
     stop_pod,
 )
+from console.services.facade import Facade
+from console.services.model import TERMINAL_JOBS, JobStatus, RecoveryStatus, Update
+from console.wiring import make_services
 
 TAIL_S = 0.25  # how often the trainers' log files are read
 

@@ -57,6 +57,7 @@ from typing import Any
 
 import asyncssh
 
+from benchmarks.pods import PodInfo, pod_status, preempt_host, start_pod, stop_pod
 from benchmarks.zone_rates import observation
 from console.config import Config
 from console.services.backends.tpu_vm.tpu import GcpTpuProvider, local_client
@@ -71,7 +72,6 @@ from console.services.model import Event, EventKind, JobStatus
 from console.services.record.journal import ACTION, RECOVERED, Journal
 from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
-from console.wiring.harness import PodInfo, pod_status, preempt_host, start_pod, stop_pod
 from emulators.tpu_pod.client import async_recreate
 from engine.contract import parse_checkpoint_saved
 from engine.trainconfig import DEFAULT_CHECKPOINT_EVERY

@@ -31,12 +31,12 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from benchmarks.pods import MAX_HOSTS, daemon_pid, start_pod, stop_pod
 from benchmarks.proc import cpu_s
 from console.config import SshConfig
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyPolicy
 from console.services.backends.tpu_vm.ssh import SshFanout
-from console.wiring.harness import MAX_HOSTS, daemon_pid, start_pod, stop_pod
 
 
 class Sample(NamedTuple):

@@ -46,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pods import MAX_HOSTS, PodInfo, pod_config, preempt, start_pod, stop_pod
 from benchmarks.proc import cpu_s, descendants, footprint, processes_footprint
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.probes import ProbePlanner
@@ -54,7 +55,6 @@ from console.services.observation import Observation
 from console.services.recovery.classify import HostCondition
 from console.services.recovery.diagnosis import diagnose
 from console.wiring import make_services
-from console.wiring.harness import MAX_HOSTS, PodInfo, pod_config, preempt, start_pod, stop_pod
 
 WARMUP = 3
 WARMUP_DEADLINE_S = 600.0

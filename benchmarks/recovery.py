@@ -65,15 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import fanout as bench_fanout
-from console.config import Config
-from console.services.backends.tpu_vm.backend import TpuVmBackend
-from console.services.backends.tpu_vm.ray import alive_by_ip
-from console.services.facade import Facade
-from console.services.jobs.spec import SubmitSpec
-from console.services.model import JobStatus, RecoveryStatus, Update
-from console.services.recovery.runner import Plan
-from console.wiring import make_services
-from console.wiring.harness import (
+from benchmarks.pods import (
     PodInfo,
     gcp_config,
     gcp_user_key,
@@ -82,6 +74,14 @@ from console.wiring.harness import (
     start_pod,
     stop_pod,
 )
+from console.config import Config
+from console.services.backends.tpu_vm.backend import TpuVmBackend
+from console.services.backends.tpu_vm.ray import alive_by_ip
+from console.services.facade import Facade
+from console.services.jobs.spec import SubmitSpec
+from console.services.model import JobStatus, RecoveryStatus, Update
+from console.services.recovery.runner import Plan
+from console.wiring import make_services
 
 SLEEPER = textwrap.dedent(
     """

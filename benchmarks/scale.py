@@ -35,11 +35,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pods import MAX_HOSTS, pod_config, preempt, start_pod, stop_pod
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.recovery.classify import HostCondition
 from console.services.recovery.diagnosis import diagnose
 from console.wiring import make_services
-from console.wiring.harness import MAX_HOSTS, pod_config, preempt, start_pod, stop_pod
 
 BOOTSTRAP = 'python3 -c "import sys"'
 

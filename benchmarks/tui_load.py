@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pods import PodInfo, start_pod, stop_pod
 from console.wiring.control import LOCAL_POD_NICE
-from console.wiring.harness import PodInfo, start_pod, stop_pod
 
 REPO = Path(__file__).resolve().parent.parent
 STEP = re.compile(r"\[engine\] progress step=(\d+)")

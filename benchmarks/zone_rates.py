@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pods import preempt, start_pod, stop_pod
 from console.config import CapacityConfig
 from console.services.backends.tpu_vm.capacity import Attempt, Capacity
 from console.services.backends.tpu_vm.node import NodeInfo
@@ -55,7 +56,6 @@ from console.services.observation import HostObservation, Observation
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
-from console.wiring.harness import preempt, start_pod, stop_pod
 
 ZONES = ("local-a", "local-b", "local-c")
 HOSTS = 4

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pods import gcp_config, gcp_user_key
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.tpu import local_client
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import RecoveryStatus
 from console.wiring import make_services
-from console.wiring.harness import gcp_config, gcp_user_key
 from emulators.tpu_pod import client as pod_client
 from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pods import pod_config
 from console.config import Config
 from console.services.record.journal import Journal
 from console.tui.app import PhantomApp, TuiSettings
 from console.widgets.fast_table import FastTable
 from console.wiring import make_services
-from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.script.test_e2e import child_env, phantom_argv

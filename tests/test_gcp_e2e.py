@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from benchmarks.pods import gcp_config, gcp_user_key
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
 from console.status import collect_status
 from console.wiring import REPO_ROOT, make_services
-from console.wiring.harness import gcp_config, gcp_user_key
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from engine.sweep import read_status

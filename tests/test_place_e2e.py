@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.pods import free_ray_ports, gcp_user_key
 from console.config import load_config
 from console.wiring import make_services
-from console.wiring.harness import free_ray_ports, gcp_user_key
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.script.test_e2e import ROOT, child_env, phantom_argv

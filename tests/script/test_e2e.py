@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.pods import free_ray_ports
 from console.config import load_config
 from console.script.parse import parse_script
-from console.wiring.harness import free_ray_ports
 from emulators.tpu_pod.client import leftover_pids, pod_status, stop_pod
 from tests.support import REPO
 from tests.support.waiting import wait_until

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.pods import pod_config
 from console.services.facade import Facade
 from console.services.model import PodSnapshot
 from console.services.recovery.classify import HostCondition
 from console.wiring import make_services
-from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod

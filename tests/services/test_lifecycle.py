@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pods import pod_config
 from console.config import Config
 from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import PodSnapshot, RecoveryStatus
 from console.wiring import make_services
-from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from emulators.tpu_pod.procs import find_marked, marker_value

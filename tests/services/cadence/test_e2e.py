@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pods import pod_config
 from console.services.jobs.spec import SubmitSpec
 from console.status import collect_status
 from console.wiring import make_services
-from console.wiring.harness import pod_config
 from emulators.tpu_pod.client import PodInfo
 from tests.support.waiting import until
 

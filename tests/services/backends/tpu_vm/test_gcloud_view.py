@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pods import gcp_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.wiring import make_services
-from console.wiring.harness import gcp_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import gcloud_json, needs_gcloud, running_pod

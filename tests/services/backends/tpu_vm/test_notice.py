@@ -14,9 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from benchmarks.pods import pod_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.wiring import make_services
-from console.wiring.harness import pod_config
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.fixtures_pod import ssh_run

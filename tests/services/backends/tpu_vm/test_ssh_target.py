@@ -15,11 +15,11 @@ from typing import Any
 import asyncssh
 import pytest
 
+from benchmarks.pods import gcp_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.backends.tpu_vm.hostkeys import host_pattern
 from console.services.facade import Facade
 from console.wiring import make_services
-from console.wiring.harness import gcp_config
 from emulators.tpu_pod.client import PodInfo
 from tests.support.emulator_helpers import running_pod
 

@@ -1,8 +1,9 @@
 """Emulated pods for tests and benchmarks: start one, a Config driving it, stop it.
 
 Tests and benchmarks run several pods and Ray clusters side by side on one machine, so
-they cannot use Ray's fixed default ports; this is the one place that picks them. Benchmarks
-reach the emulator only through here (``console.wiring`` is the console's door to it).
+they cannot use Ray's fixed default ports; this is the one place that picks them. It lives
+beside the benchmarks, outside the product: the console reaches the emulator only through
+its composition root (``console.wiring``), never through this.
 """
 
 from __future__ import annotations
@@ -69,6 +70,40 @@ def pod_config(
         },
         source=source,
     )
+
+
+def pod_toml(pod: PodInfo, work_dir: Path, poll_s: float = 0.5, extra: str = "") -> str:
+    """``pod_config`` as a config file's text, for a `phantom` child process (`watch`)."""
+    ray = pod_config(pod, work_dir).ray
+    return f"""
+[cluster]
+provider = "local"
+hosts = {len(pod.hosts)}
+run_dir = "{pod.run_dir}"
+
+[ssh]
+connect_timeout_s = 5.0
+retries = 1
+command_timeout_s = 240.0
+
+[ray]
+gcs_port = {ray.gcs_port}
+dashboard_port = {ray.dashboard_port}
+client_port = {ray.client_port}
+local_dashboard_port = {ray.local_dashboard_port}
+local_client_port = {ray.local_client_port}
+num_cpus = 1
+object_store_mb = 100
+
+[wandb]
+mode = "offline"
+dir = "{work_dir / "wandb"}"
+
+[recovery]
+poll_interval_s = {poll_s}
+ready_timeout_s = 120.0
+step_retries = 2
+{extra}"""
 
 
 def gcp_user_key(path: Path) -> Path:
