@@ -19,6 +19,10 @@ os.environ.pop("WANDB_API_KEY", None)
 os.environ["PHANTOM_NO_CONFIG_DISCOVERY"] = "1"
 os.environ["XDG_STATE_HOME"] = os.path.join(_SESSION_HOME, "state")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_SESSION_HOME, "config")
+# wandb-core's debug logs and the like went to ~/.cache; with pytest-xdist every worker
+# imports this file, so each worker has its own dirs and default run dirs never collide.
+os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_HOME, "cache")
+os.environ["XDG_DATA_HOME"] = os.path.join(_SESSION_HOME, "data")
 os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 
 # The emulator pod fixtures (`pod`, `ray_pod`) live in tests/support/fixtures_pod.py.
