@@ -13,7 +13,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ import pytest
 from console.services.backends.tpu_vm import raycmd
 from console.wiring.pod import LOCAL_RAY_SIZING
 from emulators.tpu_pod.client import PodInfo, leftover_pids, start_pod, stop_pod
+from tests.support.waiting import wait_until
 
 POD_HOSTS = 4
 POD_READY_DELAY = 0.2  # seconds; small so recreate-heavy tests stay fast
@@ -213,17 +213,14 @@ def start_ray(info: PodInfo, workers: Sequence[int] | None = None) -> RayPod:
 
 
 def _wait_dashboard(url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(f"{url}/api/version", timeout=5) as resp:
-                if resp.status == 200:
-                    return
+                return bool(resp.status == 200)
         except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"Ray dashboard at {url} did not answer within {timeout}s")
-        time.sleep(0.2)
+            return False
+
+    wait_until(answers, timeout, f"the Ray dashboard at {url} to answer")
 
 
 def stop_ray(info: PodInfo) -> None:
