@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run console actions from FILE ('-' for stdin) without a screen",
     )
     parser.add_argument(
+        "--metrics",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="with the TUI: also serve Prometheus /metrics and /healthz there "
+        "(`phantom watch --metrics` without a screen)",
+    )
+    parser.add_argument(
         "--script-help",
         action="store_true",
         help="print the script language reference (actions, flags, exit codes) and exit",
@@ -319,7 +326,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status_main(config, as_json=args.json)
         from console.tui.main import run_tui
 
-        return run_tui(config)
+        if args.metrics is not None:
+            from console.config.listen import bind_problem
+
+            problem = bind_problem(args.metrics)
+            if problem:
+                print(
+                    f"phantom: --metrics {args.metrics}: cannot listen there ({problem}); "
+                    "pick a free port",
+                    file=sys.stderr,
+                )
+                return exit_codes.USAGE
+        return run_tui(config, metrics=args.metrics)
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
 

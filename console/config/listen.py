@@ -54,3 +54,17 @@ def parse_listen(text: str, default_host: str = "127.0.0.1") -> Listen:
                 f"{text!r}: {host!r} is not an IP address (write 127.0.0.1, ::1 or localhost)"
             ) from None
     return Listen(host, port)
+
+
+def bind_problem(listen: Listen) -> str:
+    """Why nothing can listen on ``listen`` now (in use, not an address of this machine), or
+    "": a check before a front end starts whose server binds later."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((listen.host, listen.port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""

@@ -7,21 +7,24 @@ import sys
 import time
 
 from console.config import Config
+from console.config.listen import Listen
 from console.services.capabilities import Capability
 from console.services.model import PodSnapshot
 from console.tui.app import PhantomApp, TuiSettings
 
 
-def make_app(config: Config, *, settings: TuiSettings | None = None) -> PhantomApp:
+def make_app(
+    config: Config, *, settings: TuiSettings | None = None, metrics: Listen | None = None
+) -> PhantomApp:
     """The app on the configured cluster (real services, imported only here, lazily, and
-    built behind the first frame)."""
+    built behind the first frame); ``metrics``: the Prometheus series served there too."""
     from console.wiring import deferred_services
 
-    return PhantomApp(deferred_services(config), clock=time.time, settings=settings)
+    return PhantomApp(deferred_services(config, metrics), clock=time.time, settings=settings)
 
 
-def run_tui(config: Config) -> int:
-    app = make_app(config, settings=TuiSettings(gc_freeze=True))
+def run_tui(config: Config, metrics: Listen | None = None) -> int:
+    app = make_app(config, settings=TuiSettings(gc_freeze=True), metrics=metrics)
     result = app.run()
     note = farewell(config, app.state.pod, app.services.capabilities)
     if note:

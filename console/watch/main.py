@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
@@ -34,8 +33,6 @@ if TYPE_CHECKING:
     from console.services.record.lease import FileLease
 
 ServicesFactory = Callable[[Config], "ConsoleServices"]
-# /healthz turns 503 when no poll has finished for this many poll intervals (and 30 s).
-ALIVE_POLLS = 6
 
 
 @dataclass(frozen=True)
@@ -90,8 +87,13 @@ async def _watch(
     err: TextIO,
 ) -> int:
     exporter = None
+    built: list[ConsoleServices] = []
     if options.metrics is not None:
-        exporter = _exporter(config, options.metrics)
+        from console.services.exporter.server import exporter_for
+
+        # Bound before the services exist (a port in use stops here); its ledger reads their
+        # journal once they do.
+        exporter = exporter_for(config, options.metrics, lambda n: built[0].events(limit=n))
         try:
             await exporter.server.bind()
         except OSError as exc:
@@ -117,6 +119,7 @@ async def _watch(
         print(f"phantom watch: cannot reach the cluster: {exc}", file=err)
         await _close(exporter)
         return exit_codes.FAILED
+    built.append(services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -128,8 +131,6 @@ async def _watch(
 
     unsubscribe = services.subscribe(on_update)
     if exporter is not None:
-        ledger = _ledger_reader(services)
-        exporter.set_ledger_reader(ledger)
         services.subscribe(exporter.offer)
     code = exit_codes.OK
     started: asyncio.Task[None] | None = None
@@ -199,31 +200,6 @@ def _build(config: Config, factory: ServicesFactory | None) -> ConsoleServices:
     from console.wiring import services_factory
 
     return services_factory()(config)
-
-
-def _exporter(config: Config, listen: Listen) -> Exporter:
-    from console.services.exporter.series import WatchSeries
-    from console.services.exporter.server import Exporter, MetricsServer
-
-    series = WatchSeries(
-        zone=config.cluster.zone,
-        hosts_total=config.cluster.hosts,
-        alive_within_s=max(30.0, ALIVE_POLLS * config.recovery.poll_interval_s),
-    )
-    return Exporter(series, MetricsServer(series, listen))
-
-
-def _ledger_reader(services: ConsoleServices) -> Callable[[], Any]:
-    """The ledger over the whole journal (no job logs: the gauges need goodput and money)."""
-    from console.services.ledger.book import ROWS, book
-
-    async def read() -> Any:
-        rows = await services.events(limit=ROWS)
-        now = time.time()
-        result = await asyncio.to_thread(book, rows, services.config, now=now)
-        return result.ledger.to_json()
-
-    return read
 
 
 def _url_host(listen: Listen | None) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.config import Config, ConfigError, default_state_dir
+from console.config.listen import Listen
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -55,12 +56,14 @@ def make_services(
     environ: Mapping[str, str] | None = None,
     progress: Callable[[str], None] | None = None,
     pod_until_ready: bool = True,
+    metrics: Listen | None = None,
 ) -> Facade:
     """The real services for ``config``.
 
     local: the emulator for ``cluster.run_dir`` (started with ``cluster.hosts`` hosts on
     free ports when none runs and ``autostart_pod``; ``progress`` hears how that goes, and
-    ``pod_until_ready=False`` returns while its hosts are still coming up). gcp: Google's
+    ``pod_until_ready=False`` returns while its hosts are still coming up); ``metrics``: also
+    serve the Prometheus series there while the services run (any front end). gcp: Google's
     TPU API (``cluster.api_endpoint`` to override), ``ssh.user``/``ssh.key`` or ``$USER``
     and ``~/.ssh/google_compute_engine``. gke: ``gke.kubeconfig``, or the GKE emulator for
     ``gke.run_dir`` (started when none runs and ``autostart_pod``). Raises ValueError naming
@@ -121,7 +124,11 @@ def make_services(
             registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
             leases=PodLeases(sdir, _pod_key(config)),
             chaos=chaos,
-            consumers=[*_alerts(config, clock), *_notices(config, storage, journal, clock)],
+            consumers=[
+                *_alerts(config, clock),
+                *_notices(config, storage, journal, clock),
+                *_metrics(config, metrics, journal),
+            ],
             advise=None if config.is_gke else _advise_jobs(config, storage, journal, clock),
             clock=clock,
         )
@@ -145,6 +152,18 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
         return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
 
     return [alerter]
+
+
+def _metrics(config: Config, listen: Listen | None, journal: Journal) -> list[MakeConsumer]:
+    """The Prometheus exporter, fed from the facade's bus like the alerts (the TUI's
+    ``--metrics``; `phantom watch` binds its own before it builds the services)."""
+    if listen is None:
+        return []
+    from console.services.exporter.server import exporter_for
+    from console.services.record.journal import AsyncJournal
+
+    reads = AsyncJournal(journal)
+    return [lambda sink: exporter_for(config, listen, lambda n: reads.query(limit=n))]
 
 
 def _notices(
@@ -329,7 +348,7 @@ def _gke_backend(
     return backend, chaos
 
 
-def deferred_services(config: Config) -> PendingServices:
+def deferred_services(config: Config, metrics: Listen | None = None) -> PendingServices:
     """The TUI's services: built behind the first frame, which never waits for the cluster.
 
     On the emulator a fresh machine starts its pod here, and the console shows its hosts
@@ -337,7 +356,7 @@ def deferred_services(config: Config) -> PendingServices:
     from console.services.pending import PendingServices
 
     def build(progress: Callable[[str], None]) -> ConsoleServices:
-        return make_services(config, progress=progress, pod_until_ready=False)
+        return make_services(config, progress=progress, pod_until_ready=False, metrics=metrics)
 
     what = "starting the console's services"
     if config.is_local:

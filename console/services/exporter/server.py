@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from console.config import Config
 from console.config.listen import Listen
 from console.services.exporter.series import WatchSeries
 from console.services.model import Event, Update
@@ -26,6 +28,34 @@ from console.services.record.incidents import INCIDENT
 log = logging.getLogger(__name__)
 
 LedgerRead = Callable[[], Awaitable[Mapping[str, Any]]]
+ReadRows = Callable[[int], Awaitable[Sequence[Event]]]
+# /healthz turns 503 when no poll has finished for this many poll intervals (and 30 s).
+ALIVE_POLLS = 6
+
+
+def exporter_for(config: Config, listen: Listen, rows: ReadRows) -> Exporter:
+    """The exporter every front end starts the same way: the series for ``config``'s
+    cluster, served on ``listen``, the ledger gauges from the journal's ``rows``."""
+    series = WatchSeries(
+        zone=config.cluster.zone,
+        hosts_total=config.cluster.hosts,
+        alive_within_s=max(30.0, ALIVE_POLLS * config.recovery.poll_interval_s),
+    )
+    return Exporter(series, MetricsServer(series, listen), ledger=journal_ledger(config, rows))
+
+
+def journal_ledger(config: Config, rows: ReadRows) -> LedgerRead:
+    """The ledger over the whole journal, built off the loop (no job logs: the gauges need
+    goodput and money, not the checkpoint advice)."""
+    from console.services.ledger.book import ROWS, book
+
+    async def read() -> Mapping[str, Any]:
+        events = list(await rows(ROWS))
+        now = time.time()
+        result = await asyncio.to_thread(book, events, config, now=now)
+        return result.ledger.to_json()
+
+    return read
 
 
 class MetricsServer:
