@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from console.screens.state import ConsoleState
+from console.services.capabilities import Capability
 from console.widgets.fast_table import FastTable
 from console.widgets.status import StatusBar, health_text
 from console.widgets.table import PhantomTable
@@ -67,7 +68,9 @@ class PhantomScreen(Screen[None]):
         for kind in changed:
             self._seen[kind] = versions[kind]
         if changed & {"pod", "recovery"}:
-            self.query_one(StatusBar).set_health(health_text(self.state.pod, self.state.recovery))
+            ray = Capability.RAY in self.phantom.services.capabilities
+            bar = self.query_one(StatusBar)
+            bar.set_health(health_text(self.state.pod, self.state.recovery, ray=ray))
         mine = self.WATCHES if force else changed & self.WATCHES
         if mine:
             self.render_state(mine)

@@ -225,7 +225,7 @@ class OverviewScreen(FilteredScreen):
         shown_warnings = pod.warnings if pod else ()
         if (
             pod is not None
-            and pod.provider != "gke"
+            and Capability.RAY in self.phantom.services.capabilities
             and pod.hosts
             and pod.ready_hosts == len(pod.hosts)
             and pod.ray_alive == 0

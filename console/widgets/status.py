@@ -22,8 +22,10 @@ GKE_TAB = ("6", "Workloads", "workloads")  # shown on GKE (and on the screen its
 LEDGER_TAB = ("7", "Ledger", "ledger")
 
 
-def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus) -> Text:
-    """Compact: `3/4 ready  ray 3/4  ⚠3  ⟳` (details are on the overview)."""
+def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus, *, ray: bool = True) -> Text:
+    """Compact: `3/4 ready  ray 3/4  ⚠3  ⟳` (details are on the overview). ``ray``: the
+    cluster runs the console's own Ray (its backend declares ``Capability.RAY``); without
+    it the pods are what runs, and are counted instead."""
     out = Text()
     if pod is None or not pod.hosts:
         out.append("waiting for first poll", "dim")
@@ -31,7 +33,7 @@ def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus) -> Text:
     total = len(pod.hosts)
     ready = pod.ready_hosts
     out.append(f"{ready}/{total} ready", "bold green" if ready == total else "bold red")
-    if pod.provider == "gke":  # no Ray of the console's own there: the pods are what runs
+    if not ray:
         running = sum(1 for p in pod.pods if p.phase == "Running")
         pods = len(pod.pods)
         out.append(f"  pods {running}/{pods}", "green" if running == pods else "yellow")
