@@ -216,10 +216,13 @@ class Facade(ClusterActions):
             ),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, *, resumable: bool = False) -> None:
+        """Stop pollers and close connections. ``resumable``: a recovery under way is left
+        for the next process that watches the pod (`phantom watch` stopping on SIGTERM),
+        not ended as cancelled."""
         tasks, self._tasks = self._tasks, []
         await cancel_and_wait(tasks)
-        await self.watchdog.close()
+        await self.watchdog.close(resumable=resumable)
         await self.sink.flush()
         for consumer in self.consumers:
             with contextlib.suppress(Exception):

@@ -30,9 +30,12 @@ from console.watch.lines import Format, LineWriter
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
     from console.services.exporter.server import Exporter
+    from console.services.facade import Facade
     from console.services.record.lease import FileLease
 
-ServicesFactory = Callable[[Config], "ConsoleServices"]
+# The real services (the facade: a SIGTERM leaves a recovery under way resumable, which only
+# the facade's stop knows how to do); tests point the config at the pod emulator.
+ServicesFactory = Callable[[Config], "Facade"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ async def _watch(
     err: TextIO,
 ) -> int:
     exporter = None
-    built: list[ConsoleServices] = []
+    built: list[Facade] = []
     if options.metrics is not None:
         from console.services.exporter.server import exporter_for
 
@@ -159,12 +162,12 @@ async def _watch(
             started.cancel()
             with contextlib.suppress(BaseException):
                 await started
-        await services.stop()
+        # A recovery under way is left to the next watcher (journaled as interrupted, the
+        # incident open), not ended as failed: the cluster still needs it.
+        await services.stop(resumable=True)
         unsubscribe()
         await _close(exporter)
-        close = getattr(services, "close_journal", None)
-        if callable(close):
-            close()
+        services.close_journal()
     lines.note("stopped", "stopped", exit_code=code)
     return code
 
@@ -194,12 +197,13 @@ async def _one_pass(services: ConsoleServices, stop: asyncio.Event) -> int:
     return exit_codes.FAILED if failed and status.started_at else exit_codes.OK
 
 
-def _build(config: Config, factory: ServicesFactory | None) -> ConsoleServices:
+def _build(config: Config, factory: ServicesFactory | None) -> Facade:
     if factory is not None:
         return factory(config)
-    from console.wiring import services_factory
+    from console.wiring import make_services
 
-    return services_factory()(config)
+    # Never starts a pod: a watcher watches what runs (`phantom pod up` starts one).
+    return make_services(config, autostart_pod=False)
 
 
 def _url_host(listen: Listen | None) -> str:

@@ -99,20 +99,20 @@ class Watcher:
                 return line
         while True:
             try:
-                line = self._queue.get(timeout=timeout_s)
+                got = self._queue.get(timeout=timeout_s)
             except queue.Empty:
                 raise AssertionError(
                     f"no line {what} within {timeout_s}s; stderr:\n{self.stderr}"
                 ) from None
-            if line is None:
+            if got is None:
                 self._queue.put(None)
                 raise AssertionError(
                     f"watch exited ({self.proc.wait()}) before a line {what}; stderr:\n"
                     f"{self.stderr}"
                 )
-            self.lines.append(line)
-            if check(line):
-                return line
+            self.lines.append(got)
+            if check(got):
+                return got
 
     def event(self, kind: str, timeout_s: float, **match: Any) -> Line:
         return self.wait_for(

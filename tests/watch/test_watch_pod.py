@@ -208,6 +208,7 @@ def test_watch_recovers_a_worker_then_finishes_a_head_recovery_after_sigterm(
         w.wait_for(
             lambda x: (
                 x.get("kind") == "action"
+                and x.get("incident") == head["incident"]
                 and str(x["data"].get("action", "")).startswith("recovery.")
             ),
             300,

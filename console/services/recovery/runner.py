@@ -177,6 +177,9 @@ class RecoveryRunner:
         self.auto = True  # shown in the published status; the watchdog owns the switch
         self.status = RecoveryStatus(active=False, auto=True)
         self._run: Run | None = None
+        # Set when the process stops with a recovery under way that the next owner must
+        # finish (``Watchdog.close(resumable=True)``): a cancel then ends nothing.
+        self.leave_resumable = False
 
     def new_run(self, actor: str, trigger: str, detected_at: float, detect_s: float | None) -> Run:
         run = Run(
@@ -219,6 +222,19 @@ class RecoveryRunner:
         except StepFailed as exc:
             failed = exc
         except asyncio.CancelledError:
+            if self.leave_resumable:
+                # The process stops (`phantom watch` on SIGTERM), the cluster still needs the
+                # recovery: no end row, so the next owner resumes it in the same incident.
+                run.result = "interrupted"
+                self.publish_status()
+                await self._event(
+                    EventKind.WATCHDOG,
+                    "recovery interrupted: this process stops; the next one to watch the pod "
+                    "finishes it",
+                    actor=run.actor,
+                    data={"interrupted": True},
+                )
+                raise
             run.result = "failed: cancelled"
             self.publish_status()
             await self._event(EventKind.RECOVERY_FAILED, "recovery cancelled", actor=run.actor)

@@ -235,8 +235,12 @@ class Watchdog:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(task)
 
-    async def close(self) -> None:
+    async def close(self, *, resumable: bool = False) -> None:
+        """Stop a recovery under way: journaled as cancelled (it failed), or with
+        ``resumable`` as interrupted, left open for the next owner to finish (the facade's
+        takeover adopts it from the journal, in the same incident)."""
         if self._task is not None and not self._task.done():
+            self.runner.leave_resumable = resumable
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task

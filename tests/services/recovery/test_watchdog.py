@@ -459,6 +459,34 @@ async def test_close_cancels_a_running_recovery(pod: FakePod, clock: Clock) -> N
     assert StepState.RUNNING in {s.state for s in wd.status.steps}
 
 
+async def test_a_resumable_close_leaves_the_recovery_for_the_next_owner(
+    pod: FakePod, clock: Clock
+) -> None:
+    """`phantom watch` stopping on SIGTERM: the recovery is journaled as interrupted, not
+    failed, so the journal shows it unfinished and the next owner resumes it."""
+    wd, journal, _ = make_watchdog(pod, clock)
+    gate, reached = asyncio.Event(), asyncio.Event()
+    orig = pod.wait_hosts_ready
+
+    async def slow(hosts: Sequence[str], timeout_s: float) -> ActionResult:
+        reached.set()
+        await gate.wait()
+        return await orig(hosts, timeout_s)
+
+    pod.wait_hosts_ready = slow  # type: ignore[method-assign]
+    pod.preempt("pod-w1")
+    wd.start_recovery("watchdog")
+    await asyncio.wait_for(reached.wait(), 10)
+    await wd.close(resumable=True)
+    await journal.flush()
+    assert wd.status.result == "interrupted"
+    rows = journal.events
+    assert "recovery_failed" not in kinds(rows)
+    assert rows[-1].kind == "watchdog" and rows[-1].data == {"interrupted": True}
+    (last,) = journal.journal.recoveries(limit=1)
+    assert last.ok is None  # what the next owner's takeover resumes
+
+
 async def test_user_action_suspends_auto_recovery(pod: FakePod, clock: Clock) -> None:
     wd, _, _ = make_watchdog(pod, clock)
     await poll(wd, pod)
