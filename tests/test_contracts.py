@@ -74,6 +74,17 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _broken(report: str) -> str:
+    """The report's part that names the broken contracts (the summary above lists the kept
+    ones too)."""
+    return report.split("Broken contracts", 1)[1] if "Broken contracts" in report else ""
+
+
+def _copy_tree(to: Path) -> None:
+    for package in ("console", "engine", "emulators", "benchmarks", "kubeprint"):
+        shutil.copytree(ROOT / package, to / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def test_the_tree_keeps_every_layer_contract() -> None:
     proc = _lint_imports(ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -107,7 +118,7 @@ def test_the_tree_keeps_every_layer_contract() -> None:
         (
             "console/services/backends/gke/_probe.py",
             "import console.services.backends.tpu_vm.ssh",
-            "The two backends are independent",
+            "The backends are independent",
         ),
         ("console/screens/_probe.py", "import asyncssh", "The TUI never reaches"),
         ("console/tui/_probe.py", "import console.wiring", "The TUI never reaches"),
@@ -148,13 +159,52 @@ def test_a_broken_contract_fails_the_lint(
 ) -> None:
     """The contracts are not decoration: one import across a wall, in a copy of the tree,
     and `lint-imports` names the contract and fails."""
-    for package in ("console", "engine", "emulators", "benchmarks", "kubeprint"):
-        shutil.copytree(
-            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    _copy_tree(tmp_path)
     (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / where).write_text(line + "\n")
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0
-    broken = [ln for ln in proc.stdout.splitlines() if "BROKEN" in ln or contract in ln]
-    assert any(contract in ln for ln in broken), proc.stdout[-3000:]
+    assert contract in _broken(proc.stdout), proc.stdout[-3000:]
+
+
+# A third backend, in a copy of the tree: no contract names it, every wall holds for it.
+@pytest.mark.parametrize(
+    ("where", "line", "contract"),
+    [
+        # its parts are reached only from the wiring...
+        ("console/services/recovery/_probe.py", "import console.services.backends.third.parts", "A backend's parts are reached only"),
+        ("console/services/_probe.py", "import console.services.backends.third", "A backend's parts are reached only"),
+        # ... it imports neither another backend nor the seam ...
+        ("console/services/backends/third/_probe.py", "import console.services.backends.gke.kube", "The backends are independent"),
+        ("console/services/backends/tpu_vm/_probe.py", "import console.services.backends.third.parts", "The backends are independent"),
+        # ... and it sits in the backends' layer of the services' rooms
+        ("console/services/backends/third/_probe.py", "import console.services.facade", "The services' rooms"),
+    ],
+)  # fmt: skip
+def test_a_third_backend_is_guarded_without_an_edit(
+    tmp_path: Path, where: str, line: str, contract: str
+) -> None:
+    third = tmp_path / "console" / "services" / "backends" / "third"
+    _copy_tree(tmp_path)
+    third.mkdir()
+    (third / "__init__.py").write_text('"""A third kind of cluster."""\n')
+    (third / "parts.py").write_text("from console.services.model import Event\n")
+    (tmp_path / where).write_text(line + "\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert contract in _broken(proc.stdout), proc.stdout[-3000:]
+
+
+def test_a_third_backend_of_its_own_parts_keeps_every_contract(tmp_path: Path) -> None:
+    """The other side: inside the third backend its parts import each other and the model
+    freely, and the wiring imports it, with no line of pyproject.toml changed."""
+    third = tmp_path / "console" / "services" / "backends" / "third"
+    _copy_tree(tmp_path)
+    third.mkdir()
+    (third / "__init__.py").write_text("from console.services.backends.third.parts import Event\n")
+    (third / "parts.py").write_text("from console.services.model import Event\n")
+    (tmp_path / "console" / "wiring" / "_third.py").write_text(
+        "import console.services.backends.third.parts\n"
+    )
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
