@@ -23,6 +23,7 @@ import pytest
 
 from emulators.tpu_pod.client import PodInfo
 from tests.support.fixtures_pod import free_port
+from tests.support.waiting import wait_until
 from tests.support.watcher import phantom_argv, watch_env, write_config
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -153,3 +154,19 @@ def test_chromium_opens_the_console_and_sees_the_overview_hosts(
         finally:
             browser.close()
     assert s.stop() == 0
+    # Each tab's console ended with its session: none is left running on this config.
+    wait_until(lambda: not _running_with(str(config)), 30, "the tab's console to exit")
+
+
+def _running_with(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in cmdline and "console.cli" in cmdline:
+            pids.append(int(entry.name))
+    return pids
