@@ -172,16 +172,16 @@ async def soak(count: int, hosts: int, poll_s: float, work: Path) -> dict[str, A
             try:
                 summary = await asyncio.to_thread(
                     watcher.next,
-                    lambda x: x.get("kind") == "incident" and x["data"].get("result"),
+                    lambda x: x.get("kind") == "incident" and x["data"].get("outcome"),
                     900,
                     f"preemption {n}'s incident",
                 )
             except (TimeoutError, RuntimeError) as exc:
                 failures.append(f"preemption {n} ({kind}): {exc}")
                 break
-            result = summary["data"]["result"]
-            if result != "recovered":
-                failures.append(f"preemption {n} ({kind}): {result}")
+            outcome = summary["data"]["outcome"]
+            if outcome != "recovered":
+                failures.append(f"preemption {n} ({kind}): {summary['data'].get('result')}")
                 break
             rss, fds, threads = proc_figures(watcher.proc.pid)
             mttr = float(summary["data"].get("mttr_s") or 0.0)

@@ -196,7 +196,7 @@ def test_watch_recovers_a_worker_then_finishes_a_head_recovery_after_sigterm(
         done = w.event("recovered", 400)
         assert done["incident"] == lost["incident"]
         summary = w.event("incident", 60, incident=lost["incident"])
-        assert summary["data"]["result"] == "recovered"
+        assert summary["data"]["outcome"] == "recovered"
         got = scrape(metrics)
         wait_until(lambda: preemptions(metrics) == 1, 30, "the preemption counted")
         assert got[("phantom_recovery_seconds_count", (("kind", "worker"),))] == 1.0
@@ -230,7 +230,7 @@ def test_watch_recovers_a_worker_then_finishes_a_head_recovery_after_sigterm(
         rows = Journal(journal).query(limit=5000)
         summaries = [r for r in rows if r.kind == "incident"]
         assert [s.data["incident"] for s in summaries] == [lost["incident"], head["incident"]]
-        assert summaries[1].data["result"] == "recovered"
+        assert summaries[1].data["outcome"] == "recovered"
         after = [r for r in rows if r.id is not None and r.id >= head["id"]]
         ids = {r.data.get("incident") for r in after if r.data.get("incident")}
         assert ids == {head["incident"]}, ids
