@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from console.config import Config
 from console.services.ledger.advice import (
@@ -25,10 +25,7 @@ from console.services.ledger.advice import (
 from console.services.ledger.goodput import Ledger, Steps, account, trainers
 from console.services.ledger.live import DEFAULT_EVERY, LOGS_OF, current_every
 from console.services.ledger.prices import pricing_for
-from console.services.model import Event
-
-if TYPE_CHECKING:
-    from console.services.api import ConsoleServices
+from console.services.model import Event, JobInfo
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +93,21 @@ def _steps_per_s(progress: Steps) -> float | None:
     return steps / seconds if seconds > 0 and steps > 0 else None
 
 
-async def read_book(services: ConsoleServices, *, now: float, since: float | None = None) -> Book:
+class LedgerReads(Protocol):
+    """What ``read_book`` reads of the services (``api.ConsoleServices``, which front ends hand
+    in): declared here, below the services' interface, so the ledger never imports it."""
+
+    @property
+    def config(self) -> Config: ...
+
+    async def events(self, limit: int = 500) -> list[Event]: ...
+
+    async def list_jobs(self) -> list[JobInfo]: ...
+
+    async def job_logs(self, job_id: str) -> str: ...
+
+
+async def read_book(services: LedgerReads, *, now: float, since: float | None = None) -> Book:
     """``book`` over the services' journal and the newest jobs' logs (built off the loop)."""
     rows = await services.events(limit=ROWS)
     try:
@@ -109,7 +120,7 @@ async def read_book(services: ConsoleServices, *, now: float, since: float | Non
     )
 
 
-async def _newest_jobs(services: ConsoleServices) -> tuple[list[str], int]:
+async def _newest_jobs(services: LedgerReads) -> tuple[list[str], int]:
     """The log lines of the newest jobs the cluster knows (as the advice at submit reads
     them) and the newest one's own checkpoint interval (the engine's default without one)."""
     jobs = sorted(await services.list_jobs(), key=lambda j: j.start_time or 0.0, reverse=True)
