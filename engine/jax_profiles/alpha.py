@@ -129,14 +129,17 @@ def selection_pass(
     in_set: jax.Array,
     lam: jax.Array,
     metric: str = "kl",
+    impl: str = "auto",
+    precision: str = "fp32",
 ) -> AlphaSelection:
-    """Pure scoring + selection pass (jit with ``metric`` static)."""
-    d_pc = total_divergences(bank, agents, visitation, metric)
+    """Pure scoring + selection pass (jit with ``metric``, ``impl``, ``precision`` static;
+    see ``divergence.total_divergences``)."""
+    d_pc = total_divergences(bank, agents, visitation, metric, impl, precision)
     worst, idx = masked_worst(d_pc, in_set)
     return finish_selection(alphas, returns, lam, d_pc, in_set, worst, idx)
 
 
-_selection_jit = jax.jit(selection_pass, static_argnames=("metric",))
+_selection_jit = jax.jit(selection_pass, static_argnames=("metric", "impl", "precision"))
 
 
 def _check_candidates(alphas: Any, returns: Any, n_agents: int) -> None:
@@ -160,6 +163,8 @@ def select_alpha(
     lam: float = 1.0,
     metric: str = "kl",
     in_set: Any = None,
+    impl: str = "auto",
+    precision: str = "fp32",
 ) -> AlphaSelection:
     """Pick the candidate alpha whose worst case over the robust set is best (see module doc)."""
     validate_agents(bank, agents, visitation)
@@ -181,6 +186,8 @@ def select_alpha(
         mask,
         jnp.float32(lam),
         metric=metric,
+        impl=impl,
+        precision=precision,
     )
 
 

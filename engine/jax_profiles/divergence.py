@@ -29,9 +29,29 @@ Structure used for speed: KL splits into an agent-only term and a cross term,
     wq[j, x] = (w[j, l, s] / sum W[j]) q[j, l, s, a],  x = (l, s, a) flattened,
 
 so all J x P cross terms are one matrix product ``logk[P, X] @ wq[J, X]^T`` over the
-flattened kernel (one read of the bank). ``precision=HIGHEST`` keeps it float32 on
-TPU (whose default f32 matmul uses bf16 passes). JS and TV have no such split and
-are evaluated pairwise with ``lax.map`` over agents (memory O(P L S) per agent).
+flattened kernel (one read of the bank), and the self term is agent-only work fused
+into the same program (``total = self - cross``). ``precision`` picks the product's
+inputs, always accumulated in float32:
+
+* ``fp32`` (default): ``precision=HIGHEST``, float32 everywhere (TPU's default f32
+  matmul would use bf16 passes);
+* ``tf32``: TF32 inputs on a GPU (10-bit mantissa; on TPU the 3-pass bf16 algorithm);
+* ``bf16``: bfloat16 inputs (8-bit mantissa).
+
+On CPU the reduced precisions are emulated by rounding the operands (XLA's CPU dot
+ignores the algorithm), so their error on a selection can be measured anywhere.
+
+JS and TV have no such split. Implementations (``impl``, static):
+
+* ``reference``: pairwise with ``lax.map`` over agents, reading the bank once per agent
+  (memory O(P L S) per agent); the definition the others are tested against.
+* ``tiled`` (``tiled.py``): one XLA loop over blocks of profiles with every agent scored
+  against the block, so the bank is read once per pass.
+* ``pallas`` (``pallas_kernels.py``): Pallas kernels (Triton on a GPU, ``interpret=True``
+  elsewhere), a tile of the bank read once for a block of agents; KL's product too.
+* ``auto`` (default): ``pallas`` on a GPU; elsewhere ``reference`` for KL (XLA's dot is
+  already one read) and ``tiled`` for JS and TV.
+
 Shapes are static, so new data with the same shapes never recompiles.
 """
 
@@ -43,19 +63,25 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import xlogy
 
+from engine.jax_profiles import pallas_kernels, tiled
 from engine.jax_profiles.bank import ProfileBank
 
 __all__ = [
+    "IMPLS",
     "METRICS",
+    "PRECISIONS",
     "Divergences",
     "divergence_total",
     "divergences",
     "per_level_divergences",
+    "resolve_impl",
     "total_divergences",
     "validate_agents",
 ]
 
 METRICS = ("kl", "js", "tv")
+IMPLS = ("auto", "reference", "tiled", "pallas")
+PRECISIONS = pallas_kernels.PRECISIONS
 _HI = jax.lax.Precision.HIGHEST
 
 
@@ -94,6 +120,58 @@ def _check_metric(metric: str) -> None:
         )
 
 
+def _check_options(impl: str, precision: str) -> None:
+    if impl not in IMPLS:
+        raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+
+
+def resolve_impl(metric: str, impl: str = "auto", backend: str | None = None) -> str:
+    """The implementation ``impl`` stands for on ``backend`` (default: JAX's default)."""
+    _check_metric(metric)
+    _check_options(impl, "fp32")
+    if impl == "tiled" and metric == "kl":
+        return "reference"  # XLA's dot already reads the bank once
+    if impl != "auto":
+        return impl
+    backend = jax.default_backend() if backend is None else backend
+    if backend == "gpu":
+        return "pallas"
+    return "reference" if metric == "kl" else "tiled"
+
+
+def _round_operand(x: jax.Array, precision: str) -> jax.Array:
+    """Round float32 ``x`` to bf16 / tf32 inputs (round to nearest, float32 storage)."""
+    if precision == "bf16":
+        return x.astype(jnp.bfloat16).astype(jnp.float32)
+    # tf32 keeps 10 of float32's 23 mantissa bits: add half an ulp of tf32, truncate
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    bits = (bits + jnp.uint32(1 << 12)) & jnp.uint32(0xFFFFE000)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def _product(log_kernels_flat: jax.Array, wq: jax.Array, precision: str) -> jax.Array:
+    """``[P, X] x [J, X] -> [P, J]`` with float32 accumulation and ``precision`` inputs.
+
+    The bank-major output keeps XLA's CPU GEMM on the fast layout (asking for ``[J, P]``
+    directly makes it transpose the operands).
+    """
+    dims = (((1,), (1,)), ((), ()))
+    if precision == "fp32":
+        return jax.lax.dot_general(log_kernels_flat, wq, dims, precision=_HI)
+    backend = jax.default_backend()
+    if backend == "cpu":
+        a, b = _round_operand(log_kernels_flat, precision), _round_operand(wq, precision)
+        return jax.lax.dot_general(a, b, dims, precision=_HI)
+    presets = jax.lax.DotAlgorithmPreset
+    if precision == "bf16":
+        algorithm = presets.BF16_BF16_F32
+    else:
+        algorithm = presets.TF32_TF32_F32 if backend == "gpu" else presets.BF16_BF16_F32_X3
+    return jax.lax.dot_general(log_kernels_flat, wq, dims, precision=algorithm)
+
+
 def _pairwise_per_level(bank: ProfileBank, wt: _Weights, metric: str) -> jax.Array:
     """[J, P, L] for JS/TV: one agent at a time against the whole bank."""
     k = bank.kernels
@@ -130,7 +208,11 @@ def _kl_per_level(bank: ProfileBank, wt: _Weights) -> jax.Array:
 
 
 def _kl_total(
-    state_mask: jax.Array, log_kernels: jax.Array, agents: jax.Array, visitation: jax.Array | None
+    state_mask: jax.Array,
+    log_kernels: jax.Array,
+    agents: jax.Array,
+    visitation: jax.Array | None,
+    precision: str = "fp32",
 ) -> jax.Array:
     """``[P, J]`` total KL as ``self_term[j] - cross[p, j]`` with one matrix product.
 
@@ -159,12 +241,7 @@ def _kl_total(
     for a in range(1, agents.shape[-1]):
         neg_ent = neg_ent + xlogx(agents[..., a])
     self_term = jnp.where(w > 0, w * neg_ent, 0.0).sum((1, 2))
-    # [P, X] x [J, X] -> [P, J]: the bank-major output keeps XLA's CPU GEMM on the fast
-    # layout (asking for [J, P] directly makes it transpose the operands).
-    cross = jax.lax.dot_general(
-        log_kernels.reshape(p, -1), wq, (((1,), (1,)), ((), ())), precision=_HI
-    )
-    return self_term[None, :] - cross
+    return self_term[None, :] - _product(log_kernels.reshape(p, -1), wq, precision)
 
 
 def per_level_divergences(
@@ -180,22 +257,41 @@ def per_level_divergences(
 
 
 def total_divergences(
-    bank: ProfileBank, agents: jax.Array, visitation: jax.Array | None, metric: str
+    bank: ProfileBank,
+    agents: jax.Array,
+    visitation: jax.Array | None,
+    metric: str,
+    impl: str = "auto",
+    precision: str = "fp32",
 ) -> jax.Array:
     """Pure (traceable) aggregated divergences, profile-major ``[P, J]``.
 
-    The hot path of scoring and selection: for KL a single matrix product.
+    The hot path of scoring and selection: for KL a single matrix product. ``metric``,
+    ``impl`` and ``precision`` (KL's product only) must be static.
     """
     _check_metric(metric)
+    _check_options(impl, precision)
+    impl = resolve_impl(metric, impl)
+    agents = agents.astype(jnp.float32)
+    if impl == "pallas":
+        side = tiled.agent_side(bank.state_mask, agents, visitation)
+        if metric == "kl":
+            self_term = 2.0 * (side.w * side.hq).sum(1)  # sum_x w q log q
+            cross = pallas_kernels.pallas_cross(bank.log_kernels, side.wq, precision)
+            return self_term[None, :] - cross
+        return pallas_kernels.pallas_total(metric, bank.kernels, side)
     if metric == "kl":
-        return _kl_total(bank.state_mask, bank.log_kernels, agents.astype(jnp.float32), visitation)
-    wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
+        return _kl_total(bank.state_mask, bank.log_kernels, agents, visitation, precision)
+    if impl == "tiled":
+        side = tiled.agent_side(bank.state_mask, agents, visitation)
+        return tiled.tiled_total(metric, bank.kernels, side)
+    wt = _weights(bank.state_mask, agents, visitation)
     per_level = _pairwise_per_level(bank, wt, metric)
     return jnp.einsum("jpl,jl->pj", per_level, wt.level_frac, precision=_HI)
 
 
 _divergences_jit = jax.jit(per_level_divergences, static_argnames=("metric",))
-_total_jit = jax.jit(total_divergences, static_argnames=("metric",))
+_total_jit = jax.jit(total_divergences, static_argnames=("metric", "impl", "precision"))
 
 
 def validate_agents(bank: ProfileBank, agents: Any, visitation: Any) -> None:
@@ -224,10 +320,20 @@ def divergences(
 
 
 def divergence_total(
-    bank: ProfileBank, agents: Any, visitation: Any = None, metric: str = "kl"
+    bank: ProfileBank,
+    agents: Any,
+    visitation: Any = None,
+    metric: str = "kl",
+    *,
+    impl: str = "auto",
+    precision: str = "fp32",
 ) -> jax.Array:
     """Aggregated divergences ``[J, P]`` (the cheaper pass when per-level is not needed)."""
     _check_metric(metric)
+    _check_options(impl, precision)
     validate_agents(bank, agents, visitation)
     v = None if visitation is None else jnp.asarray(visitation, jnp.float32)
-    return _total_jit(bank, jnp.asarray(agents, jnp.float32), v, metric=metric).T
+    out = _total_jit(
+        bank, jnp.asarray(agents, jnp.float32), v, metric=metric, impl=impl, precision=precision
+    )
+    return out.T
