@@ -165,6 +165,24 @@ class PodStatus:
     message: str = ""  # why it is not running: a waiting reason, the scheduler, a disruption
     disrupted: bool = False  # DisruptionTarget=True: the node is being preempted
     containers: tuple[str, ...] = ()  # container names, for `logs -c`
+    # Why it failed, as its status says (a PodFailure; "" while it has not), the exit code
+    # of the container that did, and whether the workload retries it (in place or by a
+    # restart of its JobSet; None: unknown). ``failed_at`` dates the failure.
+    failure: str = ""
+    exit_code: int | None = None
+    restartable: bool | None = None
+    failed_at: float | None = None
+    uid: str = ""
+
+
+class PodFailure(StrEnum):
+    """A pod's failure by the cause its status gives (GKE)."""
+
+    CRASH = "crash"  # a container terminated with a non-zero exit code
+    OOM_KILLED = "oom_killed"  # terminated, reason OOMKilled
+    EVICTED = "evicted"  # status.reason Evicted, or DisruptionTarget by eviction/preemption
+    NODE_FAILURE = "node_failure"  # its node died (DeletionByPodGC / DeletionByTaintManager)
+    PREEMPTED = "preempted"  # its node shut down for a spot reclaim (TerminationByKubelet)
 
 
 @dataclass(frozen=True)
@@ -386,6 +404,11 @@ class EventKind(StrEnum):
     JOBSET_FAILED = "jobset_failed"
     WORKER_REPLACED = "worker_replaced"
     HEAD_FAILED = "head_failed"
+    # a GKE pod failed, by the cause its status gives (node failure and spot preemption
+    # are the slice's rows: host_lost and preempted / state_change)
+    POD_CRASHED = "pod_crashed"  # a container exited non-zero (data: exit_code, restartable)
+    POD_OOM_KILLED = "pod_oom_killed"  # the kernel's OOM killer (OOMKilled, exit 137)
+    POD_EVICTED = "pod_evicted"  # the kubelet or the API evicted it (or a higher priority)
     # jobs and their metrics
     JOB_STATE = "job_state"
     JOB_ENV = "job_env"
@@ -412,7 +435,9 @@ class IncidentCause(StrEnum):
     PREEMPTION = "preemption"  # a notice, a VM or a slice reclaimed
     NODE_FAILURE = "node_failure"  # a host lost, a worker replaced
     HEAD_LOSS = "head_loss"  # the head host gone, the cluster with it
-    CRASH = "crash"  # a workload's head or JobSet failed
+    CRASH = "crash"  # a workload's head or JobSet failed, a container exited non-zero
+    OOM_KILLED = "oom_killed"  # a container killed by the OOM killer
+    EVICTION = "eviction"  # a pod evicted (node pressure, the eviction API, a higher priority)
     RAY_FAILURE = "ray_failure"  # a Ray node down or doubled on one host
     UNREACHABLE = "unreachable"  # SSH or the host out of reach
     STALL = "stall"  # metrics stopped arriving
@@ -442,6 +467,9 @@ CAUSE_OF_KIND: Mapping[str, IncidentCause] = {
     EventKind.HEAD_LOST: IncidentCause.HEAD_LOSS,
     EventKind.HEAD_FAILED: IncidentCause.CRASH,
     EventKind.JOBSET_FAILED: IncidentCause.CRASH,
+    EventKind.POD_CRASHED: IncidentCause.CRASH,
+    EventKind.POD_OOM_KILLED: IncidentCause.OOM_KILLED,
+    EventKind.POD_EVICTED: IncidentCause.EVICTION,
     EventKind.RAY_NODE_DOWN: IncidentCause.RAY_FAILURE,
     EventKind.DUPLICATE_RAY_NODE: IncidentCause.RAY_FAILURE,
     EventKind.HOST_UNREACHABLE: IncidentCause.UNREACHABLE,

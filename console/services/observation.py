@@ -58,6 +58,9 @@ class Observation:
     jobs_owned: bool = False
     workloads: tuple[WorkloadStatus, ...] = ()  # GKE: JobSets / Jobs
     pods: tuple[PodStatus, ...] = ()  # GKE: the namespace's pods
+    # GKE: pods seen failed (by their cause) since the watch began, also those already gone:
+    # a JobSet restart deletes a crashed pod within a poll.
+    pod_failures: tuple[PodStatus, ...] = ()
     # GKE: how long pods may stay unschedulable before it is a capacity stall, not a wait.
     capacity_wait_s: float = 120.0
 

@@ -21,6 +21,9 @@ from console.services.record.incidents import INCIDENT, LOSS_KINDS, incident_of
 ALERT = EventKind.ALERT  # the journal's kind for a delivery attempt
 # The event of a notice no checkpoint followed (its verifying service is still to come).
 NOT_HONOURED = frozenset({EventKind.NOTICE_NOT_HONOURED})
+# A GKE pod's failure by its cause: one alert per incident (its pods' rows are many); a
+# failure the workload does not retry is its job failing.
+POD_FAILURES = frozenset({EventKind.POD_CRASHED, EventKind.POD_OOM_KILLED, EventKind.POD_EVICTED})
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,18 @@ def alert_for(event: Event) -> Alert | None:
             # The ledger prices incidents later; until then an incident has no cost.
             cost=d.get("cost"),
         )
-    for name in ("job_id", "new_status", "run_id", "zone", "reason", "workload"):
+    for name in (
+        "job_id",
+        "new_status",
+        "run_id",
+        "zone",
+        "reason",
+        "workload",
+        "pod",
+        "cause",
+        "exit_code",
+        "restartable",
+    ):
         if name in d:
             details[name] = d[name]
     return Alert(
@@ -89,6 +103,12 @@ def _classify(e: Event) -> tuple[AlertKind | None, str]:
         e.kind == EventKind.QUOTA_PENDING
     ):
         return AlertKind.NO_CAPACITY, f"no_capacity:{iid or row}"
+    if e.kind in POD_FAILURES:
+        if e.data.get("restartable") is False:
+            return AlertKind.JOB_FAILED, f"job_failed:{e.data.get('workload') or iid or row}"
+        return AlertKind.PREEMPTION if e.kind == EventKind.POD_EVICTED else None, (
+            f"preemption:{iid or row}"
+        )
     if e.kind in NOT_HONOURED:
         return AlertKind.NOTICE_NOT_HONOURED, f"notice_not_honoured:{row}"
     if e.kind == EventKind.JOB_STATE:

@@ -62,6 +62,9 @@ OPENING_KINDS = frozenset(
         EventKind.SSH_DOWN,
         EventKind.JOBSET_FAILED,
         EventKind.WORKER_REPLACED,
+        EventKind.POD_CRASHED,  # a GKE pod's own failure, by its cause
+        EventKind.POD_OOM_KILLED,
+        EventKind.POD_EVICTED,
         RECOVERY_STARTED,
     }
 )

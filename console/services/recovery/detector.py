@@ -16,7 +16,10 @@ per slice, not one per node. Workloads (JobSets) have edges of their own, each j
 once: ``jobset_restarted`` (status.restarts grew), ``jobset_failed`` (e.g.
 ReachedMaxRestarts), ``quota_pending`` (pods unschedulable beyond the capacity wait),
 ``worker_replaced`` (a Pathways worker replaced while the JobSet reports no restart) and
-``head_failed``.
+``head_failed``. A pod's own failure is a row by its cause (``pod_crashed`` with the exit code
+and whether it is retried, ``pod_oom_killed``, ``pod_evicted``), once per failure (a pod
+restarted in place fails again under a new restart count); pods that a node failure or a
+spot reclaim took are counted in their slice's row instead.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.services.model import ACTIVE_JOBS, Event, EventKind, JobInfo, JobStatus, WorkloadStatus
+from console.services.model import (
+    ACTIVE_JOBS,
+    Event,
+    EventKind,
+    JobInfo,
+    JobStatus,
+    PodFailure,
+    WorkloadStatus,
+)
 from console.services.observation import HostObservation, Observation
 from console.services.record.sink import EventSink
 from console.services.recovery.classify import (
@@ -40,6 +51,7 @@ from console.services.recovery.diagnosis import (
     condition_text,
     diagnose,
     head_text,
+    pod_failure_text,
     slice_state_text,
     slice_text,
     workload_event,
@@ -87,6 +99,7 @@ class Detector:
         self._head_lost = False
         self._tunnel_down = False
         self._stalled: set[str] = set()
+        self._pod_failures: set[tuple[str, str, int]] | None = None  # None: no baseline yet
 
     # -- arming ---------------------------------------------------------------------------------
     def arm(self) -> None:
@@ -184,6 +197,7 @@ class Detector:
         emit: Callable[..., Awaitable[None]] = _nothing if silent else self._event
         await self._emit_slices(obs, diag, emit)
         await self._emit_workloads(obs, diag, emit)
+        await self._emit_pods(obs, emit)
         for h in obs.hosts:
             if h.pool:
                 continue  # worded per slice (_emit_slices)
@@ -272,15 +286,17 @@ class Detector:
                 continue
             entered.setdefault((h.pool, cond), []).append(h)
         for (pool, old, new), names in changes.items():
+            pods = _pods_on(obs, names)
             await emit(
                 EventKind.STATE_CHANGE,
-                slice_state_text(pool, old, new, len(names)),
+                slice_state_text(pool, old, new, len(names), len(pods)),
                 host=pool,
-                data={"from": old, "to": new, "nodes": names},
+                data={"from": old, "to": new, "nodes": names, "pods": pods},
             )
         for (pool, cond), hosts in entered.items():
             size = sum(1 for h in obs.hosts if h.pool == pool)
-            data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool}
+            pods = _pods_on(obs, [h.name for h in hosts])
+            data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool, "pods": pods}
             if cond is HostCondition.LOST:
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:
@@ -290,7 +306,7 @@ class Detector:
                     data["preempted_at"] = min(times)
             await emit(
                 event_kind(cond, hosts[0]),
-                slice_text(pool, cond, hosts, size),
+                slice_text(pool, cond, hosts, size, len(pods)),
                 host=pool,
                 data=data,
             )
@@ -347,6 +363,40 @@ class Detector:
                 )
         self._workloads = now
 
+    async def _emit_pods(self, obs: Observation, emit: Callable[..., Awaitable[None]]) -> None:
+        """One row per pod failure by its cause (the first observation is a baseline: a
+        console started over old failures journals none of them)."""
+        seen: set[tuple[str, str, int]] = set()
+        fresh = []
+        for p in (*obs.pod_failures, *obs.pods):
+            kind = _POD_KINDS.get(p.failure)
+            if kind is None:
+                continue
+            key = (p.uid or p.name, p.failure, p.restarts)
+            if key in seen:
+                continue
+            seen.add(key)
+            if self._pod_failures is not None and key not in self._pod_failures:
+                fresh.append((kind, p))
+        self._pod_failures = seen  # a key gone from both lists never comes back (a pod's uid)
+        for kind, p in fresh:
+            await emit(
+                kind,
+                pod_failure_text(p),
+                host=p.node or p.workload,
+                data={
+                    "pod": p.name,
+                    "workload": p.workload,
+                    "node": p.node,
+                    "cause": str(p.failure),
+                    "exit_code": p.exit_code,
+                    "restartable": p.restartable,
+                    "failed_at": p.failed_at,
+                    "restarts": p.restarts,
+                    "message": p.message,
+                },
+            )
+
     async def _event(
         self,
         kind: str,
@@ -365,6 +415,20 @@ class Detector:
                 data=dict(data or {}),
             )
         )
+
+
+# A pod's own failure -> its row; node failures and spot reclaims are their slice's rows.
+_POD_KINDS: Mapping[str, str] = {
+    PodFailure.CRASH: EventKind.POD_CRASHED,
+    PodFailure.OOM_KILLED: EventKind.POD_OOM_KILLED,
+    PodFailure.EVICTED: EventKind.POD_EVICTED,
+}
+
+
+def _pods_on(obs: Observation, nodes: list[str]) -> list[str]:
+    """The pods (of the current observation) that ran on ``nodes``."""
+    on = set(nodes)
+    return sorted(p.name for p in obs.pods if p.node and p.node in on)
 
 
 def _where(obs: Observation) -> dict[str, str]:

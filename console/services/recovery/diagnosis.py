@@ -14,7 +14,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from enum import StrEnum
 
-from console.services.model import EventKind, HostState, JobStatus, WorkloadStatus
+from console.services.model import (
+    EventKind,
+    HostState,
+    JobStatus,
+    PodFailure,
+    PodStatus,
+    WorkloadStatus,
+)
 from console.services.observation import HostObservation, Observation
 from console.services.recovery.classify import (
     Diagnosis,
@@ -128,8 +135,10 @@ def workload_event(kind: str, w: WorkloadStatus, before: WorkloadStatus, obs: Ob
     return f"{name}: {kind}"
 
 
-def slice_text(pool: str, cond: HostCondition, hosts: list[HostObservation], size: int) -> str:
-    """One slice's nodes in one condition, in one line."""
+def slice_text(
+    pool: str, cond: HostCondition, hosts: list[HostObservation], size: int, pods: int = 0
+) -> str:
+    """One slice's nodes in one condition, in one line (``pods``: the pods they took)."""
     n = f"{len(hosts)}/{size} nodes"
     if cond is HostCondition.LOST:
         states = sorted({str(h.tpu_state) for h in hosts})
@@ -138,16 +147,38 @@ def slice_text(pool: str, cond: HostCondition, hosts: list[HostObservation], siz
         what = (
             "preempted (spot capacity reclaimed; GKE recreates the nodes)"
             if HostState.PREEMPTED in states
-            else "nodes deleted, waiting for GKE to recreate them"
+            else "node failure (the slice is repaired: its nodes deleted, GKE recreates them)"
         )
-        return f"slice {pool}: {n} lost, {what}{at}"
+        took = f", {_count(pods, 'pod')} stopped" if pods else ""
+        return f"slice {pool}: {n} lost{took}, {what}{at}"
     if cond is HostCondition.NOT_READY:
         return f"slice {pool}: {n} not Ready yet ({hosts[0].health or hosts[0].tpu_state})"
     return f"slice {pool}: {n} {cond} ({hosts[0].health or hosts[0].tpu_state})"
 
 
-def slice_state_text(pool: str, before: str, after: str, n: int) -> str:
-    return f"slice {pool}: {n} node(s) {before} -> {after}"
+def slice_state_text(pool: str, before: str, after: str, n: int, pods: int = 0) -> str:
+    took = f" ({_count(pods, 'pod')} on them)" if pods else ""
+    return f"slice {pool}: {_count(n, 'node')} {before} -> {after}{took}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def pod_failure_text(pod: PodStatus) -> str:
+    """A pod's failure in one line: the cause its status gives, the exit code, what follows."""
+    what = {
+        PodFailure.OOM_KILLED: "OOMKilled",
+        PodFailure.EVICTED: "evicted",
+        PodFailure.CRASH: "crashed",
+    }.get(PodFailure(pod.failure), pod.failure)
+    code = f" (exit {pod.exit_code})" if pod.exit_code is not None else ""
+    where = f" on {pod.node}" if pod.node else ""
+    why = f": {pod.message}" if pod.failure == PodFailure.EVICTED and pod.message else ""
+    then = ""
+    if pod.restartable is not None:
+        then = "; it is retried" if pod.restartable else "; not restartable: its workload fails"
+    return f"pod {pod.name}{where}: {what}{code}{why}{then}"
 
 
 def condition_text(cond: HostCondition, h: HostObservation) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from console.services.model import Event, HostState, JobStatus, Update
+from console.services.model import Event, HostState, JobStatus, PodFailure, PodStatus, Update
 from console.services.observation import HostObservation, Observation
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
@@ -32,7 +32,42 @@ async def test_a_slice_preemption_is_one_row_with_its_time_to_detect() -> None:
     assert kinds == ["state_change", "preempted"], kinds
     pre = evs[1]
     assert pre.host == "np-0" and pre.data["detect_s"] == 3.0 and len(pre.data["nodes"]) == 8
-    assert evs[0].message == "slice np-0: 8 node(s) READY -> PREEMPTED"
+    assert evs[0].message == "slice np-0: 8 nodes READY -> PREEMPTED"
+
+
+async def test_a_pod_failure_is_one_row_by_its_cause_and_counts_say_pods() -> None:
+    """A crash (exit code, retried or not), an OOM kill and an eviction are each a row of
+    their own kind, once; failures already there at the first observation are a baseline;
+    a slice's row counts the pods it took."""
+
+    def pod(name: str, **kw: object) -> PodStatus:
+        base: dict[str, object] = {"phase": "Running", "status": "Running", "workload": "grpo"}
+        return PodStatus(name=name, node=f"np-0-n{name[-1]}", uid=name, **{**base, **kw})  # type: ignore[arg-type]
+
+    old = pod("p0", phase="Failed", failure=PodFailure.CRASH, exit_code=1)
+    crash = pod("p1", phase="Failed", failure=PodFailure.CRASH, exit_code=3, restartable=False)
+    oom = pod("p2", phase="Failed", failure=PodFailure.OOM_KILLED, exit_code=137)
+    evicted = pod("p3", phase="Failed", failure=PodFailure.EVICTED, message="low on memory")
+
+    def with_pods(hosts: tuple[HostObservation, ...], *pods: PodStatus) -> Observation:
+        return replace(obs(hosts), pods=pods)
+
+    evs = await feed(
+        with_pods(nodes(), old, pod("p1"), pod("p2"), pod("p3")),
+        with_pods(nodes(), old, crash, oom, evicted),
+        with_pods(nodes(), old, crash, oom, evicted),
+        with_pods(nodes(HostState.PREEMPTED), pod("p4"), pod("p5")),
+    )
+    kinds = [e.kind for e in evs]
+    assert kinds == ["pod_crashed", "pod_oom_killed", "pod_evicted", "state_change", "preempted"]
+    assert evs[0].data["exit_code"] == 3 and evs[0].data["restartable"] is False
+    assert evs[0].message == (
+        "pod p1 on np-0-n1: crashed (exit 3); not restartable: its workload fails"
+    )
+    assert evs[1].data["cause"] == "oom_killed" and "OOMKilled (exit 137)" in evs[1].message
+    assert "low on memory" in evs[2].message
+    assert evs[3].message == "slice np-0: 8 nodes READY -> PREEMPTED (2 pods on them)"
+    assert evs[4].data["pods"] == ["p4", "p5"] and "2 pods stopped" in evs[4].message
 
 
 async def test_workload_edges_are_journaled_once() -> None:

@@ -44,6 +44,7 @@ from console.services.observation import HostObservation, Observation
 HEAD_JOB = "pathways-head"
 WORKER_JOB = "worker"
 _BAD_HEAD = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerStatusUnknown")
+MAX_POD_FAILURES = 512  # pod failures remembered for the detector (it journals each once)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class _Memory:
     pool_peak: dict[str, int] = field(default_factory=dict)
     worker_slots: dict[tuple[str, str, int, int], tuple[str, int]] = field(default_factory=dict)
     replacements: dict[str, int] = field(default_factory=dict)
+    pod_failures: dict[tuple[str, str, int], PodStatus] = field(default_factory=dict)
 
 
 class GkeObserver:
@@ -99,6 +101,17 @@ class GkeObserver:
         # Every node event, also between two polls: a slice whose pods exit at once on
         # SIGTERM is deleted within a poll, and its shutdown notice must not be missed.
         caches.nodes.add_listener(self._on_node)
+        # Likewise every pod's failure: a JobSet restart deletes a crashed pod within a poll.
+        caches.pods.add_listener(self._on_pod)
+
+    def _on_pod(self, kind: str, raw: Obj) -> None:
+        pod = S.pod_status(raw)
+        if not pod.failure:
+            return
+        failures = self._mem.pod_failures
+        failures.setdefault((pod.uid or pod.name, pod.failure, pod.restarts), self._retries(pod))
+        while len(failures) > MAX_POD_FAILURES:  # the oldest first: dicts keep their order
+            del failures[next(iter(failures))]
 
     def _on_node(self, kind: str, node: Obj) -> None:
         if not S.is_tpu_node(node):
@@ -121,7 +134,7 @@ class GkeObserver:
             error = f"GKE API: {c.error()}"
         hosts = self._hosts(at)
         raw_pods = c.pods.values()
-        pods = sorted((S.pod_status(p) for p in raw_pods), key=lambda p: p.name)
+        pods = sorted((self._retries(S.pod_status(p)) for p in raw_pods), key=lambda p: p.name)
         recorded = self._recorded()
         workloads = self._workloads(raw_pods, pods, recorded, at)
         jobs = self._jobs(workloads, recorded)
@@ -147,7 +160,25 @@ class GkeObserver:
             jobs_owned=True,
             workloads=tuple(workloads),
             pods=tuple(pods),
+            pod_failures=tuple(self._mem.pod_failures.values()),
         )
+
+    def _retries(self, pod: PodStatus) -> PodStatus:
+        """A failed pod the container's restart policy does not retry: whether its workload
+        does (its JobSet has restarts left, its Job failures left under its backoffLimit)."""
+        if not pod.failure or pod.restartable is not None or not pod.workload:
+            return pod
+        js = self.caches.jobsets.get(pod.workload)
+        if js is not None:
+            limit = int(((js.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts", 0))
+            done = int((js.get("status") or {}).get("restarts", 0) or 0)
+            return replace(pod, restartable=done < limit)
+        job = self.caches.jobs.get(pod.workload)
+        if job is not None:
+            limit = int((job.get("spec") or {}).get("backoffLimit", 6))
+            failed = int((job.get("status") or {}).get("failed", 0) or 0)
+            return replace(pod, restartable=failed < limit)
+        return pod
 
     # -- nodes ---------------------------------------------------------------------------------
     def _hosts(self, at: float) -> list[HostObservation]:

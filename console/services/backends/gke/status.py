@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from console.services.backends.gke.kube import Obj
-from console.services.model import HostState, JobStatus, PodStatus
+from console.services.model import HostState, JobStatus, PodFailure, PodStatus
 from kubeprint.pod import print_pod
 
 P = "jobset.sigs.k8s.io/"
@@ -76,10 +76,51 @@ def _why(pod: Obj) -> str:
     return str(st.get("message") or "")
 
 
+# DisruptionTarget reasons -> the failure they are (Kubernetes' pod disruption conditions).
+_DISRUPTIONS = {
+    "EvictionByEvictionAPI": PodFailure.EVICTED,
+    "PreemptionByScheduler": PodFailure.EVICTED,
+    "DeletionByPodGC": PodFailure.NODE_FAILURE,
+    "DeletionByTaintManager": PodFailure.NODE_FAILURE,
+    "TerminationByKubelet": PodFailure.PREEMPTED,
+}
+
+
+def pod_failure(pod: Obj) -> tuple[str, int | None, float | None]:
+    """(PodFailure or "", exit code, when) of a pod, from what its status says: evicted
+    (``status.reason`` Evicted, or a DisruptionTarget by eviction or preemption), its node
+    gone (DeletionByPodGC / DeletionByTaintManager), its node shut down (TerminationByKubelet:
+    a spot reclaim, or the slice's repair: the slice's row says which), else a container
+    terminated non-zero, now or before its last restart (OOMKilled or a crash)."""
+    st = pod.get("status") or {}
+    exit_code: int | None = None
+    failed_at: float | None = None
+    crashed = ""
+    for cs in st.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+            "terminated"
+        )
+        if not term or not term.get("exitCode"):
+            continue
+        exit_code, failed_at = _int(term.get("exitCode")), ts(term.get("finishedAt"))
+        oom = term.get("reason") == "OOMKilled"
+        crashed = PodFailure.OOM_KILLED if oom else PodFailure.CRASH
+        break
+    if st.get("reason") == "Evicted":
+        return PodFailure.EVICTED, exit_code, failed_at
+    dt = condition(pod, "DisruptionTarget")
+    if dt is not None and dt.get("status") == "True":
+        found = _DISRUPTIONS.get(str(dt.get("reason", "")))
+        if found is not None:
+            return found, exit_code, ts(dt.get("lastTransitionTime")) or failed_at
+    return crashed, exit_code, failed_at
+
+
 def pod_status(pod: Obj) -> PodStatus:
     m, spec, st = meta(pod), pod.get("spec") or {}, pod.get("status") or {}
     lab = labels(pod)
     text, ready, total, restarts = pod_status_text(pod)
+    failure, exit_code, failed_at = pod_failure(pod)
     return PodStatus(
         name=str(m.get("name", "")),
         phase=str(st.get("phase") or "Pending"),
@@ -100,6 +141,12 @@ def pod_status(pod: Obj) -> PodStatus:
         message=_why(pod),
         disrupted=condition_true(pod, "DisruptionTarget"),
         containers=tuple(str(c.get("name", "")) for c in spec.get("containers") or []),
+        failure=failure,
+        exit_code=exit_code,
+        failed_at=failed_at,
+        # A container restarted in place; else the JobSet's rules (the observer knows them).
+        restartable=True if spec.get("restartPolicy") in ("Always", "OnFailure") else None,
+        uid=str(m.get("uid", "")),
     )
 
 
@@ -158,8 +205,13 @@ def node_state(node: Obj) -> tuple[HostState, str, float | None]:
         return HostState.READY, "", since
     message = str(ready.get("message") or ready.get("reason") or "NotReady")
     taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
-    if "shutting down" in message or taints & set(SHUTDOWN_TAINTS):
+    if taints & set(SHUTDOWN_TAINTS):
+        # Only a spot reclaim carries GKE's impending-termination taint; a node shutting
+        # down without it is deleted on purpose (the auto-repair of a failed slice, an
+        # upgrade): not a preemption.
         return HostState.PREEMPTED, f"NotReady: {message}", since
+    if "shutting down" in message:
+        return HostState.DELETING, f"NotReady: {message}", since
     if ready.get("status") == "Unknown":
         return HostState.UNKNOWN, f"NotReady: {message}", since
     return HostState.REPAIRING, f"NotReady: {message}", since

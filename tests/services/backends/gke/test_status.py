@@ -81,8 +81,9 @@ def node(ready: str, message: str = "", taints: list[str] | None = None) -> dict
 
 def test_node_states() -> None:
     assert S.node_state(node("True"))[0] == HostState.READY
+    # Shutting down without GKE's spot taint: deleted on purpose (a repair), no preemption.
     state, health, since = S.node_state(node("False", "node is shutting down"))
-    assert state == HostState.PREEMPTED and "shutting down" in health and since == 1735689605.0
+    assert state == HostState.DELETING and "shutting down" in health and since == 1735689605.0
     taint = node(
         "False", "kubelet stopped posting", ["cloud.google.com/impending-node-termination"]
     )
