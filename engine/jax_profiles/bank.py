@@ -132,6 +132,14 @@ class ProfileBank:
         )
 
 
+def _on_device(x: Any, dtype: Any) -> jax.Array:
+    """``x`` as a device array of ``dtype``; host data is transferred, not traced (an
+    eager ``jnp.asarray`` compiles a small program per shape and dtype)."""
+    if isinstance(x, jax.Array):
+        return x if x.dtype == dtype else x.astype(dtype)
+    return jax.device_put(np.asarray(x, dtype))
+
+
 @jax.jit
 def _log_floor(kernels: jax.Array, floor: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(kernels, floor))
@@ -147,29 +155,31 @@ def make_bank(
     floor: float = KL_FLOOR,
 ) -> ProfileBank:
     """Assemble a bank from kernels ``[P, L, S, A]`` (validated, on the default device)."""
-    k = jnp.asarray(kernels, dtype=jnp.float32)
+    k = _on_device(kernels, jnp.float32)
     if k.ndim != 4:
         raise ValueError(f"kernels must have shape [P, L, S, A], got {tuple(k.shape)}")
     p, n_levels, n_states, _ = k.shape
-    mask = jnp.asarray(state_mask, dtype=bool)
+    mask = _on_device(state_mask, jnp.bool_)
     if mask.shape != (n_levels, n_states):
         raise ValueError(
             f"state_mask must have shape [L, S] = {(n_levels, n_states)}, got {tuple(mask.shape)}"
         )
-    kinds_a = jnp.asarray(kinds, dtype=jnp.int32).reshape(-1)
+    kinds_a = _on_device(
+        np.reshape(kinds, -1) if not isinstance(kinds, jax.Array) else kinds.reshape(-1), jnp.int32
+    )
     if kinds_a.shape != (p,):
         raise ValueError(f"kinds must have one entry per profile ({p}), got {kinds_a.shape[0]}")
-    eps = jnp.zeros(p, jnp.float32) if epsilon is None else jnp.asarray(epsilon, jnp.float32)
-    code = (
-        jnp.full(p, NO_CONTAMINATION, jnp.int32)
-        if contamination is None
-        else jnp.asarray(contamination, jnp.int32)
+    # host-side defaults: an eager jnp.zeros / jnp.full would compile a program per shape
+    eps = _on_device(np.zeros(p, np.float32) if epsilon is None else epsilon, jnp.float32)
+    code = _on_device(
+        np.full(p, NO_CONTAMINATION, np.int32) if contamination is None else contamination,
+        jnp.int32,
     )
     if not 0.0 < floor < 1.0:
         raise ValueError(f"floor must be in (0, 1), got {floor}")
     return ProfileBank(
         kernels=k,
-        log_kernels=_log_floor(k, jnp.float32(floor)),
+        log_kernels=_log_floor(k, np.float32(floor)),
         state_mask=mask,
         kinds=kinds_a,
         epsilon=eps,
@@ -390,8 +400,7 @@ def _contaminate_one(
     return jnp.where(state_mask[..., None], mixed, uniform)
 
 
-@jax.jit
-def _contaminate_batch(
+def _contaminate_slots(
     key: jax.Array,
     human: jax.Array,
     state_mask: jax.Array,
@@ -402,6 +411,30 @@ def _contaminate_batch(
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(codes.shape[0]))
     one = jax.vmap(_contaminate_one, in_axes=(0, None, None, 0, 0, None))
     return one(keys, human, state_mask, codes, eps, bias_temperature)
+
+
+_contaminate_batch = jax.jit(_contaminate_slots)
+
+
+@jax.jit
+def _assemble(
+    key: jax.Array,
+    humans: jax.Array,
+    agents: jax.Array,
+    state_mask: jax.Array,
+    codes: jax.Array,
+    eps: jax.Array,
+    bias_temperature: jax.Array,
+    floor: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """``build_bank``'s device work as one program (one compile per shape): the
+    contaminations of every human (human ``h`` keyed ``fold_in(key, h)``), the
+    concatenation and the log kernels."""
+    keys = jax.vmap(lambda h: jax.random.fold_in(key, h))(jnp.arange(humans.shape[0]))
+    per_human = jax.vmap(_contaminate_slots, in_axes=(0, 0, None, None, None, None))
+    mixed = per_human(keys, humans, state_mask, codes, eps, bias_temperature)
+    kernels = jnp.concatenate([humans, agents, mixed.reshape(-1, *humans.shape[1:])])
+    return kernels, jnp.log(jnp.maximum(kernels, floor))
 
 
 def contamination_kernels(
@@ -420,6 +453,25 @@ def contamination_kernels(
     ``adversarial`` (restricted to the names in ``contaminations``). Slot ``i`` uses
     ``fold_in(key, i)``.
     """
+    code_a, eps_a = _contamination_slots(epsilons, contaminations, n_biased, bias_temperature)
+    h = jnp.asarray(human, jnp.float32)
+    sm = jnp.asarray(state_mask, bool)
+    if not code_a.size:
+        empty = jnp.asarray(np.zeros((0, *h.shape), np.float32))
+        return empty, eps_a, code_a
+    kernels = _contaminate_batch(
+        key, h, sm, jnp.asarray(code_a), jnp.asarray(eps_a), np.float32(bias_temperature)
+    )
+    return kernels, eps_a, code_a
+
+
+def _contamination_slots(
+    epsilons: Sequence[float],
+    contaminations: Sequence[str],
+    n_biased: int,
+    bias_temperature: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validated ``(code [C], epsilon [C])`` of one human's contamination slots."""
     unknown = [c for c in contaminations if c not in CONTAMINATIONS]
     if unknown:
         raise ValueError(
@@ -441,17 +493,7 @@ def contamination_kernels(
             reps = n_biased if name == "biased" else 1
             codes += [CONTAMINATIONS.index(name)] * reps
             eps_list += [float(eps)] * reps
-    h = jnp.asarray(human, jnp.float32)
-    sm = jnp.asarray(state_mask, bool)
-    if not codes:
-        empty = jnp.zeros((0, *h.shape), jnp.float32)
-        return empty, np.zeros(0, np.float32), np.zeros(0, np.int32)
-    code_a = np.asarray(codes, np.int32)
-    eps_a = np.asarray(eps_list, np.float32)
-    kernels = _contaminate_batch(
-        key, h, sm, jnp.asarray(code_a), jnp.asarray(eps_a), jnp.float32(bias_temperature)
-    )
-    return kernels, eps_a, code_a
+    return np.asarray(codes, np.int32), np.asarray(eps_list, np.float32)
 
 
 def build_bank(
@@ -471,18 +513,17 @@ def build_bank(
     contamination profiles of every human, placed on ``device`` (or a sharding) once.
 
     Profile order: humans, agents, then the contaminations of human 0, 1, ...
+    The device work is one jitted program (``_assemble``), compiled once per shape; with
+    the persistent compilation cache (``compile_cache.py``) a new process loads it.
     """
-    humans = jnp.asarray(human_kernels, jnp.float32)
+    humans = np.asarray(human_kernels, np.float32)
     if humans.ndim == 3:
         humans = humans[None]
     if humans.ndim != 4:
         raise ValueError(f"human_kernels must be [H, L, S, A] or [L, S, A], got {humans.shape}")
-    parts = [humans]
-    kinds = [np.full(humans.shape[0], HUMAN, np.int32)]
-    eps = [np.zeros(humans.shape[0], np.float32)]
-    codes = [np.full(humans.shape[0], NO_CONTAMINATION, np.int32)]
+    agents = np.zeros((0, *humans.shape[1:]), np.float32)
     if agent_kernels is not None:
-        agents = jnp.asarray(agent_kernels, jnp.float32)
+        agents = np.asarray(agent_kernels, np.float32)
         if agents.ndim == 3:
             agents = agents[None]
         if agents.shape[1:] != humans.shape[1:]:
@@ -490,31 +531,45 @@ def build_bank(
                 f"agent_kernels must have shape [J, {', '.join(map(str, humans.shape[1:]))}], "
                 f"got {tuple(agents.shape)}"
             )
-        parts.append(agents)
-        kinds.append(np.full(agents.shape[0], AGENT, np.int32))
-        eps.append(np.zeros(agents.shape[0], np.float32))
-        codes.append(np.full(agents.shape[0], NO_CONTAMINATION, np.int32))
-    for h in range(humans.shape[0]):
-        k, e, c = contamination_kernels(
-            jax.random.fold_in(key, h),
-            humans[h],
-            state_mask,
-            epsilons,
-            contaminations,
-            n_biased,
-            bias_temperature,
+    mask = np.asarray(state_mask, bool)
+    if mask.shape != humans.shape[1:3]:
+        raise ValueError(
+            f"state_mask must have shape [L, S] = {humans.shape[1:3]}, got {mask.shape}"
         )
-        parts.append(k)
-        kinds.append(np.full(k.shape[0], CONTAMINATION, np.int32))
-        eps.append(e)
-        codes.append(c)
-    bank = make_bank(
-        jnp.concatenate(parts),
-        state_mask,
-        np.concatenate(kinds),
-        epsilon=np.concatenate(eps),
-        contamination=np.concatenate(codes),
-        floor=floor,
+    if not 0.0 < floor < 1.0:
+        raise ValueError(f"floor must be in (0, 1), got {floor}")
+    codes, eps = _contamination_slots(epsilons, contaminations, n_biased, bias_temperature)
+    n_h, n_a, n_c = humans.shape[0], agents.shape[0], codes.size
+    kernels, log_kernels = _assemble(
+        key,
+        humans,
+        agents,
+        mask,
+        codes,
+        eps,
+        np.float32(bias_temperature),
+        np.float32(floor),
+    )
+    bank = ProfileBank(
+        kernels=kernels,
+        log_kernels=log_kernels,
+        state_mask=jax.device_put(mask),
+        kinds=jax.device_put(
+            np.concatenate(
+                [
+                    np.full(n_h, HUMAN, np.int32),
+                    np.full(n_a, AGENT, np.int32),
+                    np.full(n_h * n_c, CONTAMINATION, np.int32),
+                ]
+            )
+        ),
+        epsilon=jax.device_put(
+            np.concatenate([np.zeros(n_h + n_a, np.float32), np.tile(eps, n_h)])
+        ),
+        contamination=jax.device_put(
+            np.concatenate([np.full(n_h + n_a, NO_CONTAMINATION, np.int32), np.tile(codes, n_h)])
+        ),
+        floor=float(floor),
     )
     return to_device(bank, device)
 

@@ -15,6 +15,9 @@
 4. the env gets the new alpha (``env_method("set_alpha", alpha)``) and
    ``behaviour/alpha``, ``behaviour/worst_divergence`` and ``behaviour/delta`` are logged.
 
+The bank build and the scoring pass compile through the persistent compilation cache
+(``compile_cache.py``), so a trainer restarted after a preemption loads them.
+
 ``delta=None`` sets the constraint to the worst-case divergence of the human kernel
 itself: "be as close to every plausible human as the reference human is" -- a level
 the human profile attains, so the constraint is feasible.
@@ -33,6 +36,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from engine.jax_profiles.alpha import ALPHA_MAX, ALPHA_MIN, dual_update, masked_worst, robust_set
 from engine.jax_profiles.bank import ProfileBank, build_bank
+from engine.jax_profiles.compile_cache import compilation_cache
 from engine.jax_profiles.divergence import METRICS, total_divergences
 
 __all__ = ["AutoAlphaCallback", "worst_case"]
@@ -97,6 +101,12 @@ class AutoAlphaCallback(BaseCallback):
         # depend on the family, so build them once.
         if self.bank is not None:
             return
+        # the bank build and the scoring pass compile here, through the persistent cache:
+        # a restarted trainer (preemption) loads them instead of compiling again
+        with compilation_cache():
+            self._build()
+
+    def _build(self) -> None:
         fam = self.family
         shape = (fam.n_levels, fam.n_states)
         if np.shape(fam.state_mask) != shape or np.shape(fam.human_kernel)[:2] != shape:
@@ -117,9 +127,10 @@ class AutoAlphaCallback(BaseCallback):
         flat = obs.reshape(-1, obs.shape[-1])
         valid = np.asarray(fam.state_mask, bool).reshape(-1)
         self._obs_index = {flat[i].tobytes(): int(i) for i in np.flatnonzero(valid)}
+        # the human's own worst case: delta when not given, and the scoring compile either way
+        human = jnp.asarray(fam.human_kernel, jnp.float32)[None]
+        worst, _ = self._score(human, self._uniform_visitation())
         if self.delta is None:
-            human = jnp.asarray(fam.human_kernel, jnp.float32)[None]
-            worst, _ = self._score(human, self._uniform_visitation())
             self.delta = worst
         if self.verbose:
             print(

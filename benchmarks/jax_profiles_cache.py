@@ -1,0 +1,177 @@
+"""Benchmark: a second process builds the same-shaped bank against a cold one.
+
+    python -m benchmarks.jax_profiles_cache [--profiles 256 --levels 16 --states 1536
+                                               --actions 4 --candidates 16 --metric kl]
+
+Two child processes run one after the other with the same fresh persistent compilation
+cache (``engine.jax_profiles.compile_cache``, a temporary directory unless
+``--cache-dir``): the first compiles and writes the cache (cold), the second loads it.
+Each child times, after importing JAX, (1) building the bench's bank
+(``benchmarks.jax_profiles._make_inputs``: ``build_bank`` and the bank slice) and (2) the
+first scoring + selection pass (compile + run), and counts the cache's hits and misses
+(JAX's monitoring events). Printed: both times per process and the warm / cold ratios.
+
+The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+_CHILD_TIMEOUT_S = 900
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.jax_profiles_cache",
+        description="Cold vs second-process bank build through the persistent compile cache.",
+    )
+    ap.add_argument("--profiles", type=int, default=256)
+    ap.add_argument("--levels", type=int, default=16)
+    ap.add_argument("--states", type=int, default=1536)
+    ap.add_argument("--actions", type=int, default=4)
+    ap.add_argument("--candidates", type=int, default=16)
+    ap.add_argument("--metric", choices=("kl", "js", "tv"), default="kl")
+    ap.add_argument("--cache-dir", default=None, help="cache directory (default: a fresh temp)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    for name in ("profiles", "levels", "states", "actions", "candidates"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be >= 1")
+    if args.actions < 2:
+        ap.error("--actions must be >= 2")
+    return args
+
+
+def _shape_argv(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--{name}={getattr(args, name)}"
+        for name in ("profiles", "levels", "states", "actions", "candidates", "metric")
+    ]
+
+
+def _child(args: argparse.Namespace) -> int:
+    import jax
+    import jax.numpy as jnp
+    from jax import monitoring
+
+    from benchmarks import jax_profiles as bench
+    from engine.jax_profiles.alpha import robust_set, selection_pass
+    from engine.jax_profiles.compile_cache import compilation_cache
+
+    counts = {"hits": 0, "misses": 0}
+
+    def on_event(event: str, **kwargs: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            counts["hits"] += 1
+        elif event == "/jax/compilation_cache/cache_misses":
+            counts["misses"] += 1
+
+    monitoring.register_event_listener(on_event)
+    bench_args = bench._parse([*_shape_argv(args), "--baseline-repeats=0"])
+    with compilation_cache(args.cache_dir):
+        t0 = time.perf_counter()
+        bank, alphas, agents, returns, visitation = bench._make_inputs(bench_args)
+        jax.block_until_ready(bank)
+        build_s = time.perf_counter() - t0
+        build_counts = dict(counts)
+        t0 = time.perf_counter()
+        fn = jax.jit(selection_pass, static_argnames=("metric",))
+        out = fn(
+            bank,
+            jnp.asarray(alphas),
+            jnp.asarray(agents),
+            jnp.asarray(returns),
+            jnp.asarray(visitation),
+            robust_set(bank),
+            jnp.float32(1.0),
+            metric=args.metric,
+        )
+        jax.block_until_ready(out)
+        pass_s = time.perf_counter() - t0
+    print(
+        json.dumps(
+            {
+                "build_s": build_s,
+                "first_pass_s": pass_s,
+                "build_hits": build_counts["hits"],
+                "build_misses": build_counts["misses"],
+                "hits": counts["hits"],
+                "misses": counts["misses"],
+                "platform": jax.devices()[0].platform,
+            }
+        )
+    )
+    return 0
+
+
+def run_child(args: argparse.Namespace, cache_dir: str) -> dict[str, Any]:
+    """One child process; its JSON figures."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.jax_profiles_cache",
+        "--child",
+        f"--cache-dir={cache_dir}",
+        *_shape_argv(args),
+    ]
+    env = dict(os.environ)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S, env=env, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.child:
+        return _child(args)
+    with tempfile.TemporaryDirectory(prefix="phantom-jax-cache-") as tmp:
+        cache_dir = args.cache_dir or str(Path(tmp) / "jax")
+        cold = run_child(args, cache_dir)
+        warm = run_child(args, cache_dir)
+    print(
+        f"bank P={args.profiles} L={args.levels} S={args.states} A={args.actions}, "
+        f"{args.candidates} candidates, {args.metric}, on {cold['platform']}"
+    )
+    for name, r in (("cold", cold), ("second process", warm)):
+        print(
+            f"{name:>15}: bank build {r['build_s']:.2f} s "
+            f"(cache hits {r['build_hits']}, misses {r['build_misses']}); "
+            f"first pass {r['first_pass_s']:.2f} s (hits {r['hits']}, misses {r['misses']} in all)"
+        )
+    build_ratio = warm["build_s"] / cold["build_s"]
+    total_ratio = (warm["build_s"] + warm["first_pass_s"]) / (
+        cold["build_s"] + cold["first_pass_s"]
+    )
+    print(
+        f"second process / cold: bank build {build_ratio:.3f}, "
+        f"bank build + first pass {total_ratio:.3f} (must show: < 0.25)"
+    )
+    print(
+        json.dumps(
+            {
+                "cold": cold,
+                "warm": warm,
+                "build_ratio": round(build_ratio, 4),
+                "build_and_first_pass_ratio": round(total_ratio, 4),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

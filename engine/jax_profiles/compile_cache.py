@@ -1,0 +1,73 @@
+"""JAX's persistent compilation cache for the profile programs.
+
+A cold process pays XLA's compile for the bank build and the scoring pass (tens of
+seconds on a GPU); with ``jax_compilation_cache_dir`` set, a second process with the
+same shapes loads the executables from disk instead.
+
+Where: ``$PHANTOM_JAX_CACHE_DIR`` when set (``off`` disables it), else
+``$XDG_CACHE_HOME/phantom/jax`` (``~/.cache/phantom/jax`` when unset), beside the
+console's ``$XDG_CONFIG_HOME`` / ``$XDG_STATE_HOME`` directories.
+
+Nothing here runs at import: entry points opt in with ``compilation_cache()``, a context
+manager that restores JAX's previous settings on exit, so a test (or a bench run inside
+pytest) never leaves the process writing to the user's cache; tests point it at a
+temporary directory. Every compile is cached (``min_compile_time_secs = 0``): the bank
+build is several small programs on CPU and each costs a compile.
+
+The cache is trusted code (JAX's warning): it lives in the user's own cache dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache as _jax_cache
+
+__all__ = ["ENV_VAR", "OFF", "compilation_cache", "default_cache_dir", "resolve_cache_dir"]
+
+ENV_VAR = "PHANTOM_JAX_CACHE_DIR"
+OFF = "off"
+_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/phantom/jax`` (``~/.cache/phantom/jax``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "phantom" / "jax"
+
+
+def resolve_cache_dir(directory: str | os.PathLike[str] | None = None) -> Path | None:
+    """The cache directory to use: ``directory``, else ``$PHANTOM_JAX_CACHE_DIR``, else
+    the default; ``None`` when either says ``off``."""
+    chosen = os.fspath(directory) if directory is not None else os.environ.get(ENV_VAR, "")
+    if chosen.strip().lower() == OFF:
+        return None
+    return Path(chosen).expanduser() if chosen.strip() else default_cache_dir()
+
+
+@contextlib.contextmanager
+def compilation_cache(directory: str | os.PathLike[str] | None = None) -> Iterator[Path | None]:
+    """Compile with the persistent cache in ``directory`` (see ``resolve_cache_dir``)
+    inside the block; JAX's previous cache settings come back on exit.
+
+    Yields the directory in use, or ``None`` when the cache is off.
+    """
+    path = resolve_cache_dir(directory)
+    if path is None:
+        yield None
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    before = {name: getattr(jax.config, name) for name in _SETTINGS}
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    _jax_cache.reset_cache()  # JAX opens its cache once; make it open this directory
+    try:
+        yield path
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        _jax_cache.reset_cache()

@@ -1,0 +1,95 @@
+"""The persistent compilation cache: where it goes, that it stays scoped, and that a
+second process building the same-shaped bank loads every program instead of compiling.
+
+(The time a second process saves is the bench's to report:
+``python -m benchmarks.jax_profiles_cache``.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import pytest
+
+from benchmarks import jax_profiles_cache as cache_bench
+from engine.jax_profiles import bank as B
+from engine.jax_profiles.compile_cache import (
+    ENV_VAR,
+    compilation_cache,
+    default_cache_dir,
+    resolve_cache_dir,
+)
+
+
+def test_cache_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "phantom" / "jax"
+    assert resolve_cache_dir() == default_cache_dir()
+    assert resolve_cache_dir(tmp_path / "mine") == tmp_path / "mine"
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "env"))
+    assert resolve_cache_dir() == tmp_path / "env"
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert resolve_cache_dir() is None
+    assert resolve_cache_dir("OFF") is None
+
+
+def test_cache_is_scoped_to_the_block(tmp_path: Path) -> None:
+    before = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    with compilation_cache(tmp_path / "c") as path:
+        assert path == tmp_path / "c" and path.is_dir()
+        assert jax.config.jax_compilation_cache_dir == str(path)
+        # a fresh program is compiled and written into this directory
+        jax.jit(lambda x: x * 7 - 3)(jax.numpy.ones(29)).block_until_ready()
+        assert any(path.iterdir())
+    after = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    assert after == before
+    with compilation_cache("off") as path:
+        assert path is None
+        assert jax.config.jax_compilation_cache_dir == before[0]
+
+
+def test_bank_build_is_one_program_per_shape() -> None:
+    from jax import monitoring
+
+    names: list[str] = []
+
+    def on_compile(event: str, duration: float, **kwargs: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            names.append(str(kwargs.get("fun_name", "")))
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    humans = rng.random((2, 3, 4, 5)).astype(np.float32)
+    humans /= humans.sum(-1, keepdims=True)
+    mask = rng.random((3, 4)) < 0.8
+    key = jax.random.PRNGKey(0)
+    monitoring.register_event_duration_secs_listener(on_compile)
+    try:
+        B.build_bank(humans, mask, key=key, epsilons=(0.1, 0.2, 0.3), n_biased=3)
+        first = len(names)
+        B.build_bank(humans * 0.5 + 0.1, mask, key=key, epsilons=(0.4, 0.5, 0.6), n_biased=3)
+    finally:
+        monitoring.unregister_event_duration_listener(on_compile)
+    assert first <= 1, f"{first} compiles for one bank build"
+    assert len(names) == first, "the same shape compiled again"
+
+
+def test_second_process_loads_the_bank_build_from_the_cache(tmp_path: Path) -> None:
+    args = cache_bench._parse(
+        ["--profiles=9", "--levels=2", "--states=8", "--actions=3", "--candidates=3"]
+    )
+    cache = str(tmp_path / "jax")
+    cold = cache_bench.run_child(args, cache)
+    warm = cache_bench.run_child(args, cache)
+    assert cold["build_misses"] >= 1 and cold["build_hits"] == 0
+    assert warm["build_misses"] == 0 and warm["build_hits"] == cold["build_misses"]
+    assert warm["misses"] == 0 and warm["hits"] == cold["misses"]
