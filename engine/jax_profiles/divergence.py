@@ -63,7 +63,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import xlogy
 
-from engine.jax_profiles import pallas_kernels, tiled
+from engine.jax_profiles import tiled
 from engine.jax_profiles.bank import ProfileBank
 
 __all__ = [
@@ -81,7 +81,7 @@ __all__ = [
 
 METRICS = ("kl", "js", "tv")
 IMPLS = ("auto", "reference", "tiled", "pallas")
-PRECISIONS = pallas_kernels.PRECISIONS
+PRECISIONS = ("fp32", "tf32", "bf16")
 _HI = jax.lax.Precision.HIGHEST
 
 
@@ -274,6 +274,9 @@ def total_divergences(
     impl = resolve_impl(metric, impl)
     agents = agents.astype(jnp.float32)
     if impl == "pallas":
+        # imported here: Pallas (and its Triton bindings) only load when a kernel is asked for
+        from engine.jax_profiles import pallas_kernels
+
         side = tiled.agent_side(bank.state_mask, agents, visitation)
         if metric == "kl":
             self_term = 2.0 * (side.w * side.hq).sum(1)  # sum_x w q log q

@@ -46,7 +46,7 @@ __all__ = [
     "pallas_total",
 ]
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16")  # as divergence.PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _fast_log(t: jax.Array) -> jax.Array:
     [lg2] = plgpu.elementwise_inline_asm(
         "lg2.approx.f32 $0, $1;",
         args=[t],
-        constraints="=r,r",
+        constraints="=f,f",
         pack=1,
         result_shape_dtypes=[jax.ShapeDtypeStruct(t.shape, t.dtype)],
     )
@@ -223,12 +223,20 @@ def _interpret() -> bool:
 
 
 def pallas_total(
-    metric: str, kernels: jax.Array, side: AgentSide, cfg: KernelConfig | None = None
+    metric: str,
+    kernels: jax.Array,
+    side: AgentSide,
+    cfg: KernelConfig | None = None,
+    interpret: bool | None = None,
 ) -> jax.Array:
-    """Profile-major ``[P, J]`` JS or TV from the bank's kernels ``[P, L, S, A]``."""
+    """Profile-major ``[P, J]`` JS or TV from the bank's kernels ``[P, L, S, A]``.
+
+    ``interpret``: ``None`` interprets off a GPU; ``False`` lowers through Triton (also
+    for a GPU target from a CPU-only process, as the tests do).
+    """
     if metric not in ("js", "tv"):
         raise ValueError(f"pallas_total scores js or tv, got {metric!r}")
-    interpret = _interpret()
+    interpret = _interpret() if interpret is None else interpret
     if cfg is None:
         cfg = default_config(metric, side.q.shape[0], on_gpu=not interpret)
     flat = kernels.reshape(kernels.shape[0], -1)
@@ -241,11 +249,12 @@ def pallas_cross(
     wq: jax.Array,
     precision: str = "fp32",
     cfg: KernelConfig | None = None,
+    interpret: bool | None = None,
 ) -> jax.Array:
     """KL's product ``[P, J] = logk[P, X] . wq[J, X]^T`` with float32 accumulation."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    interpret = _interpret()
+    interpret = _interpret() if interpret is None else interpret
     if cfg is None:
         cfg = default_config("kl", wq.shape[0], on_gpu=not interpret)
     flat = log_kernels.reshape(log_kernels.shape[0], -1)

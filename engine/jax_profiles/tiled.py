@@ -44,7 +44,9 @@ __all__ = [
     "xlogx",
 ]
 
-DEFAULT_BLOCK = 8  # profiles per block: 8 x 393 KB of kernels at 16 x 1536 x 4
+# Profiles per block, measured on XLA's CPU backend at 16 x 1536 x 4 with 16 agents: TV
+# gains from 8 profiles (3 MB) per block, JS (bound by its log) is fastest one at a time.
+DEFAULT_BLOCK = {"js": 1, "tv": 8}
 LOG2 = math.log(2.0)
 
 
@@ -111,7 +113,7 @@ def _block_total(metric: str, side: AgentSide, k: jax.Array) -> jax.Array:
 
 
 def tiled_total(
-    metric: str, kernels: jax.Array, side: AgentSide, block: int = DEFAULT_BLOCK
+    metric: str, kernels: jax.Array, side: AgentSide, block: int | None = None
 ) -> jax.Array:
     """Profile-major ``[P, J]`` JS or TV, reading ``kernels [P, ...]`` once, ``block``
     profiles at a time.
@@ -124,7 +126,7 @@ def tiled_total(
         raise ValueError(f"tiled_total scores js or tv, got {metric!r}")
     p = kernels.shape[0]
     k = kernels.reshape(p, -1)
-    b = max(1, min(block, p))
+    b = max(1, min(DEFAULT_BLOCK[metric] if block is None else block, p))
     n_blocks = -(-p // b)
     out = jnp.zeros((p, side.q.shape[0]), jnp.float32)
 

@@ -1,5 +1,6 @@
-"""The JAX scoring bench stays runnable: a tiny shape, every figure printed, JAX and the
-NumPy loop agreeing (no timing is asserted: the figures are the bench's to report)."""
+"""The JAX scoring bench stays runnable: a tiny shape, every figure printed, every path
+agreeing with the reference and the NumPy loop (no timing is asserted: the figures are
+the bench's to report)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,52 @@ import pytest
 
 from benchmarks import jax_profiles as bench
 
+SMALL = ["--profiles", "9", "--levels", "2", "--states", "16", "--actions", "3"]
+QUICK = ["--candidates", "4", "--repeats", "2", "--baseline-repeats", "1", "--compile-cache", "off"]
+
+
+def _figures(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
 
 @pytest.mark.parametrize("metric", ["kl", "tv"])
 def test_bench_prints_its_figures_at_a_small_shape(
     metric: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    small = ["--profiles", "8", "--levels", "2", "--states", "16", "--actions", "3"]
-    argv = [*small, "--candidates", "4", "--repeats", "2", "--baseline-repeats", "1"]
-    assert bench.main([*argv, "--metric", metric]) == 0
+    assert bench.main([*SMALL, *QUICK, "--metric", metric]) == 0
     out = capsys.readouterr().out
     assert "smaller than the target size" in out
-    figures = json.loads(out.strip().splitlines()[-1])
-    assert figures["metric"] == metric and figures["profiles"] == 8
+    figures = _figures(out)
+    assert figures["metric"] == metric and figures["profiles"] == 9
     assert figures["same_choice"] is True and figures["max_abs_err"] < 1e-4
     assert figures["jax_pass_ms"] > 0 and figures["copy_bandwidth_gbs"] > 0
-    if metric == "kl":  # only KL's pass is one matrix product
-        assert figures["product_only_ms"] > 0 and "the product alone" in out
+    assert figures["read_only_ms"] > 0 and "read-only pass of the bank" in out
+    if metric == "kl":  # the product bounds are KL's
+        assert set(figures["product_ms"]) == {"fp32", "bf16"}
+        assert figures["numpy_matmul_pass_ms"] > 0
     else:
-        assert figures["product_only_ms"] is None and "the product alone" not in out
+        assert figures["product_ms"] == {} and set(figures["arithmetic_ms"]) == {"tv"}
+
+
+def test_bench_scores_every_path_against_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*SMALL, *QUICK, "--metric", "all", "--impl", "auto,reference,tiled,pallas"]
+    assert bench.main([*argv, "--precision", "all"]) == 0
+    figures = _figures(capsys.readouterr().out)
+    rows = {(r["metric"], r["impl"], r["precision"]): r for r in figures["rows"]}
+    expected = {("kl", i, p) for i in ("reference", "pallas") for p in ("fp32", "tf32", "bf16")}
+    expected |= {(m, i, "fp32") for m in ("js", "tv") for i in ("reference", "tiled", "pallas")}
+    assert set(rows) == expected and figures["failed"] == []
+    for key, row in rows.items():
+        assert row["pass_ms"] > 0 and row["bound_ms"] > 0 and row["pass_over_bound"] > 0
+        assert row["same_choice_as_reference"] and row["same_choice_as_numpy"], key
+        if key[2] == "fp32":
+            assert row["rel_err_vs_reference"] < 1e-5, key
+    assert rows[("kl", "reference", "fp32")]["vs_reference"] == 1.0
+    assert "pass_over_fp32_product" in rows[("kl", "pallas", "fp32")]
+
+
+def test_bench_rejects_unknown_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main([*SMALL, "--impl", "cuda"])
+    assert exc.value.code == 2
+    assert "--impl: cuda not in" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -211,3 +212,35 @@ def test_auto_picks_by_backend() -> None:
     assert D.resolve_impl("kl", "auto", "cpu") == "reference"
     assert D.resolve_impl("tv", "auto", "tpu") == "tiled"
     assert D.resolve_impl("kl", "tiled", "cpu") == "reference"
+
+
+@pytest.mark.parametrize(
+    ("metric", "n_agents", "precision"),
+    [
+        ("kl", 16, "fp32"),
+        ("kl", 300, "tf32"),
+        ("kl", 3, "bf16"),
+        ("js", 256, "fp32"),
+        ("js", 5, "fp32"),
+        ("tv", 1, "fp32"),
+        ("tv", 16, "fp32"),
+    ],
+)
+def test_kernels_lower_through_triton_for_a_gpu(metric: str, n_agents: int, precision: str) -> None:
+    """No GPU here, but the Triton lowering runs for a CUDA target (compute capability
+    9.0): power-of-two tiles, masked loads, the fast log's inline PTX, the dot's
+    precision. What it cannot check (ptxas, speed) is the device script's."""
+    p, x = 4099, 3 * 7 * 5  # neither a multiple of a block
+    bank = jax.ShapeDtypeStruct((p, 3, 7, 5), jnp.float32)
+    agents = jax.ShapeDtypeStruct((n_agents, x), jnp.float32)
+
+    def fn(kernels: jax.Array, q: jax.Array) -> jax.Array:
+        if metric == "kl":
+            return PK.pallas_cross(kernels, q, precision, interpret=False)
+        side = T.AgentSide(q=q, w=q, hq=q, wq=q)
+        return PK.pallas_total(metric, kernels, side, interpret=False)
+
+    lowered = jax.jit(fn).trace(bank, agents).lower(lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert "stablehlo.custom_call @__gpu$xla.gpu.triton" in text
+    assert ("lg2.approx.f32" in text) == (metric == "js")  # the fast log, JS only
