@@ -9,7 +9,7 @@
 #                   kl tf32 / bf16 rows: rel err and "same" (the precision choice);
 #   3. 4096 x 256:  js, tv pallas /bound <= 3;
 #   4. compile cache: second process / cold < 0.25.
-# PYTHON overrides the interpreter (default: python3).
+# PYTHON overrides the interpreter (default: python3); SWEEP=1 adds a tile-size sweep.
 set -u
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -38,3 +38,7 @@ step "3 4096 profiles x 256 candidates" 75 \
   --repeats 4 --baseline-repeats 0
 step "4 compile cache: cold vs second process (default size)" 60 \
   "${PY}" -m benchmarks.jax_profiles_cache
+if [ "${SWEEP:-0}" = 1 ]; then  # tile sizes, for tuning pallas_kernels.default_config (~1 min)
+  step "5 Pallas tile sweep at 4096 profiles" 90 \
+    "${PY}" -m benchmarks.jax_profiles_sweep --candidates 16,256 --repeats 3
+fi

@@ -59,3 +59,13 @@ def test_bench_rejects_unknown_choices(capsys: pytest.CaptureFixture[str]) -> No
         bench.main([*SMALL, "--impl", "cuda"])
     assert exc.value.code == 2
     assert "--impl: cuda not in" in capsys.readouterr().err
+
+
+def test_tile_sweep_runs_at_a_small_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import jax_profiles_sweep as sweep
+
+    argv = ["--profiles", "9", "--levels", "2", "--states", "5", "--actions", "3"]
+    assert sweep.main([*argv, "--candidates", "3", "--metric", "tv,kl", "--repeats", "1"]) == 0
+    rows = _figures(capsys.readouterr().out)["rows"]
+    assert {r["metric"] for r in rows} == {"tv", "kl"}
+    assert sum(r["default"] for r in rows) == 2 and all(r["ms"] > 0 for r in rows)
