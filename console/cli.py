@@ -5,6 +5,7 @@
     phantom status [--json]      one snapshot of pod, Ray, jobs and cadence, then exit
     phantom watch [--metrics ADDR:PORT] [--once]   the watchdog unattended (JSON lines out)
     phantom serve [--bind ADDR:PORT]               the console in a browser (textual-serve)
+    phantom mcp [--allow TOOL,...] [--allow-all]   the actions and reads for AI agents (MCP)
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
@@ -114,6 +115,33 @@ def build_parser() -> argparse.ArgumentParser:
         default="PHANTOM_SERVE_TOKEN",
         metavar="NAME",
         help="the variable holding the token a non-loopback bind requires",
+    )
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve the console's actions and reads to AI agents (Model Context Protocol)",
+        description="An MCP server on stdio (or streamable HTTP on loopback): one tool per "
+        "action, resources for status, events, incidents and the ledger. Read-only unless "
+        "allowed: acting tools refuse, saying how to allow them. Every call is journaled.",
+    )
+    mcp.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="TOOL[,TOOL]",
+        help="let agents run these acting tools (e.g. preempt,recover,submit)",
+    )
+    mcp.add_argument("--allow-all", action="store_true", help="let agents run every acting tool")
+    mcp.add_argument(
+        "--allow-destructive",
+        action="store_true",
+        help="also the tools that stop or delete (teardown, stop_job, workload_delete), "
+        "with --allow naming them or --allow-all",
+    )
+    mcp.add_argument(
+        "--http",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="streamable HTTP at http://ADDR:PORT/mcp (loopback only) instead of stdio",
     )
     report = sub.add_parser(
         "report",
@@ -304,6 +332,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from console.watch.main import WatchOptions, watch_main
 
             return watch_main(config, WatchOptions(args.metrics, args.once, args.format))
+        if args.command == "mcp":
+            from console.mcp.policy import Policy, PolicyError
+            from console.mcp.server import McpOptions, mcp_main
+
+            try:
+                policy = Policy.parse(args.allow, args.allow_all, args.allow_destructive)
+            except PolicyError as exc:
+                print(f"phantom mcp: {exc}", file=sys.stderr)
+                return exit_codes.USAGE
+            return mcp_main(config, McpOptions(policy, args.http))
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "report":

@@ -1,6 +1,6 @@
 """What each script action does: one handler per ``language.ACTIONS`` entry, in ``HANDLERS``.
 
-A handler gets the run (``Run``: its services, its feed, what it started) and the line's
+A handler gets the run (``Run``: its services, its feed, what it started, who acts) and the line's
 checked arguments, and returns the step's JSON-able result, or raises ``StepFailure`` with
 the reason and the partial result. Every action but ``pod up|down`` and ``gke up|down`` (the
 emulators' own clients) is one ``ConsoleServices`` call.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from console.config import Config
 from console.script.feed import EventFeed
-from console.script.language import ACTOR, DEFAULT_TIMEOUTS
+from console.script.language import DEFAULT_TIMEOUTS
 from console.script.parse import build_spec
 from console.script.told import error_sentence, plain_lines
 from console.script.workload_args import build_workload_spec
@@ -59,6 +59,7 @@ class Run(Protocol):
     """What a handler may use of the run it belongs to (``runner.ScriptRunner``)."""
 
     config: Config
+    actor: str  # who the journal says acted: "script", or "mcp" for an agent's call
     pod: PodControl
     gke: GkeControl
     feed: EventFeed
@@ -161,18 +162,18 @@ async def workload_create(run: Run, args: Args) -> dict[str, Any]:
         }
     if args.get("dry_run"):
         return {**shown, "manifest": preview.manifest, "dry_run": True}
-    info = await svc.create_workload(spec, ACTOR)
+    info = await svc.create_workload(spec, run.actor)
     run.set_last(info)
     return {**to_jsonable(info), **shown}
 
 
 async def workload_delete(run: Run, args: Args) -> dict[str, Any]:
-    return action_result(await (await run.services()).delete_workload(args["name"], ACTOR))
+    return action_result(await (await run.services()).delete_workload(args["name"], run.actor))
 
 
 async def preempt_slice(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
-    return action_result(await svc.preempt_slice(args["slice"], args.get("grace"), ACTOR))
+    return action_result(await svc.preempt_slice(args["slice"], args.get("grace"), run.actor))
 
 
 async def _poll_status(
@@ -257,7 +258,7 @@ async def wait_ready(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
     try:
         async with asyncio.timeout(timeout + 30):
-            res = await svc.wait_ready(timeout, ACTOR)
+            res = await svc.wait_ready(timeout, run.actor)
     except TimeoutError:
         raise StepFailure(f"not READY within {timeout:g}s") from None
     return action_result(res)
@@ -265,35 +266,35 @@ async def wait_ready(run: Run, args: Args) -> dict[str, Any]:
 
 async def bootstrap(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
-    return action_result(await svc.bootstrap(list(args.get("hosts") or []) or None, ACTOR))
+    return action_result(await svc.bootstrap(list(args.get("hosts") or []) or None, run.actor))
 
 
 async def ray_up(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
     run.ray_started = True  # also when it fails half-way: a partial Ray needs teardown
-    return action_result(await svc.ray_up(ACTOR))
+    return action_result(await svc.ray_up(run.actor))
 
 
 async def tunnel(run: Run, args: Args) -> dict[str, Any]:
-    return action_result(await (await run.services()).open_tunnel(ACTOR))
+    return action_result(await (await run.services()).open_tunnel(run.actor))
 
 
 async def teardown(run: Run, args: Args) -> dict[str, Any]:
-    return action_result(await (await run.services()).teardown(ACTOR))
+    return action_result(await (await run.services()).teardown(run.actor))
 
 
 async def preempt(run: Run, args: Args) -> dict[str, Any]:
-    return action_result(await (await run.services()).preempt(args["host"], ACTOR))
+    return action_result(await (await run.services()).preempt(args["host"], run.actor))
 
 
 async def recreate(run: Run, args: Args) -> dict[str, Any]:
-    return action_result(await (await run.services()).recreate(args["host"], ACTOR))
+    return action_result(await (await run.services()).recreate(args["host"], run.actor))
 
 
 async def submit(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
     spec = build_spec(args, run.config)
-    info = await svc.submit(spec, ACTOR)
+    info = await svc.submit(spec, run.actor)
     run.set_last(info)
     result = to_jsonable(info)
     result["runtime_env"] = spec.display_runtime_env()
@@ -303,7 +304,7 @@ async def submit(run: Run, args: Args) -> dict[str, Any]:
 
 
 async def relaunch_sweep(run: Run, args: Args) -> dict[str, Any]:
-    info: JobInfo = await (await run.services()).relaunch_sweep(ACTOR)
+    info: JobInfo = await (await run.services()).relaunch_sweep(run.actor)
     run.set_last(info)
     return to_jsonable(info)
 
@@ -370,14 +371,14 @@ async def logs(run: Run, args: Args) -> dict[str, Any]:
 
 async def stop_job(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
-    return action_result(await svc.stop_job(run.job_ref(args), ACTOR))
+    return action_result(await svc.stop_job(run.job_ref(args), run.actor))
 
 
 async def recover(run: Run, args: Args) -> dict[str, Any]:
     svc = await run.services()
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["recover"] if timeout is None else timeout
-    status = await svc.recover(ACTOR, timeout)
+    status = await svc.recover(run.actor, timeout)
     out: dict[str, Any] = to_jsonable(status)
     if status.result == "ok":
         return out
@@ -387,7 +388,7 @@ async def recover(run: Run, args: Args) -> dict[str, Any]:
 
 
 async def auto_recovery(run: Run, args: Args) -> dict[str, Any]:
-    (await run.services()).set_auto_recovery(bool(args["enabled"]), ACTOR)
+    (await run.services()).set_auto_recovery(bool(args["enabled"]), run.actor)
     return {"auto": bool(args["enabled"])}
 
 

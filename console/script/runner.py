@@ -71,6 +71,7 @@ class ScriptRunner:
     ) -> None:
         self.script = script
         self.config = config
+        self.actor = ACTOR
         self.pod = pod_control
         self.gke: GkeControl = gke_control or _NoGke()
         self._factory = services_factory

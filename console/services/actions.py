@@ -62,6 +62,11 @@ class ClusterActions:
         await self.sink.record(result, actor)
         return result
 
+    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
+        """Journal a front end's own record of a call (an agent's tool call: who, the tool,
+        its masked arguments, the outcome), also one refused before any service ran."""
+        return await self._record(result, actor)
+
     async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult:
         async with self._user_action() as pod:
             return await self._record(await pod.wait_ready(timeout_s), actor)

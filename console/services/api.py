@@ -33,7 +33,7 @@ from console.services.model import (
 class ConsoleServices(Protocol):
     config: Config
     #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every
-    #: surface offers an action by this (``capabilities.INTENTS``), never by the provider.
+    #: surface offers an action by this (``action_table.refusal_for``), never by the provider.
     capabilities: frozenset[Capability]
 
     # lifecycle -----------------------------------------------------------------------------
@@ -67,6 +67,9 @@ class ConsoleServices(Protocol):
         """Journal rows, newest last."""
 
     # actions (actor = "user", "script", "watchdog") ------------------------------------------
+    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
+        """Journal a front end's record of a call (kind ``action``, by ``actor``)."""
+
     async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult: ...
 
     async def bootstrap(

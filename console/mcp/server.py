@@ -1,0 +1,251 @@
+"""`phantom mcp`: the MCP server itself (the SDK's low-level ``Server``).
+
+    mcp_main(config, McpOptions(policy, http)) -> exit code
+
+Tools are the table's MCP rows (``Calls``); a refused or failed call is a tool result with
+``isError`` naming the problem, never a protocol error and never the end of the server.
+Every response is scrubbed of the secrets the config names (W&B key, HF token, alert
+tokens): their values never leave, only their variables' names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from console import exit_codes
+from console.config import Config, ConfigError
+from console.config.listen import Listen
+from console.mcp.calls import Calls
+from console.mcp.policy import Policy
+from console.mcp.reads import RESOURCES
+from console.secrets import Scrubber
+from console.services.action_table import Effect
+
+if TYPE_CHECKING:
+    from console.services.api import ConsoleServices
+
+ServicesFactory = Callable[[Config], "ConsoleServices"]
+
+PROMPTS: dict[str, tuple[str, str]] = {
+    "diagnose-stalled-run": (
+        "Find out why a training run stopped logging metrics, without changing anything",
+        "A training run on the Phantom Console's cluster looks stalled{run}. Diagnose it "
+        "without changing anything: call `status` (hosts, Ray, jobs, cadence: a run is "
+        "stalled when it has logged nothing for k times its usual interval), then `events` "
+        "(kind stalled, preempted, host_lost, ray_node_down) and `incidents`, then `logs` "
+        "and `search_logs` of the run's job (look for Traceback, OOM, NaN, a checkpoint "
+        "that never finished). Say what stopped, since when, on which host, and which "
+        "action would fix it (recover, relaunch_sweep, stop_job) - but do not run it; "
+        "the operator decides.",
+    ),
+    "recover-after-preemption": (
+        "Bring the cluster and its jobs back after a spot preemption",
+        "A spot preemption hit the Phantom Console's cluster{run}. Read `status` and "
+        "`incidents` to see what was lost (hosts not READY, Ray nodes down, jobs LOST or "
+        "PREEMPTED). If a recovery is already running, wait for it (read `status` again) "
+        "rather than starting a second. Otherwise call `recover` (the whole loop: recreate, "
+        "wait READY, bootstrap, Ray, tunnel, resubmit, verify metrics); it needs the "
+        "operator's `--allow recover`, and a refusal says so. Then confirm from `events` "
+        "that the incident ended recovered and from `status` that cadence resumed.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class McpOptions:
+    policy: Policy = field(default_factory=Policy)
+    http: Listen | None = None  # None: stdio
+
+
+def _text(scrub: Scrubber, obj: Any) -> str:
+    return scrub.text(json.dumps(scrub.data(obj), default=str, sort_keys=True))
+
+
+def build_server(calls: Calls) -> Server[Any]:
+    scrub = calls.scrub
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        tools = [
+            types.Tool(
+                name=a.name,
+                description=a.description
+                + ("" if not a.acts else f" [{a.effect}; {calls.policy.refusal(a) or 'allowed'}]"),
+                input_schema=a.input_schema(),
+                annotations=types.ToolAnnotations(
+                    read_only_hint=not a.acts,
+                    destructive_hint=a.effect is Effect.DESTROYS,
+                ),
+            )
+            for a in calls.tools()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        outcome = await calls.call(params.name, params.arguments)
+        body = {
+            "tool": outcome.action,
+            "outcome": str(outcome.verdict),
+            "reason": str(outcome.reason),
+            "message": outcome.message,
+            "result": dict(outcome.data),
+        }
+        text = _text(scrub, body)
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            structured_content=json.loads(text),
+            is_error=not outcome.ok,
+        )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri=uri, name=name, description=text, mime_type="application/json")
+                for uri, name, text, _ in RESOURCES
+            ]
+        )
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        read = next((r for u, _, _, r in RESOURCES if u == uri), None)
+        if read is None:
+            known = ", ".join(u for u, *_ in RESOURCES)
+            raise ValueError(f"unknown resource {uri!r}; resources: {known}")
+        body = await read(calls.services, {})
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=uri, mime_type="application/json", text=_text(scrub, body)
+                )
+            ]
+        )
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        arg = types.PromptArgument(name="run", description="the run or job id", required=False)
+        return types.ListPromptsResult(
+            prompts=[
+                types.Prompt(name=name, description=desc, arguments=[arg])
+                for name, (desc, _) in PROMPTS.items()
+            ]
+        )
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        found = PROMPTS.get(params.name)
+        if found is None:
+            raise ValueError(f"unknown prompt {params.name!r}; prompts: {', '.join(PROMPTS)}")
+        desc, text = found
+        run = (params.arguments or {}).get("run", "")
+        body = text.format(run=f" (run {run})" if run else "")
+        return types.GetPromptResult(
+            description=desc,
+            messages=[
+                types.PromptMessage(role="user", content=types.TextContent(text=scrub.text(body)))
+            ],
+        )
+
+    return Server(
+        "phantom",
+        version="1",
+        instructions=(
+            "Phantom Console: a spot TPU pod (or GKE) and its RL training jobs. Read freely "
+            "(status, events, incidents, logs, search_logs, ledger); acting tools run only "
+            f"where the operator allowed them ({calls.policy.describe()}); a refusal says how."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+def mcp_main(
+    config: Config,
+    options: McpOptions,
+    *,
+    services_factory: ServicesFactory | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    err = sys.stderr if stderr is None else stderr
+    if options.http is not None and not options.http.loopback:
+        print(
+            f"phantom mcp: --http {options.http}: only loopback (127.0.0.1, ::1); the tools "
+            "act on the cluster and an agent elsewhere should use stdio over ssh",
+            file=err,
+        )
+        return exit_codes.USAGE
+    scrub = Scrubber(
+        [config.wandb.api_key_env, config.gke.hf_token_env, *config.alerts.secret_envs]
+    )
+    try:
+        return asyncio.run(_serve(config, options, services_factory, scrub, err))
+    except KeyboardInterrupt:
+        return exit_codes.INTERRUPTED
+
+
+async def _serve(
+    config: Config,
+    options: McpOptions,
+    factory: ServicesFactory | None,
+    scrub: Scrubber,
+    err: TextIO,
+) -> int:
+    try:
+        if factory is None:
+            from console.wiring import services_factory
+
+            factory = services_factory()
+        services = factory(config)
+    except ConfigError as exc:
+        print(exc.render(), file=err)
+        return exit_codes.USAGE
+    except Exception as exc:  # the factory names what is missing (no pod, bad key...)
+        print(f"phantom mcp: cannot reach the cluster: {scrub.text(str(exc))}", file=err)
+        return exit_codes.FAILED
+    try:
+        await services.start()
+        server = build_server(Calls(config, services, options.policy, scrub))
+        print(
+            f"phantom mcp: serving {config.cluster.node_name}; {options.policy.describe()}",
+            file=err,
+        )
+        if options.http is None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        else:
+            await _serve_http(server, options.http)
+    finally:
+        await services.stop()
+        close = getattr(services, "close_journal", None)
+        if callable(close):
+            close()
+    return exit_codes.OK
+
+
+async def _serve_http(server: Server[Any], listen: Listen) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=listen.host)
+    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning")
+    await uvicorn.Server(config).serve()
