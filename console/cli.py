@@ -273,8 +273,10 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: seconds greater than 0, e.g. 2.5")
+    if not 0 < value <= 366 * 86400:  # also nan and inf; over a year is a typo
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: seconds greater than 0 (at most a year), e.g. 2.5"
+        )
     return value
 
 

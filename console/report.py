@@ -59,16 +59,18 @@ def report_main(
     out = out or sys.stdout
     err = err or sys.stderr
     path = Path(journal_path) if journal_path else default_journal_path()
-    if not path.is_file():
-        err.write(
-            f"phantom report: no journal at {path}: nothing recorded there yet; run phantom "
-            "on the cluster first, or pass --journal PATH (a copied journal.sqlite)\n"
-        )
-        return exit_codes.USAGE
+    named = f"--journal {path}" if journal_path else f"no journal at {path}"
     if runs_dir is not None and not Path(runs_dir).expanduser().is_dir():
         err.write(
             f"phantom report: --runs {runs_dir}: not a directory; give the WANDB_DIR the jobs "
             "logged to (their offline run files), or leave --runs out\n"
+        )
+        return exit_codes.USAGE
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "nothing recorded there yet"
+        err.write(
+            f"phantom report: {named}: {what}; run phantom on the cluster first, or pass "
+            "--journal PATH (a copied journal.sqlite)\n"
         )
         return exit_codes.USAGE
     target: Path | None = None
@@ -95,7 +97,7 @@ def report_main(
     try:
         journal = Journal(path)
     except JournalError as exc:
-        err.write(f"phantom report: {exc}\n")
+        err.write(f"phantom report: {'--journal: ' if journal_path else ''}{exc}\n")
         return exit_codes.USAGE
     try:
         rows = journal.query(limit=ROWS)

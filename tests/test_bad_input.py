@@ -327,3 +327,254 @@ def test_bad_input_is_named_refused_and_starts_nothing(case: Case, tmp_path: Pat
         assert not journal.exists(), "something was run"
     else:
         assert journal.read_bytes().startswith(b"SQLite format 3"), "the journal was overwritten"
+
+
+# -- a daemon that did not come up is stopped ----------------------------------------------------
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of the processes whose arguments contain ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(text.encode() in a for a in argv[1:]) and b"/proc" not in argv[0]:
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+@pytest.mark.parametrize("emulator", ["wandb", "gke"])
+def test_an_emulator_that_times_out_leaves_nothing_running(emulator: str, tmp_path: Path) -> None:
+    """`up --timeout` shorter than the start: it reports the failure (exit 1) and stops the
+    daemon it spawned; before, the daemon went on running with nobody to stop it."""
+    run_dir = tmp_path / emulator
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = subprocess.run(
+        phantom_argv(emulator, "up", "--timeout", "0.001", "--run-dir", str(run_dir)),
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        assert proc.returncode == 1, proc.stderr
+        assert "did not answer" in proc.stderr and "Traceback" not in proc.stderr
+        assert _processes_naming(str(run_dir)) == []
+    finally:
+        subprocess.run(phantom_argv(emulator, "down", "--run-dir", str(run_dir)), env=env,
+                       capture_output=True, timeout=120)  # fmt: skip
+
+
+# -- generated from the parsers: every flag, key and script argument of a checked class -----------
+#
+# The walks below read the argparse parsers of every phantom subcommand, the config schema and
+# the script language's table, so a new option of a known class (number, enum, path) gets its
+# cases the day it lands: numbers nan / negative / huge, enums an unknown value, paths a file
+# where a directory goes (and under one), a directory where a file goes, a missing file and a
+# binary one. Each must exit 2 naming the flag, without a traceback, starting nothing. These run
+# in-process through the same entry points (``console.cli.main``, ``parse_config``,
+# ``parse_script``): a refusal happens before anything is started, so a process per case would
+# only add interpreter start-ups.
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+from console.cli import build_parser as phantom_parser  # noqa: E402
+from console.cli import main as phantom_main  # noqa: E402
+from emulators.gke.cli import build_parser as gke_parser  # noqa: E402
+from emulators.kit import cli as kit_cli  # noqa: E402
+from emulators.kit import validate as kit_validate  # noqa: E402
+from emulators.tpu_pod.cli import build_parser as pod_parser  # noqa: E402
+from emulators.wandb.cli import build_parser as wandb_parser  # noqa: E402
+
+# Numbers that may be negative or unbounded (a seed is any integer).
+SIGNED = {"chaos_seed", "stockout_seed"}
+# Flags that take a file or directory, by kind (a new path flag must be placed here).
+PATH_FLAGS = {
+    "run_dir": "dir_out",
+    "ssh_key": "file_in",
+    "journal": "file_in",
+    "runs": "dir_in",
+    "output": "file_out",
+}
+# Free text, checked where it is used (names, addresses, dates): acknowledged here so a new
+# untyped flag is a decision, not an accident.
+FREE_TEXT = {"ssh_user", "project", "zone", "node_name", "capacity", "quota", "stockout",
+             "container", "since",
+             # the front ends of issue 37 (watch, serve, mcp) check these in their own code
+             "metrics", "bind", "token_env", "allow", "http"}  # fmt: skip
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()
+
+
+def _valid_positionals(sub: argparse.ArgumentParser) -> list[str]:
+    out = []
+    for action in sub._actions:
+        if action.option_strings or action.nargs == argparse.REMAINDER:
+            continue
+        if isinstance(action, argparse._SubParsersAction):
+            continue
+        out.append(str(next(iter(action.choices))) if action.choices else "0")
+    return out
+
+
+def _flags() -> Iterator[tuple[list[str], argparse.Action]]:
+    """(argv up to the flag, the flag) for every optional of every phantom subcommand."""
+    roots = [
+        ([], phantom_parser()),
+        (["pod"], pod_parser()),
+        (["gke"], gke_parser()),
+        (["wandb"], wandb_parser()),
+    ]
+    for prefix, parser in roots:
+        for name, sub in _subcommands(parser):
+            if name in ("pod", "gke", "wandb") and not prefix:
+                continue  # their own parsers, walked above
+            head = [*prefix, name, *(["--format", "md"] if name == "report" else [])]
+            for action in sub._actions:
+                if action.option_strings and action.nargs != 0 and action.dest != "format":
+                    yield [*head, *_valid_positionals(sub)], action
+
+
+def _number_kind(action: argparse.Action) -> str:
+    """ "int", "float" or "" (not a number), by what the flag's own type makes of "1"."""
+    if not callable(action.type):
+        return ""
+    with contextlib.suppress(Exception):
+        value = action.type("1")
+        if isinstance(value, bool):
+            return ""
+        if isinstance(value, int):
+            return "int"
+        if isinstance(value, float):
+            return "float"
+    return ""
+
+
+def _flag_cases() -> Iterator[tuple[str, list[str], str]]:
+    """(id, argv, the flag the message must name)."""
+    for head, action in _flags():
+        flag = action.option_strings[-1]
+        where = " ".join([*head[:2], flag])
+        bad: list[str] = []
+        number = _number_kind(action)
+        if action.choices is not None:
+            bad = ["zz-unknown"]
+        elif action.dest in PATH_FLAGS:
+            bad = {
+                "dir_out": ["{file}", "{file}/x"],
+                "dir_in": ["{file}", "{missing}"],
+                "file_in": ["{dir}", "{missing}", "{binary}"],
+                "file_out": ["{dir}", "{file}/x"],
+            }[PATH_FLAGS[action.dest]]
+        elif number:
+            bad = ["nan", "inf"] + ([] if action.dest in SIGNED else ["-1", "9" * 15])
+        elif callable(action.type) and action.type not in (str, Path):
+            bad = ["!!bad!!"]  # a value type of its own (zones, kinds, names): garbage
+        elif action.dest not in FREE_TEXT:
+            UNTYPED.append(where)
+        for value in bad:
+            yield f"{where} {value[:12]}", [*head, flag, value], flag
+
+
+UNTYPED: list[str] = []
+
+
+def _enum_positional_cases() -> Iterator[tuple[str, list[str], str]]:
+    """Every positional with a set of values (a fault kind, a subcommand) given another."""
+    for prefix, parser in (([], pod_parser()), ([], gke_parser()), ([], wandb_parser())):
+        for name, sub in _subcommands(parser):
+            values = _valid_positionals(sub)
+            positionals = [
+                a for a in sub._actions if not a.option_strings and a.nargs != argparse.REMAINDER
+            ]
+            for i, action in enumerate(positionals):
+                if action.choices:
+                    bad = [*values[:i], "zz-unknown", *values[i + 1 :]]
+                    named = action.metavar or action.dest
+                    yield (
+                        f"{parser.prog} {name} {named} zz",
+                        [parser.prog.split()[-1], *prefix, name, *bad],
+                        str(named),
+                    )
+        yield f"{parser.prog} zz", [parser.prog.split()[-1], "zz-unknown"], "invalid choice"
+
+
+FLAG_CASES = list(_flag_cases()) + list(_enum_positional_cases())
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("PHANTOM_NO_CONFIG_DISCOVERY", "1")
+    (tmp_path / "a-file").write_text("a regular file\n")
+    (tmp_path / "binary").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "a-dir").mkdir()
+    return {
+        "{file}": str(tmp_path / "a-file"),
+        "{missing}": str(tmp_path / "missing"),
+        "{binary}": str(tmp_path / "binary"),
+        "{dir}": str(tmp_path / "a-dir"),
+    }
+
+
+def _fill(args: list[str], files: dict[str, str]) -> list[str]:
+    out = []
+    for a in args:
+        for key, path in files.items():
+            a = a.replace(key, path)
+        out.append(a)
+    return out
+
+
+def _refusal(argv: list[str]) -> int:
+    """The exit code of ``phantom ARGV`` when it refuses ARGV; 0 where it would go on. Never
+    starts anything: an emulator's command line and phantom's own are parsed by the entry
+    points' parsers (``kit.parse`` turns usage errors into 2, as ``pod_main`` does), and only
+    ``report`` (which reads a journal, nothing more) runs whole."""
+    root, rest = argv[0], argv[1:]
+    emulators = {"pod": pod_parser, "gke": gke_parser, "wandb": wandb_parser}
+    if root in emulators:
+        parsed = kit_cli.parse(emulators[root](), rest)
+        return parsed if isinstance(parsed, int) else 0
+    try:
+        if root == "report":
+            return phantom_main(argv)
+        phantom_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"), [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES]
+)
+def test_every_flag_refuses_its_class_of_bad_value(
+    argv: list[str], flag: str, home: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _refusal(_fill(argv, home))
+    said = capsys.readouterr()
+    assert code == 2, f"exit {code}: {said.out[-500:]}{said.err[-1500:]}"
+    assert flag in said.err, said.err[-1500:]
+    assert "Traceback" not in said.err
+
+
+def test_the_flag_walk_covers_every_class() -> None:
+    """The walk found flags of each class in each front end (a broken walk finds none), and
+    every flag is of a class it checks or acknowledged as free text."""
+    assert UNTYPED == [], "new untyped flags: give each a type (or list it in FREE_TEXT)"
+    heads = {c[1][0] for c in FLAG_CASES}
+    assert {"pod", "gke", "wandb", "status", "report"} <= heads
+    assert any("--run-dir" in c[1] for c in FLAG_CASES)
+    assert any("zz-unknown" in c[1] for c in FLAG_CASES)  # enums
+    assert any("nan" in c[1] for c in FLAG_CASES)  # numbers
+    assert any("{binary}" in c[1] for c in FLAG_CASES)  # files
+    assert len(FLAG_CASES) > 150, len(FLAG_CASES)
+    assert kit_validate.run_dir in {a.type for _, a in _flags()}

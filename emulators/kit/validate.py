@@ -32,14 +32,20 @@ def shown(text: str) -> str:
     return "the value given (not shown: it looks like a key)" if looks_secret(text) else repr(text)
 
 
+MAX_SECONDS = 366 * 86400.0  # a year: longer is a typo (and overflows sleeps and deadlines)
+
+
 def finite(text: str, *, lo: float | None = None, above: float | None = None) -> float:
-    """A finite number (nan and inf refused), ``>= lo`` or ``> above``."""
+    """A finite number of seconds up to a year (nan and inf refused), ``>= lo`` or ``>
+    above``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text[:40]!r}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:.0f} seconds (a year)")
     if lo is not None and value < lo:
         raise argparse.ArgumentTypeError(f"must be >= {lo:g} seconds, got {value}")
     if above is not None and not value > above:
@@ -76,3 +82,17 @@ def env_name(text: str) -> str:
         f"{shown(text)} is not the name of an environment variable; give the variable's NAME "
         "(letters, digits and '_', e.g. WANDB_API_KEY), never the key itself"
     )
+
+
+def key_file(text: str) -> Path:
+    """A private key file that exists and is text (an OpenSSH or PEM key)."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give the private key file")
+    try:
+        data = path.read_bytes()[:65536]
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: cannot read it ({exc.strerror})") from None
+    if b"\x00" in data or b"PRIVATE KEY" not in data:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a private key (OpenSSH or PEM)")
+    return path

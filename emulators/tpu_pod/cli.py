@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from emulators.kit import cli as kit
+from emulators.kit import validate
 from emulators.tpu_pod import accelerators, client
 from emulators.tpu_pod.accelerators import parse_quota
 from emulators.tpu_pod.layout import (
@@ -208,7 +209,7 @@ def _add_pod_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ssh-key",
-        type=Path,
+        type=validate.key_file,
         default=None,
         help="private key to log in with (its public half is authorized on every host; "
         "default: a key generated in the run dir)",
