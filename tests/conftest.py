@@ -7,6 +7,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # Before anything imports ray/wandb/jax: tests never phone home and never touch ~/.
 _SESSION_HOME = tempfile.mkdtemp(prefix="phantom-tests-")
 atexit.register(shutil.rmtree, _SESSION_HOME, True)  # every session used to leave one in /tmp
@@ -27,3 +29,16 @@ os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 
 # The emulator pod fixtures (`pod`, `ray_pod`) live in tests/support/fixtures_pod.py.
 pytest_plugins = ["tests.support.fixtures_pod"]
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """The shuffled order's seed, also under -q (pytest-randomly says it only in the header),
+    so that a failure that depends on the order can be repeated."""
+    if config.pluginmanager.hasplugin("randomly"):
+        seed = config.getoption("randomly_seed")
+        terminalreporter.write_line(
+            f'test order: pytest-randomly seed {seed} (repeat it with PYTEST_ARGS="'
+            f'--randomly-seed={seed}"; in file order with PYTEST_ARGS="-p no:randomly")'
+        )
