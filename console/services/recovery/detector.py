@@ -304,6 +304,7 @@ class Detector:
                 times = [h.preempted_at for h in hosts if h.preempted_at is not None]
                 if times:
                     data["preempted_at"] = min(times)
+                data.update(_where(obs))  # the ledger's rates per zone and accelerator
             await emit(
                 event_kind(cond, hosts[0]),
                 slice_text(pool, cond, hosts, size, len(pods)),

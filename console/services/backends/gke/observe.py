@@ -157,6 +157,8 @@ class GkeObserver:
             node_state=node_state,
             health="" if node_state == HostState.READY else _health(hosts),
             accelerator_type=self.accelerator,
+            # The cluster's location: a zone for a zonal cluster (GKE TPU slices are zonal).
+            zone=self.ref.location,
             jobs_owned=True,
             workloads=tuple(workloads),
             pods=tuple(pods),
