@@ -379,6 +379,7 @@ def test_an_emulator_that_times_out_leaves_nothing_running(emulator: str, tmp_pa
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import shlex  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
 from console.cli import build_parser as phantom_parser  # noqa: E402
@@ -578,3 +579,133 @@ def test_the_flag_walk_covers_every_class() -> None:
     assert any("{binary}" in c[1] for c in FLAG_CASES)  # files
     assert len(FLAG_CASES) > 150, len(FLAG_CASES)
     assert kit_validate.run_dir in {a.type for _, a in _flags()}
+
+
+# -- the config schema, key by key ---------------------------------------------------------------
+
+from dataclasses import fields as config_fields  # noqa: E402
+from typing import Any, get_args, get_type_hints  # noqa: E402
+
+from console.config import _SECTIONS, ConfigError, parse_config  # noqa: E402
+
+# Numbers where a negative value means something (none today): a new one is a decision.
+CONFIG_SIGNED: set[str] = set()
+# String keys whose value is a directory (checked by the same door as --run-dir).
+CONFIG_DIRS = {"cluster.run_dir", "gke.run_dir", "wandb.dir"}
+
+
+def _config_cases() -> Iterator[tuple[str, dict[str, Any]]]:
+    for section, cls in _SECTIONS.items():
+        hints = get_type_hints(cls)
+        for f in config_fields(cls):
+            key, default = f"{section}.{f.name}", getattr(cls(), f.name)
+            bad: list[Any] = []
+            if isinstance(default, bool):
+                bad = ["yes"]
+            elif isinstance(default, int | float):
+                bad = ["many", float("nan"), float("inf")]
+                bad += [] if key in CONFIG_SIGNED else [-1]
+            elif get_args(hints[f.name]):  # a Literal: its values
+                bad = ["zz-unknown"]
+            elif key in CONFIG_DIRS:
+                bad = ["/etc/hostname/x"]
+            for value in bad:
+                yield f"{key}={value}", {section: {f.name: value}}
+
+
+CONFIG_CASES = list(_config_cases())
+
+
+@pytest.mark.parametrize("data", [c[1] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES])
+def test_every_config_key_refuses_its_class_of_bad_value(data: dict[str, Any]) -> None:
+    ((section, table),) = data.items()
+    ((name, _),) = table.items()
+    with pytest.raises(ConfigError) as refused:
+        parse_config(data)
+    assert f"{section}.{name}" in refused.value.render()
+
+
+# -- the script language, verb by verb ----------------------------------------------------------
+
+from console.config import Config  # noqa: E402
+from console.script.language import ACTIONS  # noqa: E402
+from console.script.parse import ScriptError, parse_script  # noqa: E402
+
+# What a valid value of each argument kind looks like, and bad ones of its class.
+_VALID = {"int": "1", "seconds": "1", "onoff": "on", "host": "0", "host_or_all": "all",
+          "job": "last", "kind": "preempted", "name": "w1", "env": "A=b", "str": "x",
+          "runtime_env": "{}", "path": "{spec}"}  # fmt: skip
+
+
+def _bad_values(arg: Any) -> list[str]:
+    kind = arg.kind
+    if kind == "int":
+        return (
+            ["nan", "1.5"]
+            + (["-1"] if arg.min is not None else [])
+            + ([str(int(arg.max) + 1)] if arg.max is not None else [])
+        )
+    return {
+        "seconds": ["nan", "inf", "-1", "soon"],
+        "choice": ["zz-unknown"],
+        "onoff": ["maybe"],
+        "host": ["w99"],
+        "host_or_all": ["w99"],
+        "kind": ["preemted"],
+        "name": ["Bad_Name"],
+        "env": ["1BAD=x"],
+        "path": ["{dir}", "{missing}", "{binary}"],
+        "runtime_env": ["{dir}", "{binary}"],
+    }.get(kind, [])
+
+
+def _line(verb: str, args: Any, target: Any, value: str) -> str:
+    words = [verb]
+    for a in args.positionals:
+        if a is target:
+            words.append(value)
+        elif a.required:
+            words.append(a.choices[0] if a.kind == "choice" else _VALID.get(a.kind, "x"))
+    if target.is_flag:
+        words += [target.name, value]
+    return " ".join(shlex.quote(w) if not w.startswith("{") else w for w in words)
+
+
+def _script_cases() -> Iterator[tuple[str, str, str]]:
+    for verb, adef in ACTIONS.items():
+        for arg in (*adef.positionals, *adef.flags):
+            for value in _bad_values(arg):
+                yield f"{verb} {arg.name} {value[:10]}", verb, _line(verb, adef, arg, value)
+
+
+SCRIPT_CASES = list(_script_cases())
+
+
+@pytest.mark.parametrize(
+    ("verb", "line"), [c[1:] for c in SCRIPT_CASES], ids=[c[0] for c in SCRIPT_CASES]
+)
+def test_every_script_argument_refuses_its_class_of_bad_value(
+    verb: str, line: str, home: dict[str, str], tmp_path: Path
+) -> None:
+    """Each line is refused by the whole-script check (before anything runs) with its line
+    number and the verb, under the provider the verb is for."""
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    files = {**home, "{spec}": str(spec)}
+    text = "submit single\nworkload create w0\n" if "last" in line else ""
+    for provider in ("local", "gke"):
+        config = parse_config({"cluster": {"provider": provider}})
+        try:
+            parse_script(text + _fill([line], files)[0] + "\n", config, name="s")
+        except ScriptError as exc:
+            issues = [i for i in exc.issues if i.line == text.count("\n") + 1]
+            if issues and not any("provider" in i.message for i in issues):
+                assert verb.split()[0] in issues[0].message or ":" in issues[0].message
+                return
+    pytest.fail(f"{line!r} was accepted (or only refused for its provider)")
+
+
+def test_the_script_walk_covers_the_language() -> None:
+    verbs = {c[1] for c in SCRIPT_CASES}
+    assert {"wait-event", "submit", "wait-job", "workload create"} <= verbs
+    assert Config().cluster.provider == "local"

@@ -24,7 +24,7 @@ from typing import Any
 from console.config import Config
 from console.config.names import ENV_NAME_RE, NAME_RE
 from console.config.runtime_env import validate_runtime_env
-from console.config.validate import Invalid
+from console.config.validate import Invalid, read_text_file
 from console.script import door
 from console.script.language import (
     ACTIONS,
@@ -434,13 +434,10 @@ def _load_runtime_env(value: str, base_dir: Path, action: str) -> dict[str, Any]
         path = Path(text).expanduser()
         if not path.is_absolute():
             path = base_dir / path
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise _ArgError(
-                f"{label}: cannot read {str(path)!r} ({exc.strerror or exc}); give a JSON "
-                "object or a readable file"
-            ) from None
+        try:  # the door's reader: a binary or huge file is named, not a traceback
+            text = read_text_file(label, path)
+        except Invalid as exc:
+            raise _ArgError(f"{exc}; give a JSON object or a readable file") from None
         source = str(path)
     try:
         data = json.loads(text)
