@@ -93,7 +93,7 @@ async def test_tui_script_and_status_share_one_pod_through_a_preemption(
             await until(
                 lambda: app.state.pod is not None and app.state.pod.ready_hosts == 4, 120, "READY"
             )
-            await app.run_bring_up().wait()
+            await app.ops.run_bring_up().wait()
             await until(lambda: bool(app.state.pod and app.state.pod.ray_alive == 4), 240, "Ray")
             assert services.sharing.owner  # the console in tmux watches the pod
             await pilot.pause()
@@ -141,7 +141,7 @@ async def test_tui_script_and_status_share_one_pod_through_a_preemption(
             submit = next(x for x in out if x.get("action") == "submit")
             assert submit["ok"]  # although the TUI holds the tunnel's configured ports
             await until(lambda: any(e.kind == "recovered" for e in app.state.events), 60, "TUI")
-            await app.run_teardown().wait()
+            await app.ops.run_teardown().wait()
             await app._stop_services()
     finally:
         if script is not None and script.returncode is None:

@@ -19,8 +19,8 @@ import jsonschema
 from console.config import Config
 from console.mcp.policy import Policy
 from console.mcp.reads import READS
-from console.script.actions import HANDLERS, StepFailure
 from console.script.feed import EventFeed
+from console.script.handlers import HANDLERS, StepFailure
 from console.script.parse import ScriptError, parse_script
 from console.script.told import error_sentence
 from console.secrets import Scrubber
@@ -55,7 +55,7 @@ class _NoEmulatorControl:
 
 
 class McpRun:
-    """What a script handler uses of its run (``script.actions.Run``), for an agent's calls:
+    """What a script handler uses of its run (``script.handlers.Run``), for an agent's calls:
     the server's one set of services, and the last job an agent's call made (``last``)."""
 
     actor = ACTOR

@@ -81,10 +81,10 @@ class HostScreen(ModalScreen[None]):
         self.dismiss(None)
 
     def action_bootstrap(self) -> None:
-        self.phantom.run_bootstrap([self.host_name])
+        self.phantom.ops.run_bootstrap([self.host_name])
 
     def action_preempt(self) -> None:
-        self.phantom.request_preempt(self.host_name)
+        self.phantom.ops.request_preempt(self.host_name)
 
     def action_recreate(self) -> None:
-        self.phantom.request_recreate(self.host_name)
+        self.phantom.ops.request_recreate(self.host_name)

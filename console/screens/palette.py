@@ -45,14 +45,14 @@ class PhantomCommands(Provider):
             "submit_form": app.action_submit_form,
             "show_ledger": app.action_show_ledger,
             "bring_up": app.action_bring_up,
-            "ray_up": app.request_ray_up,
-            "teardown": app.request_teardown,
-            "open_tunnel": app.run_open_tunnel,
-            "open_dashboard": app.open_dashboard,
-            "relaunch_sweep": app.run_relaunch_sweep,
-            "bootstrap": lambda host: app.run_bootstrap([host]),
-            "preempt": app.request_preempt,
-            "recreate": app.request_recreate,
+            "ray_up": app.ops.request_ray_up,
+            "teardown": app.ops.request_teardown,
+            "open_tunnel": app.ops.run_open_tunnel,
+            "open_dashboard": app.ops.open_dashboard,
+            "relaunch_sweep": app.ops.run_relaunch_sweep,
+            "bootstrap": lambda host: app.ops.run_bootstrap([host]),
+            "preempt": app.ops.request_preempt,
+            "recreate": app.ops.request_recreate,
         }
 
     def commands(self) -> list[Command]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from console import exit_codes
 from console.config import Config
-from console.script.actions import GkeControl, PodControl
+from console.script.handlers import GkeControl, PodControl
 from console.script.parse import ScriptError, parse_script
 from console.script.runner import ScriptRunner, ServicesFactory
 from console.secrets import Scrubber

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
 from console.config import Config, ConfigError
-from console.script.actions import HANDLERS, GkeControl, PodControl, StepFailure
 from console.script.feed import EventFeed
+from console.script.handlers import HANDLERS, GkeControl, PodControl, StepFailure
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
 from console.script.told import error_sentence

@@ -168,6 +168,9 @@ class PendingServices:
         return await (await self._services()).events(limit, kinds)
 
     # actions -------------------------------------------------------------------------------
+    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
+        return await (await self._services()).journal_call(result, actor)
+
     async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult:
         return await (await self._services()).wait_ready(timeout_s, actor)
 

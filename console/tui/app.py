@@ -28,6 +28,7 @@ from textual.screen import Screen
 
 from console.screens.base import PhantomScreen
 from console.screens.cadence import CadenceScreen
+from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
 from console.screens.help import HelpScreen
 from console.screens.host import HostScreen
@@ -38,7 +39,7 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
-from console.screens.state import DEFAULT_LOG_RING, ConsoleState
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState, result_text
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
@@ -51,13 +52,13 @@ from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.workload import WorkloadSpec
 from console.services.ledger.book import read_book
 from console.services.model import (
+    ActionResult,
     JobInfo,
     JobStatus,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
 )
-from console.tui.actions import ClusterActions
 from console.tui.messages import (
     CadenceUpdated,
     EventLogged,
@@ -71,6 +72,7 @@ from console.tui.messages import (
     RecoveryUpdated,
     UpdateBridge,
 )
+from console.tui.operations import ClusterOps
 
 T = TypeVar("T")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython default 700)
@@ -102,7 +104,7 @@ def _mode_binding(key: str, mode: str, label: str) -> Binding:
     )
 
 
-class PhantomApp(ClusterActions):
+class PhantomApp(App[int]):
     CSS_PATH = str(Path(__file__).with_name("app.tcss"))  # absolute: subclasses live elsewhere
     TITLE = "Phantom Console"
     BINDING_GROUP_TITLE = "Phantom"
@@ -166,6 +168,53 @@ class PhantomApp(ClusterActions):
         self._services_stopped = False
         self._last_spec = SubmitSpec(runtime_env=dict(services.config.runtime_env))
         self._last_workload = WorkloadSpec.from_config(services.config, "")
+        self.ops = ClusterOps(self)  # the cluster's operations, composed, not inherited
+
+    # workers: every service call runs off the key handler, errors become notifications --
+
+    async def _call(self, label: str, awaitable: Awaitable[T]) -> T | None:
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.notify(f"{label} failed: {exc}", title=label, severity="error", timeout=10)
+            return None
+
+    def _report(self, result: ActionResult | None) -> None:
+        if result is not None:
+            self.notify(result_text(result), severity="information" if result.ok else "error")
+
+    @work(group="action", exit_on_error=False)
+    async def run_service_action(
+        self, label: str, action: Callable[[], Awaitable[ActionResult]]
+    ) -> None:
+        """A screen's service action, off the key handler; its result becomes a notification."""
+        self._report(await self._call(label, action()))
+
+    def confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.push_screen(ConfirmScreen(title, body, label), done)
+
+    def dashboard_url(self) -> str:
+        pod = self.state.pod
+        if pod is not None and pod.dashboard_url:
+            return pod.dashboard_url
+        return f"http://127.0.0.1:{self.services.config.ray.local_dashboard_port}"
+
+    # the table's intents with a key (``check_action`` offers them where the cluster can) --
+
+    def action_recover(self) -> None:
+        self.ops.request_recover()
+
+    def action_toggle_auto(self) -> None:
+        self.ops.toggle_auto()
+
+    def action_bring_up(self) -> None:
+        self.ops.request_bring_up()
 
     # lifecycle -----------------------------------------------------------------------------
 

@@ -239,6 +239,10 @@ class FakeServices:
         rows = [e for e in self.events_list if kinds is None or e.kind in kinds]
         return rows[-limit:]
 
+    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
+        self._record("journal_call", action=result.action, ok=result.ok, actor=actor)
+        return result
+
     async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult:
         await self._intent("wait_ready", timeout_s=timeout_s, actor=actor)
         return self._result("wait_ready", self._hosts())

@@ -29,7 +29,7 @@ from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
-from console.script.actions import HANDLERS
+from console.script.handlers import HANDLERS
 from console.script.language import ACTIONS as VERBS
 from console.services.action_table import ACTIONS, BY_TUI, Front, intent_of, on
 from console.tui.app import PhantomApp

@@ -1,4 +1,4 @@
-"""What each script action does: one handler per ``language.ACTIONS`` entry, in ``HANDLERS``.
+"""What each script verb does: one handler per ``language.ACTIONS`` entry, in ``HANDLERS``.
 
 A handler gets the run (``Run``: its services, its feed, what it started, who acts) and the line's
 checked arguments, and returns the step's JSON-able result, or raises ``StepFailure`` with
