@@ -39,6 +39,6 @@ def pytest_terminal_summary(
     if config.pluginmanager.hasplugin("randomly"):
         seed = config.getoption("randomly_seed")
         terminalreporter.write_line(
-            f'test order: pytest-randomly seed {seed} (repeat it with PYTEST_ARGS="'
-            f'--randomly-seed={seed}"; in file order with PYTEST_ARGS="-p no:randomly")'
+            f"test order: pytest-randomly seed {seed} (repeat it with"
+            f' PYTEST_ARGS="-p randomly --randomly-seed={seed}")'
         )
