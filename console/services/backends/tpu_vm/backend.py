@@ -53,6 +53,7 @@ from console.services.recovery.notes import step_note
 from console.services.recovery.runner import Plan
 
 LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
+API_WATCH_S = 0.03  # ... and between those polls, read the TPU API alone this often
 DOUBT_S = 5.0  # ... for this long at most (a wedged sshd on a live VM is the poll's to see)
 
 
@@ -96,6 +97,8 @@ class TpuVmBackend:
         # rejoin only starts it, sparing the `ray stop` (a Python start-up) before.
         self._no_ray: set[str] = set()
         self._dropped_at: dict[str, float] = {}  # host -> when its SSH connection dropped
+        self._api_watch: asyncio.Task[None] | None = None
+        self._closed = False
 
     # -- the seam ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -105,6 +108,11 @@ class TpuVmBackend:
                 await self._open_tunnel()
 
     async def close(self) -> None:
+        self._closed = True
+        if self._api_watch is not None:
+            self._api_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._api_watch
         await self.notices.close()
         await self.parts.close()
 
@@ -114,9 +122,15 @@ class TpuVmBackend:
     async def observe(self) -> Observation:
         self._last = obs = await self.observer.observe(self._clock())
         if self.config.recovery.watch_notices:
-            # A watcher on every host that is up and answering (a notice comes only to a
-            # live VM); the replacement of a preempted one gets its own once it answers.
-            self.notices.watch(h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None)
+            # A watcher starts on every host that is up and answering (a notice comes only
+            # to a live VM; the replacement of a preempted one gets its own once it answers)
+            # and lasts while the API says the VM is there: a probe that timed out (a loaded
+            # pod of a thousand hosts) does not stop it, it retries on its own.
+            there = (HostState.READY, HostState.UNKNOWN)
+            self.notices.watch(
+                (h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None),
+                keep=(h.name for h in obs.hosts if h.tpu_state in there),
+            )
         self._look_again_soon(obs)
         return obs
 
@@ -135,7 +149,43 @@ class TpuVmBackend:
             else:
                 doubtful = True
         if doubtful:
-            asyncio.get_running_loop().call_later(LOOK_AGAIN_S, self._wake)
+            self._start_api_watch()
+
+    def _start_api_watch(self) -> None:
+        if self._closed:
+            return
+        if self._api_watch is None or self._api_watch.done():
+            self._api_watch = asyncio.create_task(self._watch_api(), name="phantom-watch-tpu-api")
+
+    async def _watch_api(self) -> None:
+        """While a host that dropped its connection is still READY, read the TPU API alone
+        every ``API_WATCH_S`` (one GetNode: no probe, no Ray) and wake the poll the moment
+        the API calls it anything else, or every ``LOOK_AGAIN_S`` all the same: detection
+        follows the API's word within tens of milliseconds, not a poll's interval."""
+        loop = asyncio.get_running_loop()
+        last_wake = loop.time()
+        while self._dropped_at:
+            now = time.monotonic()
+            doubtful = {n: since for n, since in self._dropped_at.items() if now - since <= DOUBT_S}
+            if not doubtful:
+                return
+            try:
+                async with asyncio.timeout(max(API_WATCH_S, self.parts.poll_budget_s / 2)):
+                    node = await self.parts.provider.get_node()
+            except (TpuApiError, TimeoutError):
+                node = None
+            index = {ep.name: ep.index for ep in self.parts.endpoints}
+            if node is None or any(
+                node.host_states.get(index[n], "") != HostState.READY
+                for n in doubtful
+                if n in index
+            ):
+                self._wake()  # the poll says what the API says, and clears the doubt
+                return
+            if loop.time() - last_wake >= LOOK_AGAIN_S:
+                last_wake = loop.time()
+                self._wake()  # the poll's other layers may know more (SSH back)
+            await asyncio.sleep(API_WATCH_S)
 
     def _on_notice(self, host: str, at: float) -> None:
         self._wake()
@@ -145,6 +195,7 @@ class TpuVmBackend:
         self.observer.probes.suspect(ep.name)
         self._dropped_at.setdefault(ep.name, time.monotonic())
         self._wake()
+        self._start_api_watch()  # the API says PREEMPTED once the VM is down: hear it then
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
         return pod_plan(self, resubmit, ready_timeout_s=self.config.recovery.ready_timeout_s)

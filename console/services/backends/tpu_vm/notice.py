@@ -10,6 +10,13 @@ the shutdown's SIGTERM reaches it first. Either line is the notice. The watcher
 uses ``GCE_METADATA_HOST`` when the host sets it (the emulator does, on loopback), else
 ``metadata.google.internal``, as Google's own libraries do; the console never talks to a
 metadata server itself.
+
+A watcher outlives everything short of its host's notice or its host leaving the pod: a
+session that fails (a connect or probe that timed out on a loaded pod of a thousand hosts, a
+dropped connection, an exception) is started again after a backoff (``FIRST_RETRY_S``,
+doubling to ``MAX_RETRY_S``, back to the first after a session that listened). The backend
+starts watchers on hosts that answered and stops one only when its host's VM is gone: a
+probe that timed out says nothing about the watcher's own session.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ while :; do
   curl -sf -m 70 -o /dev/null -H 'Metadata-Flavor: Google' \
     "$md?wait_for_change=true&timeout_sec=60&last_etag=$tag" || sleep 1
 done"""
-RESTART_S = 5.0
+FIRST_RETRY_S = 1.0  # after a session that listened (a metadata server restarting)
+MAX_RETRY_S = 30.0  # a host that keeps failing is tried this often, never given up
 
 
 class NoticeWatcher:
@@ -55,12 +63,15 @@ class NoticeWatcher:
         self.notices: dict[str, float] = {}
         self.listening: set[str] = set()  # hosts whose watcher has read the metadata
 
-    def watch(self, hosts: Iterable[str]) -> None:
-        """Keep a watcher on each of ``hosts`` (started where none runs); stop the rest."""
+    def watch(self, hosts: Iterable[str], keep: Iterable[str] = ()) -> None:
+        """Start a watcher on each of ``hosts`` where none runs; keep the ones on ``keep``
+        (hosts whose VM is still there, answering or not) and stop the rest."""
         wanted = set(hosts)
+        kept = wanted | set(keep)
         for name in list(self._tasks):
-            if name not in wanted:
+            if name not in kept:
                 self._tasks.pop(name).cancel()
+                self.listening.discard(name)
         for name in wanted:
             task = self._tasks.get(name)
             if task is None or task.done():
@@ -85,24 +96,37 @@ class NoticeWatcher:
                 await task
 
     async def _keep(self, host: str) -> None:
+        listened = False
+
         def on_output(_host: str, stream: str, line: str) -> None:
+            nonlocal listened
             text = line.strip()
             if stream != "stdout":
                 return
             if text.startswith("PREEMPTED="):
+                listened = True
                 self.listening.add(host)
             if text in ("PREEMPTED=TRUE", "TERM"):
                 self._noticed(host)
 
+        retry = FIRST_RETRY_S
         while True:
-            res = await self._ssh.run_one(
-                host, WATCH_COMMAND, on_output, timeout_s=3600.0, watch=True
-            )
+            listened = False
+            try:
+                res = await self._ssh.run_one(
+                    host, WATCH_COMMAND, on_output, timeout_s=3600.0, watch=True
+                )
+                error = "" if res.ok else res.error
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # whatever a session dies of, the watcher goes on
+                error = f"{type(exc).__name__}: {exc}"
             if host in self.notices:
                 return  # the VM is going away: its replacement gets a new watcher
-            if not res.ok:
-                log.debug("notice watcher on %s ended: %s", host, res.error)
-            await asyncio.sleep(RESTART_S)
+            self.listening.discard(host)
+            retry = FIRST_RETRY_S if listened else min(MAX_RETRY_S, retry * 2)
+            log.debug("notice watcher on %s ended (%s); again in %.0fs", host, error, retry)
+            await asyncio.sleep(retry)
 
     def _noticed(self, host: str) -> None:
         if host in self.notices:

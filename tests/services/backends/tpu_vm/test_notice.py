@@ -111,3 +111,48 @@ async def test_a_noticed_head_is_recreated_once_its_jobs_exit_not_at_its_grace(
     finally:
         await services.stop()
         services.close_journal()
+
+
+async def test_a_watcher_outlives_a_probe_that_timed_out(pod: PodInfo, tmp_path: Path) -> None:
+    """A host that did not answer one poll's probe in time (its sshd wedged for a moment, as
+    a loaded pod of a thousand hosts makes probes time out) keeps its notice watcher: when
+    the host answers again and then gets its notice, the notice is heard and journaled
+    before the VM stops. Before, the poll stopped that host's watcher for good (nothing
+    restarts it while the interval poll is far off), so only the VM's end was seen."""
+    config = pod_config(
+        pod,
+        tmp_path,
+        recovery={
+            "poll_interval_s": 600.0,  # no interval poll: only this test's polls and wake-ups
+            "auto": False,
+            "notice_grace_s": 30.0,
+        },
+    )
+    services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)
+    backend = services.backend
+    assert isinstance(backend, TpuVmBackend)
+    backend.parts.poll_budget_s = 2.0  # a wedged host's probe gives up within 2 s
+    try:
+        await services.start()
+        await until(lambda: len(backend.notices.listening) == 4, 60, "a watcher on every host")
+        await pod_client.async_fault(pod.run_dir, 1, "hang")
+        obs = await services.refresh()  # its probe times out within the poll's budget
+        w1 = next(h for h in obs.hosts if h.name == "phantom-pod-w1")
+        assert w1.ssh == "down"
+        await pod_client.async_clear_faults(pod.run_dir, 1)
+        # No poll comes now (600 s): only the watcher itself can listen again.
+        await until(lambda: "phantom-pod-w1" in backend.notices.listening, 60, "w1's watcher again")
+        busy = "nohup bash -c \"trap '' TERM; sleep 120\" >/dev/null 2>&1 &"
+        started = await asyncio.to_thread(ssh_run, pod, 1, busy)
+        assert started.returncode == 0, started.stderr
+        await pod_client.async_preempt(pod.run_dir, 1, notice=20.0, wait=False)
+
+        async def told() -> bool:
+            return bool(await services.events(kinds=["preemption_notice", "preempted"]))
+
+        await until(told, 60, "the notice (or, without a watcher, the VM's end)")
+        (first, *_) = await services.events(kinds=["preemption_notice", "preempted"])
+        assert first.kind == "preemption_notice" and first.host == "phantom-pod-w1"
+    finally:
+        await services.stop()
+        services.close_journal()
