@@ -41,6 +41,7 @@ from emulators.gke.nodes import (
     pool_nodes,
     set_ready,
 )
+from emulators.gke.priority import priority_classes
 from emulators.gke.services import kubernetes_service
 from emulators.gke.store import Obj, Store
 from emulators.gke.tls import ClusterTls, make_cluster_tls
@@ -483,7 +484,7 @@ class Cluster:
                     "serviceaccounts", {**sa, "metadata": {"name": "default", "namespace": ns}}
                 )
             self.store.create("services", kubernetes_service())
-            for resource, obj in xpk_cluster_objects(len(self.pools)):
+            for resource, obj in (*xpk_cluster_objects(len(self.pools)), *priority_classes()):
                 self.store.create(resource, obj)
             self._add_pool(L.CPU_POOL, tpu=False)
             for pool in self.pools:

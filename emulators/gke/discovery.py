@@ -59,6 +59,17 @@ RESOURCES = (
         ("sa",),
     ),
     Resource("jobs", "job", "Job", "batch", "v1", True, (*READ, *WRITE), (), ("all",)),
+    # xpk's five (priority.py), which `xpk workload create --priority` names on its pods.
+    Resource(
+        "priorityclasses",
+        "priorityclass",
+        "PriorityClass",
+        "scheduling.k8s.io",
+        "v1",
+        False,
+        (*READ, *WRITE),
+        ("pc",),
+    ),
     Resource(
         "jobsets",
         "jobset",
@@ -166,6 +177,7 @@ GROUPS = (
     ("jobset.x-k8s.io", "v1alpha2"),
     ("kueue.x-k8s.io", "v1beta1"),
     ("rbac.authorization.k8s.io", "v1"),
+    ("scheduling.k8s.io", "v1"),
 )
 
 

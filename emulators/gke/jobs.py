@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from emulators.gke.events import Recorder, condition, condition_true, set_condition
+from emulators.gke.priority import UnknownPriorityClass, resolve_priority
 from emulators.gke.store import Obj, Store, now_iso, rand_suffix
 
 TERMINAL = ("Succeeded", "Failed")
@@ -455,6 +456,14 @@ class JobController:
         pmeta["namespace"] = meta.get("namespace", "default")
         pmeta["ownerReferences"] = [owner_ref(job, "Job", "batch/v1")]
         pmeta.pop("creationTimestamp", None)
+        try:
+            resolve_priority(self.store, pspec)
+        except UnknownPriorityClass as exc:
+            # The API server refuses the pod: the Job controller reports it and tries later.
+            self.recorder.emit(
+                job, "Job", "Warning", "FailedCreate", f"Error creating: {exc}", "job-controller"
+            )
+            return
         apply_pod_defaults(pspec)
         pod = {
             "kind": "Pod",

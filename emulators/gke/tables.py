@@ -406,7 +406,27 @@ def name_age_cells(obj: Obj) -> list[Any]:
     return [obj["metadata"]["name"], since(obj["metadata"].get("creationTimestamp"))]
 
 
+def priorityclass_cells(pc: Obj) -> list[Any]:
+    return [
+        pc["metadata"]["name"],
+        int(pc.get("value", 0)),
+        bool(pc.get("globalDefault", False)),
+        since(pc["metadata"].get("creationTimestamp")),
+        pc.get("preemptionPolicy", "PreemptLowerPriority"),
+    ]
+
+
+PRIORITYCLASS_COLUMNS = [
+    NAME_COL,
+    col("Value", "The value of this priority class", "integer"),
+    col("Global-Default", "Whether this is the default priority class", "boolean"),
+    AGE_COL,
+    col("PreemptionPolicy", "The preemption policy of this priority class"),
+]
+
+
 PRINTERS: dict[str, tuple[list[Obj], Callable[[Obj], list[Any]]]] = {
+    "priorityclasses": (PRIORITYCLASS_COLUMNS, priorityclass_cells),
     "workloads": (WORKLOAD_COLUMNS, workload_cells),
     "pods": (POD_COLUMNS, pod_cells),
     "nodes": (NODE_COLUMNS, node_cells),

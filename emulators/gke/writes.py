@@ -27,6 +27,7 @@ from emulators.gke import validate as V
 from emulators.gke.admission import ApiError
 from emulators.gke.jobs import delete_pod, label_job
 from emulators.gke.merge import merge_patch, strategic_merge
+from emulators.gke.priority import UnknownPriorityClass, resolve_priority
 from emulators.gke.store import Obj, now_iso
 
 if TYPE_CHECKING:
@@ -236,6 +237,13 @@ class Writes:
             meta["namespace"] = ns
         warnings = self._field_validation(request, res, obj, None, "apply" if apply else "body")
         admission.admit(res, obj)
+        if res.name == "pods":
+            try:
+                resolve_priority(self.store, obj["spec"])
+            except UnknownPriorityClass as exc:
+                raise ApiError(
+                    403, "Forbidden", f'pods "{meta.get("name", "")}" is forbidden: {exc}'
+                ) from None
         name = meta.get("name", "")
         if name and self.store.get(res.name, meta.get("namespace", ""), name) is not None:
             raise ApiError(

@@ -185,3 +185,52 @@ def test_get_pods_watch_shows_a_preemption(gke: gke_client.GkeInfo, tmp_path: Pa
     assert len(set(new)) == 8
     pod = json.loads(run(k, gke, "get", "pods", "-o", "json").stdout)["items"][0]
     assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+
+
+def test_xpk_priority_classes_and_their_values_on_the_pods(
+    gke_module: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    """`xpk cluster create` leaves five PriorityClasses (its kueue_config.yaml.j2); a pod
+    naming one (xpk's `--priority very-high`) runs with its value, an unknown one is refused
+    by name. Before, `kubectl get priorityclasses` was an unknown resource and the pod's
+    priority 0."""
+    k = kubectl(VERSIONS[0])
+    out = run(k, gke_module, "get", "priorityclasses", "-o", "json").stdout
+    values = {i["metadata"]["name"]: i["value"] for i in json.loads(out)["items"]}
+    assert values == {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
+    table = run(k, gke_module, "get", "pc").stdout.splitlines()
+    assert columns(table[0])[:3] == ["NAME", "VALUE", "GLOBAL-DEFAULT"]
+
+    js = xpk_jobset("urgent", COUNTER, grace=2)
+    pod_spec = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod_spec["priorityClassName"] = "very-high"
+    run(k, gke_module, "apply", "--validate=false", "-f", str(write_manifest(tmp_path, js)))
+    sel = "jobset.sigs.k8s.io/jobset-name=urgent"
+
+    def priorities() -> list[int]:
+        got = run(k, gke_module, "get", "pods", "-l", sel, "-o", "json").stdout
+        return [p["spec"].get("priority") for p in json.loads(got)["items"]]
+
+    wait_until(lambda: len(priorities()) == 8, 60, "the JobSet's 8 pods")
+    assert set(priorities()) == {1000}
+    run(k, gke_module, "delete", "jobset", "urgent", "--wait=false")
+
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nobody", "namespace": "default"},
+        "spec": {
+            "priorityClassName": "ultra",
+            "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+        },
+    }
+    proc = run(
+        k,
+        gke_module,
+        "apply",
+        "--validate=false",
+        "-f",
+        str(write_manifest(tmp_path, bad)),
+        check=False,
+    )
+    assert proc.returncode != 0 and "no PriorityClass with name ultra was found" in proc.stderr
