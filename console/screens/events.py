@@ -66,6 +66,20 @@ def event_message(event: Event) -> str:
     return text
 
 
+HOST_WIDTH = 6  # the HOST column: a TPU VM pod's "w3" whole
+
+
+def host_text(host: str, node_name: str, width: int = HOST_WIDTH) -> str:
+    """The HOST cell: a pod's host without the pod's name, whole when it fits; a longer one
+    (a GKE node or slice, ``phantom-gke-np-0``) ellipsised in the middle, so its start and
+    the end that tells slices and nodes apart both show (not cut to ``phanto``)."""
+    text = short_host(host, node_name) or "-"
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2 :]
+
+
 def event_cells(event: Event, node_name: str, message_width: int) -> tuple[Cell, ...]:
     message = event_message(event)
     if len(message) > message_width:
@@ -73,7 +87,7 @@ def event_cells(event: Event, node_name: str, message_width: int) -> tuple[Cell,
     return (
         (clock_time(event.at), "dim"),
         (kind_label(event)[:13], KIND_STYLE.get(event.kind, "")),
-        (short_host(event.host, node_name) or "-", ""),
+        (host_text(event.host, node_name), ""),
         (event.actor or "-", "magenta" if event.actor == "user" else ""),
         (message, ""),
     )
@@ -121,7 +135,7 @@ def incident_cells(
             if kind in (EventKind.PREEMPTED, EventKind.HOST_LOST, EventKind.HEAD_LOST)
             else style,
         ),
-        (short_host(incident.summary.host, node_name) or "-", ""),
+        (host_text(incident.summary.host, node_name), ""),
         (incident.summary.actor or "-", ""),
         (message, style),
     )
@@ -193,7 +207,7 @@ class EventsScreen(FilteredScreen):
             [
                 ("at", "TIME", 8),
                 ("kind", "KIND", 13),
-                ("host", "HOST", 6),
+                ("host", "HOST", HOST_WIDTH),
                 ("actor", "ACTOR", 8),
                 ("message", "MESSAGE", message_width),
             ]

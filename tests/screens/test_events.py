@@ -3,10 +3,10 @@ it, `a` shows every row; always in time order."""
 
 from __future__ import annotations
 
+from console.screens.events import EventsScreen, host_text
 from console.services.model import Event
 from console.services.record.incidents import incident_of
 from console.tui.app import PhantomApp
-from console.screens.events import EventsScreen
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled_async, recorded
 from tests.support.tui import make_app
@@ -64,3 +64,12 @@ async def test_incidents_fold_open_and_show_raw_rows_in_time_order() -> None:
         await pilot.press("a")
         await pilot.pause()
         assert f"inc:{head}" in [str(k) for k in screen.table.row_keys]
+
+
+def test_a_long_host_is_ellipsised_in_the_middle_not_cut() -> None:
+    """A GKE slice or node in the HOST column keeps its start and the end that tells slices
+    and nodes apart (before: cut to "phanto", every slice alike); a pod's host stays whole."""
+    assert host_text("phantom-gke-np-0", "") == "pha…-0"
+    assert host_text("phantom-gke-np-1", "") != host_text("phantom-gke-np-0", "")
+    assert host_text("phantom-pod-w3", "phantom-pod") == "w3"
+    assert host_text("", "phantom-pod") == "-"
