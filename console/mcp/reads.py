@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from console.script.told import plain_lines
+from console.script.told import error_sentence, plain_lines
 from console.services.ledger.book import read_book
 from console.services.record.incidents import Incident, group
 from console.status import collect_status
@@ -57,7 +57,10 @@ async def status(services: ConsoleServices, args: Args) -> dict[str, Any]:
 
 
 async def ledger(services: ConsoleServices, args: Args) -> dict[str, Any]:
-    book = await read_book(services, now=time.time())
+    try:
+        book = await read_book(services, now=time.time())
+    except Exception as exc:  # a record: the resource still answers, saying why it is empty
+        return {"error": error_sentence(exc)}
     result: dict[str, Any] = book.to_json()
     return result
 

@@ -140,7 +140,6 @@ async def test_an_agent_diagnoses_a_preemption(pod: PodInfo, tmp_path: Path) -> 
     raw = tmp_path / "mcp.raw"
     config = _config(pod, tmp_path)
     log = Transcript()
-    victim = pod.hosts[1].name
     async with mcp_session(config, mcp_env(tmp_path), raw, ["--allow", "preempt"]) as session:
         secret_host = body(await session.call_tool("preempt", {"host": FAKE_KEY}))
         assert secret_host["reason"] == "bad_input" and "unknown host" in secret_host["message"]
@@ -151,16 +150,16 @@ async def test_an_agent_diagnoses_a_preemption(pod: PodInfo, tmp_path: Path) -> 
 
         async def seen() -> bool:
             got = body(await session.call_tool("events", {"limit": 50, "kind": "preempted"}))
-            return any(e["host"] == victim for e in got["result"]["events"])
+            return any(e["host"].endswith("-w1") for e in got["result"]["events"])
 
-        await until(seen, 60, f"a preempted event for {victim}")
+        await until(seen, 60, "a preempted event for worker 1")
         found = await log.call(session, "events", {"limit": 5, "kind": "preempted"})
         for e in found["result"]["events"]:
             log.note(f"{e['kind']} {e['host']}: {e['message']}")
         after = await log.call(session, "status", {})
-        hosts = {h["name"]: h for h in after["result"]["pod"]["hosts"]}
-        assert hosts[victim]["tpu_state"] != "READY"
-        log.note(f"{victim}: tpu_state {hosts[victim]['tpu_state']}, ssh {hosts[victim]['ssh']}")
+        host = next(h for h in after["result"]["pod"]["hosts"] if h["name"].endswith("-w1"))
+        assert host["tpu_state"] != "READY"
+        log.note(f"{host['name']}: tpu_state {host['tpu_state']}, ssh {host['ssh']}")
         refused = await log.call(session, "recover", {})
         assert refused["reason"] == "not_allowed" and "--allow recover" in refused["message"]
     assert FAKE_KEY.encode() not in raw.read_bytes()
