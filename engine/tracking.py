@@ -7,8 +7,10 @@ could contain secrets.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,13 @@ def start_wandb(
     config: dict[str, Any],
     resume_id: str | None,
     directory: str | None = None,
+    reuse: bool = True,
 ) -> Any:
-    """Start (or continue) a W&B run; reuses a run an agent already started."""
+    """Start (or continue) a W&B run; reuses a run an agent already started (unless
+    ``reuse`` is False: that run's session is gone, see ``end_preempted``)."""
     import wandb
 
-    if wandb.run is not None:  # started by a W&B sweep agent: log into that run
+    if reuse and wandb.run is not None:  # started by a W&B sweep agent: log into that run
         wandb.run.config.update(config, allow_val_change=True)
         run = wandb.run
     else:
@@ -69,3 +73,35 @@ def log_final_artifact(
         artifact.add_file(str(path), name=path.name)
     run.log_artifact(artifact, aliases=["latest", f"step-{step}"])
     return str(artifact.name)
+
+
+def end_preempted(
+    run: Any, row: dict[str, float], summary: dict[str, Any], code: int, reopen: Callable[[], Any]
+) -> Any:
+    """End a W&B run after a preemption notice: its last row, its summary, ``preempting``,
+    then ``finish(code)``; the run on the server ends ``preempted``, not ``running``.
+
+    A spot VM's shutdown sends SIGTERM to every process, wandb-core included, which exits
+    at once with what it had not sent yet (its file stream sends every 15 s). Its own
+    session does not protect it and signal masks do not (the Go runtime takes SIGTERM
+    back). So when the first session is gone, a fresh one (``reopen``: the same run id,
+    ``resume="allow"``), started after the signal, writes the end. Returns the run that
+    was ended."""
+    import wandb
+
+    with contextlib.suppress(Exception):  # any failure of the dead session: open a new one
+        _end(run, row, summary, code)
+        return run
+    with contextlib.suppress(Exception):
+        wandb.teardown()  # forget the dead service, so the next init starts its own
+    again = reopen()
+    _end(again, row, summary, code)
+    return again
+
+
+def _end(run: Any, row: dict[str, float], summary: dict[str, Any], code: int) -> None:
+    run.mark_preempting()
+    if row:
+        run.log(row)
+    run.summary.update(summary)
+    run.finish(exit_code=code)

@@ -111,6 +111,7 @@ class Trainer:
         self.auto_cb: Any = None
         self.alpha0: float | None = None
         self.wandb_run: Any = None
+        self._wandb_reopen: Any = None  # the same W&B run in a fresh session (after a notice)
         self.progress: Any = None
         self.gate: StepGate | None = None
         self.callback: Any = None
@@ -184,17 +185,27 @@ class Trainer:
         writers: list[Any] = [self.progress, TensorBoardOutputFormat(str(tb_dir))]
         # no W&B session for a run that is already being preempted: checkpoint first
         if cfg.wandb != "disabled" and not self.notice.requested:
-            self.wandb_run = start_wandb(
-                cfg.wandb,
-                cfg.wandb_project,
-                cfg.wandb_entity,
-                cfg.run_name,
-                {**cfg.to_dict(), "resumed_from_step": self.resumed_from_step},
-                self.latest.manifest.get("wandb_run_id") if self.latest else None,
-                # offline runs stay next to the checkpoints (for `wandb sync`) unless
-                # WANDB_DIR says otherwise
-                directory=os.environ.get("WANDB_DIR") or str(run_dir),
+
+            def start(resume_id: str | None, reuse: bool = True) -> Any:
+                return start_wandb(
+                    cfg.wandb,
+                    cfg.wandb_project,
+                    cfg.wandb_entity,
+                    cfg.run_name,
+                    {**cfg.to_dict(), "resumed_from_step": self.resumed_from_step},
+                    resume_id,
+                    # offline runs stay next to the checkpoints (for `wandb sync`) unless
+                    # WANDB_DIR says otherwise
+                    directory=os.environ.get("WANDB_DIR") or str(run_dir),
+                    reuse=reuse,
+                )
+
+            self.wandb_run = start(
+                self.latest.manifest.get("wandb_run_id") if self.latest else None
             )
+            run_id = str(self.wandb_run.id)
+            # the same run in a fresh session, after a notice took wandb-core down
+            self._wandb_reopen = lambda: start(run_id, reuse=False)
             writers.append(WandbWriter(self.wandb_run))
         self.model.set_logger(Logger(folder=str(tb_dir), output_formats=writers))
 
@@ -458,12 +469,31 @@ class Trainer:
             self.log_saved()
             self.close()
 
+    def _end_wandb_preempted(self) -> None:
+        """The run's last row (at the notice checkpoint's step) and summary reach W&B, and
+        the run ends preempted, even when the notice's SIGTERM took wandb-core down."""
+        from engine.tracking import end_preempted
+
+        step = int(self.model.num_timesteps) if self.model is not None else 0
+        values = self.progress.last_values if self.progress is not None else {}
+        row = {**values, "global_step": float(step)}
+        summary = {
+            "num_timesteps": step,
+            "preempted_at_step": step,
+            "checkpoint_uri": self.checkpoint_uri,
+        }
+        end_preempted(self.wandb_run, row, summary, EX_PREEMPTED, self._wandb_reopen)
+
     def close(self) -> None:
         if self.wandb_run is not None:
-            with contextlib.suppress(Exception):  # never let W&B hide the real outcome
+            try:
                 if self.preempted:
-                    self.wandb_run.mark_preempting()
-                self.wandb_run.finish(exit_code=EX_PREEMPTED if self.preempted else EX_FAILURE)
+                    self._end_wandb_preempted()
+                else:
+                    self.wandb_run.finish(exit_code=EX_FAILURE)
+            except Exception as exc:  # never let W&B hide the real outcome: say it, go on
+                log(f"W&B run could not be ended: {type(exc).__name__}: {exc}")
+            self.wandb_run = None
         if self.model is not None and getattr(self.model, "_logger", None) is not None:
             with contextlib.suppress(Exception):
                 self.model.logger.close()

@@ -209,4 +209,7 @@ class State:
         if body.get("complete"):
             code = body.get("exitcode")
             run["exitcode"] = code
-            run["state"] = "finished" if not code else "failed"
+            # shown as W&B shows a run that said preempting and then exits non-zero; the
+            # controller does not hand it out again (a deterministic failure would loop)
+            failed = "preempted" if run.get("preempting") else "failed"
+            run["state"] = "finished" if not code else failed
