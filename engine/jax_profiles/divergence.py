@@ -141,6 +141,16 @@ def resolve_impl(metric: str, impl: str = "auto", backend: str | None = None) ->
     return "reference" if metric == "kl" else "tiled"
 
 
+def _varies_over_a_mesh(x: jax.Array) -> bool:
+    """True inside ``shard_map`` for a value split over its mesh axes."""
+    aval = jax.typeof(x)
+    for name in ("manual_axis_type", "vma"):
+        value = getattr(aval, name, None)
+        if value is not None:
+            return bool(getattr(value, "varying", value))
+    return False
+
+
 def _round_operand(x: jax.Array, precision: str) -> jax.Array:
     """Round float32 ``x`` to bf16 / tf32 inputs (round to nearest, float32 storage)."""
     if precision == "bf16":
@@ -271,7 +281,12 @@ def total_divergences(
     """
     _check_metric(metric)
     _check_options(impl, precision)
-    impl = resolve_impl(metric, impl)
+    chosen = resolve_impl(metric, impl)
+    if impl == "auto" and chosen == "pallas" and _varies_over_a_mesh(bank.kernels):
+        # inside shard_map (sharding.py) the XLA paths, whose per-device programs XLA
+        # partitions itself; a Pallas kernel there is an explicit impl="pallas"
+        chosen = "reference" if metric == "kl" else "tiled"
+    impl = chosen
     agents = agents.astype(jnp.float32)
     if impl == "pallas":
         # imported here: Pallas (and its Triton bindings) only load when a kernel is asked for

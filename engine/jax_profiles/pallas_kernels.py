@@ -125,14 +125,14 @@ def _kernel(
     row_ok = (p0 + jax.lax.broadcasted_iota(jnp.int32, (bp, 1), 0)) < n_profiles
     log = _fast_log if fast_log else jnp.log
 
-    def tile(t: jax.Array, acc: jax.Array) -> jax.Array:
+    def tile(t: jax.Array | int) -> jax.Array:
         x0 = pl.multiple_of((sp * per_split + t) * bx, bx)
         col_ok = (x0 + jax.lax.broadcasted_iota(jnp.int32, (1, bx), 1)) < n_x
         cols = pl.ds(x0, bx)
         k = plgpu.load(k_ref.at[pl.ds(p0, bp), cols], mask=row_ok & col_ok, other=0.0)
         q, *rest = (plgpu.load(r.at[agents, cols], mask=col_ok, other=0.0) for r in agent_refs)
         if metric == "kl":
-            return acc + _dot(q, k, precision)  # q is wq here
+            return _dot(q, k, precision)  # q is wq here
         w = rest[0]
         if metric == "tv":
             terms = 0.5 * jnp.abs(q[:, None, :] - k[None])
@@ -142,9 +142,11 @@ def _kernel(
             t_ = q[:, None, :] + k[None]
             mlogm = 0.5 * t_ * (log(jnp.where(t_ > 0, t_, 1.0)) - LOG2)
             terms = jnp.maximum(hq[:, None, :] + hk[None] - mlogm, 0.0)
-        return acc + jnp.sum(w[:, None, :] * terms, axis=2)
+        return jnp.sum(w[:, None, :] * terms, axis=2)
 
-    acc = jax.lax.fori_loop(0, per_split, tile, jnp.zeros((bj, bp), jnp.float32))
+    # the first tile starts the sum (a zeros carry would not be typed as varying across
+    # the mesh like the bank under shard_map)
+    acc = jax.lax.fori_loop(1, per_split, lambda t, acc: acc + tile(t), tile(0))
     o_ref[...] = acc[None]
 
 
@@ -183,7 +185,7 @@ def _call(
     bj, bp = cfg.block_agents, cfg.block_profiles
     partial = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((n_split, j_pad, n_p * bp), jnp.float32),
+        out_shape=_out_struct((n_split, j_pad, n_p * bp), bank_flat),
         grid=(n_j, n_p, n_split),
         out_specs=pl.BlockSpec((1, bj, bp), lambda a, b, s: (s, a, b)),
         compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
@@ -191,6 +193,22 @@ def _call(
         name=f"profiles_{metric}",
     )(bank_flat, *agent_ops)
     return partial.sum(0)[:j, :p].T
+
+
+def _out_struct(shape: tuple[int, ...], like: jax.Array) -> jax.ShapeDtypeStruct:
+    """float32 ``shape`` varying over the mesh axes ``like`` varies over: inside
+    ``shard_map`` (``sharding.py``) a kernel's output must say so. JAX has named that
+    type ``manual_axis_type`` (and ``vma`` before it)."""
+    aval = jax.typeof(like)
+    for name in ("manual_axis_type", "vma"):
+        value = getattr(aval, name, None)
+        if value is None:
+            continue
+        try:
+            return jax.ShapeDtypeStruct(shape, jnp.float32, **{name: value})
+        except TypeError:
+            continue
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
 def _kernel_partial(

@@ -119,7 +119,7 @@ def tiled_total(
     profiles at a time.
 
     ``P`` need not divide by ``block``: the last block starts at ``P - block`` (it
-    overlaps the one before and rewrites the same values), so the bank is never padded
+    overlaps the one before; only its new rows are kept), so the bank is never padded
     or copied.
     """
     if metric not in ("js", "tv"):
@@ -128,11 +128,13 @@ def tiled_total(
     k = kernels.reshape(p, -1)
     b = max(1, min(DEFAULT_BLOCK[metric] if block is None else block, p))
     n_blocks = -(-p // b)
-    out = jnp.zeros((p, side.q.shape[0]), jnp.float32)
 
-    def body(i: jax.Array, acc: jax.Array) -> jax.Array:
-        start = jnp.minimum(i * b, p - b)
-        kb = jax.lax.dynamic_slice_in_dim(k, start, b, 0)
-        return jax.lax.dynamic_update_slice_in_dim(acc, _block_total(metric, side, kb), start, 0)
+    def one(start: jax.Array) -> jax.Array:
+        return _block_total(metric, side, jax.lax.dynamic_slice_in_dim(k, start, b, 0))
 
-    return jax.lax.fori_loop(0, n_blocks, body, out)
+    # lax.map, not a fori_loop over an output carry: no carry whose replication type
+    # would differ from the body's under shard_map (sharding.py scores inside one)
+    starts = jnp.minimum(jnp.arange(n_blocks) * b, p - b)
+    blocks = jax.lax.map(one, starts)  # [n_blocks, b, J]
+    tail = p - (n_blocks - 1) * b  # rows of the last block not already in the others
+    return jnp.concatenate([blocks[:-1].reshape(-1, blocks.shape[-1]), blocks[-1, b - tail :]])
