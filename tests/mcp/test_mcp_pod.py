@@ -129,6 +129,7 @@ class Transcript:
             "worker (a drill), finds it in the events and the status, and asks to recover, "
             "which this server was not allowed to do.\n\n```text\n"
         )
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(head + "\n".join(self.lines) + "\n```\n")
 
 
