@@ -210,7 +210,8 @@ def test_auto_picks_by_backend() -> None:
     assert D.resolve_impl("kl", "auto", "gpu") == "pallas"
     assert D.resolve_impl("js", "auto", "gpu") == "pallas"
     assert D.resolve_impl("kl", "auto", "cpu") == "reference"
-    assert D.resolve_impl("tv", "auto", "tpu") == "tiled"
+    assert D.resolve_impl("js", "auto", "cpu") == "reference"
+    assert D.resolve_impl("tv", "tiled", "tpu") == "tiled"
     assert D.resolve_impl("kl", "tiled", "cpu") == "reference"
 
 
