@@ -34,6 +34,8 @@ from textual.screen import Screen
 from textual.widgets import Log
 
 from console.config import ClusterConfig, Config
+from console.screens.logview import LogViewScreen
+from console.screens.overview import host_cells
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -54,8 +56,6 @@ from console.services.model import (
     UpdateBus,
 )
 from console.tui.app import PhantomApp, TuiSettings
-from console.screens.logview import LogViewScreen
-from console.screens.overview import host_cells
 from console.widgets.fast_table import FastTable
 from console.wiring import capabilities_for
 from console.wiring.control import LOCAL_POD_NICE

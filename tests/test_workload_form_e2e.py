@@ -11,8 +11,8 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from console.tui.app import PhantomApp, TuiSettings
 from console.screens.workload_form import WorkloadFormScreen
+from console.tui.app import PhantomApp, TuiSettings
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke_module
 from tests.support.gke_services import FAKE_TOKEN, gke_config, gke_services

@@ -17,9 +17,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
-from console.services.model import RunCadence, RunMetrics
 from console.screens.base import FilteredScreen
 from console.screens.state import duration, spark
+from console.services.model import RunCadence, RunMetrics
 from console.widgets.table import Cell
 
 SPARK_WIDTH = 12

@@ -20,11 +20,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from console.screens.base import PhantomScreen
+from console.screens.state import duration
 from console.services.ledger.book import Book
 from console.services.ledger.goodput import Unit
 from console.services.ledger.timeline import Cause, Segment
-from console.screens.base import PhantomScreen
-from console.screens.state import duration
 
 STYLE: dict[Cause, tuple[str, str]] = {
     Cause.PRODUCTIVE: ("█", "green"),

@@ -19,8 +19,8 @@ from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
-from console.services.jobs.spec import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
 from console.screens.form import FormScreen
+from console.services.jobs.spec import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
 from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
 INT_FIELDS: dict[str, int] = {

@@ -21,6 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
+from console.screens.form import FormScreen
 from console.services.jobs.workload import (
     CONVERT_COMMAND,
     CONVERT_DIRECTIONS,
@@ -29,7 +30,6 @@ from console.services.jobs.workload import (
     WorkloadPreview,
     WorkloadSpec,
 )
-from console.screens.form import FormScreen
 from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
 LABELS = {

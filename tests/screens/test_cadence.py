@@ -3,8 +3,8 @@ down) and why, instead of showing them as if they were."""
 
 from __future__ import annotations
 
-from console.services.model import RunCadence
 from console.screens.cadence import run_cells, run_detail
+from console.services.model import RunCadence
 
 
 def _run(**kw: object) -> RunCadence:

@@ -3,8 +3,8 @@ where the job did not exist; and the screen reached by key 7 and by the palette.
 
 from __future__ import annotations
 
-from console.services.ledger.timeline import Cause, Segment
 from console.screens.ledger import LedgerScreen, bar_causes
+from console.services.ledger.timeline import Cause, Segment
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled_async
 from tests.support.ledger_rows import drill

@@ -10,10 +10,10 @@ from dataclasses import replace
 from textual.pilot import Pilot
 from textual.widgets import Input, Select
 
-from console.services.jobs.spec import SpecError
-from console.tui.app import PhantomApp
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
+from console.services.jobs.spec import SpecError
+from console.tui.app import PhantomApp
 from tests.support.fake_services import FakeServices
 from tests.support.gke_services import FAKE_TOKEN
 from tests.support.tui import make_app, settle, wait_for

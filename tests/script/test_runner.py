@@ -218,7 +218,7 @@ def test_a_service_exception_fails_the_step_with_its_message(tmp_path: Path) -> 
 
 def test_an_unexpected_exception_is_named_as_one(tmp_path: Path) -> None:
     h = Harness(Behaviour(raise_in={"preempt": KeyError("w9")}))
-    code, lines, err, _ = run(tmp_path, "preempt 1\n", h, pod_up=True)
+    code, lines, _err, _ = run(tmp_path, "preempt 1\n", h, pod_up=True)
     assert code == exit_codes.FAILED
     assert steps(lines)[0]["result"]["error"] == "unexpected KeyError: 'w9'"
 

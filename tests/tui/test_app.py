@@ -19,17 +19,17 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Select
 
 from console.config import parse_config
-from console.services.errors import JobsUnavailable
-from console.services.model import HostStatus, LogLine
-from console.tui.app import PhantomApp, TuiSettings
-from console.tui.messages import LatestPod, LogInbox, PodUpdated
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import SCREENS
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
-from console.screens.submit import SubmitScreen
 from console.screens.state import LogRing
+from console.screens.submit import SubmitScreen
+from console.services.errors import JobsUnavailable
+from console.services.model import HostStatus, LogLine
+from console.tui.app import PhantomApp, TuiSettings
+from console.tui.messages import LatestPod, LogInbox, PodUpdated
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
 from console.widgets.fast_table import FastTable
 from console.widgets.table import PhantomTable

@@ -7,9 +7,9 @@ import threading
 from pathlib import Path
 
 from console.config import parse_config
-from console.tui.app import PhantomApp
 from console.screens.confirm import ConfirmScreen
 from console.screens.logview import LogViewScreen
+from console.tui.app import PhantomApp
 from console.widgets.table import PhantomTable
 from tests.support.fake_data import GKE_POOL, tunix_metrics
 from tests.support.fake_services import FakeServices
