@@ -197,6 +197,9 @@ class BenchServices:
     wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = _ok
     preempt = recreate = trust_host = preempt_slice = delete_workload = _ok
 
+    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
+        return result
+
     def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
         raise ValueError("the TUI bench has no workloads")
 
