@@ -63,6 +63,11 @@ class Observation:
     pod_failures: tuple[PodStatus, ...] = ()
     # GKE: how long pods may stay unschedulable before it is a capacity stall, not a wait.
     capacity_wait_s: float = 120.0
+    # Hosts whose connection dropped from the far end a moment ago while the provider still
+    # calls them READY: a VM being reclaimed, most likely, that the provider calls lost once
+    # its processes are gone. Their soft conditions are not confirmed while this lasts (a
+    # recovery recreating such a host first would leave no PREEMPTED for a poll to see).
+    settling: tuple[str, ...] = ()
 
     def host(self, name: str) -> HostObservation | None:
         return next((h for h in self.hosts if h.name == name), None)

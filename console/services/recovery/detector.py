@@ -155,7 +155,11 @@ class Detector:
         # A head whose VM is gone (hard) acts at once; a head that only looks lost (GCS
         # silent, no Ray node, SSH failing on a READY VM) may be a slow poll on a loaded
         # box, and restarting the whole cluster kills every job: confirm it first.
-        confirmed = diag.hard or self.unhealthy_polls >= self.confirm_polls
+        # Nor while a host that just dropped its connection is still READY (``settling``):
+        # the API calls a reclaimed VM PREEMPTED once its processes are gone (a loaded box
+        # takes seconds), and a recovery that recreated it first would leave the journal no
+        # preemption, only an unreachable host. The backend bounds that wait.
+        confirmed = diag.hard or (self.unhealthy_polls >= self.confirm_polls and not obs.settling)
         return Verdict(diag, True, confirmed)
 
     def mark_healthy(self, obs: Observation) -> None:

@@ -154,3 +154,33 @@ async def test_a_lost_vm_row_says_where_it_was() -> None:
     assert (row.data["zone"], row.data["accelerator"]) == ("us-central2-b", "v4-32")
     (bare,) = [e for e in await feed(_vm_obs(up), _vm_obs(gone)) if e.kind == "preempted"]
     assert "zone" not in bare.data and "accelerator" not in bare.data
+
+
+async def test_a_host_that_just_dropped_its_connection_is_not_confirmed_until_it_settles() -> None:
+    """A head whose SSH dropped while the API still says READY (a VM being reclaimed, its
+    processes still dying) is not recovered on the soft loss alone: the API's PREEMPTED
+    (hard) confirms it, and its row is journaled; once the backend's doubt is over the soft
+    loss confirms as before."""
+    journal = Journal(":memory:")
+    seen: list[Update] = []
+    sink = EventSink(journal, seen.append)
+    det = Detector(sink, clock=lambda: T, confirm_polls=2)
+    det.arm()
+    w1 = HostObservation(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    up = HostObservation(name="w0", ip="127.0.0.10", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    dropped = replace(up, ssh_ok=False, ray_alive=0)
+    gone = replace(dropped, tpu_state="PREEMPTED", preempted_at=T)
+
+    def at(head: HostObservation, settling: tuple[str, ...] = ()) -> Observation:
+        return Observation(at=T, hosts=(head, w1), head="w0", settling=settling)
+
+    await det.update(at(up))
+    verdicts = [await det.update(at(dropped, ("w0",))) for _ in range(3)]
+    assert all(v.trouble and not v.confirmed for v in verdicts)
+    assert (await det.update(at(gone))).confirmed  # the API's word
+    assert (await det.update(at(dropped))).confirmed  # doubt over: the polls counted
+    await sink.flush()
+    sink.close()
+    journal.close()
+    rows = [(u.kind, u.host) for u in seen if isinstance(u, Event) and u.kind == "preempted"]
+    assert rows == [("preempted", "w0")]

@@ -131,15 +131,19 @@ class TpuVmBackend:
                 (h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None),
                 keep=(h.name for h in obs.hosts if h.tpu_state in there),
             )
-        self._look_again_soon(obs)
+        doubtful = self._look_again_soon(obs)
+        if doubtful:
+            # The detector waits for the API's word on these before it confirms a soft loss.
+            obs = self._last = replace(obs, settling=doubtful)
         return obs
 
-    def _look_again_soon(self, obs: Observation) -> None:
+    def _look_again_soon(self, obs: Observation) -> tuple[str, ...]:
         """A VM being reclaimed drops its SSH connections a moment before the API calls it
         lost: while a host that dropped its connection is still READY and refuses SSH,
-        look again every ``LOOK_AGAIN_S`` (for ``DOUBT_S`` at most) instead of an interval."""
+        watch the API (and look again every ``LOOK_AGAIN_S``, for ``DOUBT_S`` at most)
+        instead of an interval. Returns those hosts."""
         now = time.monotonic()
-        doubtful = False
+        doubtful = []
         for h in obs.hosts:
             since = self._dropped_at.get(h.name)
             if since is None:
@@ -147,9 +151,10 @@ class TpuVmBackend:
             if now - since > DOUBT_S or h.tpu_state != HostState.READY or h.ssh_ok:
                 del self._dropped_at[h.name]
             else:
-                doubtful = True
+                doubtful.append(h.name)
         if doubtful:
             self._start_api_watch()
+        return tuple(doubtful)
 
     def _start_api_watch(self) -> None:
         if self._closed:
