@@ -336,6 +336,8 @@ class GkeBackend:
                 self.registry.mark(spec.name, known.state)
             raise
         self.registry.mark(spec.name, SubmissionState.SUBMITTED)
+        informer = caches.jobs if kind is R.JOBS else caches.jobsets
+        await _until_cached(informer, spec.name, str(S.meta(created).get("uid", "")))
         return JobInfo(
             job_id=spec.name,
             status=JobStatus.PENDING,
@@ -519,6 +521,19 @@ class GkeBackend:
 
 
 _WATCHED = (R.PODS, R.NODES, R.EVENTS, R.JOBS, R.JOBSETS)
+CREATED_CACHE_WAIT_S = 10.0  # how long a create waits for the watch to bring its object
+
+
+async def _until_cached(informer: Informer, name: str, uid: str) -> None:
+    """Wait (bounded) until the watch cache holds the object just created. Until then the
+    caches say the workload is not there: a log follow started at once took that for a
+    workload already gone (it ended at once, LOST) and a status read said LOST."""
+    deadline = time.monotonic() + CREATED_CACHE_WAIT_S
+    while time.monotonic() < deadline:
+        obj = informer.get(name)
+        if obj is not None and (not uid or S.meta(obj).get("uid") == uid):
+            return
+        await informer.changed(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def _invalid_fields(exc: Invalid) -> dict[str, str]:

@@ -257,6 +257,29 @@ async def test_a_failed_jobset_is_resubmitted_and_resumes(
         assert any("Restoring checkpoint from" in ln for ln in logs[-1])
 
 
+async def test_a_follow_started_the_moment_create_returns_follows_the_workload(
+    gke_module: gke_client.GkeInfo,
+) -> None:
+    # create_workload returned before the watch brought the JobSet: a follow started at once
+    # found no workload in the caches, took it for one already gone and ended at once, LOST
+    # (seed 004's follow failed so under load).
+    config = gke_config(gke_module.run_dir)
+    make_checkpoint(gke_module)
+    async with gke_backend(gke_module, config) as (backend, _):
+        await backend.create_workload(spec(config, "prompt", maxtext_ckpt_path=CKPT), "test")
+        try:
+            assert backend.caches is not None and backend.caches.jobsets.get("prompt") is not None
+            assert (await backend.job_status("prompt")).status == "PENDING"
+            stream = backend.follow_logs("prompt")
+            try:
+                first = await asyncio.wait_for(anext(stream), 60)
+            finally:
+                await stream.aclose()
+            assert isinstance(first, LogLine), first
+        finally:
+            await backend.delete_workload("prompt")
+
+
 async def test_bad_input_is_refused_by_name_and_creates_nothing(
     gke_module: gke_client.GkeInfo,
 ) -> None:
