@@ -35,6 +35,10 @@ def engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
     env.pop("WANDB_API_KEY", None)
     env.pop("PHANTOM_STORAGE", None)
+    # A test that used wandb in this process left WANDB_SERVICE pointing at its wandb-core;
+    # a trainer that inherits it attaches there instead of starting its own, as a job on a
+    # VM does (the notice test signals the trainer's own wandb-core).
+    env.pop("WANDB_SERVICE", None)
     (tmp_path / "wandb-dir").mkdir(exist_ok=True)
     env.update(extra)
     return env
