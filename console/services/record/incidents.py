@@ -43,6 +43,8 @@ from console.services.record.journal import (
 )
 
 INCIDENT = EventKind.INCIDENT  # the summary row's kind
+# A GKE pod's own failure: its JobSet restarts by itself, so no recovery may follow.
+SELF_HEALING = frozenset({EventKind.POD_CRASHED, EventKind.POD_OOM_KILLED, EventKind.POD_EVICTED})
 KEY = "incident"  # where a row carries its incident id (``data[KEY]``)
 # Rows that start an incident when none is open: losses first, then the softer trouble the
 # watchdog recovers (a Ray node down, a duplicate node, an unreachable host), GKE's own.
@@ -238,6 +240,7 @@ class _Open:
     last_at: float
     rows: list[Event] = field(default_factory=list)
     recovering: bool = False
+    opened_by: str = ""
 
 
 class IncidentTracker:
@@ -263,10 +266,19 @@ class IncidentTracker:
         cur = self._open
         if cur is not None and not cur.recovering and event.at - cur.last_at > self.lapse_s:
             cur = self._open = None  # trouble no recovery followed: it passed
+        if (
+            cur is not None
+            and not cur.recovering
+            and cur.opened_by in SELF_HEALING
+            and event.kind in LOSS_KINDS
+        ):
+            # A pod's own failure that no recovery followed (its JobSet restarted by itself)
+            # has passed once a loss of the pod's node or slice arrives: that is its own one.
+            cur = self._open = None
         if cur is None:
             if not opens(event.kind, event.data):
                 return event
-            cur = self._open = _Open(id=new_id(event.at), last_at=event.at)
+            cur = self._open = _Open(id=new_id(event.at), last_at=event.at, opened_by=event.kind)
         if not member(event):
             return event
         return replace(event, data={**event.data, KEY: cur.id})

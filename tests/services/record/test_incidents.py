@@ -207,3 +207,19 @@ async def test_a_second_front_end_follows_the_owners_incident(
         follower_journal.close()
     summaries = journal.query(kinds=[INCIDENT])
     assert [incident_of(e) for e in summaries][-1] == head
+
+
+def test_a_pod_failure_no_recovery_followed_leaves_a_later_preemption_its_own_incident() -> None:
+    """GKE restarts a crashed pod's JobSet by itself; the slice preempted a minute later is a
+    loss of its own, not a row of the crash's incident (the GKE chaos drill's shape)."""
+    from console.services.record.incidents import IncidentTracker
+
+    tracker = IncidentTracker()
+    crash = tracker.stamp(Event(at=100.0, kind="pod_crashed", host="grpo-w-0", message="crash"))
+    tracker.stored(crash)
+    lost = tracker.stamp(Event(at=160.0, kind="preempted", host="np-0", message="preempted"))
+    assert crash.data["incident"] and lost.data["incident"]
+    assert lost.data["incident"] != crash.data["incident"]
+    # a preemption's own follow-on rows stay in its incident
+    notice = tracker.stamp(Event(at=161.0, kind="host_lost", host="np-0", message="lost"))
+    assert notice.data["incident"] == lost.data["incident"]
