@@ -41,6 +41,7 @@ from console.script.workload_args import PathExists, load_spec_file, shown, work
 from console.services.action_table import refusal_for
 from console.services.jobs.spec import SubmitSpec
 from console.wiring import capabilities_for
+from console.wiring.where import cluster_in_use
 
 # shlex is pure Python: a megabyte line would take seconds to reject. No action needs more.
 MAX_LINE_CHARS = 16_384
@@ -206,9 +207,7 @@ def _check_provider(adef: ActionDef, config: Config) -> None:
     why = refusal_for(adef.row, capabilities_for(config))
     if why is None:
         return
-    provider = config.cluster.provider
-    where = f"provider {provider!r}" + (" with a kubeconfig" if config.is_gke else "")
-    raise _ArgError(f"{why}; this config drives {where} ({config.source})")
+    raise _ArgError(f"{why}; this config ({config.source}) drives {cluster_in_use(config)}")
 
 
 def _unknown_action(name: str) -> str:

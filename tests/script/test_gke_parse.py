@@ -159,18 +159,50 @@ def test_emulator_verbs_are_refused_on_a_real_cluster(tmp_path: Path) -> None:
     )
     for line in ("gke up", "gke down", "preempt-slice 0"):
         err = invalid(tmp_path, f"status\n{line}\n", real)
-        assert "only for the local GKE emulator" in err and "with a kubeconfig" in err, err
+        assert "only for the local GKE emulator" in err and f"kubeconfig {kubeconfig}" in err, err
     # the workload verbs themselves are for real clusters too
     parse_script("workload create grpo\nwait-workload grpo RUNNING\nworkload delete grpo\n", real)
 
 
+def test_a_refused_verb_names_the_kubeconfig_in_use(tmp_path: Path, gke_cfg: Config) -> None:
+    """`teardown` on GKE is refused naming the kubeconfig the console would use: the local
+    emulator's (in its run dir), or the configured one; never the config file's path as if
+    it were a kubeconfig (it said "with a kubeconfig (gke-test.toml)" on the emulator)."""
+    err = invalid(tmp_path, "teardown\n", gke_cfg)
+    emulator_kubeconfig = tmp_path / "gke" / "kubeconfig"
+    assert "teardown: only for a TPU VM pod with Ray" in err, err
+    assert f"the local GKE emulator, kubeconfig {emulator_kubeconfig}" in err, err
+    assert "with a kubeconfig" not in err, err
+    kubeconfig = tmp_path / "creds" / "kubeconfig"
+    kubeconfig.parent.mkdir()
+    kubeconfig.write_text("apiVersion: v1\n")
+    real = parse_config(
+        {
+            "cluster": {"provider": "gke"},
+            "gke": {
+                "kubeconfig": str(kubeconfig),
+                "context": "gke_p_us-central1_c",
+                "project": "p",
+                "location": "us-central1",
+                "cluster": "c",
+                "base_output_directory": "gs://bucket/runs",
+            },
+        },
+        source=str(tmp_path / "real.toml"),
+    )
+    err = invalid(tmp_path, "teardown\n", real)
+    assert f"kubeconfig {kubeconfig} (context gke_p_us-central1_c)" in err, err
+    assert f"this config ({tmp_path / 'real.toml'}) drives provider 'gke'" in err, err
+
+
 def test_each_providers_verbs_stay_with_it(tmp_path: Path, gke_cfg: Config) -> None:
+    local = "this config (<defaults>) drives provider 'local'"
     err = invalid(tmp_path, "workload create grpo\n", Config())
-    assert "only for cluster.provider = 'gke'; this config drives provider 'local'" in err
+    assert f"only for cluster.provider = 'gke'; {local}" in err
     err = invalid(tmp_path, "pod up\n", gke_cfg)
     assert "pod up: only for the local emulator" in err
     err = invalid(tmp_path, "gke up\n", Config())
-    assert "gke up: only for the local GKE emulator; this config drives provider 'local'" in err
+    assert f"gke up: only for the local GKE emulator; {local}" in err
 
 
 def test_the_reference_lists_the_gke_verbs() -> None:
