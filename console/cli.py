@@ -165,7 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs",
         metavar="DIR",
         help="the WANDB_DIR the jobs logged to: their run files give the engine's steps "
-        "(restart warm-up and redone work)",
+        "(restart warm-up and redone work) for runs --logs does not cover",
+    )
+    report.add_argument(
+        "--logs",
+        metavar="PATH",
+        help="the trainers' logs (a file, or a directory read whole: ray job logs saved to "
+        "files, Ray's session logs): their step lines give the engine's steps, exact also "
+        "for a trainer that was SIGKILLed",
     )
     report.add_argument(
         "--journal",
@@ -356,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 journal_path=args.journal,
                 output=args.output,
                 runs_dir=args.runs,
+                logs_path=args.logs,
             )
         if args.command == "status":
             from console.status import status_main

@@ -2,8 +2,10 @@
 
 Read from the journal file alone (no cluster needed: a post-mortem is often written after
 the pod is gone), over ``--since`` to now, and printed to stdout or written to ``--output``;
-with ``--runs DIR`` the jobs' W&B run files add the engine's steps (restart warm-up, redone
-work).
+with ``--logs PATH`` the trainers' own step lines (their job logs saved to files, or Ray's log
+directory) add the engine's steps (restart warm-up, redone work), and with ``--runs DIR`` the
+jobs' W&B run files do, for runs the lines do not cover (a SIGKILL leaves a run file short,
+so redone work read from it alone comes out low).
 The HTML is one self-contained page (inline SVG, no network). Exit 0 with a report; 2 for
 bad input (a date, a format, a journal that is not there), named with its fix.
 """
@@ -48,6 +50,7 @@ def report_main(
     journal_path: str | None = None,
     output: str | None = None,
     runs_dir: str | None = None,
+    logs_path: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
     clock: Callable[[], float] = time.time,
@@ -64,6 +67,12 @@ def report_main(
         err.write(
             f"phantom report: --runs {runs_dir}: not a directory; give the WANDB_DIR the jobs "
             "logged to (their offline run files), or leave --runs out\n"
+        )
+        return exit_codes.USAGE
+    if logs_path is not None and not Path(logs_path).expanduser().exists():
+        err.write(
+            f"phantom report: --logs {logs_path}: no such file or directory; give the trainers' "
+            "log files (a file, or a directory read whole), or leave --logs out\n"
         )
         return exit_codes.USAGE
     if not path.is_file():
@@ -107,11 +116,15 @@ def report_main(
         journal.close()
     outcomes = {str(job): float(at) for job, at in ended if at is not None}
     progress = None
-    if runs_dir is not None:
+    if runs_dir is not None or logs_path is not None:
         from console.services.ledger.goodput import attempts
-        from console.services.ledger.steps import attribute, read_runs
+        from console.services.ledger.steps import attribute, prefer_lines, read_logs, read_runs
 
-        progress = attribute(read_runs(runs_dir), attempts(rows))
+        found = prefer_lines(
+            read_logs(logs_path) if logs_path is not None else [],
+            read_runs(runs_dir) if runs_dir is not None else [],
+        )
+        progress = attribute(found, attempts(rows))
     text = render(
         book(rows, config, now=now, since=since, outcomes=outcomes, progress=progress), fmt
     )

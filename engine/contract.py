@@ -1,6 +1,6 @@
 """What the console reads of the engine: one small module it imports instead of copying.
 
-A launcher or the console that drives the engine depends on three things the engine
+A launcher or the console that drives the engine depends on these things the engine
 prints or returns, and nothing else:
 
 - its exit codes (``engine.exit_codes``: 75 is "preempted, resumable");
@@ -9,6 +9,12 @@ prints or returns, and nothing else:
 - the line a trainer logs after each checkpoint it saves, with the pause the save caused to
   training (``CHECKPOINT_SAVED``, parsed by ``parse_checkpoint_saved``; from the end of the
   learn call before it to the next one's first rollout): the console's checkpoint cost;
+- the step line a trainer logs at each logger dump and after each checkpoint, notice
+  checkpoint and the final weights (``TRAINER_STEP``, parsed by ``parse_trainer_step``): the
+  run, the trainer process (``attempt``), the checkpoint step it resumed from, the step it
+  reached and the wall time; flushed line by line, so a SIGKILL loses at most one logging
+  interval (a W&B run file loses whatever wandb-core had not written): the ledger's redone
+  work;
 - the environment variables the console sets for ``--checkpoint-every auto``
   (``CHECKPOINT_ADVICE_STEPS``, ``CHECKPOINT_ADVICE_REASON``);
 - the lines naming a sweep's id (``starting sweep <id>``, ``resuming sweep <id>``,
@@ -42,6 +48,40 @@ CHECKPOINT_SAVED_RE = re.compile(
 )
 
 
+# A trainer's step line (engine.trainer), after ``[engine] ``: one line, ``key=value`` fields
+# in this order; ``at`` is unix seconds. Run names are [A-Za-z0-9_.=-] (engine.trainconfig).
+TRAINER_STEP = (
+    "step run={run} attempt={attempt} resumed_from={resumed_from} step={step} at={at:.3f}"
+)
+# searched, not matched: Ray's driver log repeats a trial's lines behind "(pid=..., ip=...) "
+TRAINER_STEP_RE = re.compile(
+    r"\[engine\] step run=(?P<run>\S+) attempt=(?P<attempt>\S+) "
+    r"resumed_from=(?P<resumed_from>\d+) step=(?P<step>\d+) at=(?P<at>\d+(?:\.\d+)?)\s*$"
+)
+
+
+@dataclass(frozen=True)
+class TrainerStep:
+    """One step line: trainer process ``attempt`` of ``run``, resumed from the checkpoint at
+    ``resumed_from`` (0: from scratch), had reached ``step`` at ``at`` (unix seconds)."""
+
+    run: str
+    attempt: str
+    resumed_from: int
+    step: int
+    at: float
+
+
+def parse_trainer_step(line: str) -> TrainerStep | None:
+    """The step a trainer's log line reports, or None for any other line."""
+    m = TRAINER_STEP_RE.search(line)
+    if m is None:
+        return None
+    return TrainerStep(
+        m["run"], m["attempt"], int(m["resumed_from"]), int(m["step"]), float(m["at"])
+    )
+
+
 @dataclass(frozen=True)
 class CheckpointSaved:
     step: int
@@ -72,6 +112,10 @@ __all__ = [
     "SWEEP_RESUMING",
     "SWEEP_STARTING",
     "SWEEP_WANDB",
+    "TRAINER_STEP",
+    "TRAINER_STEP_RE",
     "CheckpointSaved",
+    "TrainerStep",
     "parse_checkpoint_saved",
+    "parse_trainer_step",
 ]

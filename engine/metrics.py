@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stable_baselines3.common.logger import KVWriter
@@ -37,10 +38,19 @@ def _numeric(value: Any) -> float | None:
 
 
 class ProgressWriter(KVWriter):
-    """One ``[engine] progress step=N/T ...`` line per logger dump; remembers the last values."""
+    """One ``[engine] progress step=N/T ...`` line per logger dump; remembers the last values.
 
-    def __init__(self, total: int, min_interval_steps: int = 0) -> None:
+    ``on_dump(step)`` runs at every dump, also those the line skips (the trainer's step
+    line, ``engine.contract.TRAINER_STEP``)."""
+
+    def __init__(
+        self,
+        total: int,
+        min_interval_steps: int = 0,
+        on_dump: Callable[[int], None] | None = None,
+    ) -> None:
         self.total = total
+        self.on_dump = on_dump
         self.min_interval_steps = min_interval_steps
         self.last_step = -(10**18)
         self.last_values: dict[str, float] = {}
@@ -53,6 +63,8 @@ class ProgressWriter(KVWriter):
             num = _numeric(value)
             if num is not None:
                 self.last_values[key] = num
+        if self.on_dump is not None:
+            self.on_dump(step)
         if step - self.last_step < self.min_interval_steps and step < self.total:
             return
         self.last_step = step

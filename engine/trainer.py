@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.contract import CHECKPOINT_SAVED
+from engine.contract import CHECKPOINT_SAVED, TRAINER_STEP
 from engine.envvars import DEFAULT_NOTICE_GRACE_S, EnvError, notice_grace_s
 from engine.exit_codes import EX_FAILURE, EX_PREEMPTED
 from engine.learning import (
@@ -181,7 +181,9 @@ class Trainer:
                 f"--storage: {cfg.storage!r}: TensorBoard's directory {tb_dir} cannot be "
                 f"created ({exc.strerror or exc}); choose a writable directory"
             ) from None
-        self.progress = ProgressWriter(cfg.total_timesteps, min_interval_steps=cfg.log_every)
+        self.progress = ProgressWriter(
+            cfg.total_timesteps, min_interval_steps=cfg.log_every, on_dump=self.log_step
+        )
         writers: list[Any] = [self.progress, TensorBoardOutputFormat(str(tb_dir))]
         # no W&B session for a run that is already being preempted: checkpoint first
         if cfg.wandb != "disabled" and not self.notice.requested:
@@ -339,12 +341,25 @@ class Trainer:
         uri = self.store.save(out, self.model.num_timesteps, manifest, self.metrics_now())
         shutil.rmtree(out, ignore_errors=True)
         self.saved_step, self.checkpoint_uri = int(self.model.num_timesteps), uri
+        self.log_step(self.saved_step)
         if trigger != "notice":
             self.log_saved()  # an earlier one still pending ends here
             self._saved = (self.saved_step, uri, stopped)
             if trigger != "interval":  # no training follows
                 self.log_saved()
         return uri
+
+    def log_step(self, step: int) -> None:
+        """The step line (``TRAINER_STEP``): the ledger counts redone work from these."""
+        log(
+            TRAINER_STEP.format(
+                run=self.cfg.run_name,
+                attempt=self.attempt,
+                resumed_from=self.resumed_from_step,
+                step=int(step),
+                at=time.time(),
+            )
+        )
 
     def log_saved(self) -> None:
         """Log the pending save's line with its pause up to now (no-op without one)."""
@@ -418,6 +433,7 @@ class Trainer:
         final_uri = self.store.save_final(
             final_dir, model.num_timesteps, final_manifest, self.metrics_now(eval_metrics)
         )
+        self.log_step(model.num_timesteps)
         log(f"final weights step={model.num_timesteps} at {final_uri}")
         artifact = wandb_dir = None
         if self.wandb_run is not None:

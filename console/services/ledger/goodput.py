@@ -14,11 +14,13 @@ row, up to the next successful try or the incident's end) and recovery (each
 ``recovery.<step>`` action over its own duration, the rest of the incident as ``recovery``).
 A job counts every incident on its pod against it: a job spans the pod, so any host's loss
 interrupts it (as ``advice`` assumes). Steps come from the engine (``Progress``: one
-trainer's W&B history points, the run it trains and the step it resumed from; an attempt may
-hold several, e.g. a sweep's trials): restart warm-up runs from an attempt's RUNNING to its
-first step; a trainer's redone work runs from its first step until it passes the step the
-run's earlier trainers reached (in this attempt or an earlier one of the chain), and counts
-the steps between where it resumed and that step. Without steps both are 0 and the time
+trainer's step lines or W&B history points, the run it trains and the step it resumed
+from; an attempt may hold several, e.g. a sweep's trials): restart warm-up runs from an
+attempt's RUNNING to its first step; a trainer's redone work runs from its first step until
+it passes the step the run's earlier trainers reached (in this attempt or an earlier one of
+the chain), and counts the steps between where it resumed and that step (or the step it
+reached, if it was lost before that: over a finished run the sum is every step computed and
+thrown away). Without steps both are 0 and the time
 stays productive (``steps_known`` says which).
 
 Everything is read from journal rows, which outlive the console: a ledger built after a
@@ -444,7 +446,10 @@ def _step_paints(
             resumed = p.resumed_from if p.resumed_from is not None else points[0].step
             before = reached.get(p.run)
             if before is not None and before > resumed:
-                redone += before - resumed
+                # what it computed again: from where it resumed up to the step the run had
+                # reached, or as far as it got (a trainer lost before it caught up redid less;
+                # the next one's redone work counts from where that one resumed)
+                redone += min(before, p.reached if p.reached is not None else before) - resumed
                 caught = next((x.at for x in points if x.step >= before), a.ended_at or t1)
                 paints.append(Paint(points[0].at, caught, Cause.REDONE, a.job_id))
             top = p.reached

@@ -1,10 +1,17 @@
-"""The engine's steps for the ledger: W&B run files, each attributed to the job attempt that
-wrote it.
+"""The engine's steps for the ledger, each trainer attributed to the job attempt it ran in.
 
-Every trainer process writes its own run file (a resumed run is a new file with the same run
-id), so a file is one trainer's steps: its ``wandb.log`` points (the engine's
-``global_step``, wall time) and the checkpoint step it resumed from (the engine puts
-``resumed_from_step`` in the run's config). A job attempt may hold several trainers (a
+Two sources, one shape (``RunSteps``: one trainer process's steps):
+
+- **the trainers' own step lines** (``read_logs``/``read_lines``): every trainer logs
+  ``engine.contract.TRAINER_STEP`` at each logger dump and after each checkpoint, naming its
+  run, its process (``attempt``), the checkpoint step it resumed from, the step and the wall
+  time. Lines are flushed one by one, so a trainer SIGKILLed with its host has lost at most
+  the steps since its last dump. This is the source to trust for redone work;
+- **W&B offline run files** (``read_runs``): every trainer process writes its own run file
+  (a resumed run is a new file with the same run id): its ``wandb.log`` points (the
+  engine's ``global_step``, wall time) and the checkpoint step it resumed from (the engine
+  puts ``resumed_from_step`` in the run's config). A SIGKILL takes whatever wandb-core had
+  not yet written, so redone work read from them comes out short. A job attempt may hold several trainers (a
 sweep's trials, a trial Ray Tune restarted), each a ``Progress`` of its run. A file is given
 to the attempt that was submitted and not yet ended when the file's first point was logged;
 where several were, to the one whose entrypoint names the run (``--run-name``), and
@@ -19,9 +26,11 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from console.services.ledger.goodput import Attempt, Progress, StepPoint
+from engine.contract import parse_trainer_step
 
 # What the engine's trainer puts in its run's config (``engine.trainer``).
 RESUMED_FROM = "resumed_from_step"
@@ -93,6 +102,52 @@ def read_runs(wandb_dir: str | os.PathLike[str]) -> list[RunSteps]:
             resumed = None  # not the engine's run (or an older one): bounded by its first step
         out.append(RunSteps(run.name or run.run_id, _points(points), resumed))
     return out
+
+
+def read_lines(lines: Iterable[str]) -> list[RunSteps]:
+    """Each trainer process's steps from its step lines (any other line is skipped).
+
+    A line may come more than once (Ray's driver log repeats a trial's lines, and a log may
+    be read from two copies): a trainer's point is its step, kept once, at its first time."""
+    by_attempt: dict[tuple[str, str], tuple[int, dict[int, float]]] = {}
+    for line in lines:
+        if "[engine] step " not in line:
+            continue  # the cheap test first: most lines of a log are something else
+        found = parse_trainer_step(line)
+        if found is None:
+            continue
+        key = (found.run, found.attempt)
+        _, points = by_attempt.setdefault(key, (found.resumed_from, {}))
+        at = points.get(found.step)
+        points[found.step] = found.at if at is None else min(at, found.at)
+    return [
+        RunSteps(run, tuple(StepPoint(at, step) for step, at in points.items()), resumed)
+        for (run, _attempt), (resumed, points) in by_attempt.items()
+    ]
+
+
+def read_logs(path: str | os.PathLike[str]) -> list[RunSteps]:
+    """The step lines of every file under ``path`` (a log file or a directory of them, e.g.
+    Ray's ``session_*/logs`` or ``ray job logs`` saved to files; blocking).
+
+    A file that cannot be read is logged and left out."""
+    root = Path(path).expanduser()
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    lines: list[str] = []
+    for file in files:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                lines += (line for line in fh if "[engine] step " in line)
+        except OSError as exc:
+            log.warning("ledger: log file %s left out: %s", file, exc)
+    return read_lines(lines)
+
+
+def prefer_lines(lines: Sequence[RunSteps], files: Sequence[RunSteps]) -> list[RunSteps]:
+    """Both sources together: a run the step lines cover is counted from them alone (its run
+    files would count its trainers twice, and short), a run they miss from its files."""
+    covered = {r.name for r in lines}
+    return [*lines, *(r for r in files if r.name not in covered)]
 
 
 def _points(points: Sequence[HistoryPoint]) -> tuple[StepPoint, ...]:

@@ -5,13 +5,18 @@ and redone work, also through `phantom report --runs`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +25,20 @@ from console.config import Config
 from console.report import report_main
 from console.services.ledger.goodput import Attempt, StepPoint, account, attempts
 from console.services.ledger.prices import pricing_for
-from console.services.ledger.steps import RunSteps, attribute, read_runs
+from console.services.ledger.steps import (
+    RunSteps,
+    attribute,
+    prefer_lines,
+    read_lines,
+    read_runs,
+)
 from console.services.ledger.timeline import Cause
 from console.services.model import Event, EventKind
 from console.services.record.journal import Journal
+from engine.contract import TRAINER_STEP, parse_trainer_step
+from tests.support.engine_helpers import engine_env
 from tests.support.incident_rows import journaled, replay
+from tests.support.waiting import until
 
 
 def test_a_run_goes_to_the_one_attempt_live_when_it_began() -> None:
@@ -89,13 +103,13 @@ def two_attempts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[f
     return wandb_dir, [float(x) for x in done.stdout.split()]
 
 
-def rows_for(times: list[float]) -> list[Event]:
+def rows_for(times: list[float], run: str = "ppo-x") -> list[Event]:
     a0, a1, b0, b1 = times
 
     def state(at: float, job: str, new: str) -> Event:
         return Event(at, EventKind.JOB_STATE, f"job {job} -> {new}", actor="jobs",
                      data={"job_id": job, "new_status": new,
-                           "entrypoint": "python -m engine.train --run-name ppo-x"})  # fmt: skip
+                           "entrypoint": f"python -m engine.train --run-name {run}"})  # fmt: skip
 
     return [
         state(a0 - 0.5, "A", "PENDING"),
@@ -151,3 +165,112 @@ def test_report_runs_flag(tmp_path: Path, two_attempts: tuple[Path, list[float]]
     code = report_main(Config(), fmt="md", journal_path=str(path), runs_dir=str(tmp_path / "x"),
                        out=out, err=err)  # fmt: skip
     assert code == exit_codes.USAGE and "--runs" in err.getvalue()
+
+
+# -- the trainers' own step lines ------------------------------------------------------------------
+def step_line(run: str, attempt: str, resumed: int, step: int, at: float) -> str:
+    line = TRAINER_STEP.format(run=run, attempt=attempt, resumed_from=resumed, step=step, at=at)
+    return f"[engine] {line}"
+
+
+def test_step_lines_give_one_trainer_per_process_each_step_once() -> None:
+    """The sweep driver's log repeats a trial's lines behind Ray's prefix; other lines pass."""
+    lines = [
+        step_line("x", "a1", 0, 128, 10.0),
+        "(trainer pid=42, ip=127.0.0.11) " + step_line("x", "a1", 0, 128, 10.5),
+        "[engine] progress step=256/4096 pct=6.2 fps=900",
+        step_line("x", "a1", 0, 256, 11.0),
+        step_line("x", "b2", 256, 384, 20.0),
+        "[engine] step run=x attempt=b2 resumed_from=256 step=oops at=21.0",
+    ]
+    got = sorted(read_lines(lines), key=lambda r: r.points[0].at)
+    assert [(r.name, r.resumed_from, [(p.at, p.step) for p in r.points]) for r in got] == [
+        ("x", 0, [(10.0, 128), (11.0, 256)]),
+        ("x", 256, [(20.0, 384)]),
+    ]
+
+
+def test_the_lines_cover_a_run_its_files_do_not_count_again() -> None:
+    lines = [RunSteps("x", (StepPoint(1.0, 5),), 0)]
+    files = [RunSteps("x", (StepPoint(1.0, 4),), 0), RunSteps("y", (StepPoint(2.0, 7),), 0)]
+    assert [r.name for r in prefer_lines(lines, files)] == ["x", "y"]
+
+
+TRAIN = [
+    "--algo", "ppo", "--env", "CartPole-v1", "--run-name", "killed", "--wandb", "offline",
+    "--log-every", "128", "--checkpoint-every", "1024", "--eval-episodes", "1",
+    "--hparams", '{"n_steps": 128}', "--n-envs", "1",
+]  # fmt: skip
+
+
+def train(tmp: Path, total: int, log: Path) -> subprocess.Popen[str]:
+    """The real trainer in its own session (a preempted VM loses wandb-core with it)."""
+    with open(log, "w") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "engine.train", *TRAIN, "--total-timesteps", str(total),
+             "--storage", f"file://{tmp / 'bucket'}"],
+            cwd=tmp, env=engine_env(tmp), stdout=subprocess.DEVNULL, stderr=fh, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def steps_logged(log: Path) -> list[int]:
+    return [s.step for s in map(parse_trainer_step, log.read_text().splitlines()) if s]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_a_sigkilled_trainer_s_redone_steps_come_from_its_lines(tmp_path: Path) -> None:
+    """A real trainer SIGKILLed with its wandb-core (as a preempted VM is) past a checkpoint,
+    then resumed by the same command: ``phantom report --logs`` counts exactly the steps its
+    lines say were thrown away (the step it reached less the one its successor resumed at).
+    The W&B run files a SIGKILL leaves short are only printed beside it."""
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    a0 = time.time()
+    proc = train(tmp_path, 1_000_000, first)
+    try:
+        await until(
+            lambda: max(steps_logged(first), default=0) >= 1024 + 384 or proc.poll() is not None,
+            240,
+            "the trainer past its first checkpoint",
+        )
+        assert proc.poll() is None, first.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    a1 = time.time()
+    reached = max(steps_logged(first))
+    b0 = time.time()
+    total = (reached // 128 + 8) * 128
+    resumed_proc = train(tmp_path, total, second)
+    await asyncio.to_thread(resumed_proc.wait, 300)
+    b1 = time.time()
+    assert resumed_proc.returncode == 0, second.read_text()[-3000:]
+    found = re.search(r"resuming killed from checkpoint \S+ at step (\d+)", second.read_text())
+    assert found is not None, second.read_text()[-3000:]
+    truth = reached - int(found.group(1))
+    assert truth > 0
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for f in (first, second):
+        (logs / f.name).write_text(f.read_text())
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path)
+    await replay(journal, rows_for([a0, a1, b0, b1], run="killed"))
+    journal.close()
+
+    def redone(**sources: str) -> dict[str, Any]:
+        out, err = io.StringIO(), io.StringIO()
+        code = report_main(Config(), fmt="json", journal_path=str(path), out=out, err=err,
+                           clock=lambda: b1 + 1, **sources)  # type: ignore[arg-type]  # fmt: skip
+        assert code == exit_codes.OK, err.getvalue()
+        (job,) = json.loads(out.getvalue())["jobs"]
+        return dict(job)
+
+    job = redone(logs_path=str(logs))
+    assert (job["redone_steps"], job["steps_known"]) == (truth, True)
+    both = redone(logs_path=str(logs), runs_dir=str(tmp_path / "wandb-dir"))
+    assert both["redone_steps"] == truth  # the lines cover the run: its files add nothing
+    files = redone(runs_dir=str(tmp_path / "wandb-dir"))["redone_steps"]
+    print(f"redone steps: lines {truth}, W&B run files {files} (reached {reached})")
