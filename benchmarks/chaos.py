@@ -23,8 +23,8 @@ it had a checkpoint (trainer lines, and each trial's status file); every trial o
 cap final at its total; the single job at exactly its ``--total-timesteps``; no process of
 the drill (Ray, jobs, the emulator and its SSH servers) left running afterwards; and the
 ledger against the drill's ground truth (``chaos_ledger``, as ``phantom report --format json
---runs`` reads the drill's journal and the trainers' run files): each job's redone steps
-exactly the trainers' own count, each incident's recovery seconds within 1 s of the
+--logs --runs`` reads the drill's journal and the trainers' logs): each job's redone steps
+within 2% of what the trainers' own lines say (SIGKILLed ones too), each incident's recovery seconds within 1 s of the
 watchdog's MTTR, each job's causes summing to its wall time. The phases themselves (submit,
 shots, the job's end) are ``chaos_phases``.
 
@@ -481,7 +481,7 @@ class Drill:
             return None
         journal = self.work / "state" / "journal.sqlite"
         try:
-            ledger = read_ledger(self.config, journal, self.runs_dir, time.time())
+            ledger = read_ledger(self.config, journal, self.runs_dir, self.logs.mirror, time.time())
             mttr = watchdog_mttr(journal)
             trainers = read_trainers(self.runs_dir)
         except Exception as exc:  # named, never a traceback instead of the drill's figures

@@ -9,9 +9,9 @@ what a trainer wrote up to its death stays readable after (it writes to the same
 
 An ``Attempt`` is one trainer process working on one run, from its start line (``starting
 <run> from scratch`` / ``resuming <run> from checkpoint <uri> at step N``) to its last line.
-``reached`` is the highest step it reported (progress, checkpoint, notice or final line): a
-trainer killed without notice had reached at least that, and less than one log interval
-more. With notice its own line names the exact step of the checkpoint it wrote.
+``reached`` is the highest step it reported (progress, step, checkpoint, notice or final
+line): a trainer killed without notice had reached at least that, and less than one log
+interval more. With notice its own line names the exact step of the checkpoint it wrote.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.contract import NOTICE_LINE_RE
+from engine.contract import NOTICE_LINE_RE, TRAINER_STEP_RE
 
 _START = re.compile(r"\[engine\] starting (?P<run>\S+) from scratch")
 _RESUME = re.compile(
@@ -161,8 +161,10 @@ class TrainerLogs:
             return
         if current is None or not current.open:
             return
-        for pattern in (_PROGRESS, _CHECKPOINT, _FINAL):
+        for pattern in (_PROGRESS, TRAINER_STEP_RE, _CHECKPOINT, _FINAL):
             if (m := pattern.match(line)) is not None:
+                if pattern is TRAINER_STEP_RE and m["run"] != current.run:
+                    return  # it names its run: another trainer's line in the same file
                 current.reached = max(current.reached, int(m.group("step")))
                 current.last_seen_at = now
                 if pattern is _CHECKPOINT:

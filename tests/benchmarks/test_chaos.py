@@ -5,8 +5,8 @@ then the head, preempted; the console's watchdog alone recovering, all on one po
 (a second pod and Ray for the W&B phase cost CI a minute and a half). The drill's checks are
 the assertions (see ``benchmarks.chaos``); ``make chaos`` runs a larger one. Among them, the
 ledger against the drill's ground truth (``benchmarks.chaos_ledger``): read from the drill's
-journal as ``phantom report --format json`` reads it, each job's redone steps equal the
-trainers' own count, each incident's recovery seconds are within 1 s of the watchdog's MTTR
+journal and the trainers' logs as ``phantom report --format json --logs`` reads them, each
+job's redone steps within 2% of what the trainers' own lines say (SIGKILLed ones too), each incident's recovery seconds are within 1 s of the watchdog's MTTR
 and each job's causes sum to its wall time."""
 
 from __future__ import annotations
@@ -48,10 +48,13 @@ async def test_a_small_chaos_drill_survives_every_preemption(tmp_path: Path) -> 
     ledger = figs["ledger"]
     for phase in ("job", "sweep"):
         job = ledger["jobs"][phase]
-        assert job["redone_ledger"] == job["redone_trainers"], phase
+        # the ground truth is the trainers' own lines (a SIGKILL leaves W&B files short)
+        assert (
+            abs(job["redone_ledger"] - job["redone_log_lines"]) <= 0.02 * job["redone_log_lines"]
+        ), (phase, job)
         assert job["causes_sum_s"] == pytest.approx(job["wall_ledger_s"], abs=0.01)
     # the abrupt preemptions cost steps: a check of 0 == 0 would prove nothing
-    assert sum(ledger["jobs"][phase]["redone_trainers"] for phase in ("job", "sweep")) > 0
+    assert sum(ledger["jobs"][phase]["redone_log_lines"] for phase in ("job", "sweep")) > 0
     assert len(ledger["incidents"]) >= 4 + 2
     assert all(abs(i["diff_s"]) <= 1.0 for i in ledger["incidents"])
     # the W&B phase

@@ -1,5 +1,6 @@
-"""The chaos drill's ledger check (``benchmarks.chaos_ledger``): the trainers' own count of
-redone steps, and each disagreement between the ledger and the drill's ground truth named.
+"""The chaos drill's ledger check (``benchmarks.chaos_ledger``): the ground truth of redone
+steps from the trainers' log lines (their W&B run files beside it), and each disagreement
+between the ledger and the drill's ground truth named.
 The drill itself runs it in the slow test (tests/benchmarks/test_chaos.py)."""
 
 from __future__ import annotations
@@ -54,8 +55,19 @@ def truths() -> list[JobTruth]:
     ]
 
 
-def test_the_trainers_own_count_is_per_run() -> None:
+def test_the_run_files_count_is_per_run() -> None:
     assert redone_by_run(TRAINERS) == {"sw-1": 2048, "sw-2": 1024 + 1024}
+
+
+def test_a_trainer_lost_before_it_caught_up_redid_only_what_it_reached() -> None:
+    """6144 reached, then resumed at 4096 and lost at 5000, then resumed at 4096 again: the
+    steps thrown away are 2048 + 904, not 2048 twice."""
+    chain = [
+        Trainer("r", 1.0, 0, 6144),
+        Trainer("r", 2.0, 4096, 5000),
+        Trainer("r", 3.0, 4096, 9000),
+    ]
+    assert redone_by_run(chain) == {"r": 2048 + 904}
 
 
 def test_a_ledger_that_agrees_passes() -> None:
@@ -67,6 +79,7 @@ def test_a_ledger_that_agrees_passes() -> None:
         "redone_trainers": 4096,
         "redone_log_lines": 4096,
         "redone_ledger": 4096,
+        "redone_error": 0.0,
         "wall_drill_s": 99.0,
         "wall_ledger_s": 100.0,
         "causes_sum_s": 100.0,
@@ -76,6 +89,13 @@ def test_a_ledger_that_agrees_passes() -> None:
     assert "inc-1" in got.table()
 
 
+def test_within_two_percent_of_the_trainers_lines_passes() -> None:
+    """The ground truth is the lines; 2% of 4096 is 81 steps."""
+    for redone, ok in ((4096 + 81, True), (4096 - 81, True), (4096 + 82, False), (4014, False)):
+        got = check(ledger(sweep_redone=redone), {"inc-1": 20.2}, TRAINERS, LOSSES, truths())
+        assert (got.problems == []) is ok, (redone, got.problems)
+
+
 def test_each_disagreement_is_named() -> None:
     bad = ledger(job_redone=256, sweep_redone=3072, recover_s=22.0)
     bad["jobs"][0]["seconds"]["idle"] = 1.0  # no longer sums to its wall time
@@ -83,13 +103,13 @@ def test_each_disagreement_is_named() -> None:
     lines = LOSSES[:1] + [x for x in LOSSES[1:] if x.run != "sw-1"]  # sw-1's last point lost
     got = check(bad, {"inc-1": 20.0, "inc-2": 5.0}, TRAINERS, lines, truths())
     text = "\n".join(got.problems)
-    assert "the job (J1) counts 256 redone steps; its trainers' run files say 0" in text
-    assert "the sweep (S1) counts 3072 redone steps; its trainers' run files say 4096" in text
+    assert "the job (J1) counts 256 redone steps; its trainers' log lines say 0" in text
+    assert "the sweep (S1) counts 3072 redone steps; its trainers' log lines say 2048" in text
     assert "causes sum to 101.000s, its wall time is 100.000s" in text
     assert "wall time 110.0s, the drill's own 99.0s" in text
     assert "incident inc-1 cost 22.50s" in text and "MTTR 20.00s" in text
     assert "incident inc-2 (MTTR 5.0s) is missing" in text
     assert got.notes == [
-        "sweep: the trainers' log lines say 2048 steps redone, their run files 4096: a SIGKILL "
-        "took logged points before W&B wrote them"
+        "sweep: the trainers' log lines say 2048 steps redone, their W&B run files 4096 "
+        "(sw-1 2048, sw-2 2048): a SIGKILL took logged points before W&B wrote them"
     ]
