@@ -398,6 +398,7 @@ PATH_FLAGS = {
     "ssh_key": "file_in",
     "journal": "file_in",
     "runs": "dir_in",
+    "logs": "path_in",  # a log file or a directory of them
     "output": "file_out",
 }
 # Free text, checked where it is used (names, addresses, dates): acknowledged here so a new
@@ -471,6 +472,7 @@ def _flag_cases() -> Iterator[tuple[str, list[str], str]]:
             bad = {
                 "dir_out": ["{file}", "{file}/x"],
                 "dir_in": ["{file}", "{missing}"],
+                "path_in": ["{missing}"],
                 "file_in": ["{dir}", "{missing}", "{binary}"],
                 "file_out": ["{dir}", "{file}/x"],
             }[PATH_FLAGS[action.dest]]
