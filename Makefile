@@ -21,9 +21,12 @@ TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
 # Measured on this 2-core machine shared with other runs (issue 33): one process 14 min 32 s;
 # -n 2 362 s (with coverage on, load ~1.5); -n 4 336 s (load ~4). Two by default: four gains
 # less than coverage costs and stretches every wait of a test on two cores. The slow suite
-# (Ray clusters, trainers) and test-all stay in one process until a parallel run is measured.
+# runs on SLOW_WORKERS (two: its tests take free ports, own run and temp dirs, and two pods or
+# Ray clusters side by side do not meet). --dist loadgroup keeps the tests that borrow one
+# module's bring-up (a pod, a Ray head, an emulator) on one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
-SLOW_WORKERS ?= 0
+SLOW_WORKERS ?= 2
+XDIST_ARGS ?= --dist loadgroup
 COVERAGE_ARGS ?= --cov --cov-report=term:skip-covered --cov-report=html
 
 CHAOS_SEED ?= 1
@@ -58,18 +61,18 @@ run: $(STAMP)
 
 test: $(STAMP) $(XPK_STAMP)
 	@command -v ssh >/dev/null || echo "note: OpenSSH client (ssh) missing; its interop test will be skipped (apt-get install openssh-client)"
-	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) $(XDIST_ARGS) $(PYTEST_ARGS)
 
 test-slow: $(STAMP) $(XPK_STAMP)
-	$(PYTEST_ENV) $(BIN)/pytest -m "slow" -n $(SLOW_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -m "slow" -n $(SLOW_WORKERS) $(XDIST_ARGS) $(PYTEST_ARGS)
 
 test-all: $(STAMP) $(XPK_STAMP)
-	$(PYTEST_ENV) $(BIN)/pytest -n $(SLOW_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -n $(SLOW_WORKERS) $(XDIST_ARGS) $(PYTEST_ARGS)
 
 # Branch coverage of console/, engine/ and emulators/ over the fast suite (sources and
 # branch mode in pyproject's [tool.coverage]): a table here, the browsable report in htmlcov/.
 coverage: $(STAMP) $(XPK_STAMP)
-	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) $(COVERAGE_ARGS) $(PYTEST_ARGS)
+	$(PYTEST_ENV) $(BIN)/pytest -m "not slow" -n $(TEST_WORKERS) $(XDIST_ARGS) $(COVERAGE_ARGS) $(PYTEST_ARGS)
 
 # Seeded preemptions (head and workers, with and without notice) during a training job and a
 # Ray Tune sweep on the local emulator, the watchdog alone recovering; exit 1 if a check fails.

@@ -31,6 +31,36 @@ os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 pytest_plugins = ["tests.support.fixtures_pod"]
 
 
+_SHARED_SCOPES = ("module", "package", "session")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (make test, make test-slow), tests that borrow one bring-up
+    (a module- or session-scoped fixture of ours: a pod, a Ray head, a GKE or W&B emulator,
+    a trained run) share a group and so a worker: split over two workers, each would bring
+    up its own copy, which costs seconds to a minute and doubles the load while both run."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        groups: set[str] = set()
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name)
+            if not defs or defs[-1].scope not in _SHARED_SCOPES:
+                continue
+            fixture = defs[-1]
+            if not getattr(fixture.func, "__module__", "").startswith("tests."):
+                continue  # pytest's and plugins' own (tmp_path_factory, event loops)
+            # a module-scoped fixture is one bring-up per module; a session-scoped one per run
+            if fixture.scope == "module":
+                groups.add(item.nodeid.split("::")[0])
+            else:
+                groups.add(f"{fixture.baseid or 'tests'}::{name}")
+        if groups:  # one group per test (xdist would join several into a new name)
+            item.add_marker(pytest.mark.xdist_group("+".join(sorted(groups))))
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
