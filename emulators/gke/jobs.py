@@ -96,6 +96,25 @@ def owner_uid(obj: Obj, kind: str) -> str | None:
     return None
 
 
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+
+
+def remove_pod(store: Store, pod: Obj) -> None:
+    """The API server's last step of a pod's deletion: gone, unless a finalizer (the Job
+    controller's tracking one) holds it; then it stays, with its deletionTimestamp, until
+    the holder has counted it and lets go."""
+    meta = pod["metadata"]
+    if not meta.get("finalizers"):
+        store.delete("pods", meta.get("namespace", ""), meta["name"])
+    elif not meta.get("deletionTimestamp"):
+
+        def mark(p: Obj) -> None:
+            p["metadata"]["deletionTimestamp"] = now_iso()
+            p["metadata"]["deletionGracePeriodSeconds"] = 0
+
+        store.mutate("pods", pod, mark)
+
+
 def delete_pod(store: Store, pod: Obj, grace: float | None = None) -> None:
     """Graceful deletion: a running pod gets deletionTimestamp and the kubelet stops it."""
     meta = pod["metadata"]
@@ -103,7 +122,7 @@ def delete_pod(store: Store, pod: Obj, grace: float | None = None) -> None:
         return
     phase = (pod.get("status") or {}).get("phase")
     if not pod["spec"].get("nodeName") or phase in TERMINAL:
-        store.delete("pods", meta.get("namespace", ""), meta["name"])
+        remove_pod(store, pod)
         return
     seconds = int(pod["spec"].get("terminationGracePeriodSeconds", 30) if grace is None else grace)
 
@@ -254,6 +273,7 @@ class JobController:
         if meta.get("deletionTimestamp"):
             for p in pods:
                 delete_pod(self.store, p)
+            self._release(pods, everything=True)
             if not pods:
                 self.store.delete("jobs", meta.get("namespace", ""), meta["name"])
                 self.counted.pop(uid, None)
@@ -272,6 +292,7 @@ class JobController:
                     condition("Suspended", "True", "JobSuspended", "Job suspended", probe=True),
                 )
             self._write_status(job, status, pods, [])
+            self._release(pods, everything=bool(finished))
             return
         if condition_true(job, "Suspended"):
             set_condition(
@@ -305,6 +326,9 @@ class JobController:
                 )
         status["failed"] = failed
         restarts = 0
+        # Failures are in status.failed now: their pods may go (Succeeded ones still count
+        # from the pods themselves, so they keep the finalizer while the Job runs).
+        self._release(pods, everything=False)
         if spec["template"]["spec"].get("restartPolicy") == "OnFailure":
             restarts = sum(
                 int(cs.get("restartCount", 0))
@@ -374,6 +398,29 @@ class JobController:
         for index in want:
             self._create_pod(job, index)
         self._write_status(job, status, pods, done_idx)
+
+    def _release(self, pods: list[Obj], *, everything: bool) -> None:
+        """Take the tracking finalizer off the pods this Job has counted (the Failed ones;
+        with ``everything``, every finished one), so a deleted pod goes once it is counted."""
+        for p in pods:
+            phase = (p.get("status") or {}).get("phase")
+            fins = p["metadata"].get("finalizers") or []
+            if TRACKING_FINALIZER not in fins or phase not in TERMINAL:
+                continue
+            if phase != "Failed" and not everything:
+                continue
+
+            def drop(o: Obj) -> None:
+                left = [f for f in o["metadata"].get("finalizers") or [] if f != TRACKING_FINALIZER]
+                if left:
+                    o["metadata"]["finalizers"] = left
+                else:
+                    o["metadata"].pop("finalizers", None)
+
+            p = self.store.mutate("pods", p, drop)
+            if p["metadata"].get("deletionTimestamp") and not p["metadata"].get("finalizers"):
+                meta = p["metadata"]
+                self.store.delete("pods", meta.get("namespace", ""), meta["name"])
 
     def _backing_off(self, uid: str, failed: int) -> bool:
         if failed == 0 or self.backoff_base <= 0:
@@ -455,6 +502,7 @@ class JobController:
             pmeta["name"] = f"{meta['name']}-{rand_suffix()}"
         pmeta["namespace"] = meta.get("namespace", "default")
         pmeta["ownerReferences"] = [owner_ref(job, "Job", "batch/v1")]
+        pmeta["finalizers"] = [TRACKING_FINALIZER]
         pmeta.pop("creationTimestamp", None)
         try:
             resolve_priority(self.store, pspec)

@@ -23,6 +23,7 @@ from typing import Any
 
 from emulators.gke import containers as C
 from emulators.gke.events import Recorder, condition, set_condition
+from emulators.gke.jobs import remove_pod
 from emulators.gke.layout import MARKER_ENV, RunLayout
 from emulators.gke.logs import LogFile
 from emulators.gke.store import Obj, Store, now_iso
@@ -132,7 +133,14 @@ class Kubelet:
                         grace = float(meta.get("deletionGracePeriodSeconds", 30))
                         self.request_stop(rt, grace, "delete")
                 else:
-                    self.store.delete("pods", meta.get("namespace", ""), meta["name"])
+                    if rt is None and pod.get("status", {}).get("phase") not in (
+                        "Succeeded",
+                        "Failed",
+                    ):
+                        # Never started here: it still gets a terminal phase (the kubelet's
+                        # since 1.27, the pod GC's when unbound), so a Job counts it.
+                        pod = self.store.mutate("pods", pod, _never_ran)
+                    remove_pod(self.store, pod)
                 continue
             node = pod["spec"].get("nodeName")
             if rt is None and node in nodes and pod.get("status", {}).get("phase") == "Pending":
@@ -261,7 +269,7 @@ class Kubelet:
             remove = rt.stop_reason == "delete"
             pod = self.current_pod(rt)
             if remove and pod is not None:
-                self.store.delete("pods", rt.namespace, rt.name)
+                remove_pod(self.store, pod)
             self.store.changed.set()
 
     async def _run_inner(self, rt: PodRuntime) -> None:
@@ -311,9 +319,12 @@ class Kubelet:
 
             self.publish(rt, "Failed", shutdown)
             return
-        if rt.stop_reason == "delete":
-            self.publish(rt)
-            return
+        # A deleted pod too ends Failed or Succeeded by its containers (the kubelet's
+        # terminal phase since 1.27), so its Job counts it: exit 143 after SIGTERM.
+        for c in rt.main:
+            if c.exit_code is None and "terminated" not in c.state:
+                c.state = {"terminated": _UNKNOWN}
+                c.exit_code = 137
         ok = all(c.exit_code == 0 for c in rt.main)
         self.publish(rt, "Succeeded" if ok else "Failed")
 
@@ -553,6 +564,22 @@ class Kubelet:
         tasks = [rt.task for rt in self.pods.values() if rt.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=20)
+
+
+# What the kubelet reports for a container that never ran when its pod is terminated.
+_UNKNOWN = {
+    "exitCode": 137,
+    "reason": "ContainerStatusUnknown",
+    "message": "The container could not be located when the pod was terminated",
+}
+
+
+def _never_ran(p: Obj) -> None:
+    st = p.setdefault("status", {})
+    st["phase"] = "Failed"
+    for cs in st.get("containerStatuses") or []:
+        if "terminated" not in (cs.get("state") or {}):
+            cs["state"] = {"terminated": dict(_UNKNOWN)}
 
 
 async def _main_exit(proc: asyncio.subprocess.Process) -> int:

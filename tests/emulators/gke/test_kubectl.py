@@ -234,3 +234,87 @@ def test_xpk_priority_classes_and_their_values_on_the_pods(
         check=False,
     )
     assert proc.returncode != 0 and "no PriorityClass with name ultra was found" in proc.stderr
+
+
+def test_deleting_a_running_pod_fails_its_job_and_the_jobset_restarts(
+    gke_module: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    """`kubectl delete pod` of a running xpk pod, as GKE answers it: the kubelet SIGTERMs
+    the container (xpk's wrapper passes it on: exit 143), the pod ends Failed before it
+    goes (the kubelet's terminal phase since 1.27; the Job's tracking finalizer holds it
+    until counted), 143 is outside xpk's FailJob rule so it counts against backoffLimit 0,
+    the Job fails (BackoffLimitExceeded) and the JobSet's failurePolicy restarts it. Before,
+    the pod vanished uncounted and the Job made a replacement inside the same attempt."""
+    k = kubectl(VERSIONS[0])
+    name = "deleted"
+    manifest = write_manifest(tmp_path, xpk_jobset(name, COUNTER, grace=5))
+    run(k, gke_module, "apply", "--validate=false", "-f", str(manifest))
+    sel = f"jobset.sigs.k8s.io/jobset-name={name}"
+
+    def pods(phase: str = "Running") -> list[str]:
+        got = run(k, gke_module, "get", "pods", "-l", sel, "-o", "json").stdout
+        items = json.loads(got)["items"]
+        return sorted(p["metadata"]["name"] for p in items if p["status"].get("phase") == phase)
+
+    wait_until(lambda: len(pods()) == 8, 60, "the JobSet's 8 pods Running")
+    victim = pods()[0]
+    env = {**os.environ, "KUBECONFIG": str(gke_module.kubeconfig)}
+    watch = subprocess.Popen(
+        [k, "get", "pod", victim, "-w", "-o", "json", "--output-watch-events"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: bool(chunks), 30, "the watch's first event")
+        out = run(k, gke_module, "delete", "pod", victim).stdout
+        assert out.strip() == f'pod "{victim}" deleted'
+
+        def restarted() -> bool:
+            st = json.loads(run(k, gke_module, "get", "jobset", name, "-o", "json").stdout)
+            return int(st.get("status", {}).get("restarts", 0)) == 1
+
+        wait_until(restarted, 60, "the JobSet's restarts == 1")
+    finally:
+        watch.terminate()
+        watch.wait(timeout=10)
+        reader.join(timeout=10)
+    text, events, at = "".join(chunks), [], 0
+    decoder = json.JSONDecoder()
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        event, at = decoder.raw_decode(text, at)
+        events.append(event)
+    # Failed (exit 143) while the finalizer still holds it, then released and gone.
+    held = [
+        e["object"]
+        for e in events
+        if e["type"] == "MODIFIED"
+        and e["object"]["status"].get("phase") == "Failed"
+        and "batch.kubernetes.io/job-tracking" in e["object"]["metadata"].get("finalizers", [])
+    ]
+    assert held, [e["type"] for e in events]
+    (cs,) = held[0]["status"]["containerStatuses"]
+    assert cs["state"]["terminated"]["exitCode"] == 143
+    assert events[-1]["type"] == "DELETED"
+
+    got = run(k, gke_module, "get", "events", "-o", "json").stdout
+    reasons = {
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"])
+        for e in json.loads(got)["items"]
+    }
+    assert ("Job", f"{name}-slice-job-0", "BackoffLimitExceeded") in reasons
+    assert ("JobSet", name, "RestartJobSetFailurePolicyAction") in reasons
+    wait_until(lambda: len(pods()) == 8, 60, "8 pods of the second attempt Running")
+    got = run(k, gke_module, "get", "pods", "-l", sel, "-o", "json").stdout
+    attempts = {
+        p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
+        for p in json.loads(got)["items"]
+        if p["status"].get("phase") == "Running"
+    }
+    assert attempts == {"1"}
+    run(k, gke_module, "delete", "jobset", name, "--wait=false")
+
