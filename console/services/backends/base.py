@@ -79,6 +79,22 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class HearsBetweenPolls(Protocol):
+    """A backend that hears hard news between polls (a preemption notice, the provider
+    calling a VM lost) and lays it over an observation without a round trip, so that the
+    facade journals it at once rather than after the poll in flight (seconds on a pod of a
+    thousand hosts)."""
+
+    @property
+    def news_count(self) -> int:
+        """Grows with every piece of news heard: the facade feeds each once."""
+
+    def with_news(self, obs: Observation, at: float | None = None) -> Observation:
+        """``obs`` with the news it does not hold yet (no I/O), ``obs`` itself when none
+        applies; the copy is taken at ``at`` when given (made now, not by a poll)."""
+
+
+@runtime_checkable
 class PodActions(Protocol):
     """Bring-up and teardown of a cluster the console forms itself (TPU VMs + Ray)."""
 
