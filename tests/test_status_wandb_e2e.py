@@ -44,9 +44,9 @@ WRITER = textwrap.dedent(
         run.log({"loss": 1.0 / (step + 1)})
         step += 1
         print(step, flush=True)
-        time.sleep(interval)
+        time.sleep(interval)  # sleep-noqa: the writer's logging pace, not a wait
     while not stop.exists():
-        time.sleep(0.1)
+        time.sleep(0.1)  # sleep-noqa: a stalled writer idles, alive, until told
     os._exit(0)
     """
 )

@@ -203,7 +203,7 @@ def test_notice_is_honoured_while_the_main_thread_is_stuck_in_c(
 def test_notice_marker_is_waited_for_until_removed(tmp_path: Path) -> None:
     store = FsspecCheckpointStore(str(tmp_path), "r")
     assert store.pending_notice() is None and store.wait_for_notice() is None
-    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # sleep-noqa
     try:
         store.begin_notice(
             {

@@ -40,7 +40,7 @@ FAKE_TRAIN = textwrap.dedent(
     deadline = time.time() + args.hold
     while time.time() < deadline:
         print("tick", flush=True)
-        time.sleep(1.0)
+        time.sleep(1.0)  # sleep-noqa: the stand-in trainer's pace
     """
 )
 

@@ -38,7 +38,7 @@ class Gate:
 async def settle(gate: Gate) -> None:
     """Until the build runs in its thread, held at the gate: what waits on it cannot be done."""
     await until(lambda: bool(gate.threads), 5, "the build to start in its thread", 0.01)
-    await asyncio.sleep(0)  # one turn of the loop: tasks made before reach their awaits
+    await asyncio.sleep(0)  # sleep-noqa: one turn of the loop, tasks made before reach their awaits
 
 
 async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happening() -> None:

@@ -22,7 +22,7 @@ from tests.support.waiting import wait_until
 __all__ = ["gke"]
 
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
-COUNTER = "exec python -c \"import time\nfor i in range(1, 4000):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""
+COUNTER = "exec python -c \"import time\nfor i in range(1, 4000):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""  # sleep-noqa: the workload's pace
 
 
 def http(info: gke_client.GkeInfo, method: str, path: str, body: Any = None) -> Any:

@@ -24,7 +24,7 @@ __all__ = ["gke", "gke_module"]
 VERSIONS = ["1.33", "1.27"]
 
 # A short stand-in for the seed's command: steps with output, SIGTERM-aware via exec.
-COUNTER = "exec python -c \"import time\nfor i in range(1, 400):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""
+COUNTER = "exec python -c \"import time\nfor i in range(1, 400):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""  # sleep-noqa: the workload's pace
 
 
 def run(

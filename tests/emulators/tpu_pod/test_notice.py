@@ -36,7 +36,7 @@ with open(out + ".pid", "w") as fh:
     fh.write(str(os.getpid()))
 tick = 0
 while True:
-    time.sleep(0.05)
+    time.sleep(0.05)  # sleep-noqa: the workload's tick, counted after SIGTERM
     if os.path.exists(out + ".term"):
         tick += 1
         with open(out + ".ticks", "w") as fh:
@@ -47,7 +47,7 @@ POLITE = r"""
 import signal, sys, time
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 print("up", flush=True)
-time.sleep(1000)
+time.sleep(1000)  # sleep-noqa: a workload that runs until signalled
 """
 
 

@@ -150,7 +150,7 @@ def test_kill_marked_kills_detached_descendants_only() -> None:
     out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
     grandchild = int(out.stdout)
     other = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(1000)"],
+        [sys.executable, "-c", "import time; time.sleep(1000)"],  # sleep-noqa: a process to kill
         env={**os.environ, MARKER_ENV: marker_value(run_id, "h1", 1)},
     )
     try:

@@ -45,7 +45,7 @@ TRAIN = textwrap.dedent(
     for i in range(count):
         run.log({"loss": float(start + i)})
     if then == "hang":  # wait to be SIGKILLed, like a preempted trainer
-        time.sleep(600)
+        time.sleep(600)  # sleep-noqa: a run that keeps running until killed
     run.finish()
     """
 )

@@ -30,10 +30,10 @@ WRITER = textwrap.dedent(
         if big and i % 4 == 1:
             row.update({f"k{j}": float(i * j) for j in range(900)})  # > one 32 KiB block
         wandb.log(row)
-        time.sleep(pause)
+        time.sleep(pause)  # sleep-noqa: the writer's logging pace, not a wait
     if os.environ.get("HANG"):
         print("hanging", flush=True)
-        time.sleep(600)
+        time.sleep(600)  # sleep-noqa: the hang under test
     run.finish()
     """
 )

@@ -130,7 +130,7 @@ async def test_server_ended_watches_resume_without_a_relist(gke_module: gke_clie
         informer.start()
         assert await informer.wait_synced(10)
         for i in range(3):
-            await asyncio.sleep(1.2)  # the server ends each watch after 1 s
+            await asyncio.sleep(1.2)  # sleep-noqa: the server ends each watch after 1 s
             await api.create(Resource.SECRETS, secret(f"resumed-{i}"))
         await until(lambda: "resumed-2" in names, 10, "every Secret")
         assert informer.lists == 1, informer.stats()

@@ -82,7 +82,7 @@ def test_a_restart_repeats_steps_and_keeps_the_newest_value(tmp_path: Path) -> N
     old.close()
     reader = RunReader(str(tmp_path))
     reader.poll()
-    time.sleep(1.1)  # a new file name (its timestamp): the resumed process
+    time.sleep(1.1)  # sleep-noqa: a new file name (its second) for the resumed process
     new = Writer(tmp_path, tensors=True)
     for s in range(5, 10):  # resumed from the checkpoint at step 4: 5..7 again
         new.step(s, 2000.0 + s, 2.0)

@@ -76,7 +76,7 @@ def kill_marked(value: str, grace_s: float = 10.0) -> list[int]:
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace_s
         while marked_pids(value) and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.2)  # sleep-noqa: a grace before SIGKILL, not a wait
     return marked_pids(value)
 
 
@@ -142,8 +142,8 @@ FAKE_TRAIN = textwrap.dedent(
           flush=True)
     for i in range(args.total_timesteps):
         print(f"step {i}", flush=True)
-        time.sleep(0.05)
-    time.sleep(args.hold)
+        time.sleep(0.05)  # sleep-noqa: the stand-in trainer's pace
+    time.sleep(args.hold)  # sleep-noqa: a job that keeps running
     print("done", flush=True)
     sys.exit(args.exit_code)
     """
