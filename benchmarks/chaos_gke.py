@@ -70,10 +70,10 @@ from benchmarks.chaos_gke_plan import (
 )
 from console.config import Config, parse_config
 from console.services.facade import Facade
-from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, EventKind, JobStatus
 from console.wiring import make_services
 from console.wiring.gke import LocalGkeControl
+from console.wiring.settings import workload_defaults
 from emulators.gke import client
 
 NAME = "grpo-chaos"
@@ -194,8 +194,7 @@ class Drill:
             "STEP_TIME": f"{s.step_time:g}",
             "CHECKPOINT_PERIOD": str(s.period),
         }
-        spec = WorkloadSpec.from_config(
-            self._config(),
+        spec = workload_defaults(self._config()).but(
             NAME,
             env=env,
             max_restarts=s.count + 2,

@@ -65,13 +65,13 @@ from console.services.jobs.spec import SubmitSpec
 from console.services.ledger.advice import Advice, NoAdvice, training_rate
 from console.services.ledger.goodput import account, attempts
 from console.services.ledger.live import LiveAdvisor
-from console.services.ledger.prices import pricing_for
 from console.services.ledger.steps import RunSteps, attribute, read_runs
 from console.services.ledger.timeline import Cause
 from console.services.model import Event, EventKind, JobStatus
 from console.services.record.journal import ACTION, RECOVERED, Journal
 from console.services.record.sink import EventSink
 from console.services.recovery.detector import Detector
+from console.wiring.settings import ledger_settings
 from emulators.tpu_pod.client import async_recreate
 from engine.contract import parse_checkpoint_saved
 from engine.trainconfig import DEFAULT_CHECKPOINT_EVERY
@@ -184,7 +184,9 @@ def measure(run: Run) -> dict[str, Any]:
     """The run's badput as the ledger counts it (module docstring)."""
     rows = sorted(run.rows, key=lambda e: e.at)
     progress = attribute(run.runs, attempts(rows))
-    ledger = account(rows, pricing_for(Config()), start=rows[0].at, end=run.end, progress=progress)
+    ledger = account(
+        rows, ledger_settings(Config()).pricing, start=rows[0].at, end=run.end, progress=progress
+    )
     (job,) = ledger.units
     saves = [s.seconds for s in map(parse_checkpoint_saved, run.lines) if s is not None]
     redone_s = job.seconds[Cause.REDONE]

@@ -39,10 +39,10 @@ from typing import Any
 
 from console.config import Config, parse_config
 from console.services.backends.gke.metrics import DOC_TAGS, RunReader
-from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, EventKind, JobStatus, Update, WorkloadStatus
 from console.wiring import make_services
 from console.wiring.gke import LocalGkeControl
+from console.wiring.settings import workload_defaults
 
 
 def _log(msg: str) -> None:
@@ -164,8 +164,8 @@ async def bench_preemption(rounds: int, poll_s: float, recreate_delay: float) ->
         seen: list[Update] = []
         svc.subscribe(seen.append)
         await svc.start()
-        spec = WorkloadSpec.from_config(
-            config, "bench", max_restarts=rounds + 1, env={"STEPS": "100000", "STEP_TIME": "0.5"}
+        spec = workload_defaults(config).but(
+            "bench", max_restarts=rounds + 1, env={"STEPS": "100000", "STEP_TIME": "0.5"}
         )
         await svc.create_workload(spec, "bench")
 

@@ -78,7 +78,7 @@ async def warm_up(backend: TpuVmBackend, hosts: int) -> int:
     Returns how many polls it took."""
     t0 = time.perf_counter()
     n = 0
-    watching = backend.config.recovery.watch_notices
+    watching = backend.settings.watch_notices
     while True:
         obs = await backend.observe()
         n += 1

@@ -59,6 +59,7 @@ from console.tui.app import PhantomApp, TuiSettings
 from console.widgets.fast_table import FastTable
 from console.wiring import capabilities_for
 from console.wiring.control import LOCAL_POD_NICE
+from console.wiring.settings import service_settings
 
 JOB = "raysubmit_bench0000000001"
 STATES = (HostState.READY,) * 3 + (HostState.PREEMPTED, HostState.CREATING)
@@ -87,8 +88,9 @@ class BenchServices:
     """Synthetic ``ConsoleServices``: a changing pod on the bus, a fast log stream."""
 
     def __init__(self, hosts: int, lines_per_s: int) -> None:
-        self.config = Config(cluster=ClusterConfig(hosts=hosts))
-        self.capabilities = capabilities_for(self.config)
+        config = Config(cluster=ClusterConfig(hosts=hosts))
+        self.settings = service_settings(config)
+        self.capabilities = capabilities_for(config)
         self.bus = UpdateBus()
         self.lines_per_s = lines_per_s
         self.rng = random.Random(7)

@@ -58,6 +58,7 @@ def report_main(
     from console.services.ledger.book import ROWS, book
     from console.services.ledger.render import render
     from console.services.record.journal import Journal, JournalError, default_journal_path
+    from console.wiring.settings import ledger_settings
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -126,7 +127,15 @@ def report_main(
         )
         progress = attribute(found, attempts(rows))
     text = render(
-        book(rows, config, now=now, since=since, outcomes=outcomes, progress=progress), fmt
+        book(
+            rows,
+            ledger_settings(config),
+            now=now,
+            since=since,
+            outcomes=outcomes,
+            progress=progress,
+        ),
+        fmt,
     )
     if target is not None:
         try:

@@ -22,6 +22,7 @@ from console.services.ledger.book import book
 from console.services.model import JobInfo, JobStatus
 from console.services.record.journal import Journal
 from console.services.record.outcomes import JobOutcomes
+from console.wiring.settings import ledger_settings
 from tests.support.incident_rows import replay
 from tests.support.ledger_rows import drill
 
@@ -51,7 +52,9 @@ def test_json_is_the_ledger_status_shows(tmp_path: Path) -> None:
     code, out, _ = run(path, "json")
     assert code == exit_codes.OK
     report = json.loads(out)
-    assert report == json.loads(json.dumps(book(rows, Config(), now=NOW).to_json()))
+    assert report == json.loads(
+        json.dumps(book(rows, ledger_settings(Config()), now=NOW).to_json())
+    )
     assert report["productive_s"] + sum(report["badput_s"].values()) == pytest.approx(
         report["wall_s"], abs=0.01
     )

@@ -12,6 +12,7 @@ import pytest
 
 from console.config import Config
 from console.services.ledger.book import book
+from console.wiring.settings import ledger_settings
 from tests.test_report import NOW, journal_file, run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -29,7 +30,7 @@ def test_report_charts_and_totals_in_chromium(tmp_path: Path) -> None:
     target = tmp_path / "ledger.html"
     code, _, _ = run(path, "html", output=str(target))
     assert code == 0
-    expected = book(rows, Config(), now=NOW).ledger
+    expected = book(rows, ledger_settings(Config()), now=NOW).ledger
     requests: list[str] = []
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -10,6 +10,7 @@ import pytest
 from console.config import Config
 from console.services.ledger.book import book
 from console.status import collect_status, render_table
+from console.wiring.settings import ledger_settings
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled_async, recorded
 
@@ -22,7 +23,9 @@ async def test_status_json_carries_the_ledger() -> None:
     json.dumps(status)
     ledger = status["ledger"]
     now = services.snapshot().at
-    assert ledger == json.loads(json.dumps(book(rows, Config(), now=now).to_json()))
+    assert ledger == json.loads(
+        json.dumps(book(rows, ledger_settings(Config()), now=now).to_json())
+    )
     assert ledger["productive_s"] + sum(ledger["badput_s"].values()) == pytest.approx(
         ledger["wall_s"], abs=0.01
     )

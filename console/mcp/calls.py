@@ -33,6 +33,7 @@ from console.services.action_table import (
     refusal_for,
 )
 from console.services.model import ActionResult, JobInfo
+from console.wiring.settings import polling
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -66,7 +67,7 @@ class McpRun:
         self.pod: Any = _NoEmulatorControl()
         self.gke: Any = _NoEmulatorControl()
         self.feed = EventFeed(lambda _obj: None, time.time)
-        self.poll_s = max(0.2, min(2.0, config.recovery.poll_interval_s))
+        self.poll_s = polling(config).client_s
         self.last_job: str | None = None
         self.pod_started = self.gke_started = self.ray_started = False
 

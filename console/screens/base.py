@@ -43,7 +43,7 @@ class PhantomScreen(Screen[None]):
         return self.phantom.state
 
     def compose(self) -> ComposeResult:
-        yield StatusBar(self.MODE, gke=self.phantom.services.config.is_gke, id="status")
+        yield StatusBar(self.MODE, gke=self.phantom.services.settings.cluster.gke, id="status")
         yield from self.compose_body()
         yield Footer(compact=True)
 

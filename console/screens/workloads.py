@@ -252,7 +252,7 @@ class WorkloadsScreen(FilteredScreen):
     def _summary(self, workloads: Sequence[WorkloadStatus], shown: int) -> Text:
         out = Text()
         if not self.gke:
-            provider = self.phantom.services.config.cluster.provider
+            provider = self.phantom.services.settings.cluster.provider
             out.append(
                 f"Workloads are GKE JobSets; this console drives a TPU VM pod ({provider!r}).",
                 "dim",

@@ -232,7 +232,7 @@ async def wait_workload(run: Run, args: Args) -> dict[str, Any]:
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["wait-workload"] if timeout is None else timeout
     name = run.job_ref(args)
-    grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
+    grace_s = svc.settings.polling.lost_grace_s
     failed_since: float | None = None
 
     def judge(name: str, info: JobInfo) -> dict[str, Any] | None:
@@ -322,7 +322,7 @@ async def wait_job(run: Run, args: Args) -> dict[str, Any]:
     current = run.job_ref(args)
     ref = args.get("job") or "last"
     first_id = run.last_job if ref == "last" else ref
-    lost_grace_s = max(2.0, 3 * run.config.recovery.poll_interval_s)
+    lost_grace_s = svc.settings.polling.lost_grace_s
     lost_since: float | None = None
 
     def follow() -> str:

@@ -33,6 +33,7 @@ from console.script.told import error_sentence
 from console.secrets import Scrubber
 from console.services.jobs.spec import SpecError
 from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
+from console.wiring.settings import polling
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -78,7 +79,7 @@ class ScriptRunner:
         self._scrub = Scrubber([config.wandb.api_key_env])
         self._out = JsonLines(stdout, self._scrub)
         self._err = stderr
-        self.poll_s = poll_interval_s or max(0.2, min(2.0, config.recovery.poll_interval_s))
+        self.poll_s = poll_interval_s or polling(config).client_s
         self.feed = EventFeed(self._out.emit, clock)
         self._services: ConsoleServices | None = None
         self._unsubscribe: Callable[[], None] | None = None

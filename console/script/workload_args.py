@@ -18,6 +18,7 @@ from typing import Any
 from console.config import Config
 from console.config.validate import read_text_file, safe_yaml
 from console.services.jobs.workload import WorkloadSpec
+from console.wiring.settings import workload_defaults
 
 PathExists = Callable[[str], "bool | None"]
 
@@ -96,7 +97,7 @@ def build_workload_spec(args: Mapping[str, Any], config: Config) -> WorkloadSpec
         fields[_WORKLOAD_FIELD.get(key, key)] = value
     if args.get("env"):
         fields["env"] = {**dict(fields.get("env") or {}), **dict(args["env"])}
-    return WorkloadSpec.from_config(config, args["name"], **fields)
+    return workload_defaults(config).but(args["name"], **fields)
 
 
 def _workload_flag(field_name: str) -> str:

@@ -15,10 +15,11 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-from console.config import Config
+from console.config import RecoveryConfig
 from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import ActionResult, JobInfo, UpdateBus
+from console.services.settings import ClusterIdentity
 
 if TYPE_CHECKING:
     from console.services.record.journal import Journal
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 
 class ClusterActions:
-    config: Config
+    cluster: ClusterIdentity
+    recovery: RecoveryConfig
     backend: Backend
     chaos: Chaos | None
     bus: UpdateBus
@@ -53,7 +55,7 @@ class ClusterActions:
     def _pod_actions(self) -> PodActions:
         if not isinstance(self.backend, PodActions):
             raise ValueError(
-                f"provider {self.config.cluster.provider!r} has no TPU VMs or Ray of its own "
+                f"provider {self.cluster.provider!r} has no TPU VMs or Ray of its own "
                 "to bring up or tear down"
             )
         return self.backend
@@ -79,7 +81,7 @@ class ClusterActions:
 
     async def ray_up(self, actor: str = "user") -> ActionResult:
         async with self._user_action() as pod:
-            res = await pod.ray_up(self.config.recovery.step_retries)
+            res = await pod.ray_up(self.recovery.step_retries)
             if res.ok:
                 self.watchdog.arm()
             return await self._record(res, actor)
@@ -110,8 +112,7 @@ class ClusterActions:
             raise ValueError(
                 "preempt-slice is only available on the local GKE emulator (cluster.provider "
                 f"= 'gke' with no gke.kubeconfig); this console drives "
-                f"{self.config.cluster.provider!r}"
-                + (" with a kubeconfig" if self.config.is_gke else "")
+                f"{self.cluster.provider!r}" + (" with a kubeconfig" if self.cluster.gke else "")
             )
         return await self._record(await chaos.preempt_slice(slice_ref, grace_s), actor)
 
@@ -119,7 +120,7 @@ class ClusterActions:
         if self.chaos is None or not isinstance(self.chaos, Chaos):
             raise ValueError(
                 f"{what} is only available with cluster.provider = 'local' (the emulator); "
-                f"this console drives provider {self.config.cluster.provider!r}"
+                f"this console drives provider {self.cluster.provider!r}"
             )
         return self.chaos
 
@@ -127,7 +128,7 @@ class ClusterActions:
     def _workloads(self, what: str) -> Workloads:
         if not isinstance(self.backend, Workloads):
             raise ValueError(
-                f"{what}: provider {self.config.cluster.provider!r} has no workloads; they run "
+                f"{what}: provider {self.cluster.provider!r} has no workloads; they run "
                 "on GKE (cluster.provider = 'gke'); submit Ray jobs with `submit`"
             )
         return self.backend

@@ -10,13 +10,15 @@ publishing ``RecoveryStatus`` / ``Event`` updates on the bus while they run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from console.config import Config
+from console.config import RecoveryConfig, WandbConfig
 from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
+from console.services.ledger.book import LedgerSettings
 from console.services.model import (
     ActionResult,
     Event,
@@ -28,10 +30,33 @@ from console.services.model import (
     RunCadence,
     Update,
 )
+from console.services.settings import ClusterIdentity, Polling
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The services' slice of the config, built once by the wiring (``console.wiring.settings``);
+    the facade reads it, and front ends read what they start a form or a link from."""
+
+    cluster: ClusterIdentity
+    polling: Polling
+    recovery: RecoveryConfig
+    ledger: LedgerSettings
+    wandb: WandbConfig
+    """Where runs log: a sweep's link on the W&B server."""
+    runtime_env: Mapping[str, Any]
+    """``[runtime_env]``: a submitted job's default."""
+    workload: WorkloadSpec
+    """``[gke]``'s workload defaults (unnamed): a workload's form starts from them."""
+    dashboard_port: int
+    """The local end of the tunnel to Ray's dashboard."""
 
 
 class ConsoleServices(Protocol):
-    config: Config
+    @property
+    def settings(self) -> ServiceSettings:
+        """The services' slice of the config (never the whole ``Config``)."""
+
     #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every
     #: surface offers an action by this (``action_table.refusal_for``), never by the provider.
     capabilities: frozenset[Capability]

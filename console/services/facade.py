@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from console.config import Config
 from console.services.actions import ClusterActions
-from console.services.backends.base import Backend, Chaos, HearsBetweenPolls
+from console.services.api import ServiceSettings
+from console.services.backends.base import Backend, Chaos
 from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
@@ -106,7 +106,7 @@ class Facade(ClusterActions):
 
     def __init__(
         self,
-        config: Config,
+        settings: ServiceSettings,
         *,
         make_backend: MakeBackend,
         journal: Journal,
@@ -117,7 +117,10 @@ class Facade(ClusterActions):
         advise: Callable[[Backend], Advise] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
+        self.settings = settings
+        self.cluster = settings.cluster
+        self.recovery = rec = settings.recovery
+        self.polling = settings.polling
         self._clock = clock
         self.bus = UpdateBus()
         self.journal = journal
@@ -128,9 +131,7 @@ class Facade(ClusterActions):
         self.capabilities: frozenset[Capability] = self.backend.capabilities | (
             self.chaos.capabilities if self.chaos is not None else frozenset()
         )
-        rec = config.recovery
-        self.poll_interval_s = rec.poll_interval_s
-        self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)
+        self.poll_budget_s = settings.polling.budget_s
         self.registry = registry
         self.outcomes = JobOutcomes(journal, clock=clock)  # final states outlive their head
         self.submitter = Submitter(
@@ -163,11 +164,11 @@ class Facade(ClusterActions):
             sink=self.sink,
             publish=self.bus.publish,
             auto=rec.auto,
-            poll_interval_s=rec.poll_interval_s,
+            poll_interval_s=settings.polling.interval_s,
             step_retries=rec.step_retries,
             ready_timeout_s=rec.ready_timeout_s,
             emit_stall_events=False,
-            backoff_s=min(1.0, rec.poll_interval_s),
+            backoff_s=settings.polling.retry_s,
             clock=clock,
             action_lease=leases.actions,
         )
@@ -176,9 +177,9 @@ class Facade(ClusterActions):
         self._was_owner = False
         self._snapshot = PodSnapshot(
             at=clock(),
-            provider=config.cluster.provider,
-            node_name=config.cluster.node_name,
-            accelerator_type=config.cluster.accelerator_type,
+            provider=self.cluster.provider,
+            node_name=self.cluster.node_name,
+            accelerator_type=self.cluster.accelerator_type,
         )
         self._env_flags_loaded = False
         # What else lives off the bus with tasks of its own (alerts): started and stopped here.
@@ -189,15 +190,9 @@ class Facade(ClusterActions):
         self._action_lock = asyncio.Lock()
         self._started = False
         # The backend hears of some changes between polls (a preemption notice, the tunnel
-        # dropping): it wakes the pod poller so detection does not wait for the interval,
-        # and what it heard for certain is journaled at once, not after the poll in flight.
+        # dropping): it wakes the pod poller so detection does not wait for the interval.
         self._wake = asyncio.Event()
-        self._news = self.backend if isinstance(self.backend, HearsBetweenPolls) else None
-        self._news_fed = 0  # the backend's news_count when an observation was last fed
-        self._news_task: asyncio.Task[None] | None = None
-        self._observed: Observation | None = None  # the newest poll, as observe() made it
-        self._feed = asyncio.Lock()  # one observation at a time into the snapshot and watchdog
-        self.backend.set_wakeup(self._woken)
+        self.backend.set_wakeup(self._wake.set)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -227,8 +222,6 @@ class Facade(ClusterActions):
         for the next process that watches the pod (`phantom watch` stopping on SIGTERM),
         not ended as cancelled."""
         tasks, self._tasks = self._tasks, []
-        if self._news_task is not None:
-            tasks.append(self._news_task)
         await cancel_and_wait(tasks)
         await self.watchdog.close(resumable=resumable)
         await self.sink.flush()
@@ -257,34 +250,8 @@ class Facade(ClusterActions):
             or (h.tpu_state == HostState.READY and h.ssh == Reachability.DOWN)
             for h in self._snapshot.hosts
         )
-        return min(self.poll_interval_s, SETTLING_POLL_S) if moving else self.poll_interval_s
-
-    def _woken(self) -> None:
-        """The backend heard something between polls: poll now; and when it heard news for
-        certain (a notice, the API calling a VM lost), feed the last observation with that
-        news to the watchdog now, not when the poll in flight ends."""
-        self._wake.set()
-        if self._news is None or not self._tasks or self._news.news_count == self._news_fed:
-            return
-        if self._news_task is None or self._news_task.done():
-            self._news_task = asyncio.create_task(self._feed_news(), name="phantom-news")
-
-    async def _feed_news(self) -> None:
-        """The last observation with the news laid over it, taken now: journaled (a hard
-        condition needs no confirming poll) and shown. The poll in flight gets the same news
-        laid over when it ends (``refresh``), so it takes back nothing and journals it again
-        never (the detector journals edges)."""
-        news = self._news
-        assert news is not None
-        while news.news_count != self._news_fed:
-            async with self._feed:
-                count, last = news.news_count, self._observed
-                if last is None or count == self._news_fed:
-                    return
-                self._news_fed = count
-                obs = news.with_news(last, at=self._clock())
-                if obs is not last:
-                    await self._take(obs)
+        every = self.polling.interval_s
+        return min(every, SETTLING_POLL_S) if moving else every
 
     async def _loop(
         self,
@@ -306,7 +273,7 @@ class Facade(ClusterActions):
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError  # a cancel a poll swallowed: stop all the same
-            every = interval() if interval is not None else self.poll_interval_s
+            every = interval() if interval is not None else self.polling.interval_s
             pause = max(0.05, every - (time.monotonic() - t0))
             if wake is None:
                 await asyncio.sleep(pause)
@@ -371,13 +338,12 @@ class Facade(ClusterActions):
         if jobs and not obs.jobs_owned:
             mine = self.registry.ids()
             jobs = tuple(j for j in obs.jobs if j.job_id in mine)
-        self._observed = obs = replace(
+        return replace(
             obs,
             jobs=jobs,
             stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
             run_names={c.run_id: c.name or c.run_id for c in self._cadence},
         )
-        return obs
 
     def snapshot(self) -> PodSnapshot:
         return self._snapshot
@@ -385,21 +351,12 @@ class Facade(ClusterActions):
     async def refresh(self) -> PodSnapshot:
         await self.sharing.follow_journal()  # first: what the other front ends did
         obs = await self.observe()
-        async with self._feed:
-            if self._news is not None:  # what was heard since the poll read the API
-                self._news_fed = self._news.news_count
-                obs = self._news.with_news(obs)
-            await self._take(obs)
-        return self._snapshot
-
-    async def _take(self, obs: Observation) -> None:
-        """One observation into the snapshot (published) and the watchdog."""
         diag = diagnose(obs)  # once per observation: the snapshot and the watchdog share it
         self._snapshot = pod_snapshot(
             obs,
             diag,
-            provider=self.config.cluster.provider,
-            node_name=self.config.cluster.node_name,
+            provider=self.cluster.provider,
+            node_name=self.cluster.node_name,
             ray_expected=self.watchdog.armed,
         )
         self.bus.publish(self._snapshot)
@@ -409,6 +366,7 @@ class Facade(ClusterActions):
         else:
             self._was_owner = False
             await self.watchdog.follow(obs, diag)
+        return self._snapshot
 
     def _took_over(self) -> None:
         """Became the pod's watcher: finish a recovery whose process died mid-way (each step
@@ -433,7 +391,7 @@ class Facade(ClusterActions):
         the pollers running: their latest values, stale for a failing source or when no
         poll has finished lately. Without (a one-shot ``status``): the sources read once,
         each under the deadline (``cadence.snapshot``)."""
-        deadline = self.config.recovery.cadence_deadline_s if deadline_s is None else deadline_s
+        deadline = self.recovery.cadence_deadline_s if deadline_s is None else deadline_s
         if self._tasks:
             if not self._cadence_polled.is_set():  # just started: the first poll is due
                 with contextlib.suppress(TimeoutError):
@@ -445,13 +403,13 @@ class Facade(ClusterActions):
                 return [stale_entry(kind, "", why) for kind in kinds]
             reasons = dict(self.cadence_tracker.errors)
             late = self._clock() - self._cadence_at
-            if late > self.poll_interval_s + deadline:
+            if late > self.polling.interval_s + deadline:
                 reasons[""] = f"the last cadence poll finished {late:.0f}s ago"
             return mark_stale(self._cadence, reasons)
         return await asyncio.to_thread(
             read_cadence,
             self.cadence_tracker.sources,
-            stall_factor=self.config.recovery.stall_factor,
+            stall_factor=self.recovery.stall_factor,
             deadline_s=deadline,
             clock=self._clock,
         )
@@ -479,7 +437,7 @@ class Facade(ClusterActions):
         if sub is None or sub.spec.mode != "sweep":
             return job
         sweep_id = sub.spec.sweep_id or sub.sweep_id
-        url = wandb_sweep_url(self.config.wandb, sub.spec, sweep_id) if sweep_id else ""
+        url = wandb_sweep_url(self.settings.wandb, sub.spec, sweep_id) if sweep_id else ""
         return replace(job, sweep_id=sweep_id, sweep_url=url)
 
     async def job_status(self, job_id: str) -> JobInfo:
@@ -564,7 +522,7 @@ class Facade(ClusterActions):
                 return await self.watchdog.recover(actor=actor, timeout_s=left)
             if deadline is not None and time.monotonic() >= deadline:
                 return self.sharing.status()
-            await asyncio.sleep(min(0.5, self.poll_interval_s))
+            await asyncio.sleep(self.polling.brief_s)
 
     def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None:
         self.watchdog.set_auto(enabled, actor=actor)

@@ -16,8 +16,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from console.config import Config
-from console.services.api import ConsoleServices
+from console.services.api import ConsoleServices, ServiceSettings
 from console.services.capabilities import Capability
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
@@ -44,14 +43,14 @@ class PendingServices:
 
     def __init__(
         self,
-        config: Config,
+        settings: ServiceSettings,
         build: Build,
         *,
         what: str = "connecting to the cluster",
         capabilities: frozenset[Capability] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
+        self.settings = settings
         # Declared by the backend the build will make (the wiring knows which): the first
         # frame's keys and palette are the cluster's own before the services are up.
         self.capabilities = capabilities
@@ -72,7 +71,7 @@ class PendingServices:
         return self._real
 
     def _note(self, line: str) -> PodSnapshot:
-        cl = self.config.cluster
+        cl = self.settings.cluster
         return PodSnapshot(
             at=self._clock(),
             provider=cl.provider,
@@ -155,7 +154,7 @@ class PendingServices:
     def recovery_status(self) -> RecoveryStatus:
         if self._real is not None:
             return self._real.recovery_status()
-        auto = self._auto if self._auto is not None else self.config.recovery.auto
+        auto = self._auto if self._auto is not None else self.settings.recovery.auto
         return RecoveryStatus(active=False, auto=auto)
 
     def cadence(self) -> list[RunCadence]:

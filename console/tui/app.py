@@ -166,8 +166,8 @@ class PhantomApp(App[int]):
         self._bridge = UpdateBridge(self, self._inbox, skip_line=self._is_followed, pods=self._pods)
         self._unsubscribe: Callable[[], None] | None = None
         self._services_stopped = False
-        self._last_spec = SubmitSpec(runtime_env=dict(services.config.runtime_env))
-        self._last_workload = WorkloadSpec.from_config(services.config, "")
+        self._last_spec = SubmitSpec(runtime_env=dict(services.settings.runtime_env))
+        self._last_workload = services.settings.workload
         self.ops = ClusterOps(self)  # the cluster's operations, composed, not inherited
 
     # workers: every service call runs off the key handler, errors become notifications --
@@ -203,7 +203,7 @@ class PhantomApp(App[int]):
         pod = self.state.pod
         if pod is not None and pod.dashboard_url:
             return pod.dashboard_url
-        return f"http://127.0.0.1:{self.services.config.ray.local_dashboard_port}"
+        return f"http://127.0.0.1:{self.services.settings.dashboard_port}"
 
     # the table's intents with a key (``check_action`` offers them where the cluster can) --
 
@@ -430,7 +430,7 @@ class PhantomApp(App[int]):
             self._last_spec,
             self.dashboard_url(),
             cursor_blink=blink,
-            sweep_url=functools.partial(wandb_sweep_url, self.services.config.wandb),
+            sweep_url=functools.partial(wandb_sweep_url, self.services.settings.wandb),
         )
         self.push_screen(form, self._submit_form_done)
 

@@ -93,10 +93,14 @@ async def _watch(
     built: list[Facade] = []
     if options.metrics is not None:
         from console.services.exporter.server import exporter_for
+        from console.wiring.settings import service_settings
 
         # Bound before the services exist (a port in use stops here); its ledger reads their
         # journal once they do.
-        exporter = exporter_for(config, options.metrics, lambda n: built[0].events(limit=n))
+        s = service_settings(config)
+        exporter = exporter_for(
+            s.cluster, s.polling, s.ledger, options.metrics, lambda n: built[0].events(limit=n)
+        )
         try:
             await exporter.server.bind()
         except OSError as exc:

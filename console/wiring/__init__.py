@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING
 
 from console.config import Config, ConfigError, default_state_dir
 from console.config.listen import Listen
+from console.wiring import settings as slices
 
 if TYPE_CHECKING:
-    from console.services.api import ConsoleServices
+    from console.services.api import ConsoleServices, ServiceSettings
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.capacity import CapacityHooks
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
-    from console.services.facade import Facade, MakeConsumer
+    from console.services.facade import BusConsumer, Facade, MakeConsumer
     from console.services.jobs.registry import Advise
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
@@ -87,19 +88,22 @@ def make_services(
                 "to a writable directory"
             ],
         ) from None
+    # Every service's slice of the config, built once here (``console.wiring.settings``).
+    settings = slices.service_settings(config)
     backend: Callable[[EventSink], Backend]
     storage = ""  # the pod's checkpoint storage, for the notices' verifier and the advice
     if config.is_gke:
-        backend, chaos = _gke_backend(config, autostart_pod, clock, environ)
+        backend, chaos = _gke_backend(config, settings, autostart_pod, clock, environ)
     else:
         make_access, storage, chaos = _pod_access(
             config, sdir, autostart_pod, progress, pod_until_ready
         )
         wd = working_dir if working_dir is not None else REPO_ROOT
+        pod_settings = slices.tpu_vm_settings(config, settings.polling)
 
         def backend(sink: EventSink) -> Backend:
             return TpuVmBackend(
-                config,
+                pod_settings,
                 make_access(journal, sink, clock),
                 sink=sink,
                 state_dir=sdir,
@@ -118,7 +122,7 @@ def make_services(
     )
     try:
         facade = Facade(
-            config,
+            settings,
             make_backend=backend,
             journal=journal,
             registry=JobRegistry(journal, legacy_json=sdir / "jobs.json"),
@@ -127,7 +131,7 @@ def make_services(
             consumers=[
                 *_alerts(config, clock),
                 *_notices(config, storage, journal, clock),
-                *_metrics(config, metrics, journal),
+                *_metrics(settings, metrics, journal),
             ],
             advise=None if config.is_gke else _advise_jobs(config, storage, journal, clock),
             clock=clock,
@@ -154,7 +158,9 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
     return [alerter]
 
 
-def _metrics(config: Config, listen: Listen | None, journal: Journal) -> list[MakeConsumer]:
+def _metrics(
+    settings: ServiceSettings, listen: Listen | None, journal: Journal
+) -> list[MakeConsumer]:
     """The Prometheus exporter, fed from the facade's bus like the alerts (the TUI's
     ``--metrics``; `phantom watch` binds its own before it builds the services)."""
     if listen is None:
@@ -163,7 +169,12 @@ def _metrics(config: Config, listen: Listen | None, journal: Journal) -> list[Ma
     from console.services.record.journal import AsyncJournal
 
     reads = AsyncJournal(journal)
-    return [lambda sink: exporter_for(config, listen, lambda n: reads.query(limit=n))]
+    s = settings
+
+    def exporter(sink: EventSink) -> BusConsumer:
+        return exporter_for(s.cluster, s.polling, s.ledger, listen, lambda n: reads.query(limit=n))
+
+    return [exporter]
 
 
 def _notices(
@@ -294,7 +305,10 @@ def _pod_access(
 
     def gcp_access(journal: Journal, sink: EventSink, clock: Callable[[], float]) -> PodAccess:
         provider = gcp_provider(
-            config,
+            cl,
+            config.ssh,
+            config.capacity,
+            poll_interval_s=config.recovery.poll_interval_s,
             hooks=_capacity_hooks(config, journal, sink, clock),
             # the provider finds its node by the journal's place record (a failover moves it)
             place=PlaceRecord(journal, pod_key(cl.provider, cl.project, cl.node_name)),
@@ -312,6 +326,7 @@ def _pod_access(
 
 def _gke_backend(
     config: Config,
+    settings: ServiceSettings,
     autostart: bool,
     clock: Callable[[], float],
     environ: Mapping[str, str] | None,
@@ -339,11 +354,12 @@ def _gke_backend(
             accelerator=f"{g.tpu_type} x{g.slices}",
             metrics_lag_s=g.metrics_lag_s,
             capacity_wait_s=g.pending_quota_s,
-            poll_budget_s=max(2.0, 2 * config.recovery.poll_interval_s),
+            poll_budget_s=settings.polling.budget_s,
         )
+    gke_settings = slices.gke_settings(config, settings.polling)
 
     def backend(sink: EventSink) -> Backend:
-        return GkeBackend(config, access, sink=sink, clock=clock, environ=environ)
+        return GkeBackend(gke_settings, access, sink=sink, clock=clock, environ=environ)
 
     return backend, chaos
 
@@ -367,7 +383,9 @@ def deferred_services(config: Config, metrics: Listen | None = None) -> PendingS
             if config.gke.kubeconfig
             else f" (the local GKE emulator, {config.gke.slices} slices)"
         )
-    return PendingServices(config, build, what=what, capabilities=capabilities_for(config))
+    return PendingServices(
+        slices.service_settings(config), build, what=what, capabilities=capabilities_for(config)
+    )
 
 
 def capabilities_for(config: Config) -> frozenset[Capability]:

@@ -19,6 +19,7 @@ from console.services.backends.gke.access import GkeAccess
 from console.services.backends.gke.manifests import ClusterRef
 from console.services.jobs.workload import TPU_TYPES
 from console.services.model import ActionResult, HostResult
+from console.wiring.settings import polling
 from emulators.gke import client as gke_client
 from emulators.gke.client import GkeError, GkeInfo
 from emulators.gke.layout import default_run_dir
@@ -69,7 +70,7 @@ def gke_access(config: Config, info: GkeInfo) -> GkeAccess:
         accelerator=f"{accel} x{len(info.slices)}",
         metrics_lag_s=min(g.metrics_lag_s, EMULATOR_METRICS_LAG_S),
         capacity_wait_s=g.pending_quota_s,
-        poll_budget_s=max(2.0, 2 * config.recovery.poll_interval_s),
+        poll_budget_s=polling(config).budget_s,
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from console.config import Config, ConfigError, parse_config
-from console.services.ledger.prices import SHIPPED, chips, generation, pricing_for, region
+from console.services.ledger.prices import SHIPPED, chips, generation, region
+from console.wiring.settings import ledger_settings
 
 
 @pytest.mark.parametrize(
@@ -32,26 +33,26 @@ def test_bad_prices_name_the_field_and_the_fix(table: dict[str, object], message
 
 
 def test_shipped_table_for_the_pods_accelerator_and_region() -> None:
-    p = pricing_for(parse_config({"cluster": {"accelerator_type": "v4-32"}}))
+    p = ledger_settings(parse_config({"cluster": {"accelerator_type": "v4-32"}})).pricing
     assert p.chips == 16
     assert p.rate == SHIPPED[("v4", "*")]
     assert "cloud.google.com/tpu/pricing" in p.rate.source
-    gke = pricing_for(
+    gke = ledger_settings(
         parse_config({"cluster": {"provider": "gke"}, "gke": {"location": "us-east5"}})
-    )
+    ).pricing
     assert (gke.accelerator_type, gke.region, gke.chips) == ("v5p-64", "us-east5", 32)
 
 
 def test_config_overrides_the_table_and_an_unknown_accelerator_says_what_to_set() -> None:
-    own = pricing_for(
+    own = ledger_settings(
         parse_config(
             {"prices": {"spot_per_chip_hour": 1, "on_demand_per_chip_hour": 4, "chips": 4}}
         )
-    )
+    ).pricing
     assert own.rate is not None
     assert (own.rate.spot, own.rate.on_demand, own.chips) == (1.0, 4.0, 4)
     assert own.rate.source.startswith("[prices] in ")
-    unknown = pricing_for(parse_config({"prices": {"accelerator_type": "v9-8"}}))
+    unknown = ledger_settings(parse_config({"prices": {"accelerator_type": "v9-8"}})).pricing
     assert unknown.rate is None
     assert "set prices.spot_per_chip_hour and prices.on_demand_per_chip_hour" in unknown.why
     assert unknown.money(3600, 1800)["spot_saved_usd"] is None

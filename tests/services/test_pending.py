@@ -12,6 +12,7 @@ from console.config import Config
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import Event, PodSnapshot, Progress, Update
 from console.services.pending import PendingServices
+from console.wiring.settings import service_settings
 from tests.support.fake_data import healthy_pod
 from tests.support.fake_services import FakeServices
 from tests.support.waiting import until
@@ -43,7 +44,9 @@ async def settle(gate: Gate) -> None:
 
 async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happening() -> None:
     gate = Gate()
-    svc = PendingServices(Config(), gate, what="connecting to the local pod emulator")
+    svc = PendingServices(
+        service_settings(Config()), gate, what="connecting to the local pod emulator"
+    )
     seen: list[Update] = []
     svc.subscribe(seen.append)
     assert svc.snapshot().warnings == ("connecting to the local pod emulator…",)
@@ -71,7 +74,7 @@ async def test_before_the_build_ends_reads_answer_at_once_and_say_what_is_happen
 
 async def test_an_action_taken_while_building_waits_and_then_runs() -> None:
     gate = Gate()
-    svc = PendingServices(Config(), gate)
+    svc = PendingServices(service_settings(Config()), gate)
     start = asyncio.create_task(svc.start())
     ray_up = asyncio.create_task(svc.ray_up(actor="user"))
     svc.set_auto_recovery(False)  # remembered, applied to the real services
@@ -88,7 +91,7 @@ async def test_an_action_taken_while_building_waits_and_then_runs() -> None:
 async def test_a_failed_build_is_shown_and_every_action_names_it() -> None:
     gate = Gate(error=ValueError("ssh.key = '/nope': no such file; set ssh.key"))
     gate.go.set()
-    svc = PendingServices(Config(), gate)
+    svc = PendingServices(service_settings(Config()), gate)
     seen: list[Update] = []
     svc.subscribe(seen.append)
     await svc.start()  # never raises: the screen shows it
@@ -101,7 +104,7 @@ async def test_a_failed_build_is_shown_and_every_action_names_it() -> None:
 
 async def test_stop_during_the_build_waits_for_it_then_stops_what_it_made() -> None:
     gate = Gate()
-    svc = PendingServices(Config(), gate)
+    svc = PendingServices(service_settings(Config()), gate)
     start = asyncio.create_task(svc.start())
     await settle(gate)
     stop = asyncio.create_task(svc.stop())
@@ -116,7 +119,7 @@ async def test_stop_during_the_build_waits_for_it_then_stops_what_it_made() -> N
 async def test_unsubscribing_leaves_both_buses() -> None:
     gate = Gate()
     gate.go.set()
-    svc = PendingServices(Config(), gate)
+    svc = PendingServices(service_settings(Config()), gate)
     seen: list[Update] = []
     unsubscribe = svc.subscribe(seen.append)
     await svc.start()
@@ -127,7 +130,7 @@ async def test_unsubscribing_leaves_both_buses() -> None:
 
 async def test_gke_workload_actions_wait_for_the_build_and_a_preview_names_why_not_yet() -> None:
     gate = Gate()
-    svc = PendingServices(Config(), gate, what="connecting to the GKE cluster")
+    svc = PendingServices(service_settings(Config()), gate, what="connecting to the GKE cluster")
     spec = WorkloadSpec(name="grpo")
     with pytest.raises(ValueError, match=r"workload preview: connecting to the GKE cluster"):
         svc.preview_workload(spec)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.config import Config, parse_config
+from console.services.api import ServiceSettings
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -38,6 +39,7 @@ from console.services.model import (
     UpdateBus,
 )
 from console.wiring import capabilities_for
+from console.wiring.settings import service_settings
 from tests.support.fake_data import (
     NODE,
     RUNTIME_ENV,
@@ -110,6 +112,7 @@ class FakeServices:
         )
         # The real declarations of the backend this config picks (and its emulator's verbs).
         self.capabilities = capabilities_for(self.config)
+        self._settings: tuple[Config, ServiceSettings] | None = None
         self.b = behaviour or Behaviour()
         self.bus = UpdateBus()
         self.calls: list[Call] = []
@@ -152,6 +155,14 @@ class FakeServices:
         self._clock = T0
 
     # helpers for tests -----------------------------------------------------------------------
+
+    @property
+    def settings(self) -> ServiceSettings:
+        """The services' slice of ``config``, as the wiring builds it (a test may swap
+        ``config``: the slice follows)."""
+        if self._settings is None or self._settings[0] is not self.config:
+            self._settings = (self.config, service_settings(self.config))
+        return self._settings[1]
 
     def publish(self, update: Update) -> None:
         self.bus.publish(update)

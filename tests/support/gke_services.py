@@ -23,6 +23,7 @@ from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
 from console.wiring import make_services
 from console.wiring.gke import gke_access
+from console.wiring.settings import gke_settings
 from emulators.gke import client as gke_client
 from emulators.tpu_pod.procs import find_marked
 
@@ -50,7 +51,7 @@ async def gke_backend(
     published: list[Update] = []
     journal = Journal(":memory:", scrubber=Scrubber(["HF_TOKEN"]))
     sink = EventSink(journal, published.append)
-    backend = GkeBackend(config, gke_access(config, info), sink=sink, environ=ENV)
+    backend = GkeBackend(gke_settings(config), gke_access(config, info), sink=sink, environ=ENV)
     try:
         yield backend, published
     finally:

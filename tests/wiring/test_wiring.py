@@ -185,12 +185,12 @@ def test_gke_with_a_kubeconfig_requires_the_link_names(tmp_path: Path) -> None:
         assert key in text
 
 
-def test_the_built_services_can_what_the_wiring_says(gcp_services) -> None:  # type: ignore[no-untyped-def]
+def test_the_built_services_can_what_the_wiring_says(gcp_services, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """What the first frame and the script parser read (``capabilities_for``) is what the
     built services declare: the backend's own set, and no emulator verb on a real pod."""
     from console.services.capabilities import Capability
     from console.wiring import capabilities_for
 
-    assert gcp_services.capabilities == capabilities_for(gcp_services.config)
+    assert gcp_services.capabilities == capabilities_for(gcp_config(tmp_path))
     assert Capability.RAY in gcp_services.capabilities
     assert Capability.POD_EMULATOR not in gcp_services.capabilities

@@ -19,32 +19,36 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from console.config import Config
 from console.config.listen import Listen
 from console.services.exporter.series import WatchSeries
+from console.services.ledger.book import LedgerSettings
 from console.services.model import Event, Update
 from console.services.record.incidents import INCIDENT
+from console.services.settings import ClusterIdentity, Polling
 
 log = logging.getLogger(__name__)
 
 LedgerRead = Callable[[], Awaitable[Mapping[str, Any]]]
 ReadRows = Callable[[int], Awaitable[Sequence[Event]]]
-# /healthz turns 503 when no poll has finished for this many poll intervals (and 30 s).
-ALIVE_POLLS = 6
 
 
-def exporter_for(config: Config, listen: Listen, rows: ReadRows) -> Exporter:
-    """The exporter every front end starts the same way: the series for ``config``'s
-    cluster, served on ``listen``, the ledger gauges from the journal's ``rows``."""
+def exporter_for(
+    cluster: ClusterIdentity,
+    polling: Polling,
+    ledger: LedgerSettings,
+    listen: Listen,
+    rows: ReadRows,
+) -> Exporter:
+    """The exporter every front end starts the same way: the series for ``cluster``, served
+    on ``listen``, /healthz alive while a poll finished within ``polling.alive_s``, the ledger
+    gauges from the journal's ``rows``."""
     series = WatchSeries(
-        zone=config.cluster.zone,
-        hosts_total=config.cluster.hosts,
-        alive_within_s=max(30.0, ALIVE_POLLS * config.recovery.poll_interval_s),
+        zone=cluster.zone, hosts_total=cluster.hosts, alive_within_s=polling.alive_s
     )
-    return Exporter(series, MetricsServer(series, listen), ledger=journal_ledger(config, rows))
+    return Exporter(series, MetricsServer(series, listen), ledger=journal_ledger(ledger, rows))
 
 
-def journal_ledger(config: Config, rows: ReadRows) -> LedgerRead:
+def journal_ledger(settings: LedgerSettings, rows: ReadRows) -> LedgerRead:
     """The ledger over the whole journal, built off the loop (no job logs: the gauges need
     goodput and money, not the checkpoint advice)."""
     from console.services.ledger.book import ROWS, book
@@ -52,7 +56,7 @@ def journal_ledger(config: Config, rows: ReadRows) -> LedgerRead:
     async def read() -> Mapping[str, Any]:
         events = list(await rows(ROWS))
         now = time.time()
-        result = await asyncio.to_thread(book, events, config, now=now)
+        result = await asyncio.to_thread(book, events, settings, now=now)
         return result.ledger.to_json()
 
     return read

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from console.config import Config
+from console.config import WandbConfig
 from console.secrets import Scrubber, is_secret_name
 from console.services.jobs.spec import spec_from_metadata
 from console.services.ledger.advice import Advice, NoAdvice, advice_env
@@ -28,12 +28,13 @@ JAX_PLATFORM = "PHANTOM_JAX_PLATFORM"
 
 
 def console_job_env(
-    config: Config,
+    w: WandbConfig,
+    jax_platform: str = "",
     extra: Mapping[str, str] | None = None,
     advice: Advice | NoAdvice | None = None,
 ) -> dict[str, str]:
-    """The env vars every submitted job gets by default (``$NAME`` values are references)."""
-    w = config.wandb
+    """The env vars every submitted job gets by default (``$NAME`` values are references):
+    where runs log (``[wandb]``), ``ray.jax_platform``, the advice, then ``extra``."""
     env = {"WANDB_MODE": w.mode, "WANDB_PROJECT": w.project}
     if w.entity:
         env["WANDB_ENTITY"] = w.entity
@@ -41,8 +42,8 @@ def console_job_env(
         env["WANDB_API_KEY"] = f"${w.api_key_env}"
         if w.base_url:  # another W&B server (the emulator's): the jobs log where we read
             env["WANDB_BASE_URL"] = w.base_url
-    if config.ray.jax_platform:
-        env[JAX_PLATFORM] = config.ray.jax_platform
+    if jax_platform:
+        env[JAX_PLATFORM] = jax_platform
     env.update(advice_env(advice))
     env.update(extra or {})
     return env

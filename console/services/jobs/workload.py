@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.config import Config
 from console.config.names import ENV_NAME_RE as _ENV_NAME
 from console.config.names import NAME_RE as _NAME
 from console.secrets import is_secret_name
@@ -114,27 +113,13 @@ class WorkloadSpec:
     convert_direction: str = "to_maxtext"  # convert: to_maxtext / to_huggingface
     convert_src: str = ""  # convert: HF model dir (empty: download) or MaxText checkpoint
 
-    @classmethod
-    def from_config(cls, config: Config, name: str, **fields: Any) -> WorkloadSpec:
-        """The config's workload defaults, overridden by ``fields`` (None = default)."""
-        g = config.gke
-        base = g.base_output_directory or (EMULATOR_OUTPUT if config.is_emulated else "")
-        values: dict[str, Any] = {
-            "image": g.image,
-            "command": g.command,
-            "tpu_type": g.tpu_type,
-            "slices": g.slices,
-            "max_restarts": g.max_restarts,
-            "spot": g.spot,
-            "hf_token_env": g.hf_token_env,
-            "base_output_directory": base,
-            "maxtext_ckpt_path": g.maxtext_ckpt_path,
-            "termination_grace_s": g.termination_grace_s,
-        }
-        values.update({k: v for k, v in fields.items() if v is not None})
+    def but(self, name: str, **fields: Any) -> WorkloadSpec:
+        """These defaults (the config's, built once by the wiring), named ``name`` and
+        overridden by ``fields`` (None = default)."""
+        values = {k: v for k, v in fields.items() if v is not None}
         if values.get("template") == "convert" and "command" not in fields:
             values["command"] = CONVERT_COMMAND
-        return cls(name=name, **values)
+        return dataclasses.replace(self, name=name, **values)
 
     @property
     def effective_run_name(self) -> str:

@@ -1,6 +1,6 @@
 """The ledger as every surface shows it: goodput over a range, priced, with the advice.
 
-One function builds it from journal rows and the config (``book``); the Ledger screen,
+One function builds it from journal rows and the pod's prices (``book``); the Ledger screen,
 ``status --json`` (its ``"ledger"`` key), the script's ``ledger`` verb and ``phantom report``
 all print what it returns, so their numbers cannot differ.
 """
@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from console.config import Config
 from console.services.ledger.advice import (
     Advice,
     NoAdvice,
@@ -24,7 +23,7 @@ from console.services.ledger.advice import (
 )
 from console.services.ledger.goodput import Ledger, Steps, account, trainers
 from console.services.ledger.live import DEFAULT_EVERY, LOGS_OF, current_every
-from console.services.ledger.prices import pricing_for
+from console.services.ledger.prices import Pricing
 from console.services.model import Event, JobInfo
 
 log = logging.getLogger(__name__)
@@ -34,6 +33,16 @@ ROWS = 200_000
 # The jobs' logs give the advice its save cost and training rate; a cluster that does not
 # answer within this leaves the ledger without advice, never without its numbers.
 LOGS_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """The ledger's slice of the config, built once by the wiring."""
+
+    pricing: Pricing
+    """``[prices]`` over the shipped table, for the pod's accelerator and region."""
+    hosts: int
+    """The pod's hosts (at least 1): the preemption rate is per host."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class Book:
 
 def book(
     rows: Iterable[Event],
-    config: Config,
+    settings: LedgerSettings,
     *,
     now: float,
     since: float | None = None,
@@ -71,13 +80,9 @@ def book(
     first = min((e.at for e in rows), default=now)
     start = min(max(since, first) if since is not None else first, now)
     ledger = account(
-        rows, pricing_for(config), start=start, end=now, progress=progress, outcomes=outcomes
+        rows, settings.pricing, start=start, end=now, progress=progress, outcomes=outcomes
     )
-    mtbf = (
-        mean_time_between_preemptions(rows, start, now, max(1, config.cluster.hosts))
-        if now > start
-        else None
-    )
+    mtbf = mean_time_between_preemptions(rows, start, now, settings.hosts) if now > start else None
     rate = _steps_per_s(progress or {}) or training_rate(log_lines)
     return Book(ledger, advise(checkpoint_cost(log_lines), mtbf, rate, current_steps))
 
@@ -93,12 +98,17 @@ def _steps_per_s(progress: Steps) -> float | None:
     return steps / seconds if seconds > 0 and steps > 0 else None
 
 
+class HasLedgerSettings(Protocol):
+    @property
+    def ledger(self) -> LedgerSettings: ...
+
+
 class LedgerReads(Protocol):
     """What ``read_book`` reads of the services (``api.ConsoleServices``, which front ends hand
     in): declared here, below the services' interface, so the ledger never imports it."""
 
     @property
-    def config(self) -> Config: ...
+    def settings(self) -> HasLedgerSettings: ...
 
     async def events(self, limit: int = 500) -> list[Event]: ...
 
@@ -116,7 +126,13 @@ async def read_book(services: LedgerReads, *, now: float, since: float | None = 
         log.info("ledger: job logs not read for the advice (%s)", exc)
         lines, current = [], DEFAULT_EVERY
     return await asyncio.to_thread(
-        book, rows, services.config, now=now, since=since, log_lines=lines, current_steps=current
+        book,
+        rows,
+        services.settings.ledger,
+        now=now,
+        since=since,
+        log_lines=lines,
+        current_steps=current,
     )
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from console.config import Config
+from console.config.prices import PricesConfig
 
 SOURCE = "cloud.google.com/tpu/pricing, list prices read 2025-06-15"
 
@@ -127,16 +127,14 @@ class Pricing:
         }
 
 
-def pricing_for(config: Config) -> Pricing:
-    """The config's ``[prices]`` over the shipped table, for the pod's accelerator and zone."""
-    p = config.prices
-    accel = p.accelerator_type or (
-        config.gke.tpu_type if config.is_gke else config.cluster.accelerator_type
-    )
-    where = p.region or region(config.gke.location if config.is_gke else config.cluster.zone)
+def pricing_for(p: PricesConfig, accelerator: str, location: str, source: str) -> Pricing:
+    """``[prices]`` (read from ``source``) over the shipped table, for the pod's
+    ``accelerator`` in ``location`` (its zone, or a GKE cluster's region or zone)."""
+    accel = p.accelerator_type or accelerator
+    where = p.region or region(location)
     n = p.chips or chips(accel)
     if p.spot_per_chip_hour > 0 and p.on_demand_per_chip_hour > 0:
-        rate = Rate(p.spot_per_chip_hour, p.on_demand_per_chip_hour, f"[prices] in {config.source}")
+        rate = Rate(p.spot_per_chip_hour, p.on_demand_per_chip_hour, f"[prices] in {source}")
         return Pricing(accel, where, n, rate)
     gen = generation(accel)
     shipped = shipped_rate(gen, where)

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from console.services.jobs.workload import WorkloadSpec
 from console.services.model import JobStatus, RunMetrics
 from console.services.record.incidents import incident_of
+from console.wiring.settings import workload_defaults
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module, xpk_jobset
 from tests.support.gke_services import events, gke_backend, gke_config, gke_services
@@ -228,8 +228,7 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
     gcloud_or_skip()
     env = gcloud_env(gke, tmp_path / "home")
     config = gke_config(gke.run_dir)
-    spec = WorkloadSpec.from_config(
-        config,
+    spec = workload_defaults(config).but(
         "xpk-line",
         image=IMAGE,
         hf_token_env="",  # a Secret would be a secretKeyRef; xpk's --env carries the value
@@ -292,8 +291,8 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
         # Pathways as xpk 1.16 makes it: a plain JobSet (no PathwaysJob controller), made
         # while the standard workload holds the only slice: its head runs on cpu-np, its
         # workers wait. Its own HOME: two xpk runs must not share one kubeconfig.
-        pw_spec = WorkloadSpec.from_config(
-            config, "xpk-pw", template="pathways", image=IMAGE, hf_token_env="",
+        pw_spec = workload_defaults(config).but(
+            "xpk-pw", template="pathways", image=IMAGE, hf_token_env="",
             env={"STEPS": "2000", "STEP_TIME": "0.25"},
         )  # fmt: skip
         async with gke_backend(gke, config) as (backend, _):

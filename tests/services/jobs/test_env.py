@@ -21,7 +21,7 @@ def test_the_console_w_and_b_settings_and_jax_platform_reach_every_job() -> None
             "ray": {"jax_platform": "cpu"},
         }
     )
-    assert console_job_env(cfg, {"WANDB_DIR": "/w"}) == {
+    assert console_job_env(cfg.wandb, cfg.ray.jax_platform, {"WANDB_DIR": "/w"}) == {
         "WANDB_MODE": "online",
         "WANDB_PROJECT": "capstone",
         "WANDB_ENTITY": "lab",
@@ -30,15 +30,20 @@ def test_the_console_w_and_b_settings_and_jax_platform_reach_every_job() -> None
         "WANDB_DIR": "/w",
     }
     offline = parse_config({"ray": {"jax_platform": ""}})
-    assert console_job_env(offline) == {"WANDB_MODE": "offline", "WANDB_PROJECT": "phantom"}
+    assert console_job_env(offline.wandb, offline.ray.jax_platform) == {
+        "WANDB_MODE": "offline",
+        "WANDB_PROJECT": "phantom",
+    }
 
 
 def test_jobs_log_to_the_w_and_b_server_the_console_reads_when_one_is_configured() -> None:
     emu = "http://127.0.0.1:8081"
     cfg = parse_config({"wandb": {"mode": "online", "base_url": emu}, "ray": {"jax_platform": ""}})
-    assert console_job_env(cfg)["WANDB_BASE_URL"] == emu
+    assert console_job_env(cfg.wandb, cfg.ray.jax_platform)["WANDB_BASE_URL"] == emu
     offline = parse_config({"wandb": {"base_url": emu}, "ray": {"jax_platform": ""}})
-    assert "WANDB_BASE_URL" not in console_job_env(offline)  # offline logs nowhere
+    assert "WANDB_BASE_URL" not in console_job_env(
+        offline.wandb, offline.ray.jax_platform
+    )  # offline logs nowhere
 
 
 DEFAULTS = {
@@ -113,8 +118,12 @@ async def test_each_flagged_job_is_reported_once_and_remembered_flags_are_not() 
 
 def test_jobs_get_the_checkpoint_advice_only_when_the_console_has_one() -> None:
     cfg = parse_config({"ray": {"jax_platform": ""}})
-    advised = console_job_env(cfg, advice=advise(1.2, 3600, 500, current_steps=2048))
+    advised = console_job_env(
+        cfg.wandb, cfg.ray.jax_platform, advice=advise(1.2, 3600, 500, current_steps=2048)
+    )
     assert advised["PHANTOM_CHECKPOINT_ADVICE_STEPS"] == "46077"
     assert advised["PHANTOM_CHECKPOINT_ADVICE_REASON"] == "Young/Daly, C=1.2s, M=3600s"
-    none_yet = console_job_env(cfg, advice=advise(1.2, None, 500, current_steps=2048))
+    none_yet = console_job_env(
+        cfg.wandb, cfg.ray.jax_platform, advice=advise(1.2, None, 500, current_steps=2048)
+    )
     assert not any(k.startswith("PHANTOM_CHECKPOINT_ADVICE") for k in none_yet)

@@ -7,6 +7,7 @@ import pytest
 from console.config import parse_config
 from console.services.jobs.spec import SpecError
 from console.services.jobs.workload import EMULATOR_OUTPUT, WorkloadSpec, image_problem
+from console.wiring.settings import workload_defaults
 
 TOKEN = "hf_" + "aB3" * 11
 
@@ -84,8 +85,8 @@ def test_image_references_follow_the_registry_grammar() -> None:
 
 def test_defaults_come_from_the_config() -> None:
     cfg = parse_config({"cluster": {"provider": "gke"}, "gke": {"slices": 2, "max_restarts": 5}})
-    s = WorkloadSpec.from_config(cfg, "w", env={"STEPS": "3"})
+    s = workload_defaults(cfg).but("w", env={"STEPS": "3"})
     assert (s.slices, s.max_restarts, s.tpu_type, s.hf_token_env) == (2, 5, "v5p-64", "HF_TOKEN")
     assert s.base_output_directory == EMULATOR_OUTPUT  # the emulator's bucket by default
-    conv = WorkloadSpec.from_config(cfg, "c", template="convert")
+    conv = workload_defaults(cfg).but("c", template="convert")
     assert conv.command == "bash convert_checkpoint.sh"

@@ -12,14 +12,14 @@ import pytest
 
 from console.config import Config, parse_config
 from console.services.ledger.goodput import Progress, StepPoint, account, chains
-from console.services.ledger.prices import pricing_for
 from console.services.ledger.timeline import Cause
 from console.services.model import Event, EventKind
 from console.services.record.journal import Journal
+from console.wiring.settings import ledger_settings
 from tests.support.incident_rows import journaled, recorded, replay
 from tests.support.ledger_rows import drill
 
-PRICING = pricing_for(Config())
+PRICING = ledger_settings(Config()).pricing
 
 
 def _sums_to_wall(unit: object) -> None:
@@ -107,7 +107,7 @@ def test_money_headline_compares_spot_with_on_demand_for_the_productive_part() -
             "prices": {"spot_per_chip_hour": 2.0, "on_demand_per_chip_hour": 5.0},
         }
     )
-    ledger = account(journaled(drill()), pricing_for(config), start=0.0, end=3600.0)
+    ledger = account(journaled(drill()), ledger_settings(config).pricing, start=0.0, end=3600.0)
     money = ledger.money
     assert money["chip_hours"] == pytest.approx(32.0)  # v5p-64: 32 chips, 1 h
     assert money["spot_usd"] == pytest.approx(64.0)

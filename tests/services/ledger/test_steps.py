@@ -24,7 +24,6 @@ from console import exit_codes
 from console.config import Config
 from console.report import report_main
 from console.services.ledger.goodput import Attempt, StepPoint, account, attempts
-from console.services.ledger.prices import pricing_for
 from console.services.ledger.steps import (
     RunSteps,
     attribute,
@@ -35,6 +34,7 @@ from console.services.ledger.steps import (
 from console.services.ledger.timeline import Cause
 from console.services.model import Event, EventKind
 from console.services.record.journal import Journal
+from console.wiring.settings import ledger_settings
 from engine.contract import TRAINER_STEP, parse_trainer_step
 from tests.support.engine_helpers import engine_env
 from tests.support.incident_rows import journaled, replay
@@ -73,7 +73,7 @@ WRITER = textwrap.dedent(
         run.define_metric("*", step_metric="global_step")
         for s in steps:
             run.log({"global_step": float(s), "loss": 1.0})
-            time.sleep(0.005)  # sleep-noqa: the trainer's pace (distinct row times)
+            time.sleep(0.005)
         run.finish()
         print(time.time(), flush=True)  # the process is gone
     attempt(0, range(100, 2001, 100))  # checkpoint at 1400, lost after 2000
@@ -138,7 +138,7 @@ def test_real_run_files_give_warmup_and_redone_work(two_attempts: tuple[Path, li
     ((a,), (b,)) = progress["A"], progress["B"]
     assert (a.resumed_from, a.points[0].step, a.reached) == (0, 100, 2000)
     assert (b.resumed_from, b.points[0].step) == (1400, 1500)  # the training step, not _step
-    (job,) = account(stored, pricing_for(Config()), progress=progress).units
+    (job,) = account(stored, ledger_settings(Config()).pricing, progress=progress).units
     assert job.steps_known
     assert job.redone_steps == 600  # 1400..2000 again, from the checkpoint B resumed at
     s = job.seconds

@@ -19,7 +19,6 @@ from dataclasses import replace
 
 import yaml
 
-from console.config import Config
 from console.services.backends.gke import CAPABILITIES
 from console.services.backends.gke import manifests as M
 from console.services.backends.gke import status as S
@@ -41,6 +40,7 @@ from console.services.backends.gke.news import News
 from console.services.backends.gke.observe import Caches, GkeObserver, job_info
 from console.services.backends.gke.recovery import gke_plan
 from console.services.backends.gke.registry import RecordedWorkload, WorkloadRegistry
+from console.services.backends.gke.settings import GkeSettings
 from console.services.backends.gke.storage import StorageError, exists, readable_uri
 from console.services.cadence.sources import CadenceSource
 from console.services.errors import JobsUnavailable, UnknownJob
@@ -72,7 +72,7 @@ class GkeBackend:
 
     def __init__(
         self,
-        config: Config,
+        settings: GkeSettings,
         access: GkeAccess,
         *,
         sink: EventSink,
@@ -80,8 +80,8 @@ class GkeBackend:
         environ: Mapping[str, str] | None = None,
         api_factory: ApiFactory | None = None,
     ) -> None:
-        self.config = config
-        self.provider = config.cluster.provider
+        self.settings = settings
+        self.provider = settings.provider
         self.access = access
         self._sink = sink
         self._clock = clock
@@ -158,7 +158,7 @@ class GkeBackend:
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
         # Ray jobs are not a thing here: recovery resubmits workloads from this registry.
-        return gke_plan(self, ready_timeout_s=self.config.recovery.ready_timeout_s)
+        return gke_plan(self, ready_timeout_s=self.settings.ready_timeout_s)
 
     def cadence_sources(self) -> list[CadenceSource]:
         return [self.metrics]
@@ -482,7 +482,7 @@ class GkeBackend:
                     t0,
                     why,
                 )
-            await caches.nodes.changed(min(5.0, max(0.2, self.config.recovery.poll_interval_s)))
+            await caches.nodes.changed(self.settings.polling.wake_s)
 
     async def resubmit_workloads(self, names: Sequence[str]) -> ActionResult:
         t0 = time.monotonic()

@@ -17,12 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from console.config import Config
 from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.drain import let_noticed_hosts_go
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
-from console.services.backends.tpu_vm.heard import Heard
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
 from console.services.backends.tpu_vm.notice import NoticeWatcher
@@ -30,15 +28,15 @@ from console.services.backends.tpu_vm.observe import PodObserver
 from console.services.backends.tpu_vm.parts import PodAccess, PodParts
 from console.services.backends.tpu_vm.ray import RayError
 from console.services.backends.tpu_vm.recovery import pod_plan
+from console.services.backends.tpu_vm.settings import TpuVmSettings
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
 from console.services.errors import JobsUnavailable
-from console.services.jobs.env import check_job_env, console_job_env
+from console.services.jobs.env import check_job_env
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import (
     ACTIVE_JOBS,
-    LOST_STATES,
     ActionResult,
     Event,
     EventKind,
@@ -64,7 +62,7 @@ class TpuVmBackend:
 
     def __init__(
         self,
-        config: Config,
+        settings: TpuVmSettings,
         access: PodAccess,
         *,
         sink: EventSink,
@@ -73,8 +71,8 @@ class TpuVmBackend:
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.config = config
-        self.provider = config.cluster.provider
+        self.settings = settings
+        self.provider = settings.provider
         self.access = access
         self.rejoin_parallelism = access.rejoin_parallelism  # a benchmark may compare
         self.working_dir = Path(working_dir)
@@ -82,7 +80,7 @@ class TpuVmBackend:
         self._clock = clock
         self._environ = environ
         self.parts = PodParts(
-            config,
+            settings,
             access,
             state_dir=state_dir,
             clock=clock,
@@ -92,9 +90,8 @@ class TpuVmBackend:
         self._wake: Callable[[], None] = _nothing
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
         self.observer = PodObserver(self.parts, self.notices.notices)
-        self.heard = Heard(self.notices.notices)  # hard news between polls
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
-        self.job_env = console_job_env(config, access.job_env)
+        self.job_env = {**settings.job_env, **access.job_env}
         self._last: Observation | None = None
         # Hosts that run no Ray for certain (VM just recreated, Ray just force-stopped): a
         # rejoin only starts it, sparing the `ray stop` (a Python start-up) before.
@@ -122,19 +119,9 @@ class TpuVmBackend:
     def set_wakeup(self, wake: Callable[[], None]) -> None:
         self._wake = wake
 
-    @property
-    def news_count(self) -> int:
-        return self.heard.count
-
-    def with_news(self, obs: Observation, at: float | None = None) -> Observation:
-        return self.heard.over(obs, at)
-
     async def observe(self) -> Observation:
-        began = self._clock()
-        obs = await self.observer.observe(began)
-        self.heard.polled(began)  # its API read stands for what was heard before it began
-        self._last = obs = self.heard.over(obs)  # ... not for what was heard since
-        if self.config.recovery.watch_notices:
+        self._last = obs = await self.observer.observe(self._clock())
+        if self.settings.watch_notices:
             # A watcher starts on every host that is up and answering (a notice comes only
             # to a live VM; the replacement of a preempted one gets its own once it answers)
             # and lasts while the API says the VM is there: a probe that timed out (a loaded
@@ -193,12 +180,6 @@ class TpuVmBackend:
             except (TpuApiError, TimeoutError):
                 node = None
             index = {ep.name: ep.index for ep in self.parts.endpoints}
-            if node is not None:
-                read_at = self._clock()  # after the read: a poll begun later reads it too
-                for n in doubtful:
-                    st = node.host_states.get(index[n], "") if n in index else ""
-                    if st in LOST_STATES:  # the provider's word: news to journal at once
-                        self.heard.api_lost(n, HostState(st), node.symptom_time(index[n]), read_at)
             if node is None or any(
                 node.host_states.get(index[n], "") != HostState.READY
                 for n in doubtful
@@ -212,7 +193,6 @@ class TpuVmBackend:
             await asyncio.sleep(API_WATCH_S)
 
     def _on_notice(self, host: str, at: float) -> None:
-        self.heard.noticed()
         self._wake()
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
@@ -223,10 +203,10 @@ class TpuVmBackend:
         self._start_api_watch()  # the API says PREEMPTED once the VM is down: hear it then
 
     def recovery_plan(self, resubmit: Resubmit) -> Plan:
-        return pod_plan(self, resubmit, ready_timeout_s=self.config.recovery.ready_timeout_s)
+        return pod_plan(self, resubmit, ready_timeout_s=self.settings.ready_timeout_s)
 
     def cadence_sources(self) -> list[CadenceSource]:
-        wandb = replace(self.config.wandb, dir=self.access.wandb_dir or self.config.wandb.dir)
+        wandb = replace(self.settings.wandb, dir=self.access.wandb_dir or self.settings.wandb.dir)
         return sources_from_config(wandb, environ=self._environ)
 
     # -- jobs -------------------------------------------------------------------------------
@@ -306,7 +286,6 @@ class TpuVmBackend:
         self.observer.stale |= {n.node_id for n in self.observer.last_nodes if n.ip in ips}
         for name in names:
             self.notices.clear(name)
-            self.heard.forget(name)
             p.forget(name)
         self._no_ray |= set(names)
         return _result(
@@ -330,7 +309,7 @@ class TpuVmBackend:
             noticed,
             nodes=self.observer.last_nodes,
             notice_at=notices,
-            grace_s=self.config.recovery.notice_grace_s,
+            grace_s=self.settings.notice_grace_s,
             clock=self._clock,
             note=step_note,
         )
@@ -461,7 +440,7 @@ class TpuVmBackend:
             # The join is idempotent, so the hosts that failed are simply retried.
             for attempt in range(retries + 1):
                 if attempt:
-                    await asyncio.sleep(min(1.0, self.parts.poll_interval_s) * 2 ** (attempt - 1))
+                    await asyncio.sleep(self.parts.polling.retry_s * 2 ** (attempt - 1))
                 workers = await self.join_workers(todo)
                 per_host.update(workers.per_host)
                 todo = [h for h, r in workers.per_host.items() if not r.ok]

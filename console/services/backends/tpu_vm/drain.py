@@ -114,7 +114,7 @@ async def let_noticed_hosts_go(
                         going.how = "jobs exited, raylet gone"
             if all(g.how for g in out.hosts.values()):
                 break
-            await asyncio.sleep(min(1.0, parts.poll_interval_s))
+            await asyncio.sleep(parts.polling.retry_s)
     finally:
         for task in drains.values():
             task.cancel()

@@ -1,4 +1,4 @@
-"""The pod's parts, built once from the config: TPU API, SSH (actions and probes), host keys,
+"""The pod's parts, built once from the backend's settings: TPU API, SSH (actions and probes), host keys,
 Ray over SSH, the tunnel and the Ray jobs client.
 
 ``PodAccess`` is what differs between a real pod and the emulator, decided by the
@@ -13,13 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.config import Config, RayConfig
+from console.config import RayConfig
 from console.services.backends.tpu_vm import raycmd
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent, HostKeyPolicy
 from console.services.backends.tpu_vm.identity import known_hosts_path
 from console.services.backends.tpu_vm.jobs import JobService
-from console.services.backends.tpu_vm.ray import RayOps, default_bootstrap_command
+from console.services.backends.tpu_vm.ray import RayOps
+from console.services.backends.tpu_vm.settings import TpuVmSettings
 from console.services.backends.tpu_vm.ssh import SshFanout
 from console.services.backends.tpu_vm.tpu import TpuProvider
 from console.services.backends.tpu_vm.tunnel import Forward, Tunnel, default_forwards
@@ -52,7 +53,7 @@ class PodAccess:
 class PodParts:
     def __init__(
         self,
-        config: Config,
+        settings: TpuVmSettings,
         access: PodAccess,
         *,
         state_dir: Path,
@@ -60,23 +61,23 @@ class PodParts:
         on_host_key: Callable[[HostKeyEvent], None] | None = None,
         on_tunnel_change: Callable[[bool, str], None] | None = None,
     ) -> None:
-        rec = config.recovery
-        self.ray_cfg = config.ray  # what the parts read of the config after they are built
-        self.accelerator_type = config.cluster.accelerator_type  # until the API says
+        polling = self.polling = settings.polling
+        ssh = settings.ssh
+        self.ray_cfg = settings.ray  # what the parts read of the settings after they are built
+        self.accelerator_type = settings.accelerator_type  # until the API says
         self.access = access
         self.provider = access.provider
-        self.poll_interval_s = rec.poll_interval_s
         # A poll must finish in about one interval: a hung layer is reported as unknown.
-        self.poll_budget_s = max(2.0, 2 * rec.poll_interval_s)
+        self.poll_budget_s = polling.budget_s
         self.endpoints: list[HostEndpoint] = list(access.endpoints)
         self.host_keys = HostKeyPolicy(
-            config.ssh.known_hosts_policy,
-            known_hosts_path(config.ssh, state_dir),
+            ssh.known_hosts_policy,
+            known_hosts_path(ssh, state_dir),
             api_keys=access.provider.host_keys,
             on_event=on_host_key,
         )
         self.ssh = SshFanout.from_config(
-            config.ssh,
+            ssh,
             self.endpoints,
             self.host_keys,
             user=access.ssh_user,
@@ -89,11 +90,11 @@ class PodParts:
             user=access.ssh_user,
             client_keys=[access.ssh_key],
             host_keys=self.host_keys,
-            parallelism=config.ssh.parallelism,
-            connect_timeout_s=min(config.ssh.connect_timeout_s, max(1.0, rec.poll_interval_s)),
+            parallelism=ssh.parallelism,
+            connect_timeout_s=settings.probe_connect_s,
             command_timeout_s=self.poll_budget_s,
             retries=0,
-            proxy_command=config.ssh.proxy_command,
+            proxy_command=ssh.proxy_command,
         )
         # A session on the connection the fan-out already holds (a notice watcher keeps one
         # open to every host) proves the host's sshd answers, as a new connection would,
@@ -106,10 +107,8 @@ class PodParts:
             self.ssh,
             head=head,
             workers=self.endpoints[1:],
-            ray_cfg=config.ray,
-            bootstrap_command=default_bootstrap_command(
-                config.bootstrap_command, local=config.is_local
-            ),
+            ray_cfg=settings.ray,
+            bootstrap_command=settings.bootstrap_command,
             user_path=access.ray_user_path,
             node_options=self._node_options,
             dashboard_url=self.dashboard_url,
@@ -117,17 +116,17 @@ class PodParts:
             # polls bound their own calls to poll_budget_s.
             api_timeout_s=max(10.0, self.poll_budget_s),
             # Waits for a node to register: each extra poll is added to an MTTR.
-            poll_interval_s=min(0.25, rec.poll_interval_s),
+            poll_interval_s=polling.node_wait_s,
         )
         self.tunnel = Tunnel(
             lambda: self.ssh.connect(self.ray.head.name),
             self._forwards(head),
             on_change=on_tunnel_change,
-            backoff_initial_s=min(0.5, rec.poll_interval_s),
-            backoff_max_s=max(2.0, rec.poll_interval_s * 2),
+            backoff_initial_s=polling.brief_s,
+            backoff_max_s=polling.budget_s,
         )
         self.jobs = JobService(
-            f"http://127.0.0.1:{config.ray.local_dashboard_port}",
+            f"http://127.0.0.1:{settings.ray.local_dashboard_port}",
             clock=clock,
             timeout_s=max(5.0, self.poll_budget_s),
         )

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 
-from console.config import Config
+from console.config import CapacityConfig, ClusterConfig, SshConfig
 from console.config.checks import loopback_endpoint
 from console.services.backends.tpu_vm.capacity import (
     Capacity,
@@ -371,12 +371,15 @@ def local_client(endpoint: str) -> tpu_v2.TpuAsyncClient:
 
 
 def gcp_provider(
-    config: Config,
+    cl: ClusterConfig,
+    ssh: SshConfig,
+    capacity: CapacityConfig,
     *,
+    poll_interval_s: float,
     hooks: CapacityHooks = CapacityHooks(),  # noqa: B008 (frozen: shared safely)
     place: PlaceRecord | None = None,
 ) -> GcpTpuProvider:
-    """Google's TPU API for ``config.cluster``, credentials from the environment as gcloud
+    """Google's TPU API for the pod ``cl`` names, credentials from the environment as gcloud
     finds them. ``cluster.api_endpoint`` overrides the endpoint: "host:port" (TLS, with those
     credentials), or "http://127.0.0.1:PORT" for a plain-text loopback endpoint with
     anonymous credentials (the GCP-faithful emulator; any other http:// host is refused).
@@ -384,7 +387,6 @@ def gcp_provider(
     Getting the slice back reports to ``hooks``; with ``place`` the provider finds its node
     by the pod's place record (a failover moves it) and writes every move there.
     """
-    cl = config.cluster
     endpoint = cl.api_endpoint
     factory: Callable[[], tpu_v2.TpuAsyncClient] | None = None
     if endpoint.startswith("http://"):
@@ -399,13 +401,13 @@ def gcp_provider(
         cl.project,
         cl.zone,
         cl.node_name,
-        ssh_port=config.ssh.port,
+        ssh_port=ssh.port,
         accelerator_type=cl.accelerator_type,
-        poll_interval_s=config.recovery.poll_interval_s,
-        external_ssh=not (config.ssh.internal_ip or config.ssh.proxy_command),
+        poll_interval_s=poll_interval_s,
+        external_ssh=not (ssh.internal_ip or ssh.proxy_command),
         client_factory=factory,
     )
-    provider.capacity = Capacity(provider, config.capacity, hooks=hooks)
+    provider.capacity = Capacity(provider, capacity, hooks=hooks)
     if place is not None:
         attach(provider, place)
     return provider

@@ -22,6 +22,7 @@ from console.services.backends.gke.kube import Resource
 from console.services.jobs.spec import SpecError, SubmitSpec
 from console.services.jobs.workload import WorkloadSpec
 from console.services.model import LogLine, LogStreamClosed, RunMetrics, Update
+from console.wiring.settings import workload_defaults
 from emulators.gke import client as gke_client
 from tests.support.fixtures_gke import gke, gke_module
 from tests.support.gke_services import (
@@ -47,7 +48,7 @@ def make_checkpoint(info: gke_client.GkeInfo) -> None:
 
 def spec(config: Any, name: str, **kw: Any) -> WorkloadSpec:
     env = {"STEPS": "60", "STEP_TIME": "0.25", "CHECKPOINT_PERIOD": "10", **kw.pop("env", {})}
-    return WorkloadSpec.from_config(config, name, env=env, **kw)
+    return workload_defaults(config).but(name, env=env, **kw)
 
 
 def latest_metrics(seen: list[Update], run_id: str) -> RunMetrics | None:

@@ -406,10 +406,11 @@ async def test_the_pods_ssh_built_from_config_reaches_the_pod(
     from console.config import Config
     from console.services.backends.tpu_vm.parts import PodParts
     from console.wiring.pod import pod_access
+    from console.wiring.settings import tpu_vm_settings
 
     events: list[HostKeyEvent] = []
     parts = PodParts(
-        Config(),
+        tpu_vm_settings(Config()),
         pod_access(Config(), quiet_pod, tmp_path),
         state_dir=tmp_path,
         on_host_key=events.append,

@@ -84,7 +84,7 @@ def test_node_from_proto_and_guest_keys() -> None:
 
 def test_gcp_provider_names_the_node() -> None:
     cfg = parse_config({"cluster": {"provider": "gcp", "project": "proj", "zone": "us-central2-b"}})
-    prov = gcp_provider(cfg)
+    prov = gcp_provider(cfg.cluster, cfg.ssh, cfg.capacity, poll_interval_s=5.0)
     assert isinstance(prov, GcpTpuProvider)
     assert prov.node_path == "projects/proj/locations/us-central2-b/nodes/phantom-pod"
 
