@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from console.services.actions import ClusterActions
 from console.services.api import ServiceSettings
-from console.services.backends.base import Backend, Chaos
+from console.services.backends.base import Backend, Chaos, HearsBetweenPolls
 from console.services.cadence.snapshot import mark_stale, read_cadence, stale_entry
 from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
@@ -190,9 +190,15 @@ class Facade(ClusterActions):
         self._action_lock = asyncio.Lock()
         self._started = False
         # The backend hears of some changes between polls (a preemption notice, the tunnel
-        # dropping): it wakes the pod poller so detection does not wait for the interval.
+        # dropping): it wakes the pod poller so detection does not wait for the interval,
+        # and what it heard for certain is journaled at once, not after the poll in flight.
         self._wake = asyncio.Event()
-        self.backend.set_wakeup(self._wake.set)
+        self._news = self.backend if isinstance(self.backend, HearsBetweenPolls) else None
+        self._news_fed = 0  # the backend's news_count when an observation was last fed
+        self._news_task: asyncio.Task[None] | None = None
+        self._observed: Observation | None = None  # the newest poll, as observe() made it
+        self._feed = asyncio.Lock()  # one observation at a time into the snapshot and watchdog
+        self.backend.set_wakeup(self._woken)
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -222,6 +228,8 @@ class Facade(ClusterActions):
         for the next process that watches the pod (`phantom watch` stopping on SIGTERM),
         not ended as cancelled."""
         tasks, self._tasks = self._tasks, []
+        if self._news_task is not None:
+            tasks.append(self._news_task)
         await cancel_and_wait(tasks)
         await self.watchdog.close(resumable=resumable)
         await self.sink.flush()
@@ -252,6 +260,33 @@ class Facade(ClusterActions):
         )
         every = self.polling.interval_s
         return min(every, SETTLING_POLL_S) if moving else every
+
+    def _woken(self) -> None:
+        """The backend heard something between polls: poll now; and when it heard news for
+        certain (a notice, the API calling a VM lost), feed the last observation with that
+        news to the watchdog now, not when the poll in flight ends."""
+        self._wake.set()
+        if self._news is None or not self._tasks or self._news.news_count == self._news_fed:
+            return
+        if self._news_task is None or self._news_task.done():
+            self._news_task = asyncio.create_task(self._feed_news(), name="phantom-news")
+
+    async def _feed_news(self) -> None:
+        """The last observation with the news laid over it, taken now: journaled (a hard
+        condition needs no confirming poll) and shown. The poll in flight gets the same news
+        laid over when it ends (``refresh``), so it takes back nothing and journals it again
+        never (the detector journals edges)."""
+        news = self._news
+        assert news is not None
+        while news.news_count != self._news_fed:
+            async with self._feed:
+                count, last = news.news_count, self._observed
+                if last is None or count == self._news_fed:
+                    return
+                self._news_fed = count
+                obs = news.with_news(last, at=self._clock())
+                if obs is not last:
+                    await self._take(obs)
 
     async def _loop(
         self,
@@ -338,12 +373,13 @@ class Facade(ClusterActions):
         if jobs and not obs.jobs_owned:
             mine = self.registry.ids()
             jobs = tuple(j for j in obs.jobs if j.job_id in mine)
-        return replace(
+        self._observed = obs = replace(
             obs,
             jobs=jobs,
             stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
             run_names={c.run_id: c.name or c.run_id for c in self._cadence},
         )
+        return obs
 
     def snapshot(self) -> PodSnapshot:
         return self._snapshot
@@ -351,6 +387,15 @@ class Facade(ClusterActions):
     async def refresh(self) -> PodSnapshot:
         await self.sharing.follow_journal()  # first: what the other front ends did
         obs = await self.observe()
+        async with self._feed:
+            if self._news is not None:  # what was heard since the poll read the API
+                self._news_fed = self._news.news_count
+                obs = self._news.with_news(obs)
+            await self._take(obs)
+        return self._snapshot
+
+    async def _take(self, obs: Observation) -> None:
+        """One observation into the snapshot (published) and the watchdog."""
         diag = diagnose(obs)  # once per observation: the snapshot and the watchdog share it
         self._snapshot = pod_snapshot(
             obs,
@@ -366,7 +411,6 @@ class Facade(ClusterActions):
         else:
             self._was_owner = False
             await self.watchdog.follow(obs, diag)
-        return self._snapshot
 
     def _took_over(self) -> None:
         """Became the pod's watcher: finish a recovery whose process died mid-way (each step

@@ -21,6 +21,7 @@ from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.drain import let_noticed_hosts_go
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
+from console.services.backends.tpu_vm.heard import Heard
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
 from console.services.backends.tpu_vm.notice import NoticeWatcher
@@ -37,6 +38,7 @@ from console.services.jobs.env import check_job_env
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import (
     ACTIVE_JOBS,
+    LOST_STATES,
     ActionResult,
     Event,
     EventKind,
@@ -90,6 +92,7 @@ class TpuVmBackend:
         self._wake: Callable[[], None] = _nothing
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
         self.observer = PodObserver(self.parts, self.notices.notices)
+        self.heard = Heard(self.notices.notices)  # hard news between polls
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
         self.job_env = {**settings.job_env, **access.job_env}
         self._last: Observation | None = None
@@ -119,8 +122,18 @@ class TpuVmBackend:
     def set_wakeup(self, wake: Callable[[], None]) -> None:
         self._wake = wake
 
+    @property
+    def news_count(self) -> int:
+        return self.heard.count
+
+    def with_news(self, obs: Observation, at: float | None = None) -> Observation:
+        return self.heard.over(obs, at)
+
     async def observe(self) -> Observation:
-        self._last = obs = await self.observer.observe(self._clock())
+        began = self._clock()
+        obs = await self.observer.observe(began)
+        self.heard.polled(began)  # its API read stands for what was heard before it began
+        self._last = obs = self.heard.over(obs)  # ... not for what was heard since
         if self.settings.watch_notices:
             # A watcher starts on every host that is up and answering (a notice comes only
             # to a live VM; the replacement of a preempted one gets its own once it answers)
@@ -180,6 +193,12 @@ class TpuVmBackend:
             except (TpuApiError, TimeoutError):
                 node = None
             index = {ep.name: ep.index for ep in self.parts.endpoints}
+            if node is not None:
+                read_at = self._clock()  # after the read: a poll begun later reads it too
+                for n in doubtful:
+                    st = node.host_states.get(index[n], "") if n in index else ""
+                    if st in LOST_STATES:  # the provider's word: news to journal at once
+                        self.heard.api_lost(n, HostState(st), node.symptom_time(index[n]), read_at)
             if node is None or any(
                 node.host_states.get(index[n], "") != HostState.READY
                 for n in doubtful
@@ -193,6 +212,7 @@ class TpuVmBackend:
             await asyncio.sleep(API_WATCH_S)
 
     def _on_notice(self, host: str, at: float) -> None:
+        self.heard.noticed()
         self._wake()
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
@@ -286,6 +306,7 @@ class TpuVmBackend:
         self.observer.stale |= {n.node_id for n in self.observer.last_nodes if n.ip in ips}
         for name in names:
             self.notices.clear(name)
+            self.heard.forget(name)
             p.forget(name)
         self._no_ray |= set(names)
         return _result(
