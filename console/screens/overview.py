@@ -186,9 +186,12 @@ class OverviewScreen(FilteredScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._host_cells: dict[str, tuple[HostStatus, str, tuple[Cell, ...]]] = {}
-        # the last whole pass: (hosts, node name, whole second of `now`), unfiltered only
-        self._last_pass: tuple[tuple[HostStatus, ...], str, int] | None = None
+        self._host_cells: dict[str, tuple[HostStatus, tuple[Cell, ...]]] = {}
+        # the last whole pass: (hosts, node name), unfiltered only
+        self._last_pass: tuple[tuple[HostStatus, ...], str] | None = None
+        # the SEEN column is live (drawn for the visible rows only, FastTable.set_live):
+        # the time it is drawn at, and its whole second (a new one redraws the visible rows)
+        self._now = 0.0
         self._summary = Text()
         self._warnings: tuple[str, ...] = ()
 
@@ -206,13 +209,22 @@ class OverviewScreen(FilteredScreen):
         yield self.make_filter_input()
         # Not a DataTable: 1,024 hosts changing several times a second need per-row caching.
         table = FastTable(id="hosts", classes="main-table")
-        table.set_columns(COLUMNS if self._hosts else NODE_COLUMNS)
+        columns = COLUMNS if self._hosts else NODE_COLUMNS
+        table.set_columns(columns)
+        table.set_live(len(columns) - 1, self._seen_cell)  # SEEN, the last column
         yield table
+
+    def _seen_cell(self, key: Hashable) -> Cell:
+        hit = self._host_cells.get(str(key))
+        return (ago(self._now, hit[0].last_seen) if hit is not None else "-", "")
 
     def render_state(self, changed: Iterable[str]) -> None:
         pod = self.state.pod
         now = self.phantom.clock()
+        second, self._now = int(self._now), now
         shown = self._render_hosts(pod, now)
+        if int(now) != second:
+            self.query_one("#hosts", FastTable).refresh_live()  # the ages on screen
         summary = summary_text(pod, now, ray=self._hosts)
         if self.filter_text and pod is not None:
             summary.append(
@@ -247,35 +259,34 @@ class OverviewScreen(FilteredScreen):
             return len(pod.hosts)
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
         cache = self._host_cells
+        filtered = bool(self.filter_text)
         for host in pod.hosts:
             # Pollers publish the whole pod; most hosts did not change since the last one.
-            seen = ago(now, host.last_seen)
             hit = cache.get(host.name)
-            if hit is not None and (hit[0] is host or hit[0] == host) and hit[1] == seen:
-                cells = hit[2]
+            if hit is not None and (hit[0] is host or hit[0] == host):
+                cells = hit[1]
             else:
                 cells = self._cells(host, pod.node_name, now)
-                cache[host.name] = (host, seen, cells)
-            if self.matches(cells, extra=host.name):
+                cache[host.name] = (host, cells)
+            # (a filter reads the SEEN text of when the row was built: the live one is drawn)
+            if not filtered or self.matches(cells, extra=host.name):
                 rows.append((host.name, cells))
         self.table.sync_rows(rows)
-        self._last_pass = None if self.filter_text else (pod.hosts, pod.node_name, int(now))
+        self._last_pass = None if filtered else (pod.hosts, pod.node_name)
         return len(rows)
 
     def _update_changed_hosts(self, pod: PodSnapshot, now: float) -> bool:
         """Redraw only the hosts this snapshot replaced, when that is all that changed.
 
-        Pollers publish the whole pod, and at 10,000 hosts a whole pass costs ~10 ms per
-        snapshot. The same hosts in the same order, no filter, and the same whole second as
-        the last whole pass (the "seen" ages tick once a second, with one whole pass): only
-        the replaced ``HostStatus`` objects need new cells.
+        Pollers publish the whole pod, and at 10,000 hosts a whole pass costs 10-30 ms per
+        snapshot. The same hosts in the same order and no filter as the last whole pass:
+        only the replaced ``HostStatus`` objects need new cells (the SEEN ages are live).
         """
         last = self._last_pass
         if (
             last is None
             or self.filter_text
             or last[1] != pod.node_name
-            or last[2] != int(now)
             or len(last[0]) != len(pod.hosts)
         ):
             return False
@@ -287,10 +298,10 @@ class OverviewScreen(FilteredScreen):
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
         for _, host in replaced:
             cells = self._cells(host, pod.node_name, now)
-            self._host_cells[host.name] = (host, ago(now, host.last_seen), cells)
+            self._host_cells[host.name] = (host, cells)
             rows.append((host.name, cells))
         self.query_one("#hosts", FastTable).update_rows(rows)
-        self._last_pass = (pod.hosts, pod.node_name, last[2])
+        self._last_pass = (pod.hosts, pod.node_name)
         return True
 
     # actions -------------------------------------------------------------------------------

@@ -447,6 +447,39 @@ async def test_sync_rows_writes_only_changed_cells() -> None:
         assert table.cell_texts("k42") == ("42", "y")
 
 
+async def test_a_live_column_is_asked_for_the_visible_rows_only() -> None:
+    """An age column that changes every second for every row: drawn from ``set_live`` for
+    the rows on screen, never rebuilt into the 1,024 rows' cells (issue 36, item 7)."""
+    asked: list[object] = []
+    ages = dict.fromkeys((f"k{i}" for i in range(1024)), "1s")
+
+    def seen(key: object) -> tuple[str, str]:
+        asked.append(key)
+        return (ages[str(key)], "")
+
+    class TableApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield FastTable()
+
+    async with TableApp().run_test(size=(40, 10)) as pilot:
+        table = pilot.app.query_one(FastTable)
+        table.set_columns([("a", "A", 5), ("s", "SEEN", 5)])
+        table.set_live(1, seen)
+        rows = [(f"k{i}", ((str(i), ""), ("stale", ""))) for i in range(1024)]
+        table.sync_rows(rows)
+        await pilot.pause()
+        assert "1s" in table.render_line(1).text and "stale" not in table.render_line(1).text
+        assert 0 < len(set(asked)) <= 10  # the rows on screen, not 1,024
+        asked.clear()
+        ages.update(dict.fromkeys(ages, "2s"))
+        table.refresh_live()
+        await pilot.pause()
+        assert "2s" in table.render_line(1).text
+        assert 0 < len(set(asked)) <= 10
+        assert table.cell_texts("k700") == ("700", "2s")  # what a row shows, live included
+        assert table.sync_rows(rows) == 0  # the rows' own cells never changed
+
+
 async def test_fast_table_diffs_rows_and_moves_its_cursor() -> None:
     selected: list[object] = []
 
