@@ -1,6 +1,6 @@
 """The TUI bench beside an emulated pod that trains on the same cores (``benchmarks.tui --load``).
 
-    python -m benchmarks.tui --load [--hosts 1024] [--load-jobs 3] [--load-nice 0,19]
+    python -m benchmarks.tui --load [--hosts 1024] [--load-jobs 3] [--load-nice 0,19] [--repeat 5]
 
 ``make run`` puts the console beside its own emulated pod, whose hosts run Ray and training
 on this machine's cores. Here, in one run and each in a fresh bench process (the console):
@@ -12,6 +12,9 @@ on this machine's cores. Here, in one run and each in a fresh bench process (the
   started over SSH and training before the measured bench starts. 0 is how the pod ran
   before; the jobs' training steps per second show what the niceness costs them.
 
+With ``--repeat N`` each condition is measured N times (the loaded ones on one pod bring-up,
+the load training throughout), every run printed.
+
 Printed: host-update p99 (``pod_p99_ms``), log p99, frames/s per condition, and each loaded
 condition's p99 over the quiet one. Last line: one JSON object.
 """
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shlex
 import shutil
@@ -114,46 +118,72 @@ async def bench_process(bench_argv: list[str]) -> dict[str, Any]:
     return result
 
 
-async def loaded(bench_argv: list[str], nice: int, jobs: int) -> dict[str, Any]:
+async def repeated(bench_argv: list[str], name: str, repeat: int) -> list[dict[str, Any]]:
+    """``repeat`` fresh bench processes one after the other, each reported as it ends."""
+    out = []
+    for i in range(repeat):
+        load = os.getloadavg()[0]
+        result = await bench_process(bench_argv)
+        result["loadavg_1m"] = round(load, 2)
+        out.append(result)
+        report(name if repeat == 1 else f"{name} {i + 1}/{repeat}", result)
+    return out
+
+
+async def loaded(
+    bench_argv: list[str], nice: int, jobs: int, repeat: int = 1
+) -> list[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix="phantom-bench-tui-load-"))
     try:
         pod = await start_pod(work / "pod", hosts=jobs, ready_delay=0.0, nice=nice)
         load = TrainingLoad(pod, jobs)
+        results = []
         try:
             await load.start()
-            steps0, t0 = sum(load.steps), time.perf_counter()
-            result = await bench_process(bench_argv)
-            elapsed = time.perf_counter() - t0
-            result["train_steps_per_s"] = round((sum(load.steps) - steps0) / elapsed, 1)
+            for i in range(repeat):
+                steps0, t0 = sum(load.steps), time.perf_counter()
+                (result,) = await repeated(bench_argv, "", 1)
+                elapsed = time.perf_counter() - t0
+                result["train_steps_per_s"] = round((sum(load.steps) - steps0) / elapsed, 1)
+                name = f"loaded_nice{nice}" + ("" if repeat == 1 else f" {i + 1}/{repeat}")
+                report(name, result)
+                results.append(result)
         finally:
             await load.stop()
     finally:
         await stop_pod(work / "pod")
         shutil.rmtree(work, ignore_errors=True)
-    return result
+    return results
 
 
-async def run(bench_argv: list[str], nices: list[int], jobs: int) -> dict[str, Any]:
+async def run(
+    bench_argv: list[str], nices: list[int], jobs: int, repeat: int = 1
+) -> dict[str, Any]:
     out: dict[str, Any] = {"load_jobs": jobs, "load_nice": nices, "bench_argv": bench_argv}
-    runs: dict[str, dict[str, Any]] = {"quiet": await bench_process(bench_argv)}
-    report("quiet", runs["quiet"])
+    runs: dict[str, list[dict[str, Any]]] = {"quiet": await repeated(bench_argv, "quiet", repeat)}
     for nice in nices:
-        name = f"loaded_nice{nice}"
-        runs[name] = await loaded(bench_argv, nice, jobs)
-        report(name, runs[name])
-    quiet = runs["quiet"]["pod_p99_ms"]
-    for name, r in runs.items():
-        out[name] = {k: r.get(k) for k in (*KEYS, "train_steps_per_s") if k in r}
-        if name != "quiet" and quiet:
-            out[f"{name}_pod_p99_over_quiet"] = round(r["pod_p99_ms"] / quiet, 2)
+        runs[f"loaded_nice{nice}"] = await loaded(bench_argv, nice, jobs, repeat)
+    quiet = runs["quiet"][0]["pod_p99_ms"]
+    for name, results in runs.items():
+        keep = (*KEYS, "train_steps_per_s", "loadavg_1m")
+        out[name] = {k: results[0].get(k) for k in keep if k in results[0]}
+        if repeat > 1:
+            out[name] = [{k: r.get(k) for k in keep if k in r} for r in results]
+            out[f"{name}_p99_under_100ms"] = sum(r["p99_ms"] < 100 for r in results)
+        elif name != "quiet" and quiet:
+            out[f"{name}_pod_p99_over_quiet"] = round(results[0]["pod_p99_ms"] / quiet, 2)
     return out
 
 
 def report(name: str, r: dict[str, Any]) -> None:
+    if not name:
+        return
     extra = f"  training {r['train_steps_per_s']} steps/s" if "train_steps_per_s" in r else ""
+    load = f"  load {r['loadavg_1m']}" if "loadavg_1m" in r else ""
     print(
-        f"{name:>14}: host-update p99 {r['pod_p99_ms']} ms  (p50 {r['pod_p50_ms']})  "
-        f"log p99 {r['log_p99_ms']} ms  {r['fps']} fps{extra}",
+        f"{name:>18}: p99 {r['p99_ms']} ms  host-update p99 {r['pod_p99_ms']} ms  "
+        f"(p50 {r['pod_p50_ms']})  log p99 {r['log_p99_ms']} ms  {r['fps']} fps  "
+        f"full GCs {r.get('gc_full_collections')}{load}{extra}",
         file=sys.stderr,
         flush=True,
     )
@@ -171,7 +201,14 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    bench_argv = [
+    result = asyncio.run(run(bench_args(args), nices, args.load_jobs, args.repeat))
+    print(json.dumps(result))
+    return 0
+
+
+def bench_args(args: argparse.Namespace) -> list[str]:
+    """The argv of one fresh bench process with ``args``' settings."""
+    return [
         "--seconds",
         str(args.seconds),
         "--baseline-seconds",
@@ -188,6 +225,3 @@ def main(args: argparse.Namespace) -> int:
         str(args.ring),
         *(["--no-gc-freeze"] if args.no_gc_freeze else []),
     ]
-    result = asyncio.run(run(bench_argv, nices, args.load_jobs))
-    print(json.dumps(result))
-    return 0
