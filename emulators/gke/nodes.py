@@ -2,7 +2,9 @@
 
 The scheduler runs the filters that matter for xpk workloads: node Ready and schedulable,
 nodeSelector / required node affinity, NoSchedule/NoExecute taints against tolerations,
-google.com/tpu capacity, and JobSet exclusive placement (one job per topology domain).
+google.com/tpu capacity, and JobSet exclusive placement (one job per topology domain); its
+queue takes higher priorities first, and a pod that fits nowhere preempts pods of lower
+priority (DefaultPreemption).
 CPU and memory requests are not accounted (the emulated cpu-np node is roomy).
 """
 
@@ -15,6 +17,7 @@ from typing import Any
 
 from emulators.gke import layout as L
 from emulators.gke.events import Recorder, condition, set_condition
+from emulators.gke.jobs import delete_pod
 from emulators.gke.store import Obj, Store, now_iso
 
 TPU_RESOURCE = "google.com/tpu"
@@ -227,7 +230,14 @@ class Scheduler:
             and pod_active(p)
             and not p["metadata"].get("deletionTimestamp")
         ]
-        for pod in sorted(pending, key=lambda p: p["metadata"]["creationTimestamp"]):
+        # The scheduling queue's order: higher priority first, then the oldest.
+        for pod in sorted(
+            pending,
+            key=lambda p: (
+                -int(p["spec"].get("priority") or 0),
+                p["metadata"]["creationTimestamp"],
+            ),
+        ):
             self._schedule(pod)
 
     def _schedule(self, pod: Obj) -> None:
@@ -247,19 +257,25 @@ class Scheduler:
             self._bind(pod, chosen)
             return
         n = len(nodes)
+        nominated = self._preempt(pod, nodes, pods, exclusive) if n else None
         if n == 0:
             message = "no nodes available to schedule pods"
         else:
             parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
-            message = (
-                f"0/{n} nodes are available: {', '.join(parts)}. preemption: 0/{n} nodes are "
-                f"available: {n} Preemption is not helpful for scheduling."
+            tail = (
+                ""
+                if nominated is not None
+                else f" preemption: 0/{n} nodes are available: {n} Preemption is not helpful "
+                "for scheduling."
             )
+            message = f"0/{n} nodes are available: {', '.join(parts)}.{tail}"
         cond = condition("PodScheduled", "False", "Unschedulable", message, probe=True)
 
         def mark(p: Obj) -> None:
             p.setdefault("status", {}).setdefault("phase", "Pending")
             set_condition(p["status"].setdefault("conditions", []), cond)
+            if nominated is not None:
+                p["status"]["nominatedNodeName"] = nominated
 
         self.store.mutate("pods", pod, mark)
         # One event per attempt of the backoff queue, not per reconcile pass.
@@ -270,6 +286,75 @@ class Scheduler:
             self.recorder.emit(
                 pod, "Pod", "Warning", "FailedScheduling", message, "default-scheduler"
             )
+
+    def _preempt(
+        self, pod: Obj, nodes: list[Obj], pods: list[Obj], exclusive: str | None
+    ) -> str | None:
+        """kube-scheduler's DefaultPreemption for a pod that fits nowhere: the node where
+        taking away pods of lower priority lets it fit (fewest such pods, then the lowest
+        priority among them); each victim gets DisruptionTarget PreemptionByScheduler and is
+        deleted gracefully, and the node is nominated. Under JobSet exclusive placement the
+        victims are every lower-priority pod of the node's whole domain (the node pool), the
+        pool being what the pod needs free. Returns the nominated node, or None."""
+        spec = pod["spec"]
+        mine = int(spec.get("priority") or 0)
+        if spec.get("preemptionPolicy") == "Never" or mine <= 0:
+            return None
+        best: tuple[tuple[int, int], str, list[Obj]] | None = None
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            if exclusive:
+                value = labels.get(exclusive, "")
+                names = {
+                    n["metadata"]["name"]
+                    for n in nodes
+                    if (n["metadata"].get("labels") or {}).get(exclusive, "") == value
+                }
+            else:
+                names = {node["metadata"]["name"]}
+            there = [p for p in pods if p["spec"].get("nodeName") in names]
+            if any(int(p["spec"].get("priority") or 0) >= mine for p in there):
+                continue
+            rest = [p for p in pods if p["spec"].get("nodeName") not in names]
+            domain, taken = (
+                self._exclusive_domains(pod, rest, exclusive) if exclusive else ("", set())
+            )
+            if self._filter(pod, node, rest, exclusive, domain, taken) is not None:
+                continue
+            victims = [p for p in there if not p["metadata"].get("deletionTimestamp")]
+            top = max((int(p["spec"].get("priority") or 0) for p in victims), default=-1)
+            rank = (len(victims), top)
+            if best is None or rank < best[0]:
+                best = (rank, node["metadata"]["name"], victims)
+        if best is None:
+            return None
+        _, chosen, victims = best
+        pmeta = pod["metadata"]
+        who = f"{pmeta.get('namespace', '')}/{pmeta['name']}"
+        sched = spec.get("schedulerName") or "default-scheduler"
+        for victim in victims:
+            disrupt = condition(
+                "DisruptionTarget",
+                "True",
+                "PreemptionByScheduler",
+                f"{sched}: preempting to accommodate a higher priority pod",
+                probe=True,
+            )
+
+            def mark(v: Obj, c: Obj = disrupt) -> None:
+                set_condition(v.setdefault("status", {}).setdefault("conditions", []), c)
+
+            victim = self.store.mutate("pods", victim, mark)
+            self.recorder.emit(
+                victim,
+                "Pod",
+                "Normal",
+                "Preempted",
+                f"Preempted by {who} on node {victim['spec']['nodeName']}",
+                "default-scheduler",
+            )
+            delete_pod(self.store, victim)
+        return chosen
 
     def _exclusive_domains(self, pod: Obj, pods: list[Obj], topo_key: str) -> tuple[str, set[str]]:
         """The domain siblings already use, and domains held by other exclusive jobs."""

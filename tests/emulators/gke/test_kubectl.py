@@ -318,3 +318,89 @@ def test_deleting_a_running_pod_fails_its_job_and_the_jobset_restarts(
     assert attempts == {"1"}
     run(k, gke_module, "delete", "jobset", name, "--wait=false")
 
+
+def test_a_higher_priority_workload_preempts_a_full_pool(
+    gke_module: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    """The one slice runs a `low` JobSet; a `very-high` one (xpk's `--priority very-high`)
+    fits nowhere, so the scheduler preempts: every low pod of the pool gets DisruptionTarget
+    PreemptionByScheduler and a `Preempted` event and is deleted gracefully (Failed, exit
+    143, its Job fails and the low JobSet restarts into Pending pods), and the very-high pods
+    take the pool. Before, the very-high pods stayed Pending behind priority-250 pods."""
+    k = kubectl(VERSIONS[0])
+
+    def jobset(name: str, priority: str) -> Path:
+        js = xpk_jobset(name, COUNTER.replace("400", "4000"), grace=10)
+        pod_spec = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod_spec["priorityClassName"] = priority
+        return write_manifest(tmp_path, js)
+
+    def phases(name: str) -> list[str]:
+        sel = f"jobset.sigs.k8s.io/jobset-name={name}"
+        got = run(k, gke_module, "get", "pods", "-l", sel, "-o", "json").stdout
+        return [p["status"].get("phase", "") for p in json.loads(got)["items"]]
+
+    run(k, gke_module, "apply", "--validate=false", "-f", str(jobset("lowly", "low")))
+    wait_until(lambda: phases("lowly").count("Running") == 8, 60, "the low JobSet's 8 pods")
+    env = {**os.environ, "KUBECONFIG": str(gke_module.kubeconfig)}
+    watch = subprocess.Popen(
+        [k, "get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=lowly", "-w", "-o", "json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: bool(chunks), 30, "the watch's first pods")
+        run(k, gke_module, "apply", "--validate=false", "-f", str(jobset("boss", "very-high")))
+        wait_until(lambda: phases("boss").count("Running") == 8, 90, "the very-high pods Running")
+    finally:
+        watch.terminate()
+        watch.wait(timeout=10)
+        reader.join(timeout=10)
+    text, seen, at = "".join(chunks), [], 0
+    decoder = json.JSONDecoder()
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        pod, at = decoder.raw_decode(text, at)
+        seen.append(pod)
+    preempted: dict[str, dict[str, Any]] = {}
+    for pod in seen:
+        for c in pod["status"].get("conditions") or []:
+            if c["type"] == "DisruptionTarget":
+                preempted[pod["metadata"]["name"]] = c
+    assert len(preempted) == 8, sorted(preempted)
+    assert {(c["reason"], c["message"]) for c in preempted.values()} == {
+        (
+            "PreemptionByScheduler",
+            "default-scheduler: preempting to accommodate a higher priority pod",
+        )
+    }
+    ended = {
+        p["metadata"]["name"]: p["status"]["containerStatuses"][0]["state"]["terminated"]
+        for p in seen
+        if p["status"].get("phase") == "Failed" and p["metadata"]["name"] in preempted
+    }
+    assert set(ended) == set(preempted) and {t["exitCode"] for t in ended.values()} == {143}
+
+    got = json.loads(run(k, gke_module, "get", "events", "-o", "json").stdout)["items"]
+    messages = [
+        e["message"]
+        for e in got
+        if e["reason"] == "Preempted" and e["involvedObject"]["name"] in preempted
+    ]
+    assert len(messages) == 8
+    assert all(
+        re.fullmatch(r"Preempted by default/boss-slice-job-0-\d+-\w+ on node gke-\S+", m)
+        for m in messages
+    ), messages
+    low = json.loads(run(k, gke_module, "get", "jobset", "lowly", "-o", "json").stdout)
+    assert low["status"].get("restarts") == 1
+    wait_until(lambda: phases("lowly") == ["Pending"] * 8, 60, "the low JobSet's new pods Pending")
+    got = run(
+        k, gke_module, "get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=boss", "-o", "json"
+    )
+    assert {p["spec"]["priority"] for p in json.loads(got.stdout)["items"]} == {1000}
+    run(k, gke_module, "delete", "jobset", "boss", "lowly", "--wait=false")

@@ -9,14 +9,18 @@ the other nodes made the node failure a ``preempted`` slice."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from console.services.backends.gke import status as S
 from console.services.model import PodFailure
 from emulators.gke import client as gke_client
 from tests.services.backends.gke.test_backend import spec
-from tests.support.fixtures_gke import gke
+from tests.support.fixtures_gke import gke, kubectl, xpk_jobset
 from tests.support.gke_services import events, gke_config, gke_services
 from tests.support.waiting import until
 
@@ -106,4 +110,52 @@ async def test_a_crash_and_a_node_failure_are_journaled_by_cause(
         assert not events(seen, "preempted"), "a node failure is no spot preemption"
         assert not [e for e in events(seen, "state_change") if e.data.get("to") == "PREEMPTED"], (
             "nor a slice gone PREEMPTED"
+        )
+
+
+async def test_a_pod_preempted_by_priority_is_journaled_as_evicted_by_its_reason(
+    gke: gke_client.GkeInfo, tmp_path: Path
+) -> None:
+    """The console's workload (xpk's default priority, medium) fills the slice; a very-high
+    JobSet applied with the real kubectl preempts it. The scheduler's DisruptionTarget
+    (PreemptionByScheduler) is what the console reads: pod_evicted rows naming the reason,
+    no spot preemption and no node failure. Before, the very-high pods waited behind the
+    console's and nothing was journaled."""
+    config = gke_config(gke.run_dir, recovery={"auto": False})
+    async with gke_services(config, tmp_path / "state") as (svc, seen):
+        await svc.create_workload(spec(config, "steady", env={"STEPS": "4000"}), "test")
+        await until(
+            lambda: any(
+                w.name == "steady" and w.pods_running == 8 for w in svc.snapshot().workloads
+            ),
+            90,
+            "8 pods Running",
+        )
+        urgent = xpk_jobset("urgent", "sleep 300", wrapper=False, grace=2)
+        pod_spec = urgent["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod_spec["priorityClassName"] = "very-high"
+        manifest = tmp_path / "urgent.yaml"
+        manifest.write_text(yaml.safe_dump(urgent))
+        env = {**os.environ, "KUBECONFIG": str(gke.kubeconfig), "HOME": str(tmp_path)}
+        proc = await asyncio.create_subprocess_exec(
+            kubectl("1.33"), "apply", "--validate=false", "-f", str(manifest), env=env
+        )
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        await until(lambda: len(events(seen, "pod_evicted")) == 8, 90, "8 pods evicted")
+        evicted = events(seen, "pod_evicted")
+        assert {e.data["workload"] for e in evicted} == {"steady"}
+        assert all("PreemptionByScheduler" in e.message for e in evicted), evicted[0].message
+        assert all(
+            e.data["message"]
+            == "PreemptionByScheduler: default-scheduler: preempting to accommodate a higher "
+            "priority pod"
+            for e in evicted
+        )
+        assert not events(seen, "preempted") and not events(seen, "host_lost")
+        await until(
+            lambda: any(
+                w.name == "urgent" and w.pods_running == 8 for w in svc.snapshot().workloads
+            ),
+            90,
+            "the very-high workload Running",
         )
