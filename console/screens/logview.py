@@ -19,6 +19,7 @@ from textual.widgets import Input, Log, Static
 from console.screens.base import PhantomScreen
 from console.screens.jobs import STATUS_STYLE
 from console.screens.state import clock_time
+from console.widgets.job_log import JobLog
 
 
 class SearchHighlighter(Highlighter):
@@ -105,7 +106,7 @@ class LogViewScreen(PhantomScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(id="log-title")
         yield Static(id="banner")
-        log = Log(max_lines=self.state.log_ring, highlight=True, id="log")
+        log = JobLog(max_lines=self.state.log_ring, highlight=True, id="log")
         log.highlighter = self._highlighter
         yield log
         box = Input(placeholder="search (enter: find, esc: close)", id="search", compact=True)

@@ -32,6 +32,7 @@ from console.tui.app import PhantomApp, TuiSettings
 from console.tui.messages import LatestPod, LogInbox, PodUpdated
 from console.widgets.env_input import EnvVarsInput, mask_env_text, parse_env_vars
 from console.widgets.fast_table import FastTable
+from console.widgets.job_log import JobLog
 from console.widgets.table import PhantomTable
 from tests.support import REPO
 from tests.support.fake_data import NODE, T0, healthy_pod, host
@@ -63,7 +64,7 @@ async def test_recover_key_on_preempted_pod_calls_the_watchdog() -> None:
         calls = fake.called("recover")
         assert len(calls) == 1 and calls[0].args["actor"] == "user"
         # The watchdog's published result reaches the screen.
-        await wait_for(pilot, lambda: app.state.recovery.result == "ok")
+        await wait_for(pilot, lambda: app.state.recovery.ok)
         await wait_for(pilot, lambda: "PREEMPTED" not in host_table(app).cell_texts(f"{NODE}-w2"))
 
 
@@ -478,6 +479,23 @@ async def test_a_live_column_is_asked_for_the_visible_rows_only() -> None:
         assert 0 < len(set(asked)) <= 10
         assert table.cell_texts("k700") == ("700", "2s")  # what a row shows, live included
         assert table.sync_rows(rows) == 0  # the rows' own cells never changed
+
+
+async def test_the_job_log_measures_its_width_without_a_worker() -> None:
+    """Textual's Log starts a thread worker per write to measure the lines; the job log does
+    it in the write (at 10,000 lines/s: ~100 workers and blocking hops a second fewer)."""
+
+    class LogApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield JobLog(max_lines=100)
+
+    async with LogApp().run_test(size=(40, 10)) as pilot:
+        log = pilot.app.query_one(JobLog)
+        log.write_lines(["short", "x" * 57, "wide 漢字"])
+        assert log.virtual_size.width == 57 and log.line_count == 3
+        log.write_lines(["\t" + "y" * 60])  # a tab: as Log expands it
+        assert log.virtual_size.width == 68
+        assert len(pilot.app.workers) == 0  # nothing measured behind its back
 
 
 async def test_fast_table_diffs_rows_and_moves_its_cursor() -> None:
