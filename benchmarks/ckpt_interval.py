@@ -28,10 +28,11 @@ each reclaim's redone seconds by the trainers' own lines, and ``advised / defaul
 difference against its noise: where a reclaim lands in the checkpoint cycle is luck, so the
 difference is weighed against two standard errors from the runs' per-reclaim spread (near
 Young's optimum the expected badput is flat, and a few reclaims cannot tell two intervals
-apart). The verdict (``advised_not_worse``, the ratio) is by the trainers' lines: the ledger
-reads W&B run files, where an abruptly reclaimed trainer's last points never land (at seed 1
-it saw 2,560 of the 5,632 redone steps), so its ratio is printed beside it. Last line: one
-JSON object.
+apart). The verdict (``advised_not_worse``, the ratio) is by the trainers' lines; the
+ledger's ratio is printed beside it. The ledger reads the trainers' step lines
+(``engine.contract.TRAINER_STEP``) and W&B run files only for runs those miss; when it read
+run files alone, an abruptly reclaimed trainer's last points never landed (at seed 1 it saw
+2,560 of the 5,632 redone steps). Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from console.services.jobs.spec import SubmitSpec
 from console.services.ledger.advice import Advice, NoAdvice, training_rate
 from console.services.ledger.goodput import account, attempts
 from console.services.ledger.live import LiveAdvisor
-from console.services.ledger.steps import RunSteps, attribute, read_runs
+from console.services.ledger.steps import RunSteps, attribute, prefer_lines, read_lines, read_runs
 from console.services.ledger.timeline import Cause
 from console.services.model import Event, EventKind, JobStatus
 from console.services.record.journal import ACTION, RECOVERED, Journal
@@ -385,7 +386,8 @@ class Drill:
             self.name,
             _interval(every, self.env),
             self.journal.query(1_000_000),
-            read_runs(self.wandb_dir),
+            # the trainers' step lines first (exact after a SIGKILL), run files for the rest
+            prefer_lines(read_lines(lines), read_runs(self.wandb_dir)),
             lines,
             end,
             chose=chose.strip(),
