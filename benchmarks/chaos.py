@@ -240,7 +240,7 @@ class Drill:
         self.say(f"[chaos {time.monotonic() - self.t0:6.1f}s] {msg}")
 
     def _on_update(self, u: Update) -> None:
-        if not isinstance(u, RecoveryStatus) or not u.result:
+        if not isinstance(u, RecoveryStatus) or u.outcome is None:
             return
         if not self.recoveries or self.recoveries[-1].started_at != u.started_at:
             self.recoveries.append(u)
@@ -347,13 +347,13 @@ class Drill:
             for st in self.recoveries[n_before:]:
                 if st.started_at is not None and st.started_at < rec.at:
                     continue  # began before this preemption: not its recovery
-                if st.result == "ok":
+                if st.ok:
                     rec.recovery = st
                     break
                 if all(f.started_at != st.started_at for f in rec.failed_recoveries):
                     rec.failed_recoveries.append(st)
                     self.problems.append(
-                        f"preemption {rec.shot.index}: a recovery ended {st.result!r}"
+                        f"preemption {rec.shot.index}: a recovery ended {st.result_text!r}"
                     )
             if time.monotonic() > deadline:
                 raise DrillAborted(f"preemption {rec.shot.index}: no recovery within 900s")

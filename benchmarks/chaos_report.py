@@ -273,7 +273,7 @@ def figures(
         1
         for rec in records
         if rec.recovery is not None
-        and rec.recovery.result == "ok"
+        and rec.recovery.ok
         and all(x.resumed is not None for x in per_shot.get(rec.shot.index, []))
     )
     notice_s = [x.notice_to_ckpt_s for x in losses if x.notice_to_ckpt_s is not None]

@@ -158,7 +158,7 @@ async def bench_recovery(
 
         def on_update(u: Update) -> None:
             new = not finished or finished[-1].started_at != getattr(u, "started_at", None)
-            if isinstance(u, RecoveryStatus) and u.result and new:
+            if isinstance(u, RecoveryStatus) and u.outcome is not None and new:
                 finished.append(u)
 
         backend = svc.backend
@@ -200,8 +200,8 @@ async def bench_recovery(
             host = pod.hosts[1 + i % (len(pod.hosts) - 1)].name
             await svc.preempt(host, actor="bench")
             status = await _next_recovery(finished, len(finished) + 1, 600)
-            if status.result != "ok" or status.mttr_s is None:
-                raise RuntimeError(f"worker recovery {i + 1} failed: {status.result}")
+            if not status.ok or status.mttr_s is None:
+                raise RuntimeError(f"worker recovery {i + 1} failed: {status.result_text}")
             if status.detect_s is not None:
                 detects.append(status.detect_s)
             worker_mttrs.append(status.mttr_s)
@@ -223,9 +223,9 @@ async def bench_recovery(
             await svc.preempt(pod.hosts[0].name, actor="bench")
             resumed = asyncio.create_task(_first_new_step(svc, set(jobs_seen), 900))
             status = await _next_recovery(finished, n, 900)
-            if status.result != "ok" or status.mttr_s is None:
+            if not status.ok or status.mttr_s is None:
                 resumed.cancel()
-                raise RuntimeError(f"head recovery {i + 1} failed: {status.result}")
+                raise RuntimeError(f"head recovery {i + 1} failed: {status.result_text}")
             seen, step, new_job = await resumed
             jobs_seen.update(j.job_id for j in await svc.list_jobs())
             head_first_step = seen - t_head
@@ -413,7 +413,7 @@ async def bench_gcp(
 
         def on_update(u: Update) -> None:
             new = not finished or finished[-1].started_at != getattr(u, "started_at", None)
-            if isinstance(u, RecoveryStatus) and u.result and new:
+            if isinstance(u, RecoveryStatus) and u.outcome is not None and new:
                 finished.append(u)
 
         svc.subscribe(on_update)
@@ -427,8 +427,8 @@ async def bench_gcp(
         for i in range(repeat):
             await preempt(run_dir, "all")
             status = await _next_recovery(finished, i + 1, 900)
-            if status.result != "ok" or status.mttr_s is None:
-                raise RuntimeError(f"whole-slice recovery {i + 1} failed: {status.result}")
+            if not status.ok or status.mttr_s is None:
+                raise RuntimeError(f"whole-slice recovery {i + 1} failed: {status.result_text}")
             if status.detect_s is not None:
                 detects.append(status.detect_s)
             mttrs.append(status.mttr_s)

@@ -20,7 +20,7 @@ from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.cadence.snapshot import with_jobs
 from console.services.ledger.book import read_book
-from console.services.model import PodSnapshot, RayState, to_jsonable
+from console.services.model import PodSnapshot, RayState, recovery_json, to_jsonable
 from console.services.record.incidents import Incident, group
 from console.services.recovery.diagnosis import job_env_text
 
@@ -66,7 +66,7 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
         },
         "jobs": to_jsonable(jobs),
         "cadence": to_jsonable(with_jobs(await services.cadence_now(), jobs)),
-        "recovery": to_jsonable(services.recovery_status()),
+        "recovery": recovery_json(services.recovery_status()),
     }
     incidents = await _incidents(services)
     # The incident the recovery above belongs to (the newest), so a cron job can follow it.
@@ -191,7 +191,7 @@ def render_table(status: Mapping[str, Any]) -> str:
     if rec["active"]:
         running = [s["name"] for s in rec["steps"] if s["state"] == "running"]
         lines.append(f"recovery: running ({', '.join(running) or 'starting'})")
-    elif rec["result"]:
+    elif rec["outcome"]:
         lines.append(f"recovery: last {rec['result']}, mttr {_fmt_s(rec['mttr_s'])}")
     else:
         lines.append(f"recovery: idle (auto {'on' if rec['auto'] else 'off'})")

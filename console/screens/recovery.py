@@ -97,10 +97,9 @@ def recovery_summary(status: RecoveryStatus, now: float) -> Text:
         out.append("RECOVERING", "bold magenta")
         if status.started_at is not None:
             out.append(f" for {duration(now - status.started_at)}")
-    elif status.result:
-        ok = status.result == "ok"
+    elif status.outcome is not None:
         out.append("last run: ")
-        out.append(status.result, "bold green" if ok else "bold red")
+        out.append(status.result_text, "bold green" if status.ok else "bold red")
         if status.started_at is not None:
             out.append(f" at {clock_time(status.started_at)}", "dim")
     else:

@@ -20,7 +20,14 @@ from console.script.parse import build_spec
 from console.script.told import error_sentence, plain_lines
 from console.script.workload_args import build_workload_spec
 from console.services.ledger.book import read_book
-from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, JobStatus, to_jsonable
+from console.services.model import (
+    TERMINAL_JOBS,
+    ActionResult,
+    JobInfo,
+    JobStatus,
+    recovery_json,
+    to_jsonable,
+)
 from console.status import collect_status
 
 if TYPE_CHECKING:
@@ -379,12 +386,12 @@ async def recover(run: Run, args: Args) -> dict[str, Any]:
     timeout = args.get("timeout")
     timeout = DEFAULT_TIMEOUTS["recover"] if timeout is None else timeout
     status = await svc.recover(run.actor, timeout)
-    out: dict[str, Any] = to_jsonable(status)
-    if status.result == "ok":
+    out: dict[str, Any] = recovery_json(status)
+    if status.ok:
         return out
-    if not status.result:
+    if status.outcome is None:
         raise StepFailure(f"recovery still running after {timeout:g}s", out)
-    raise StepFailure(f"recovery {status.result}", out)
+    raise StepFailure(f"recovery {status.result_text}", out)
 
 
 async def auto_recovery(run: Run, args: Args) -> dict[str, Any]:

@@ -528,6 +528,14 @@ class RecoveryStep:
     message: str = ""
 
 
+class RecoveryOutcome(StrEnum):
+    """How a recovery ended (``RecoveryStatus.outcome``; None while one runs, or before any)."""
+
+    OK = "ok"
+    FAILED = "failed"  # ``failed_step`` says where ("cancelled": it was cancelled)
+    INTERRUPTED = "interrupted"  # its process stopped; the next one to watch finishes it
+
+
 @dataclass(frozen=True)
 class RecoveryStatus:
     active: bool
@@ -538,8 +546,21 @@ class RecoveryStatus:
     detected_at: float | None = None
     detect_s: float | None = None
     mttr_s: float | None = None
-    result: str = ""  # "" while running / never run, then "ok" or "failed: <step>"
+    outcome: RecoveryOutcome | None = None  # None while running / never run
+    failed_step: str = ""  # a failed one: the step it stopped at
     owner: str = ""  # who runs recovery for this pod when it is another process ("pid 7 on h")
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is RecoveryOutcome.OK
+
+    @property
+    def result_text(self) -> str:
+        """The outcome for people: "ok", "failed: <step>" or "interrupted" ("" while one runs
+        or before any). Shown, never parsed: decisions read ``outcome``."""
+        if self.outcome is RecoveryOutcome.FAILED:
+            return f"failed: {self.failed_step or '?'}"
+        return "" if self.outcome is None else str(self.outcome)
 
 
 @dataclass(frozen=True)
@@ -613,3 +634,11 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, StrEnum):
         return str(value)
     return value
+
+
+def recovery_json(status: RecoveryStatus) -> dict[str, Any]:
+    """``status`` as the script and ``status --json`` print it: its fields (``outcome``,
+    ``failed_step``), and ``result``, the outcome in words for people."""
+    out: dict[str, Any] = to_jsonable(status)
+    out["result"] = status.result_text
+    return out

@@ -56,11 +56,10 @@ class ClusterOps:
         if status is not None:
             app.state.set_recovery(status)
             app._sync_screen()
-            ok = status.result == "ok"
             mttr = f" (MTTR {duration(status.mttr_s)})" if status.mttr_s is not None else ""
             app.notify(
-                f"Recovery {status.result or 'finished'}{mttr}",
-                severity="information" if ok else "error",
+                f"Recovery {status.result_text or 'finished'}{mttr}",
+                severity="information" if status.ok else "error",
             )
 
     def toggle_auto(self) -> None:

@@ -197,7 +197,7 @@ async def _one_pass(services: ConsoleServices, stop: asyncio.Event) -> int:
         status = services.recovery_status()
     if stop.is_set():
         return exit_codes.OK
-    failed = bool(status.result) and status.result != "ok"
+    failed = status.outcome is not None and not status.ok
     return exit_codes.FAILED if failed and status.started_at else exit_codes.OK
 
 

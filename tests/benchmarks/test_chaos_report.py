@@ -152,11 +152,13 @@ def test_a_restart_from_step_zero_after_a_checkpoint_is_named(tmp_path) -> None:
 
 def test_figures_charge_each_preemption_the_steps_of_the_trainers_it_hit() -> None:
     from benchmarks.chaos_report import Loss, Shot, figures, table
-    from console.services.model import RecoveryStatus
+    from console.services.model import RecoveryOutcome, RecoveryStatus
 
     def rec(i: int, kind: str, notice: bool, mttr: float) -> ShotRecord:
         r = ShotRecord(Shot(i, SWEEP, kind, notice, 0.5, 0.0), f"h{i}", at=float(i))
-        r.recovery = RecoveryStatus(active=False, auto=True, result="ok", mttr_s=mttr)
+        r.recovery = RecoveryStatus(
+            active=False, auto=True, outcome=RecoveryOutcome.OK, mttr_s=mttr
+        )
         return r
 
     records = [rec(1, HEAD, False, 30.0), rec(2, WORKER, True, 5.0), rec(3, WORKER, False, 7.0)]

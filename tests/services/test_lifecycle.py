@@ -149,7 +149,7 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         )
         await until(lambda: len(rec.recoveries()) >= 1, 300, "worker recovery")
         worker_rec = rec.recoveries()[0]
-        assert worker_rec.result == "ok", worker_rec
+        assert worker_rec.ok, worker_rec
         assert worker_rec.detect_s is not None and worker_rec.mttr_s is not None
         st = steps(worker_rec)
         assert st["recreate"] == "ok" and st["bootstrap"] == "ok" and st["workers"] == "ok"
@@ -164,7 +164,7 @@ async def test_lifecycle_worker_then_head_preemption(pod: PodInfo, tmp_path: Pat
         await svc.preempt(w0)
         await until(lambda: len(rec.recoveries()) >= 2, 420, "head recovery")
         head_rec = rec.recoveries()[1]
-        assert head_rec.result == "ok", head_rec
+        assert head_rec.ok, head_rec
         assert set(steps(head_rec).values()) == {"ok"}, steps(head_rec)
         resub = rec.events("job_resubmitted")
         assert [e.data["old_job_id"] for e in resub] == [job.job_id]

@@ -12,6 +12,7 @@ from console.services.model import (
     LogLine,
     PodSnapshot,
     PodStatus,
+    RecoveryOutcome,
     RecoveryStatus,
     RecoveryStep,
     RunCadence,
@@ -381,6 +382,6 @@ def recovered() -> RecoveryStatus:
         detected_at=T0 - 250.0,
         detect_s=2.0,
         mttr_s=190.0,
-        result="ok",
+        outcome=RecoveryOutcome.OK,
         steps=tuple(RecoveryStep(name, "ok", T0 - 200, 10.0, 1) for name in STEPS),
     )

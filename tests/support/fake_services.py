@@ -32,6 +32,7 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
     PodSnapshot,
+    RecoveryOutcome,
     RecoveryStatus,
     RunCadence,
     RunMetrics,
@@ -366,7 +367,9 @@ class FakeServices:
                 )
         self.recovery = recovered()
         if not ok:
-            self.recovery = replace(self.recovery, mttr_s=None, result="failed: bootstrap")
+            self.recovery = replace(
+                self.recovery, mttr_s=None, outcome=RecoveryOutcome.FAILED, failed_step="bootstrap"
+            )
         else:
             self.pod = healthy_pod(len(self.pod.hosts) or 4)
             self.publish(

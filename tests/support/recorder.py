@@ -35,7 +35,7 @@ class Recorder:
         for u in self.updates:
             if (
                 isinstance(u, RecoveryStatus)
-                and u.result
+                and u.outcome is not None
                 and (not out or out[-1].started_at != u.started_at)
             ):
                 out.append(u)

@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from console.services.model import Event, EventKind, RecoveryStatus, RecoveryStep, StepState, Update
+from console.services.model import (
+    Event,
+    EventKind,
+    RecoveryOutcome,
+    RecoveryStatus,
+    RecoveryStep,
+    StepState,
+    Update,
+)
 from console.services.record.journal import (
     ACTION,
     RECOVERED,
@@ -97,9 +105,13 @@ class RecoveryView:
                 self._next_running(name, (ev.at + (elapsed or 0.0)))
             return changed
         if ev.kind in _ENDS:
-            result = "ok" if ev.kind == RECOVERED else f"failed: {ev.data.get('step', '?')}"
+            recovered = ev.kind == RECOVERED
             self.status = replace(
-                st, active=False, result=result, mttr_s=_num(ev.data.get("mttr_s"))
+                st,
+                active=False,
+                outcome=RecoveryOutcome.OK if recovered else RecoveryOutcome.FAILED,
+                failed_step="" if recovered else str(ev.data.get("step", "")),
+                mttr_s=_num(ev.data.get("mttr_s")),
             )
             return True
         return False

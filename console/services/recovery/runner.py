@@ -12,7 +12,7 @@ published as a ``RecoveryStatus`` while it runs, and its end is journaled with t
 one ``action`` row (``recovery.<step>``, dated at the step's start: the journal holds each step
 once). A step is retried with backoff (``step_retries``; a per-host step re-runs only
 the hosts that failed), then reported failed, which ends the recovery with
-``result="failed: <step>"``. A skipped step says why. VERIFY polls until the cluster is back
+``outcome=FAILED`` and the step in ``failed_step``. A skipped step says why. VERIFY polls until the cluster is back
 (every host READY, one live Ray node each, tunnel up, resubmitted jobs running, no new metric
 stall); a new loss seen meanwhile starts another round, up to ``max_rounds``.
 
@@ -35,6 +35,7 @@ from console.services.model import (
     EventKind,
     HostResult,
     JobInfo,
+    RecoveryOutcome,
     RecoveryStatus,
     RecoveryStep,
     StepState,
@@ -130,7 +131,8 @@ class Run:
     detected_at: float
     detect_s: float | None
     steps: dict[str, RecoveryStep] = field(default_factory=dict)
-    result: str = ""
+    outcome: RecoveryOutcome | None = None
+    failed_step: str = ""
     mttr_s: float | None = None
     did_something: bool = False
     loss_at: float | None = None  # the provider's time of the loss being recovered
@@ -225,7 +227,7 @@ class RecoveryRunner:
             if self.leave_resumable:
                 # The process stops (`phantom watch` on SIGTERM), the cluster still needs the
                 # recovery: no end row, so the next owner resumes it in the same incident.
-                run.result = "interrupted"
+                run.outcome = RecoveryOutcome.INTERRUPTED
                 self.publish_status()
                 await self._event(
                     EventKind.WATCHDOG,
@@ -235,7 +237,7 @@ class RecoveryRunner:
                     data={"interrupted": True},
                 )
                 raise
-            run.result = "failed: cancelled"
+            run.outcome, run.failed_step = RecoveryOutcome.FAILED, "cancelled"
             self.publish_status()
             await self._event(EventKind.RECOVERY_FAILED, "recovery cancelled", actor=run.actor)
             raise
@@ -247,7 +249,7 @@ class RecoveryRunner:
             self._set(run, current, state=StepState.FAILED, message=f"crashed: {exc!r}")
             failed = StepFailed(current, repr(exc))
         if failed is not None:
-            run.result = f"failed: {failed.step}"
+            run.outcome, run.failed_step = RecoveryOutcome.FAILED, failed.step
             self.publish_status()
             await self._event(
                 EventKind.RECOVERY_FAILED,
@@ -256,7 +258,7 @@ class RecoveryRunner:
                 data={"step": failed.step},
             )
             return False
-        run.result = "ok"
+        run.outcome = RecoveryOutcome.OK
         # From the loss itself when the provider dated it, else from its first sighting.
         start = run.detected_at if run.loss_at is None else min(run.detected_at, run.loss_at)
         run.mttr_s = self._clock() - start if run.did_something else None
@@ -554,7 +556,7 @@ class RecoveryRunner:
             self.status = replace(self.status, auto=self.auto)
         else:
             self.status = RecoveryStatus(
-                active=run.result == "",
+                active=run.outcome is None,
                 auto=self.auto,
                 steps=tuple(run.steps[s] for s in self.plan.names),
                 trigger=run.trigger,
@@ -562,7 +564,8 @@ class RecoveryRunner:
                 detected_at=run.detected_at,
                 detect_s=run.detect_s,
                 mttr_s=run.mttr_s,
-                result=run.result,
+                outcome=run.outcome,
+                failed_step=run.failed_step,
             )
         self._publish(self.status)
 

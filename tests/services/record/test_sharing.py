@@ -49,11 +49,11 @@ async def test_a_followers_recover_is_run_once_by_the_watcher_and_both_see_it(
     request = await script.view.sink.emit(script.sharing.request("script", 1.0))
     await tui.sharing.follow_journal()  # the watcher obeys the request
     status = await wait_done(tui.wd)
-    assert status.result == "ok"
+    assert status.ok
     await script.sharing.follow_journal()
     assert script.sharing.ended_after(request.id or 0) is not None
     seen = script.sharing.status()
-    assert seen.result == "ok" and seen.owner.startswith("pid ")
+    assert seen.ok and seen.owner.startswith("pid ")
     assert {s.name: s.state for s in seen.steps}["recreate"] == "ok"
     assert "recovered" in script.kinds()  # the follower's front end heard it live
     kinds = [e.kind for e in JournalView(tui.view.journal, tui.view.sink).events]

@@ -18,6 +18,7 @@ import pytest
 from console.services.model import (
     ActionResult,
     Event,
+    RecoveryOutcome,
     RecoveryStatus,
     StepState,
 )
@@ -80,7 +81,7 @@ async def test_worker_preempted_recreates_only_that_host_and_keeps_head_and_jobs
     await poll(wd, pod)
     status = await wait_done(wd)
 
-    assert status.result == "ok" and not status.active
+    assert status.ok and not status.active
     st = steps(status)
     assert {k: v[0] for k, v in st.items()} == {
         "detect": "ok",
@@ -146,7 +147,7 @@ async def test_head_preempted_rebuilds_everything_and_resubmits_jobs(
     await poll(wd, pod)
     status = await wait_done(wd)
 
-    assert status.result == "ok", steps(status)
+    assert status.ok, steps(status)
     assert all(v[0] == "ok" for v in steps(status).values())
     ops = [c for c in pod.calls if c[0] != "observe"]
     # the dead head's workers are force-stopped alongside the head's rebuild, before they join
@@ -188,7 +189,7 @@ async def test_gcs_dead_on_healthy_vm_restarts_head_without_recreating(
     assert st["recreate"][0] == "skipped" and "every VM is up" in st["recreate"][1]
     assert st["wait_ready"][0] == "skipped"
     assert st["head"][0] == "ok" and st["workers"][0] == "ok"
-    assert status.result == "ok"
+    assert status.ok
 
 
 async def test_one_slow_gcs_poll_does_not_restart_the_cluster(pod: FakePod, clock: Clock) -> None:
@@ -235,7 +236,7 @@ async def test_duplicate_ray_nodes_on_one_ip_are_flagged_and_fixed(
     dup = [e for e in journal.events if e.kind == "duplicate_ray_node"]
     assert dup and dup[0].host == "pod-w3" and dup[0].data["ray_nodes"] == 2
     status = await wait_done(wd)
-    assert status.result == "ok"
+    assert status.ok
     assert pod.host("pod-w3").ray == 1
 
 
@@ -263,7 +264,7 @@ async def test_failed_step_is_retried_with_backoff_then_reported(
     pod.preempt("pod-w2")
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "failed: bootstrap"
+    assert (status.outcome, status.failed_step) == (RecoveryOutcome.FAILED, "bootstrap")
     st = steps(status)
     assert st["bootstrap"][0] == "failed"
     assert "3 attempt(s)" in st["bootstrap"][1] and "pod-w2: boom" in st["bootstrap"][1]
@@ -290,7 +291,7 @@ async def test_an_overlapping_step_that_fails_stops_the_round_before_the_step_it
     pod.preempt("pod-w0")
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "failed: orphans"
+    assert (status.outcome, status.failed_step) == (RecoveryOutcome.FAILED, "orphans")
     st = steps(status)
     assert st["orphans"][0] == "failed" and "pod-w3: boom" in st["orphans"][1]
     assert all(st[s][0] == "ok" for s in ("recreate", "wait_ready", "bootstrap", "head"))
@@ -308,7 +309,7 @@ async def test_retry_reruns_only_the_hosts_that_failed(pod: FakePod, clock: Cloc
     pod.fail["bootstrap"] = ["pod-w3"]  # fails once
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "ok"
+    assert status.ok
     boots = [c for c in pod.calls if c[0] == "bootstrap"]
     assert boots == [
         ("bootstrap", ("pod-w2", "pod-w3")),
@@ -332,7 +333,7 @@ async def test_an_op_that_raises_is_a_failed_attempt_not_a_crash(
     await poll(wd, pod)
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "failed: tunnel"
+    assert (status.outcome, status.failed_step) == (RecoveryOutcome.FAILED, "tunnel")
     assert "timed out" in steps(status)["tunnel"][1]
 
 
@@ -341,7 +342,7 @@ async def test_one_recovery_at_a_time_second_request_joins(pod: FakePod, clock: 
     await poll(wd, pod)
     pod.preempt("pod-w1")
     a, b = await asyncio.gather(wd.recover("user"), wd.recover("script"))
-    assert a == b and a.result == "ok"
+    assert a == b and a.ok
     assert len([c for c in pod.calls if c[0] == "recreate"]) == 1
     await poll(wd, pod)  # healthy again: no new recovery
     assert not wd.running
@@ -350,7 +351,7 @@ async def test_one_recovery_at_a_time_second_request_joins(pod: FakePod, clock: 
 async def test_healthy_request_skips_every_step_visibly(pod: FakePod, clock: Clock) -> None:
     wd, journal, _ = make_watchdog(pod, clock)
     status = await wd.recover("user")
-    assert status.result == "ok" and status.mttr_s is None
+    assert status.ok and status.mttr_s is None
     st = steps(status)
     assert st["detect"] == ("ok", "healthy")
     for name in ("recreate", "wait_ready", "bootstrap", "head", "workers", "tunnel", "resubmit"):
@@ -368,7 +369,7 @@ async def test_no_auto_recovery_when_off_or_never_formed(pod: FakePod, clock: Cl
     # the user asks: MTTR still counts from the detection, not from the request
     clock.t += 5
     status = await wd.recover("user")
-    assert status.result == "ok" and status.mttr_s is not None and status.mttr_s >= 5
+    assert status.ok and status.mttr_s is not None and status.mttr_s >= 5
 
     bare = FakePod(clock)  # Ray never started: nothing to "recover" on its own
     wd2, journal2, _ = make_watchdog(bare, clock)
@@ -392,7 +393,7 @@ async def test_new_loss_during_verify_runs_another_round(pod: FakePod, clock: Cl
     pod.on_verify_observe = second_preemption
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "ok"
+    assert status.ok
     assert [c[1] for c in pod.calls if c[0] == "recreate"] == [("pod-w1",), ("pod-w2",)]
     assert [e.host for e in journal.events if e.kind == "preempted"] == ["pod-w1", "pod-w2"]
 
@@ -414,7 +415,7 @@ async def test_verify_times_out_with_the_unmet_criteria(pod: FakePod, clock: Clo
     pod.resubmit = resubmit_fails_on_cluster  # type: ignore[method-assign]
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "failed: verify"
+    assert (status.outcome, status.failed_step) == (RecoveryOutcome.FAILED, "verify")
     msg = steps(status)["verify"][1]
     assert f"(was {job}) is FAILED" in msg and "not back after 3s" in msg
 
@@ -455,7 +456,7 @@ async def test_close_cancels_a_running_recovery(pod: FakePod, clock: Clock) -> N
     assert wd.status.active
     await wd.close()
     assert task.cancelled() or task.done()
-    assert wd.status.result == "failed: cancelled"
+    assert (wd.status.outcome, wd.status.failed_step) == (RecoveryOutcome.FAILED, "cancelled")
     assert StepState.RUNNING in {s.state for s in wd.status.steps}
 
 
@@ -479,7 +480,7 @@ async def test_a_resumable_close_leaves_the_recovery_for_the_next_owner(
     await asyncio.wait_for(reached.wait(), 10)
     await wd.close(resumable=True)
     await journal.flush()
-    assert wd.status.result == "interrupted"
+    assert wd.status.outcome is RecoveryOutcome.INTERRUPTED
     rows = journal.events
     assert "recovery_failed" not in kinds(rows)
     assert rows[-1].kind == "watchdog" and rows[-1].data == {"interrupted": True}
@@ -496,7 +497,7 @@ async def test_user_action_suspends_auto_recovery(pod: FakePod, clock: Clock) ->
         assert not wd.running
     await poll(wd, pod)
     status = await wait_done(wd)
-    assert status.result == "ok"
+    assert status.ok
 
 
 async def test_teardown_disarms_and_forgets_jobs(pod: FakePod, clock: Clock) -> None:
@@ -551,7 +552,7 @@ async def test_a_recover_before_any_poll_journals_the_preemption_and_times_from_
     clock.t += 20.0  # noticed later
     status = await wd.recover("script")
     assert [e.host for e in journal.events if e.kind == "preempted"] == ["pod-w2"]
-    assert status.result == "ok"
+    assert status.ok
     assert status.mttr_s is not None and status.mttr_s >= 20.0
     assert status.detect_s == pytest.approx(20.0)
 
@@ -579,4 +580,4 @@ async def test_a_notice_starts_the_recovery_at_once_and_times_it_from_the_notice
     (notice,) = [e for e in journal.events if e.kind == "preemption_notice"]
     assert notice.host == "pod-w1" and notice.data["notice_at"] == heard
     status = await wait_done(wd)
-    assert status.result == "ok" and status.detect_s == pytest.approx(2.0)
+    assert status.ok and status.detect_s == pytest.approx(2.0)
