@@ -13,7 +13,9 @@ against what the drill itself knows:
   through ``phantom report --logs``, and attributes them to job attempts by the journal, as
   it would any log. The count from the W&B run files (each trainer's ``resumed_from_step``
   and highest logged step, by run name) is printed beside it: a SIGKILL takes the points
-  wandb-core had not written, so it can come out short; the difference is noted, not hidden.
+  wandb-core had not written (short), and the W&B session a trainer opens afresh to end its
+  run at a notice writes a second file that reads as a trainer resumed from step 0 (long);
+  the difference is noted, not hidden.
 - **recovery seconds per incident within 1 s of the watchdog's MTTR**: the ledger's
   incident (detect + capacity + recover, from the loss to the ``recovered`` row) against
   the ``mttr_s`` the watchdog journaled on that incident's ``recovered`` row.
@@ -262,8 +264,9 @@ def check(
         if job.redone_lines != job.redone_files:
             notes.append(
                 f"{job.phase}: the trainers' log lines say {job.redone_lines} steps redone, "
-                f"their W&B run files {job.redone_files} ({_runs(by_run, job.runs)}): a "
-                "SIGKILL took logged points before W&B wrote them"
+                f"their W&B run files {job.redone_files} ({_runs(by_run, job.runs)}): the "
+                "files are no count of trainers (a SIGKILL leaves one short; a notice's fresh "
+                "W&B session writes a second file, from step 0 by its config)"
             )
         total = _sum(led)
         if abs(total - led["wall_s"]) > SUM_TOLERANCE_S:

@@ -111,5 +111,6 @@ def test_each_disagreement_is_named() -> None:
     assert "incident inc-2 (MTTR 5.0s) is missing" in text
     assert got.notes == [
         "sweep: the trainers' log lines say 2048 steps redone, their W&B run files 4096 "
-        "(sw-1 2048, sw-2 2048): a SIGKILL took logged points before W&B wrote them"
+        "(sw-1 2048, sw-2 2048): the files are no count of trainers (a SIGKILL leaves one "
+        "short; a notice's fresh W&B session writes a second file, from step 0 by its config)"
     ]
