@@ -1,9 +1,10 @@
-"""One MCP tool call, from the agent's JSON to an ``Outcome``: the tool must be a row of the
-table that names MCP, its arguments must match the row's schema, the cluster must be able
-to (``refusal_for``, the check every front end makes) and the operator must have allowed
-it (``Policy``). A row with a script verb then runs as that script line would: the script's
-parser checks it (hosts, specs, runtime envs) and the script's handler runs it, with
-``mcp`` as the actor the journal names. Every call is journaled, refused ones too."""
+"""One MCP tool call, from the agent's JSON to an ``ActionResult`` (ok, refused or failed,
+the same result every front end gets): the tool must be a row of the table that names MCP,
+its arguments must match the row's schema, the cluster must be able to (``refusal_for``,
+the check every front end makes) and the operator must have allowed it (``Policy``). A row
+with a script verb then runs as that script line would: the script's parser checks it
+(hosts, specs, runtime envs) and the script's handler runs it, with ``mcp`` as the actor
+the journal names. Every call is journaled, refused ones too."""
 
 from __future__ import annotations
 
@@ -28,11 +29,9 @@ from console.services.action_table import (
     BY_NAME,
     Action,
     Front,
-    Outcome,
-    Reason,
     refusal_for,
 )
-from console.services.model import ActionResult, JobInfo
+from console.services.model import ActionResult, JobInfo, Reason
 from console.wiring.settings import polling
 
 if TYPE_CHECKING:
@@ -133,7 +132,7 @@ def _schema_problem(row: Action, args: Args) -> str | None:
 
 
 class Calls:
-    """The server's dispatcher: ``await calls.call(name, arguments)`` -> ``Outcome``."""
+    """The server's dispatcher: ``await calls.call(name, arguments)`` -> ``ActionResult``."""
 
     def __init__(
         self,
@@ -153,43 +152,43 @@ class Calls:
     def tools(self) -> list[Action]:
         return [a for a in BY_NAME.values() if Front.MCP in a.fronts]
 
-    async def call(self, name: str, arguments: Args | None) -> Outcome:
+    async def call(self, name: str, arguments: Args | None) -> ActionResult:
         t0 = self._clock()
         args = dict(arguments or {})
         outcome = await self._outcome(name, args)
         await self._journal(name, args, outcome, self._clock() - t0)
         return outcome
 
-    async def _outcome(self, name: str, args: dict[str, Any]) -> Outcome:
+    async def _outcome(self, name: str, args: dict[str, Any]) -> ActionResult:
         row = BY_NAME.get(name)
         if row is None or Front.MCP not in row.fronts:
             tools = ", ".join(a.name for a in self.tools())
-            return Outcome.refused(
+            return ActionResult.refused(
                 name, Reason.UNKNOWN_ACTION, f"unknown tool {name!r}; tools: {tools}"
             )
         why = refusal_for(row, self.services.capabilities)
         if why is not None:
             where = self.config.cluster.provider
-            return Outcome.refused(
+            return ActionResult.refused(
                 name, Reason.UNSUPPORTED, f"{why}; this server drives provider {where!r}"
             )
         problem = _schema_problem(row, args)
         if problem is not None:
-            return Outcome.refused(name, Reason.BAD_INPUT, problem)
+            return ActionResult.refused(name, Reason.BAD_INPUT, problem)
         why = self.policy.refusal(row)
         if why is not None:
-            return Outcome.refused(name, Reason.NOT_ALLOWED, why)
+            return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
         try:
             data = await self._run(row, args)
         except _BadLine as exc:
-            return Outcome.refused(name, Reason.BAD_INPUT, str(exc))
+            return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
         except StepFailure as exc:
-            return Outcome.failed(name, Reason.STEP_FAILED, str(exc), exc.result)
+            return ActionResult.failed(name, Reason.STEP_FAILED, str(exc), exc.result)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a service error fails this call, never the server
-            return Outcome.failed(name, Reason.ERROR, error_sentence(exc))
-        return Outcome.done(name, f"{name}: ok", data)
+            return ActionResult.failed(name, Reason.ERROR, error_sentence(exc))
+        return ActionResult.done(name, f"{name}: ok", data)
 
     async def _run(self, row: Action, args: dict[str, Any]) -> dict[str, Any]:
         if row.script is None:
@@ -205,7 +204,7 @@ class Calls:
         (step,) = script.lines
         return await HANDLERS[step.action](self.run, step.args)
 
-    async def _journal(self, name: str, args: Args, outcome: Outcome, elapsed: float) -> None:
+    async def _journal(self, name: str, args: Args, outcome: ActionResult, elapsed: float) -> None:
         """One journal row per call, as a TUI action is journaled: who (mcp), the tool, its
         arguments (secrets masked), the outcome. A journal that fails does not fail the call."""
         shown = self.scrub.data(dict(args))

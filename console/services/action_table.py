@@ -15,7 +15,7 @@ they stay in ``console.script.language``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -54,54 +54,6 @@ class Effect(StrEnum):
     READS = "reads"
     ACTS = "acts"
     DESTROYS = "destroys"  # stops or deletes what runs: its own allow on MCP
-
-
-class Verdict(StrEnum):
-    OK = "ok"
-    REFUSED = "refused"  # nothing was run
-    FAILED = "failed"  # it ran and did not reach its goal
-
-
-class Reason(StrEnum):
-    """Why a call ended as it did: a front end acts on this, never on the message's words."""
-
-    DONE = "done"
-    UNKNOWN_ACTION = "unknown_action"
-    BAD_INPUT = "bad_input"  # an argument missing, of the wrong type or out of range
-    UNSUPPORTED = "unsupported"  # this cluster's backend cannot (its capabilities)
-    NOT_ALLOWED = "not_allowed"  # this front end was not allowed to act (MCP's --allow)
-    STEP_FAILED = "step_failed"  # the action ran and failed (the service said why)
-    ERROR = "error"  # an unexpected error
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one call of an action: ok, refused or failed, why, and the sentence for
-    people; ``data`` the action's JSON-able result (also a failed one's partial result)."""
-
-    action: str
-    verdict: Verdict
-    reason: Reason
-    message: str
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict is Verdict.OK
-
-    @classmethod
-    def done(cls, action: str, message: str, data: Mapping[str, Any]) -> Outcome:
-        return cls(action, Verdict.OK, Reason.DONE, message, data)
-
-    @classmethod
-    def refused(cls, action: str, reason: Reason, message: str) -> Outcome:
-        return cls(action, Verdict.REFUSED, reason, message)
-
-    @classmethod
-    def failed(
-        cls, action: str, reason: Reason, message: str, data: Mapping[str, Any] | None = None
-    ) -> Outcome:
-        return cls(action, Verdict.FAILED, reason, message, data or {})
 
 
 class Provider(StrEnum):
