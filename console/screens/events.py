@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
 from console.screens.base import FilteredScreen
-from console.screens.state import clock_time, duration, short_host
+from console.screens.state import clock_time, duration, middle_ellipsis, short_host
 from console.services.model import Event, EventKind, IncidentOutcome
 from console.services.record.incidents import Incident, group, in_time_order, incident_of
 from console.widgets.table import Cell
@@ -73,11 +73,7 @@ def host_text(host: str, node_name: str, width: int = HOST_WIDTH) -> str:
     """The HOST cell: a pod's host without the pod's name, whole when it fits; a longer one
     (a GKE node or slice, ``phantom-gke-np-0``) ellipsised in the middle, so its start and
     the end that tells slices and nodes apart both show (not cut to ``phanto``)."""
-    text = short_host(host, node_name) or "-"
-    if len(text) <= width:
-        return text
-    keep = width - 1
-    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2 :]
+    return middle_ellipsis(short_host(host, node_name) or "-", width)
 
 
 def event_cells(event: Event, node_name: str, message_width: int) -> tuple[Cell, ...]:

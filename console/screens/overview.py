@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
 from console.screens.keys import table_key
-from console.screens.state import ago, resources_text, short_host
+from console.screens.state import ago, middle_ellipsis, resources_text, short_host
 from console.services.capabilities import Capability
 from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
 from console.widgets.fast_table import FastTable
@@ -34,9 +34,10 @@ COLUMNS: list[tuple[str, str, int]] = [
 ]
 # A cluster without SSH hosts of the console's (GKE) lists its nodes: no Ray, no SSH column,
 # and the node's own part of its name (every GKE node name starts with the cluster's).
+NODE_WIDTH, POOL_WIDTH = 13, 18  # a node's "3e01e57e-0003", a pool's "phantom-gke-np-0"
 NODE_COLUMNS: list[tuple[str, str, int]] = [
-    ("host", "NODE", 13),
-    ("pool", "POOL", 18),
+    ("host", "NODE", NODE_WIDTH),
+    ("pool", "POOL", POOL_WIDTH),
     ("tpu", "STATE", 9),
     ("health", "HEALTH", 12),
     ("res", "RESOURCES", 10),
@@ -89,11 +90,13 @@ def host_cells(host: HostStatus, node_name: str, now: float) -> tuple[Cell, ...]
 
 
 def node_cells(host: HostStatus, now: float) -> tuple[Cell, ...]:
-    """One row of a node pool's node (GKE): what tells the nodes of a slice apart."""
+    """One row of a node pool's node (GKE): what tells the nodes of a slice apart. A name
+    longer than its column (GKE truncates a long cluster's and pool's names inside its node
+    names, so the pool is not found there) keeps its start and its distinguishing end."""
     health, health_style = _HEALTH.get(host.health, (host.health.lower(), "yellow"))
     return (
-        (short_node(host.name, host.pool), "bold"),
-        (host.pool or "-", ""),
+        (middle_ellipsis(short_node(host.name, host.pool), NODE_WIDTH), "bold"),
+        (middle_ellipsis(host.pool or "-", POOL_WIDTH), ""),
         (str(host.tpu_state), _TPU_STYLE.get(host.tpu_state, "dim")),
         (health, health_style),
         (resources_text(host.resources), ""),

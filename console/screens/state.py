@@ -215,6 +215,15 @@ def clock_time(at: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at))
 
 
+def middle_ellipsis(text: str, width: int) -> str:
+    """``text`` whole when it fits in ``width``, else its start and end around "…": the end
+    of a GKE node or pool name is what tells it apart from its neighbours."""
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2 :]
+
+
 def short_host(name: str, node_name: str) -> str:
     """`phantom-pod-w3` -> `w3`: the pod name is on the summary line already."""
     prefix = node_name + "-"
