@@ -190,6 +190,19 @@ CASES = [
         ("--shutdown-grace", "finite"),
     ),
     Case("gke up timeout 0", argv("gke", "up", "--timeout", "0"), 2, ("--timeout",)),
+    Case(
+        "gke up cluster name",
+        argv("gke", "up", "--cluster", "Research_V4"),
+        2,
+        ("--cluster", "not a GKE cluster name"),
+    ),
+    Case("gke up tpu type", argv("gke", "up", "--tpu-type", "v9z-8"), 2, ("--tpu-type", "v9z-8")),
+    Case(
+        "gke up too many tpu nodes",
+        argv("gke", "up", "--slices", "16", "--tpu-type", "v5p-512"),
+        2,
+        ("--slices", "--tpu-type", "at most 128"),
+    ),
     Case("wandb up timeout 0", argv("wandb", "up", "--timeout", "0"), 2, ("--timeout",)),
     Case(
         "pod unknown accelerator",

@@ -157,7 +157,7 @@ class Api:
             ("project", "numeric-project-id"): "123456789012",
             ("instance", "zone"): f"projects/123456789012/zones/{L.ZONE}",
             ("instance", "preempted"): "FALSE",
-            ("instance", "attributes", "cluster-name"): L.CLUSTER,
+            ("instance", "attributes", "cluster-name"): self.c.name,
         }
         value = values.get(tuple(parts))
         if value is None:

@@ -22,13 +22,42 @@ def _run_dir(p: argparse.ArgumentParser) -> None:
     kit.add_run_dir(p, L.default_run_dir())
 
 
+def _tpu_type(text: str) -> str:
+    """A TPU type of a GKE TPU node pool (the Cloud TPU table's v4, v5p, v5litepod, v6e)."""
+    try:
+        L.slice_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _cluster_name(text: str) -> str:
+    problem = L.cluster_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _cluster_flags(p: argparse.ArgumentParser) -> None:
     _run_dir(p)
     p.add_argument(
         "--slices",
         type=kit.count(1, L.MAX_SLICES),
         default=L.DEFAULT_SLICES,
-        help="v5p-64 slices (8 TPU nodes each) besides the cpu-np pool",
+        help="TPU slices (node pools <cluster>-np-<i>) besides the cpu-np pool",
+    )
+    p.add_argument(
+        "--tpu-type",
+        type=_tpu_type,
+        default=L.DEFAULT_TPU_TYPE,
+        help="TPU type of every slice: v4-N, v5p-N, v5litepod-N or v6e-N, 4 chips a node "
+        f"(v4-32: 4 nodes, v5p-64: 8, v5litepod-16: 4, v6e-16: 4; default {L.DEFAULT_TPU_TYPE})",
+    )
+    p.add_argument(
+        "--cluster",
+        type=_cluster_name,
+        default=L.CLUSTER,
+        help=f"the GKE cluster's name, as xpk's --cluster names it (default {L.CLUSTER})",
     )
     p.add_argument(
         "--port",
@@ -103,8 +132,8 @@ def _daemon_flags(p: argparse.ArgumentParser) -> None:
 def build_parser(prog: str = "phantom gke") -> argparse.ArgumentParser:
     parser = kit.Parser(
         prog=prog,
-        description="Emulated GKE cluster (v5p-64 spot slices) on "
-        "loopback, for kubectl and kubernetes-asyncio.",
+        description="Emulated GKE cluster (spot TPU slices: v4, v5p, v5e, v6e) on "
+        "loopback, for kubectl, kubernetes-asyncio and xpk.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=kit.Parser)
     up = sub.add_parser("up", help="start the emulator and wait until its API answers")
@@ -180,10 +209,11 @@ def format_status(info: client.GkeInfo) -> str:
         "",
         f"{'slice':<22} {'state':<11} nodes",
     ]
+    shape = L.slice_shape(info.tpu_type)
     for s in info.slices:
         lines.append(
-            f"{s.name:<22} {s.state:<11} {len(s.nodes)} x {L.TPU_MACHINE_TYPE} "
-            f"({L.TPU_ACCELERATOR} {L.TPU_TOPOLOGY}, spot)"
+            f"{s.name:<22} {s.state:<11} {len(s.nodes)} x {shape.machine_type} "
+            f"({info.tpu_type}: {shape.accelerator} {shape.topology}, spot)"
         )
     return "\n".join(lines)
 
@@ -204,6 +234,11 @@ def gke_main(argv: list[str]) -> int:
     if args.cmd in ("up", "serve"):
         for key in _DAEMON_KEYS:
             extra += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.cmd in ("up", "serve"):
+        problem = client.cluster_problem(args.slices, args.tpu_type, args.cluster)
+        if problem:
+            kit.error(problem)
+            return 2
     try:
         if args.cmd == "serve":
             from emulators.gke.daemon import DaemonConfig, run_daemon
@@ -215,6 +250,8 @@ def gke_main(argv: list[str]) -> int:
                     port=args.port,
                     recreate_delay=args.recreate_delay,
                     quota_stall=args.quota_stall,
+                    tpu_type=args.tpu_type,
+                    cluster=args.cluster,
                     **{k: getattr(args, k) for k in _DAEMON_KEYS},
                 )
             )
@@ -226,6 +263,8 @@ def gke_main(argv: list[str]) -> int:
                 recreate_delay=args.recreate_delay,
                 quota_stall=args.quota_stall,
                 timeout=args.timeout,
+                tpu_type=args.tpu_type,
+                cluster=args.cluster,
                 extra_args=extra,
                 progress=lambda s: print(f"gke: {s}", file=sys.stderr),
             )

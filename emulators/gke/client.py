@@ -59,6 +59,7 @@ class GkeInfo:
     quota_stall: bool = False
     run_id: str = ""
     preemptions: tuple[dict[str, Any], ...] = field(default=())
+    tpu_type: str = L.DEFAULT_TPU_TYPE
 
     @property
     def slice_names(self) -> tuple[str, ...]:
@@ -80,6 +81,7 @@ class GkeInfo:
             quota_stall=bool(d.get("quota_stall")),
             run_id=str(d.get("run_id", "")),
             preemptions=tuple(d.get("preemptions", ())),
+            tpu_type=str(d.get("tpu_type") or L.DEFAULT_TPU_TYPE),
         )
 
 
@@ -122,14 +124,18 @@ def start(
     timeout: float = 60.0,
     extra_args: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    tpu_type: str = L.DEFAULT_TPU_TYPE,
+    cluster: str = L.CLUSTER,
 ) -> GkeInfo:
     """Spawn the daemon detached and wait until the API server answers /version.
 
     ``extra_args`` are daemon flags (``--bookmark-interval``, ``--log-idle-timeout``,
-    ``--job-backoff`` ...; see ``python -m emulators.gke serve --help``).
+    ``--job-backoff`` ...; see ``python -m emulators.gke serve --help``). ``tpu_type``: the
+    slices' TPU type (v4, v5p, v5litepod or v6e); ``cluster``: the GKE cluster's name.
     """
-    if not 1 <= slices <= L.MAX_SLICES:
-        raise GkeUsageError(f"--slices must be between 1 and {L.MAX_SLICES}, got {slices}")
+    problem = cluster_problem(slices, tpu_type, cluster)
+    if problem:
+        raise GkeUsageError(problem)
     if recreate_delay < 0:
         raise GkeUsageError(f"--recreate-delay must be >= 0 seconds, got {recreate_delay}")
     layout = _layout(run_dir)
@@ -153,6 +159,10 @@ def start(
         str(port),
         "--recreate-delay",
         str(recreate_delay),
+        "--tpu-type",
+        tpu_type,
+        "--cluster",
+        cluster,
     ]
     if quota_stall:
         argv.append("--quota-stall")
@@ -178,6 +188,24 @@ def start(
     if progress is not None:
         progress(f"API server {info.server} ready; kubeconfig {info.kubeconfig}")
     return info
+
+
+def cluster_problem(slices: int, tpu_type: str, cluster: str) -> str:
+    """ "" if ``slices`` slices of ``tpu_type`` in a cluster named ``cluster`` can be
+    emulated, else what is wrong, naming the flag."""
+    if not 1 <= slices <= L.MAX_SLICES:
+        return f"--slices must be between 1 and {L.MAX_SLICES}, got {slices}"
+    try:
+        shape = L.slice_shape(tpu_type)
+    except ValueError as exc:
+        return f"--tpu-type: {exc}"
+    if slices * shape.nodes > L.MAX_TPU_NODES:
+        return (
+            f"--slices {slices} x --tpu-type {tpu_type} is {slices * shape.nodes} TPU nodes; "
+            f"the emulator runs at most {L.MAX_TPU_NODES} (fewer slices or a smaller type)"
+        )
+    problem = L.cluster_name_problem(cluster)
+    return f"--cluster: {problem}" if problem else ""
 
 
 def _answers(server: str) -> bool:

@@ -72,6 +72,8 @@ class DaemonConfig:
     job_backoff: float = 10.0
     crash_backoff: float = 10.0
     schedule_retry: float = 10.0
+    tpu_type: str = L.DEFAULT_TPU_TYPE
+    cluster: str = L.CLUSTER
 
 
 class Cluster:
@@ -85,13 +87,15 @@ class Cluster:
         self.scheduler = Scheduler(self.store, self.recorder, cfg.schedule_retry)
         self.jobs = JobController(self.store, self.recorder, cfg.job_backoff)
         self.jobsets = JobSetController(self.store, self.recorder, self.jobs)
-        self.kueue = KueueController(self.store)
+        self.shape = L.slice_shape(cfg.tpu_type)
+        self.name = cfg.cluster
+        self.kueue = KueueController(self.store, self.shape)
         self.run_cgroup: Path | None = None
         self.port = cfg.port
         self.tls_port = 0
         self.tls: ClusterTls = None  # type: ignore[assignment]  # set in run() (run dir)
         self.kubelet: Kubelet = None  # type: ignore[assignment]  # set in run() (needs port)
-        self.pools = [L.slice_pool(i) for i in range(cfg.slices)]
+        self.pools = [L.slice_pool(i, cfg.cluster) for i in range(cfg.slices)]
         self.quota_stall = cfg.quota_stall
         self.preemptions: list[dict[str, Any]] = []
         self._ips: dict[str, str] = {}
@@ -101,11 +105,11 @@ class Cluster:
     # --- nodes --------------------------------------------------------------------------
 
     def _add_pool(self, pool: str, tpu: bool) -> None:
-        count = L.NODES_PER_SLICE if tpu else 1
-        base = 0 if not tpu else 1 + 8 * self.pools.index(pool)
+        count = self.shape.nodes if tpu else 1
+        base = 0 if not tpu else 1 + self.shape.nodes * self.pools.index(pool)
         for i in range(count):
             ip = node_ip(base + i)
-            node = make_node(pool, i, ip, tpu)
+            node = make_node(pool, i, ip, tpu, self.shape, self.name)
             set_ready(node, True)
             self._ips[node["metadata"]["name"]] = ip
             if self.store.get("nodes", "", node["metadata"]["name"]) is None:
@@ -306,10 +310,11 @@ class Cluster:
             "server": f"http://127.0.0.1:{self.port}",
             "tls_server": f"https://127.0.0.1:{self.tls_port}",
             "kubeconfig": str(self.layout.kubeconfig),
-            "context": L.context_name(),
+            "context": L.context_name(self.name),
             "project": L.PROJECT,
             "location": L.LOCATION,
-            "cluster": L.CLUSTER,
+            "cluster": self.name,
+            "tpu_type": self.shape.tpu_type,
             "bucket": str(self.layout.bucket),
             "bin_dir": str(self.layout.bin_dir),
             "quota_stall": self.quota_stall,
@@ -390,7 +395,7 @@ class Cluster:
         self.tls = make_cluster_tls(self.cfg.run_dir / "tls")
 
     def _write_kubeconfig(self) -> None:
-        ctx = L.context_name()
+        ctx = L.context_name(self.name)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -484,7 +489,10 @@ class Cluster:
                     "serviceaccounts", {**sa, "metadata": {"name": "default", "namespace": ns}}
                 )
             self.store.create("services", kubernetes_service())
-            for resource, obj in (*xpk_cluster_objects(len(self.pools)), *priority_classes()):
+            for resource, obj in (
+                *xpk_cluster_objects(len(self.pools), self.shape, self.name),
+                *priority_classes(),
+            ):
                 self.store.create(resource, obj)
             self._add_pool(L.CPU_POOL, tpu=False)
             for pool in self.pools:

@@ -32,23 +32,23 @@ def _error(code: int, status: str, message: str) -> web.Response:
 
 def _pool(c: Cluster, name: str) -> dict[str, Any]:
     tpu = name != L.CPU_POOL
-    base = f"projects/{L.PROJECT}/locations/{L.LOCATION}/clusters/{L.CLUSTER}/nodePools/{name}"
+    base = f"projects/{L.PROJECT}/locations/{L.LOCATION}/clusters/{c.name}/nodePools/{name}"
     pool: dict[str, Any] = {
         "name": name,
         "config": {
-            "machineType": L.TPU_MACHINE_TYPE if tpu else L.CPU_MACHINE_TYPE,
+            "machineType": c.shape.machine_type if tpu else L.CPU_MACHINE_TYPE,
             "diskSizeGb": 100,
             "imageType": "COS_CONTAINERD",
             **({"spot": True} if tpu else {}),
         },
-        "initialNodeCount": L.NODES_PER_SLICE if tpu else 1,
+        "initialNodeCount": c.shape.nodes if tpu else 1,
         "locations": [L.ZONE],
         "selfLink": f"https://container.googleapis.com/v1/{base}",
         "version": L.KUBELET_VERSION.lstrip("v"),
         "status": "RUNNING",
     }
     if tpu:
-        pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": L.TPU_TOPOLOGY}
+        pool["placementPolicy"] = {"type": "COMPACT", "tpuTopology": c.shape.topology}
         if c.slice_state(name) != "READY":
             # A preempted slice's pool is being repaired, as GKE shows it.
             pool["status"] = "RECONCILING"
@@ -59,7 +59,7 @@ def cluster_resource(c: Cluster) -> dict[str, Any]:
     """``Cluster`` (container v1) of the emulated cluster; ``endpoint`` is the TLS port."""
     version = L.GIT_VERSION.lstrip("v")
     return {
-        "name": L.CLUSTER,
+        "name": c.name,
         "location": L.LOCATION,
         "zone": L.LOCATION,
         "locations": [L.ZONE],
@@ -72,13 +72,12 @@ def cluster_resource(c: Cluster) -> dict[str, Any]:
         "createTime": CREATED,
         "selfLink": (
             f"https://container.googleapis.com/v1/projects/{L.PROJECT}/locations/"
-            f"{L.LOCATION}/clusters/{L.CLUSTER}"
+            f"{L.LOCATION}/clusters/{c.name}"
         ),
         "network": "default",
         "subnetwork": "default",
         "releaseChannel": {"channel": "RAPID"},
-        "currentNodeCount": sum(L.NODES_PER_SLICE for p in c.pools if c.slice_state(p) == "READY")
-        + 1,
+        "currentNodeCount": sum(c.shape.nodes for p in c.pools if c.slice_state(p) == "READY") + 1,
         "nodePools": [_pool(c, p) for p in (L.CPU_POOL, *c.pools)],
     }
 
@@ -114,7 +113,7 @@ def answer(c: Cluster, request: web.Request, parts: list[str]) -> web.Response |
     here = location in ("-", L.LOCATION)
     if not tail:
         return web.json_response({"clusters": [cluster_resource(c)] if here else []})
-    if not here or tail[0] != L.CLUSTER:
+    if not here or tail[0] != c.name:
         return _error(
             404,
             "NOT_FOUND",

@@ -31,30 +31,39 @@ KUEUE_API = "kueue.x-k8s.io/v1beta1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "multislice-queue"  # xpk's LOCAL_QUEUE_NAME
 CLUSTER_QUEUE = "cluster-queue"  # xpk's CLUSTER_QUEUE_NAME
-FLAVOR = "1xv5p-64"  # xpk: f"{num_slices}x{device_type}"
+FLAVOR = "1xv5p-64"  # xpk: f"{num_slices}x{device_type}" (for the default v5p-64)
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 XPK_VERSION = "v1.16.0"  # the version the test tool is pinned to (xpk warns on a mismatch)
 
 
-def xpk_cluster_objects(slices: int) -> list[tuple[str, Obj]]:
-    """(resource, object) pairs `xpk cluster create --tpu-type=v5p-64 --num-slices=N --spot`
-    leaves: the two ConfigMaps xpk reads back, and the Kueue flavor and queues."""
+def flavor(shape: L.SliceShape) -> str:
+    """xpk's ResourceFlavor name: ``1x<device type>``."""
+    return f"1x{shape.tpu_type}"
+
+
+def xpk_cluster_objects(
+    slices: int, shape: L.SliceShape | None = None, cluster: str = L.CLUSTER
+) -> list[tuple[str, Obj]]:
+    """(resource, object) pairs `xpk cluster create --cluster=C --tpu-type=T --num-slices=N
+    --spot` leaves: the two ConfigMaps xpk reads back, and the Kueue flavor and queues."""
+    shape = shape or L.slice_shape(L.DEFAULT_TPU_TYPE)
     cm = {"apiVersion": "v1", "kind": "ConfigMap"}
-    tpu_chips = slices * L.NODES_PER_SLICE * L.CHIPS_PER_NODE
+    tpu_chips = slices * shape.nodes * shape.chips_per_node
+    name = flavor(shape)
     return [
         (
             "configmaps",
             {
                 **cm,
-                "metadata": {"name": f"{L.CLUSTER}-resources-configmap", "namespace": "default"},
-                "data": {"v5p-64": str(slices * L.NODES_PER_SLICE)},
+                "metadata": {"name": f"{cluster}-resources-configmap", "namespace": "default"},
+                "data": {shape.tpu_type: str(slices * shape.nodes)},
             },
         ),
         (
             "configmaps",
             {
                 **cm,
-                "metadata": {"name": f"{L.CLUSTER}-metadata-configmap", "namespace": "default"},
+                "metadata": {"name": f"{cluster}-metadata-configmap", "namespace": "default"},
                 "data": {"xpk_version": XPK_VERSION, "capacity_type": "SPOT"},
             },
         ),
@@ -63,11 +72,11 @@ def xpk_cluster_objects(slices: int) -> list[tuple[str, Obj]]:
             {
                 "apiVersion": KUEUE_API,
                 "kind": "ResourceFlavor",
-                "metadata": {"name": FLAVOR},
+                "metadata": {"name": name},
                 "spec": {
                     "nodeLabels": {
-                        "cloud.google.com/gke-tpu-accelerator": L.TPU_ACCELERATOR,
-                        "cloud.google.com/gke-tpu-topology": L.TPU_TOPOLOGY,
+                        "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
+                        "cloud.google.com/gke-tpu-topology": shape.topology,
                     }
                 },
             },
@@ -87,7 +96,7 @@ def xpk_cluster_objects(slices: int) -> list[tuple[str, Obj]]:
                             "coveredResources": ["google.com/tpu"],
                             "flavors": [
                                 {
-                                    "name": FLAVOR,
+                                    "name": name,
                                     "resources": [
                                         {"name": "google.com/tpu", "nominalQuota": tpu_chips}
                                     ],
@@ -132,18 +141,19 @@ def _pod_sets(js: Obj) -> list[Obj]:
     return sets
 
 
-def _tpu_flavors(template: Obj) -> dict[str, str]:
+def _tpu_flavors(template: Obj, name: str) -> dict[str, str]:
     limits: dict[str, Any] = {}
     for c in (template.get("spec") or {}).get("containers") or []:
         limits.update((c.get("resources") or {}).get("limits") or {})
-    return {"google.com/tpu": FLAVOR} if "google.com/tpu" in limits else {}
+    return {"google.com/tpu": name} if "google.com/tpu" in limits else {}
 
 
 class KueueController:
     """One Workload per queued JobSet: created admitted, Finished when the JobSet ends."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, shape: L.SliceShape | None = None) -> None:
         self.store = store
+        self.flavor = flavor(shape) if shape is not None else FLAVOR
 
     def sync(self) -> None:
         jobsets = {j["metadata"]["uid"]: j for j in self.store.list("jobsets")}
@@ -201,7 +211,7 @@ class KueueController:
                         {
                             "name": ps["name"],
                             "count": ps["count"],
-                            "flavors": _tpu_flavors(ps["template"]),
+                            "flavors": _tpu_flavors(ps["template"], self.flavor),
                         }
                         for ps in pod_sets
                     ],

@@ -5,11 +5,13 @@ Stdlib only: imported by the thin client as well as by the daemon.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from emulators.kit.layout import ControlledLayout
 from emulators.kit.layout import default_run_dir as _kit_run_dir
+from emulators.tpu_pod import accelerators
 
 # A GKE 1.33 build string as `kubectl version` shows it for a GKE control plane.
 GIT_VERSION = "v1.33.4-gke.1245000"
@@ -21,6 +23,7 @@ CLUSTER = "phantom-gke"
 NAMESPACE = "default"
 
 # v5p-64: topology 2x4x4 = 32 chips, 4 chips per VM -> 8 nodes per slice.
+DEFAULT_TPU_TYPE = "v5p-64"
 TPU_ACCELERATOR = "tpu-v5p-slice"
 TPU_TOPOLOGY = "2x4x4"
 TPU_MACHINE_TYPE = "ct5p-hightpu-4t"
@@ -31,6 +34,71 @@ CPU_MACHINE_TYPE = "n2-standard-32"
 
 DEFAULT_SLICES = 1
 MAX_SLICES = 16
+MAX_TPU_NODES = 128  # every slice's nodes together (16 v5p-64 slices): one address each
+
+# GKE's view of each TPU generation (xpk's system_characteristics.py): the node label
+# cloud.google.com/gke-tpu-accelerator, the machine type of a multi-host slice's VMs (4
+# chips each) and its family label.
+GKE_TPU = {
+    "v4": ("tpu-v4-podslice", "ct4p-hightpu-4t", "ct4p"),
+    "v5p": ("tpu-v5p-slice", "ct5p-hightpu-4t", "ct5p"),
+    "v5litepod": ("tpu-v5-lite-podslice", "ct5lp-hightpu-4t", "ct5lp"),
+    "v6e": ("tpu-v6e-slice", "ct6e-standard-4t", "ct6e"),
+}
+# A GKE cluster name: 1-40 characters, lower-case letters, digits and hyphens, starting
+# with a letter and ending with a letter or digit (what `gcloud container clusters
+# create` accepts).
+_CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class SliceShape:
+    """One TPU slice as GKE runs it: ``v4-32`` = topology 2x2x4, 16 chips on 4 nodes."""
+
+    tpu_type: str
+    accelerator: str  # cloud.google.com/gke-tpu-accelerator
+    topology: str  # cloud.google.com/gke-tpu-topology
+    machine_type: str
+    machine_family: str
+    chips_per_node: int
+    nodes: int
+
+
+def slice_shape(tpu_type: str) -> SliceShape:
+    """The slice ``tpu_type`` names, from the Cloud TPU table the pod emulator uses
+    (``emulators.tpu_pod.accelerators``); ValueError naming the types offered."""
+    offered = ", ".join(f"{g}-N" for g in GKE_TPU)
+    try:
+        shape = accelerators.parse(tpu_type)
+    except ValueError:
+        shape = None
+    if shape is None or shape.generation.name not in GKE_TPU or shape.chips < 4:
+        raise ValueError(
+            f"{tpu_type[:40]!r} is not a TPU type of a GKE TPU node pool; use {offered} "
+            "(e.g. v4-32, v5p-64, v5litepod-16, v6e-16)"
+        )
+    accel, machine, family = GKE_TPU[shape.generation.name]
+    return SliceShape(
+        tpu_type,
+        accel,
+        shape.topology,
+        machine,
+        family,
+        CHIPS_PER_NODE,
+        shape.chips // CHIPS_PER_NODE,
+    )
+
+
+def cluster_name_problem(name: str) -> str:
+    """ "" for a valid GKE cluster name, else what is wrong with it."""
+    if _CLUSTER_NAME.match(name):
+        return ""
+    return (
+        f"{name[:60]!r} is not a GKE cluster name: 1-40 lower-case letters, digits and "
+        "hyphens, starting with a letter and ending with a letter or digit"
+    )
+
+
 DEFAULT_RECREATE_DELAY = 10.0
 DEFAULT_SHUTDOWN_GRACE = 30.0  # GKE gives spot nodes' pods up to 30 s on preemption
 DEFAULT_LOG_IDLE_TIMEOUT = 4 * 3600.0  # the kubelet's streamingConnectionIdleTimeout
@@ -46,14 +114,14 @@ def default_run_dir() -> Path:
     return _kit_run_dir("gke")
 
 
-def slice_pool(index: int) -> str:
+def slice_pool(index: int, cluster: str = CLUSTER) -> str:
     """Node pool name of TPU slice ``index`` (xpk names them ``<cluster>-np-<i>``)."""
-    return f"{CLUSTER}-np-{index}"
+    return f"{cluster}-np-{index}"
 
 
-def context_name() -> str:
+def context_name(cluster: str = CLUSTER) -> str:
     """The kubeconfig context `gcloud container clusters get-credentials` writes."""
-    return f"gke_{PROJECT}_{LOCATION}_{CLUSTER}"
+    return f"gke_{PROJECT}_{LOCATION}_{cluster}"
 
 
 @dataclass(frozen=True)

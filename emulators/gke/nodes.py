@@ -1,4 +1,4 @@
-"""Node pools (TPU v5p slices + cpu-np) and the scheduler that binds pods to their nodes.
+"""Node pools (TPU slices of one type, v5p-64 by default, + cpu-np) and the scheduler that binds pods to their nodes.
 
 The scheduler runs the filters that matter for xpk workloads: node Ready and schedulable,
 nodeSelector / required node affinity, NoSchedule/NoExecute taints against tolerations,
@@ -31,14 +31,22 @@ def node_ip(index: int) -> str:
     return f"127.0.2.{10 + index}"
 
 
-def node_name(pool: str, index: int) -> str:
-    digest = hashlib.sha256(f"{L.CLUSTER}/{pool}".encode()).hexdigest()[:8]
+def node_name(pool: str, index: int, cluster: str = L.CLUSTER) -> str:
+    digest = hashlib.sha256(f"{cluster}/{pool}".encode()).hexdigest()[:8]
     suffix = hashlib.sha256(f"{pool}/{index}".encode()).hexdigest()[:4]
-    return f"gke-{L.CLUSTER}-{pool}-{digest}-{suffix}"
+    return f"gke-{cluster}-{pool}-{digest}-{suffix}"
 
 
-def make_node(pool: str, index: int, ip: str, tpu: bool) -> Obj:
-    name = node_name(pool, index)
+def make_node(
+    pool: str,
+    index: int,
+    ip: str,
+    tpu: bool,
+    shape: L.SliceShape | None = None,
+    cluster: str = L.CLUSTER,
+) -> Obj:
+    shape = shape or L.slice_shape(L.DEFAULT_TPU_TYPE)
+    name = node_name(pool, index, cluster)
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "beta.kubernetes.io/os": "linux",
@@ -57,17 +65,18 @@ def make_node(pool: str, index: int, ip: str, tpu: bool) -> Obj:
     if tpu:
         labels.update(
             {
-                "cloud.google.com/gke-tpu-accelerator": L.TPU_ACCELERATOR,
-                "cloud.google.com/gke-tpu-topology": L.TPU_TOPOLOGY,
+                "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
+                "cloud.google.com/gke-tpu-topology": shape.topology,
                 "cloud.google.com/gke-spot": "true",
                 "cloud.google.com/gke-provisioning": "spot",
-                "cloud.google.com/machine-family": "ct5p",
-                "node.kubernetes.io/instance-type": L.TPU_MACHINE_TYPE,
-                "beta.kubernetes.io/instance-type": L.TPU_MACHINE_TYPE,
+                "cloud.google.com/machine-family": shape.machine_family,
+                "node.kubernetes.io/instance-type": shape.machine_type,
+                "beta.kubernetes.io/instance-type": shape.machine_type,
             }
         )
-        capacity = {"cpu": "208", "memory": "457Gi", TPU_RESOURCE: str(L.CHIPS_PER_NODE)}
-        allocatable = {"cpu": "207640m", "memory": "433Gi", TPU_RESOURCE: str(L.CHIPS_PER_NODE)}
+        chips = str(shape.chips_per_node)
+        capacity = {"cpu": "208", "memory": "457Gi", TPU_RESOURCE: chips}
+        allocatable = {"cpu": "207640m", "memory": "433Gi", TPU_RESOURCE: chips}
         taints = [{"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}]
     else:
         labels.update(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from emulators.gke import layout as L
 from emulators.gke.events import Recorder
 from emulators.gke.jobs import (
     JobController,
@@ -21,6 +22,8 @@ from emulators.gke.jobs import (
     label_job,
     match_pod_failure_policy,
 )
+from emulators.gke.kueue import xpk_cluster_objects
+from emulators.gke.nodes import make_node
 from emulators.gke.store import Gone, Selector, Store, parse_label_selector
 from emulators.gke.tables import human_duration, pod_cells
 from emulators.gke.validate import image_reference_error
@@ -336,3 +339,56 @@ def test_conversion_job_stand_in(tmp_path: Path) -> None:
         timeout=30,
     )
     assert r.returncode == 1 and "does not exist" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("tpu_type", "accelerator", "topology", "machine", "nodes"),
+    [
+        ("v4-32", "tpu-v4-podslice", "2x2x4", "ct4p-hightpu-4t", 4),
+        ("v5p-64", "tpu-v5p-slice", "2x4x4", "ct5p-hightpu-4t", 8),
+        ("v5litepod-16", "tpu-v5-lite-podslice", "4x4", "ct5lp-hightpu-4t", 4),
+        ("v6e-16", "tpu-v6e-slice", "4x4", "ct6e-standard-4t", 4),
+        ("v6e-4", "tpu-v6e-slice", "2x2", "ct6e-standard-4t", 1),
+    ],
+)
+def test_node_pools_of_each_tpu_type_as_gke_labels_them(
+    tpu_type: str, accelerator: str, topology: str, machine: str, nodes: int
+) -> None:
+    """GKE's labels and hosts per slice for v4, v5p, v5e and v6e (xpk's
+    system_characteristics: 4 chips a VM), and what `xpk cluster create` leaves for the type:
+    the resources ConfigMap keyed by the type, the Kueue flavor 1x<type>."""
+    shape = L.slice_shape(tpu_type)
+    assert (shape.accelerator, shape.topology, shape.machine_type, shape.nodes) == (
+        accelerator,
+        topology,
+        machine,
+        nodes,
+    )
+    node = make_node("lab-np-0", 0, "127.0.2.11", True, shape, "lab")
+    labels = node["metadata"]["labels"]
+    assert labels["cloud.google.com/gke-tpu-accelerator"] == accelerator
+    assert labels["cloud.google.com/gke-tpu-topology"] == topology
+    assert labels["node.kubernetes.io/instance-type"] == machine
+    assert node["status"]["allocatable"]["google.com/tpu"] == "4"
+    assert node["metadata"]["name"].startswith("gke-lab-lab-np-0-")
+    objs = dict((o["metadata"]["name"], o) for _, o in xpk_cluster_objects(2, shape, "lab"))
+    assert objs["lab-resources-configmap"]["data"] == {tpu_type: str(2 * nodes)}
+    assert objs[f"1x{tpu_type}"]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-tpu-accelerator": accelerator,
+        "cloud.google.com/gke-tpu-topology": topology,
+    }
+
+
+@pytest.mark.parametrize("bad", ["v6e-1", "v2-8", "v9z-8", "v5p-65", ""])
+def test_a_tpu_type_gke_has_no_pool_for_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a TPU type of a GKE TPU node pool"):
+        L.slice_shape(bad)
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [("research-v4", True), ("a", True), ("Research", False), ("4cluster", False),
+     ("ends-", False), ("x" * 41, False), ("under_score", False)],
+)  # fmt: skip
+def test_cluster_names_as_gke_accepts_them(name: str, ok: bool) -> None:
+    assert (L.cluster_name_problem(name) == "") is ok
