@@ -302,7 +302,11 @@ class RecoveryRunner:
                 ok=True,
                 elapsed_s=self._elapsed(run, DETECT),
                 per_host={
-                    h: HostResult(host=h, ok=c is cx.HostCondition.OK, error="" if c == "ok" else c)
+                    h: HostResult(
+                        host=h,
+                        ok=c is cx.HostCondition.OK,
+                        error="" if c is cx.HostCondition.OK else c,
+                    )
                     for h, c in diag.conditions.items()
                 },
                 message=diag.summary(),
