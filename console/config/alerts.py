@@ -39,6 +39,10 @@ class AlertKind(StrEnum):
     NOTICE_NOT_HONOURED = "notice_not_honoured"
     JOB_FAILED = "job_failed"
     JOB_FINISHED = "job_finished"
+    # A GKE pod's own failure, by the cause its status gives (its workload retries it).
+    POD_CRASHED = "pod_crashed"
+    POD_OOM_KILLED = "pod_oom_killed"
+    POD_EVICTED = "pod_evicted"
 
 
 ALERT_KINDS: tuple[str, ...] = tuple(AlertKind)
@@ -76,7 +80,7 @@ class AlertsConfig:
     ${NAME} where its token goes (the variable NAME holds it). None: no alerts."""
     kinds: tuple[str, ...] = ALERT_KINDS
     """What to send: preemption, recovered, recovery_failed, stall, no_capacity,
-    notice_not_honoured, job_failed, job_finished."""
+    notice_not_honoured, job_failed, job_finished, pod_crashed, pod_oom_killed, pod_evicted."""
     per_minute: int = 20
     """At most this many alerts a minute to each receiver; more are dropped (journaled)."""
     retries: int = 3

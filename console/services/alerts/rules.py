@@ -21,9 +21,13 @@ from console.services.record.incidents import INCIDENT, LOSS_KINDS, incident_of
 ALERT = EventKind.ALERT  # the journal's kind for a delivery attempt
 # The event of a notice no checkpoint followed (its verifying service is still to come).
 NOT_HONOURED = frozenset({EventKind.NOTICE_NOT_HONOURED})
-# A GKE pod's failure by its cause: one alert per incident (its pods' rows are many); a
-# failure the workload does not retry is its job failing.
-POD_FAILURES = frozenset({EventKind.POD_CRASHED, EventKind.POD_OOM_KILLED, EventKind.POD_EVICTED})
+# A GKE pod's failure by its cause, its own alert kind: one alert per incident and cause (its
+# pods' rows are many); a failure the workload does not retry is its job failing.
+POD_FAILURES: Mapping[str, AlertKind] = {
+    EventKind.POD_CRASHED: AlertKind.POD_CRASHED,
+    EventKind.POD_OOM_KILLED: AlertKind.POD_OOM_KILLED,
+    EventKind.POD_EVICTED: AlertKind.POD_EVICTED,
+}
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,8 @@ def _classify(e: Event) -> tuple[AlertKind | None, str]:
     if e.kind in POD_FAILURES:
         if e.data.get("restartable") is False:
             return AlertKind.JOB_FAILED, f"job_failed:{e.data.get('workload') or iid or row}"
-        return AlertKind.PREEMPTION if e.kind == EventKind.POD_EVICTED else None, (
-            f"preemption:{iid or row}"
-        )
+        kind = POD_FAILURES[e.kind]
+        return kind, f"{kind}:{iid or row}"
     if e.kind in NOT_HONOURED:
         return AlertKind.NOTICE_NOT_HONOURED, f"notice_not_honoured:{row}"
     if e.kind == EventKind.JOB_STATE:
@@ -129,6 +132,9 @@ _TITLES = {
     AlertKind.NOTICE_NOT_HONOURED: "preemption notice not honoured",
     AlertKind.JOB_FAILED: "job failed",
     AlertKind.JOB_FINISHED: "job finished",
+    AlertKind.POD_CRASHED: "pod crashed",
+    AlertKind.POD_OOM_KILLED: "pod OOMKilled",
+    AlertKind.POD_EVICTED: "pod evicted",
 }
 
 
@@ -141,6 +147,9 @@ _TYPES = {
     AlertKind.NOTICE_NOT_HONOURED: "warning",
     AlertKind.JOB_FAILED: "failure",
     AlertKind.JOB_FINISHED: "info",
+    AlertKind.POD_CRASHED: "warning",
+    AlertKind.POD_OOM_KILLED: "warning",
+    AlertKind.POD_EVICTED: "warning",
 }
 
 

@@ -178,3 +178,54 @@ async def test_rows_another_front_end_wrote_are_its_own_to_send(rig: Rig, tmp_pa
     await until(lambda: len(rig.receiver.bodies) == 1, 10, "our alert")
     await alerter.idle()
     assert ["ours" in b["message"] for b in rig.receiver.bodies] == [True]
+
+
+async def test_gke_pod_failures_alert_by_their_cause_once_per_incident(rig: Rig) -> None:
+    """A JobSet's 8 pods crash (retried): one `pod crashed` alert for the incident, not
+    eight; an OOMKilled pod and an evicted one are their own kinds; a failure the workload
+    does not retry is its job failing. Before, a crash or an OOMKilled pod alerted nothing
+    and an eviction was sent as a preemption."""
+    alerter = await rig.alerter()
+    for i in range(8):
+        await rig.emit(
+            "pod_crashed",
+            f"pod w-{i}: crashed (exit 137); it is retried",
+            host=f"node-{i}",
+            pod=f"w-{i}",
+            workload="w",
+            cause="crash",
+            exit_code=137,
+            restartable=True,
+        )
+    await rig.emit(
+        "pod_oom_killed", "pod w-0: OOMKilled (exit 137)", pod="w-0", workload="w",
+        cause="oom_killed", exit_code=137, restartable=True,
+    )  # fmt: skip
+    await rig.emit(
+        "pod_evicted",
+        "pod w-1: evicted: PreemptionByScheduler: default-scheduler: preempting to "
+        "accommodate a higher priority pod",
+        pod="w-1", workload="w", cause="evicted", exit_code=143, restartable=True,
+    )  # fmt: skip
+    await rig.emit(
+        "pod_crashed", "pod v-0: crashed (exit 3); not restartable: its workload fails",
+        pod="v-0", workload="v", cause="crash", exit_code=3, restartable=False,
+    )  # fmt: skip
+    await rig.sink.flush()
+    await until(lambda: len(rig.receiver.bodies) >= 4, 20, "four messages")
+    await alerter.idle()
+    titles = sorted(b["title"] for b in rig.receiver.bodies)
+    assert titles == [
+        "phantom phantom-pod: job failed",
+        "phantom phantom-pod: pod OOMKilled",
+        "phantom phantom-pod: pod crashed",
+        "phantom phantom-pod: pod evicted",
+    ], titles
+    evicted = next(b for b in rig.receiver.bodies if b["title"].endswith("pod evicted"))
+    assert "PreemptionByScheduler" in evicted["message"] and evicted["type"] == "warning"
+    assert sorted(r.data["alert"] for r in rig.alert_rows()) == [
+        "job_failed",
+        "pod_crashed",
+        "pod_evicted",
+        "pod_oom_killed",
+    ]
