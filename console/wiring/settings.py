@@ -63,14 +63,10 @@ def ledger_settings(config: Config) -> LedgerSettings:
     from console.services.ledger.prices import pricing_for
 
     gke, cl = config.gke, config.cluster
-    accelerator, where = (
-        (gke.tpu_type, gke.location)
-        if config.is_gke
-        else (
-            cl.accelerator_type,
-            cl.zone,
-        )
-    )
+    if config.is_gke:
+        accelerator, where = gke.tpu_type, gke.location
+    else:
+        accelerator, where = cl.accelerator_type, cl.zone
     return LedgerSettings(
         pricing=pricing_for(config.prices, accelerator, where, config.source),
         hosts=max(1, cl.hosts),
