@@ -21,9 +21,9 @@ from console.services.model import JobStatus, RunMetrics
 from console.services.record.incidents import incident_of
 from console.wiring.settings import workload_defaults
 from emulators.gke import client as gke_client
-from tests.support.fixtures_gke import gke, gke_module, xpk_jobset
+from tests.support.fixtures_gke import gke, gke_module, start_cluster, stop_cluster, xpk_jobset
 from tests.support.gke_services import events, gke_backend, gke_config, gke_services
-from tests.support.waiting import until
+from tests.support.waiting import until, wait_until
 from tests.support.xpk import gcloud_env, gcloud_or_skip, run, xpk_args, xpk_or_skip
 
 __all__ = ["gke", "gke_module"]
@@ -343,3 +343,79 @@ async def test_xpk_runs_the_consoles_line_lists_and_deletes_and_the_console_sees
     mine, theirs = pathways_essentials(pw_preview.manifest), pathways_essentials(pw_made)
     assert mine["worker"]["selector"].pop("cloud.google.com/gke-spot") == "true"
     assert theirs == mine
+
+
+@pytest.mark.slow
+def test_xpk_runs_a_v4_workload_on_a_cluster_of_the_users_name(tmp_path: Path) -> None:
+    """`phantom gke up --tpu-type v4-32 --cluster research-v4 --slices 2`, judged by the real
+    gcloud and xpk 1.16 with flags of their own (not the console's line): node pools named
+    after the cluster, with GKE's v4 machine type and topology; `xpk workload create
+    --tpu-type v4-32` runs 4 pods (one per v4-32 host) on one pool, `xpk workload list`
+    shows it, and a type the cluster does not have is refused by xpk. Before, the emulator
+    had only v5p-64 pools in a cluster named phantom-gke."""
+    xpk_or_skip()
+    gcloud = gcloud_or_skip()
+    run_dir = tmp_path / "gke"
+    info = start_cluster(run_dir, slices=2, tpu_type="v4-32", cluster="research-v4")
+    try:
+        assert (info.cluster, info.context) == (
+            "research-v4",
+            "gke_phantom-local_us-east5_research-v4",
+        )
+        env = gcloud_env(info, tmp_path / "home")
+        pools = run(
+            [gcloud, "container", "node-pools", "list", "--cluster=research-v4",
+             f"--location={info.location}", "--format=json"],
+            env,
+            timeout=60,
+        )  # fmt: skip
+        assert pools.returncode == 0, pools.stderr
+        by_name = {p["name"]: p for p in json.loads(pools.stdout)}
+        assert set(by_name) == {"cpu-np", "research-v4-np-0", "research-v4-np-1"}
+        v4 = by_name["research-v4-np-0"]
+        assert v4["config"]["machineType"] == "ct4p-hightpu-4t"
+        assert v4["placementPolicy"]["tpuTopology"] == "2x2x4"
+        assert v4["initialNodeCount"] == 4
+
+        create = [
+            "xpk", "workload", "create", *xpk_args(info), "--workload", "v4-run",
+            "--tpu-type", "v4-32", "--num-slices", "1", "--docker-image", IMAGE,
+            "--command", "echo v4 host $JOB_COMPLETION_INDEX; sleep 120",
+        ]  # fmt: skip
+        created = run(create, env)
+        assert created.returncode == 0, created.stdout[-3000:] + created.stderr[-3000:]
+        assert "jobset.jobset.x-k8s.io/v4-run created" in created.stdout
+        pods_path = (
+            "api/v1/namespaces/default/pods?labelSelector=jobset.sigs.k8s.io/jobset-name%3Dv4-run"
+        )
+        nodes = {n["metadata"]["name"]: n for n in get(info, "api/v1/nodes")["items"]}
+
+        def running() -> list[Any]:
+            return [
+                p for p in get(info, pods_path)["items"] if p["status"].get("phase") == "Running"
+            ]
+
+        wait_until(lambda: len(running()) == 4, 90, "the v4-32 workload's 4 pods Running")
+        pools_used = {
+            nodes[p["spec"]["nodeName"]]["metadata"]["labels"]["cloud.google.com/gke-nodepool"]
+            for p in running()
+        }
+        assert len(pools_used) == 1 and pools_used <= {"research-v4-np-0", "research-v4-np-1"}
+        labels = nodes[running()[0]["spec"]["nodeName"]]["metadata"]["labels"]
+        assert labels["cloud.google.com/gke-tpu-accelerator"] == "tpu-v4-podslice"
+        assert labels["node.kubernetes.io/instance-type"] == "ct4p-hightpu-4t"
+
+        listed = run(["xpk", "workload", "list", *xpk_args(info)], env)
+        assert listed.returncode == 0, listed.stdout[-3000:]
+        assert [ln for ln in listed.stdout.splitlines() if ln.startswith("v4-run ")]
+
+        wrong = run([*create[:12], "v5-run", "--tpu-type", "v5p-64", *create[15:]], env)
+        assert wrong.returncode != 0, wrong.stdout[-3000:]
+        assert (
+            "The nodepool for the requested device type v5p-64 is not present on the cluster "
+            "research-v4" in wrong.stdout
+        ), wrong.stdout[-3000:]
+        assert get(info, f"{JOBSETS}/v4-run")["metadata"]["name"] == "v4-run"
+        assert "v5-run" not in {j["metadata"]["name"] for j in get(info, JOBSETS)["items"]}
+    finally:
+        stop_cluster(run_dir)
