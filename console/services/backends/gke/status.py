@@ -91,7 +91,8 @@ def pod_failure(pod: Obj) -> tuple[str, int | None, float | None]:
     (``status.reason`` Evicted, or a DisruptionTarget by eviction or preemption), its node
     gone (DeletionByPodGC / DeletionByTaintManager), its node shut down (TerminationByKubelet:
     a spot reclaim, or the slice's repair: the slice's row says which), else a container
-    terminated non-zero, now or before its last restart (OOMKilled or a crash)."""
+    terminated non-zero, now or before its last restart (OOMKilled or a crash), unless it
+    stopped only once the pod was deleted (no failure of its own)."""
     st = pod.get("status") or {}
     exit_code: int | None = None
     failed_at: float | None = None
@@ -113,6 +114,11 @@ def pod_failure(pod: Obj) -> tuple[str, int | None, float | None]:
         found = _DISRUPTIONS.get(str(dt.get("reason", "")))
         if found is not None:
             return found, exit_code, ts(dt.get("lastTransitionTime")) or failed_at
+    deleted = ts((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if crashed and deleted is not None and (failed_at is None or failed_at >= deleted):
+        # Stopped because it was deleted (its JobSet restarting, a user's kubectl delete):
+        # the kubelet gives it its terminal phase and SIGTERM's exit code, no crash of its own.
+        return "", exit_code, failed_at
     return crashed, exit_code, failed_at
 
 

@@ -63,6 +63,27 @@ def test_the_cause_is_what_the_pod_status_says() -> None:
     assert S.pod_status(_pod(containerStatuses=_terminated(0, "Completed"))).failure == ""
 
 
+def test_a_pod_stopped_because_it_was_deleted_is_no_crash() -> None:
+    """A JobSet's restart (or a user's kubectl delete) deletes its pods; since 1.27 the
+    kubelet gives each its terminal phase, Failed with SIGTERM's 143, before it goes. That is
+    no crash of the pod's own; a container that had failed before the deletion still is."""
+
+    def deleted_pod(finished: str, deleted: str) -> dict[str, Any]:
+        pod = _pod(containerStatuses=_terminated(143, "Error"))
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = finished
+        pod["metadata"]["deletionTimestamp"] = deleted
+        return pod
+
+    stopped = S.pod_status(deleted_pod("2026-12-04T16:00:05Z", "2026-12-04T16:00:03Z"))
+    assert (stopped.failure, stopped.exit_code) == ("", 143)
+    crashed = S.pod_status(deleted_pod("2026-12-04T16:00:01Z", "2026-12-04T16:00:03Z"))
+    assert crashed.failure == PodFailure.CRASH
+    preempted = deleted_pod("2026-12-04T16:00:05Z", "2026-12-04T16:00:03Z")
+    cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    preempted["status"]["conditions"] = [cond]
+    assert S.pod_status(preempted).failure == PodFailure.EVICTED
+
+
 def test_a_node_shutting_down_without_the_spot_taint_is_not_a_preemption() -> None:
     ready = {"type": "Ready", "status": "False", "message": "node is shutting down"}
     node: dict[str, Any] = {"status": {"conditions": [ready]}, "spec": {}}
