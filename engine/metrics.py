@@ -79,10 +79,19 @@ class ProgressWriter(KVWriter):
 
 
 class WandbWriter(KVWriter):
-    """Forward every numeric SB3 metric to a W&B run, keyed on ``global_step``."""
+    """Forward every numeric SB3 metric to a W&B run, keyed on ``global_step``.
 
-    def __init__(self, run: Any) -> None:
+    ``stopping()`` says a preemption notice came: its SIGTERM reaches wandb-core too, and a
+    dump between that and the trainer's stop (an update in progress finishes first) would
+    raise from the dead session and lose the notice checkpoint. Then the row is dropped and
+    so are the later ones; the run's end, with the notice step's row, is written by a fresh
+    session (``engine.tracking.end_preempted``). Without a notice a W&B error still raises.
+    """
+
+    def __init__(self, run: Any, stopping: Callable[[], bool] | None = None) -> None:
         self.run = run
+        self.stopping = stopping
+        self.lost = False  # the session died with the notice: nothing more is sent
 
     def write(
         self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0
@@ -95,7 +104,14 @@ class WandbWriter(KVWriter):
             num = _numeric(value)
             if num is not None:
                 data[key] = num
-        self.run.log(data)
+        if self.lost:
+            return
+        try:
+            self.run.log(data)
+        except Exception:
+            if self.stopping is None or not self.stopping():
+                raise
+            self.lost = True
 
     def close(self) -> None:
         return None

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,24 +63,66 @@ def start_wandb(
     return run
 
 
+@dataclass(frozen=True)
+class ModelArtifact:
+    """Weights to log as a version of the run's ``model`` artifact (``artifact_name``)."""
+
+    name: str
+    files: tuple[Path, ...]
+    aliases: tuple[str, ...]
+    metadata: dict[str, Any]
+
+    def log_to(self, run: Any) -> None:
+        import wandb
+
+        artifact = wandb.Artifact(name=self.name, type="model", metadata=self.metadata)
+        for path in self.files:
+            artifact.add_file(str(path), name=path.name)
+        run.log_artifact(artifact, aliases=list(self.aliases))
+
+
 def log_final_artifact(
     run: Any, algo: str, run_name: str, files: list[Path], step: int, metadata: dict[str, Any]
 ) -> str:
     """Log final weights as an artifact with aliases ``latest`` and ``step-<N>``."""
-    import wandb
+    name = artifact_name(algo, run_name)
+    ModelArtifact(name, tuple(files), ("latest", f"step-{step}"), metadata).log_to(run)
+    return name
 
-    artifact = wandb.Artifact(name=artifact_name(algo, run_name), type="model", metadata=metadata)
-    for path in files:
-        artifact.add_file(str(path), name=path.name)
-    run.log_artifact(artifact, aliases=["latest", f"step-{step}"])
-    return str(artifact.name)
+
+def notice_artifact(
+    algo: str, run_name: str, files: list[Path], step: int, metadata: dict[str, Any]
+) -> ModelArtifact:
+    """The checkpoint written on a preemption notice, as a version of the same artifact:
+    aliases ``latest``, ``step-<N>`` and ``preempted``; ``use_notice_artifact`` finds it."""
+    return ModelArtifact(
+        artifact_name(algo, run_name),
+        tuple(files),
+        ("latest", f"step-{step}", "preempted"),
+        {**metadata, "trigger": "notice"},
+    )
+
+
+def use_notice_artifact(run: Any, algo: str, run_name: str, step: int) -> str:
+    """The resumed run uses the notice checkpoint's artifact (lineage: logged by the run
+    before its notice, used by the same run id after). Raises what ``use_artifact`` raises,
+    e.g. when the notice's end never reached W&B. Returns the reference used."""
+    ref = f"{artifact_name(algo, run_name)}:step-{step}"
+    run.use_artifact(ref)
+    return ref
 
 
 def end_preempted(
-    run: Any, row: dict[str, float], summary: dict[str, Any], code: int, reopen: Callable[[], Any]
+    run: Any,
+    row: dict[str, float],
+    summary: dict[str, Any],
+    code: int,
+    reopen: Callable[[], Any],
+    artifact: ModelArtifact | None = None,
 ) -> Any:
-    """End a W&B run after a preemption notice: its last row, its summary, ``preempting``,
-    then ``finish(code)``; the run on the server ends ``preempted``, not ``running``.
+    """End a W&B run after a preemption notice: ``preempting``, its last row, its summary,
+    the notice checkpoint's ``artifact``, then ``finish(code)`` (which waits for the upload);
+    the run on the server ends ``preempted``, not ``running``.
 
     A spot VM's shutdown sends SIGTERM to every process, wandb-core included, which exits
     at once with what it had not sent yet (its file stream sends every 15 s). Its own
@@ -90,18 +133,26 @@ def end_preempted(
     import wandb
 
     with contextlib.suppress(Exception):  # any failure of the dead session: open a new one
-        _end(run, row, summary, code)
+        _end(run, row, summary, code, artifact)
         return run
     with contextlib.suppress(Exception):
         wandb.teardown()  # forget the dead service, so the next init starts its own
     again = reopen()
-    _end(again, row, summary, code)
+    _end(again, row, summary, code, artifact)
     return again
 
 
-def _end(run: Any, row: dict[str, float], summary: dict[str, Any], code: int) -> None:
+def _end(
+    run: Any,
+    row: dict[str, float],
+    summary: dict[str, Any],
+    code: int,
+    artifact: ModelArtifact | None,
+) -> None:
     run.mark_preempting()
     if row:
         run.log(row)
     run.summary.update(summary)
+    if artifact is not None:
+        artifact.log_to(run)
     run.finish(exit_code=code)

@@ -119,6 +119,7 @@ class Trainer:
         self.work = Path(".")
         self.saved_step: int | None = None  # step of the newest complete checkpoint
         self.checkpoint_uri: str | None = None
+        self.snapshot_dir: Path | None = None  # local copy of the newest checkpoint's files
         self.preempted = False
         self.training_stopped: float | None = None  # monotonic end of the last learn call
         self._saved: tuple[int, str, float] | None = None  # a save whose pause is not over
@@ -208,7 +209,8 @@ class Trainer:
             run_id = str(self.wandb_run.id)
             # the same run in a fresh session, after a notice took wandb-core down
             self._wandb_reopen = lambda: start(run_id, reuse=False)
-            writers.append(WandbWriter(self.wandb_run))
+            writers.append(WandbWriter(self.wandb_run, lambda: self.notice.requested))
+            self._use_notice_artifact()
         self.model.set_logger(Logger(folder=str(tb_dir), output_formats=writers))
 
     def _build_callbacks(self) -> None:
@@ -339,7 +341,7 @@ class Trainer:
         self.training_stopped = None
         out, manifest = self._snapshot("ckpt", trigger)
         uri = self.store.save(out, self.model.num_timesteps, manifest, self.metrics_now())
-        shutil.rmtree(out, ignore_errors=True)
+        self._keep_snapshot(out)
         self.saved_step, self.checkpoint_uri = int(self.model.num_timesteps), uri
         self.log_step(self.saved_step)
         if trigger != "notice":
@@ -360,6 +362,13 @@ class Trainer:
                 at=time.time(),
             )
         )
+
+    def _keep_snapshot(self, out: Path) -> None:
+        """Keep the newest checkpoint's local files (the previous ones go): a notice logs
+        them to W&B without reading the checkpoint back from the bucket."""
+        if self.snapshot_dir is not None and self.snapshot_dir != out:
+            shutil.rmtree(self.snapshot_dir, ignore_errors=True)
+        self.snapshot_dir = out
 
     def log_saved(self) -> None:
         """Log the pending save's line with its pause up to now (no-op without one)."""
@@ -392,15 +401,20 @@ class Trainer:
                     }
                 )
             self.checkpoint("notice")
-            end = getattr(self.store, "end_notice", None)
-            if end is not None:
-                end()
         assert self.checkpoint_uri is not None
         self.preempted = True
         error = TrainingPreempted(
             step, self.checkpoint_uri, self.notice.elapsed(), self.notice.source or "notice"
         )
         log(notice_line(error.step, error.uri, error.seconds, error.source))
+        try:
+            # before the marker goes: a retry of this trainer waits for it, so the resumed
+            # run starts after this one ended and finds the checkpoint's artifact
+            self.close_wandb()
+        finally:
+            end = getattr(self.store, "end_notice", None)
+            if end is not None:
+                end()
         return error
 
     # ------------------------------------------------------------------ the run
@@ -498,18 +512,59 @@ class Trainer:
             "preempted_at_step": step,
             "checkpoint_uri": self.checkpoint_uri,
         }
-        end_preempted(self.wandb_run, row, summary, EX_PREEMPTED, self._wandb_reopen)
+        end_preempted(
+            self.wandb_run, row, summary, EX_PREEMPTED, self._wandb_reopen, self._notice_artifact()
+        )
+
+    def _notice_artifact(self) -> Any:
+        """The notice checkpoint's weights (as the final artifact's: no replay buffer) as a
+        version of the run's model artifact; None without the checkpoint's local files."""
+        from engine.tracking import notice_artifact
+
+        snap, step = self.snapshot_dir, self.saved_step
+        if snap is None or step is None or not snap.is_dir():
+            return None
+        files = sorted(p for p in snap.iterdir() if p.name not in (MANIFEST, "replay_buffer.pkl"))
+        metadata = {
+            "run_name": self.cfg.run_name,
+            "step": step,
+            "checkpoint_uri": self.checkpoint_uri,
+            "node": self.node,
+            "attempt": self.attempt,
+        }
+        return notice_artifact(self.cfg.algo, self.cfg.run_name, files, step, metadata)
+
+    def _use_notice_artifact(self) -> None:
+        """A run resumed from a notice checkpoint uses that checkpoint's artifact (online)."""
+        from engine.tracking import use_notice_artifact
+
+        latest = self.latest
+        if latest is None or latest.manifest.get("trigger") != "notice":
+            return
+        if self.cfg.wandb != "online":  # the SDK resolves an artifact by name on the server
+            return
+        try:
+            ref = use_notice_artifact(self.wandb_run, self.cfg.algo, self.cfg.run_name, latest.step)
+        except Exception as exc:  # lineage only: the checkpoint itself came from the store
+            log(f"W&B artifact of the notice checkpoint not used: {type(exc).__name__}: {exc}")
+            return
+        log(f"W&B run uses artifact {ref} (the notice checkpoint resumed from)")
+
+    def close_wandb(self) -> None:
+        """End the W&B run: preempted (with its notice checkpoint) or failed; no-op without one."""
+        if self.wandb_run is None:
+            return
+        try:
+            if self.preempted:
+                self._end_wandb_preempted()
+            else:
+                self.wandb_run.finish(exit_code=EX_FAILURE)
+        except Exception as exc:  # never let W&B hide the real outcome: say it, go on
+            log(f"W&B run could not be ended: {type(exc).__name__}: {exc}")
+        self.wandb_run = None
 
     def close(self) -> None:
-        if self.wandb_run is not None:
-            try:
-                if self.preempted:
-                    self._end_wandb_preempted()
-                else:
-                    self.wandb_run.finish(exit_code=EX_FAILURE)
-            except Exception as exc:  # never let W&B hide the real outcome: say it, go on
-                log(f"W&B run could not be ended: {type(exc).__name__}: {exc}")
-            self.wandb_run = None
+        self.close_wandb()
         if self.model is not None and getattr(self.model, "_logger", None) is not None:
             with contextlib.suppress(Exception):
                 self.model.logger.close()
