@@ -309,18 +309,17 @@ class Scheduler:
         mine = int(spec.get("priority") or 0)
         if spec.get("preemptionPolicy") == "Never" or mine <= 0:
             return None
-        best: tuple[tuple[int, int], str, list[Obj]] | None = None
+        if not any(int(p["spec"].get("priority") or 0) < mine for p in pods):
+            return None  # nothing to take away: preemption cannot help (the common case)
+        # Candidate domains: each node, or under exclusive placement each node pool whole.
+        groups: dict[str, list[Obj]] = {}
         for node in nodes:
             labels = node["metadata"].get("labels") or {}
-            if exclusive:
-                value = labels.get(exclusive, "")
-                names = {
-                    n["metadata"]["name"]
-                    for n in nodes
-                    if (n["metadata"].get("labels") or {}).get(exclusive, "") == value
-                }
-            else:
-                names = {node["metadata"]["name"]}
+            key = labels.get(exclusive, "") if exclusive else node["metadata"]["name"]
+            groups.setdefault(key, []).append(node)
+        best: tuple[tuple[int, int], str, list[Obj]] | None = None
+        for members in groups.values():
+            names = {n["metadata"]["name"] for n in members}
             there = [p for p in pods if p["spec"].get("nodeName") in names]
             if any(int(p["spec"].get("priority") or 0) >= mine for p in there):
                 continue
@@ -328,13 +327,21 @@ class Scheduler:
             domain, taken = (
                 self._exclusive_domains(pod, rest, exclusive) if exclusive else ("", set())
             )
-            if self._filter(pod, node, rest, exclusive, domain, taken) is not None:
+            fits = next(
+                (
+                    n
+                    for n in members
+                    if self._filter(pod, n, rest, exclusive, domain, taken) is None
+                ),
+                None,
+            )
+            if fits is None:
                 continue
             victims = [p for p in there if not p["metadata"].get("deletionTimestamp")]
             top = max((int(p["spec"].get("priority") or 0) for p in victims), default=-1)
             rank = (len(victims), top)
             if best is None or rank < best[0]:
-                best = (rank, node["metadata"]["name"], victims)
+                best = (rank, fits["metadata"]["name"], victims)
         if best is None:
             return None
         _, chosen, victims = best
