@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from engine.sweep import read_status
 from tests.support import REPO
 from tests.support.fixtures_pod import RayPod, start_worker
 from tests.support.sweep_waits import sweep_ready_to_preempt
+from tests.support.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,54 +59,6 @@ def last_json(text: str, key: str) -> dict[str, Any]:
     raise AssertionError(f"no JSON line with {key!r} in output:\n{text[-4000:]}")
 
 
-def test_submit_single_mode_trains_and_checkpoints_into_bucket(ray_pod: RayPod) -> None:
-    bucket = ray_pod.pod.bucket_uri
-    proc = submit(
-        ray_pod,
-        RAY_MODE="single",
-        WANDB_MODE="offline",
-        STORAGE=f"{bucket}/single",
-        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.3 --device cpu "
-        "--checkpoint-every 512 --eval-episodes 2",
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    result = last_json(proc.stdout, "run_name")
-    assert result["num_timesteps"] == 1024
-    run_dir = ray_pod.pod.bucket / "single" / result["run_name"]
-    assert (run_dir / "checkpoints" / "step-000000001024" / "MANIFEST.json").exists()
-    assert (run_dir / "final" / "model.zip").exists()
-    # the offline W&B run lives beside the checkpoints, ready for `wandb sync`
-    assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
-    assert result["node"] == ray_pod.pod.hosts[0].ip  # the job's driver runs on the head
-
-
-def test_submit_distributed_puts_three_trainers_on_three_nodes(ray_pod: RayPod) -> None:
-    bucket = ray_pod.pod.bucket_uri
-    proc = submit(
-        ray_pod,
-        RAY_MODE="distributed",
-        NUM_NODES="3",
-        TPU_PER_TASK="8",
-        BASE_SEED="42",
-        STORAGE=f"{bucket}/dist",
-        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.4 --device cpu "
-        "--checkpoint-every 512 --eval-episodes 2",
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    summary = last_json(proc.stdout, "trainers")
-    trainers = summary["trainers"]
-    assert len(trainers) == 3 and not summary["failures"]
-    assert summary["distinct_nodes"] == 3
-    pod_ips = {h.ip for h in ray_pod.pod.hosts}
-    ips = [t["node_ip"] for t in trainers]
-    assert len(set(ips)) == 3 and set(ips) <= pod_ips
-    assert sorted(t["seed"] for t in trainers) == [42, 43, 44]
-    assert len({t["run_name"] for t in trainers}) == 3
-    for t in trainers:
-        assert t["num_timesteps"] == 1024
-        assert (ray_pod.pod.bucket / "dist" / t["run_name"] / "final" / "model.zip").exists()
-
-
 def _job_client(ray_pod: RayPod) -> Any:
     from ray.job_submission import JobSubmissionClient
 
@@ -142,12 +94,7 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
 
     # wait for a worker host (not the head, which runs the sweep driver) whose running
     # trials all have a checkpoint, then preempt it
-    victim = None
-    deadline = time.monotonic() + 600
-    while victim is None:
-        assert time.monotonic() < deadline, (
-            f"no preemptible moment: {read_status(storage, sweep_id)}"
-        )
+    def preemptible_host() -> int | None:
         status = jobs.get_job_status("sweep-preempt")
         assert not status.is_terminal(), jobs.get_job_logs("sweep-preempt")[-4000:]
         by_host: dict[int, list[dict[str, Any]]] = {}
@@ -157,9 +104,12 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
                 by_host.setdefault(ip_to_host[current["node"]], []).append(current)
         for host, running in sorted(by_host.items()):
             if host != 0 and running and all(a["reports"] >= 1 for a in running):
-                victim = host
-                break
-        time.sleep(0.5)
+                return host
+        return None
+
+    victim = wait_for(
+        preemptible_host, 600, "a worker host whose running trials all have a checkpoint", 0.5
+    )
     client.preempt(pod.run_dir, victim)
 
     # the recovery loop's steps for that host: recreate, wait READY, join Ray again
@@ -167,10 +117,9 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
     ready = client.wait_for(pod.run_dir, lambda p: p.state == "READY", 120, "READY")
     start_worker(ready, victim, ray_pod.gcs)
 
-    deadline = time.monotonic() + 900
-    while not jobs.get_job_status("sweep-preempt").is_terminal():
-        assert time.monotonic() < deadline, jobs.get_job_logs("sweep-preempt")[-4000:]
-        time.sleep(2)
+    wait_until(
+        lambda: jobs.get_job_status("sweep-preempt").is_terminal(), 900, "the sweep's end", 1.0
+    )
     logs = jobs.get_job_logs("sweep-preempt")
     from ray.job_submission import JobStatus
 
@@ -219,10 +168,8 @@ def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: R
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     jobs = _job_client(ray_pod)
     ip_to_host = {h.ip: i for i, h in enumerate(pod.hosts)}
-    victim = victim_run = None
-    deadline = time.monotonic() + 600
-    while victim is None:
-        assert time.monotonic() < deadline, "no trainer checkpointed on a worker host"
+
+    def checkpointed_worker() -> tuple[int, str] | None:
         assert not jobs.get_job_status("dist-preempt").is_terminal()
         for manifest_path in storage.glob("*/checkpoints/*/MANIFEST.json"):
             try:
@@ -231,15 +178,15 @@ def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: R
                 continue
             host = ip_to_host.get(manifest.get("node", ""))
             if host not in (None, 0) and manifest["step"] < 6144:
-                victim, victim_run = host, manifest["run_name"]
-                break
-        time.sleep(0.3)
+                return host, manifest["run_name"]
+        return None
+
+    victim, victim_run = wait_for(
+        checkpointed_worker, 600, "a trainer's checkpoint on a worker host", 0.3
+    )
     client.preempt(pod.run_dir, victim)
 
-    deadline = time.monotonic() + 900
-    while not jobs.get_job_status("dist-preempt").is_terminal():
-        assert time.monotonic() < deadline, jobs.get_job_logs("dist-preempt")[-4000:]
-        time.sleep(2)
+    wait_until(lambda: jobs.get_job_status("dist-preempt").is_terminal(), 900, "the job's end", 1.0)
     logs = jobs.get_job_logs("dist-preempt")
     summary = last_json(logs, "trainers")
     assert not summary["failures"], logs[-4000:]
@@ -275,12 +222,13 @@ def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     exp_dir = pod.bucket / "sweeps" / "headloss"
 
-    deadline = time.monotonic() + 300  # inside pytest's timeout, so the message is shown
-    while not sweep_ready_to_preempt(storage, "headloss", exp_dir, trials=4):
-        assert time.monotonic() < deadline, (
-            f"sweep never got going: {read_status(storage, 'headloss')}"
-        )
-        time.sleep(0.3)
+    # inside pytest's timeout, so the message is shown
+    wait_until(
+        lambda: sweep_ready_to_preempt(storage, "headloss", exp_dir, trials=4),
+        300,
+        "the sweep going: every trial started and checkpointed, the state saved",
+        0.3,
+    )
     client.preempt(pod.run_dir, 0)
 
     # recovery loop: recreate the head VM, restart Ray everywhere, resubmit the sweep
@@ -301,3 +249,56 @@ def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod
         assert len(fresh) == 1, f"trial {trial['trial_id']} started from scratch twice: {trial}"
         assert trial["final"] and trial["step"] == 6000
     assert any(len(t["attempts"]) > 1 for t in trials.values())
+
+
+# The two tests below only run jobs to their end on a healthy cluster, so they share one
+# (``quiet_ray_pod``: a pod and Ray cost ~35 s to bring up in CI). They sit last so that the
+# module's shared pod is torn down at once, not kept idle beside the fresh pods above.
+
+
+def test_submit_single_mode_trains_and_checkpoints_into_bucket(quiet_ray_pod: RayPod) -> None:
+    bucket = quiet_ray_pod.pod.bucket_uri
+    proc = submit(
+        quiet_ray_pod,
+        RAY_MODE="single",
+        WANDB_MODE="offline",
+        STORAGE=f"{bucket}/single",
+        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.3 --device cpu "
+        "--checkpoint-every 512 --eval-episodes 2",
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    result = last_json(proc.stdout, "run_name")
+    assert result["num_timesteps"] == 1024
+    run_dir = quiet_ray_pod.pod.bucket / "single" / result["run_name"]
+    assert (run_dir / "checkpoints" / "step-000000001024" / "MANIFEST.json").exists()
+    assert (run_dir / "final" / "model.zip").exists()
+    # the offline W&B run lives beside the checkpoints, ready for `wandb sync`
+    assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert result["node"] == quiet_ray_pod.pod.hosts[0].ip  # the job's driver runs on the head
+
+
+def test_submit_distributed_puts_three_trainers_on_three_nodes(quiet_ray_pod: RayPod) -> None:
+    bucket = quiet_ray_pod.pod.bucket_uri
+    proc = submit(
+        quiet_ray_pod,
+        RAY_MODE="distributed",
+        NUM_NODES="3",
+        TPU_PER_TASK="8",
+        BASE_SEED="42",
+        STORAGE=f"{bucket}/dist",
+        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.4 --device cpu "
+        "--checkpoint-every 512 --eval-episodes 2",
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = last_json(proc.stdout, "trainers")
+    trainers = summary["trainers"]
+    assert len(trainers) == 3 and not summary["failures"]
+    assert summary["distinct_nodes"] == 3
+    pod_ips = {h.ip for h in quiet_ray_pod.pod.hosts}
+    ips = [t["node_ip"] for t in trainers]
+    assert len(set(ips)) == 3 and set(ips) <= pod_ips
+    assert sorted(t["seed"] for t in trainers) == [42, 43, 44]
+    assert len({t["run_name"] for t in trainers}) == 3
+    for t in trainers:
+        assert t["num_timesteps"] == 1024
+        assert (quiet_ray_pod.pod.bucket / "dist" / t["run_name"] / "final" / "model.zip").exists()

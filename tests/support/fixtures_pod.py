@@ -1,5 +1,5 @@
 """Pytest plugin: an emulated 4-host spot pod (``pod``; ``quiet_pod``, one a module shares)
-and one running Ray (``ray_pod``).
+and one running Ray (``ray_pod``; ``quiet_ray_pod``, one a module shares).
 
 Enabled by ``pytest_plugins = ["tests.support.fixtures_pod"]`` in tests/conftest.py. Every
 fixture uses free ports and its own run dir, so concurrent test runs on one
@@ -23,7 +23,7 @@ import pytest
 
 from console.services.backends.tpu_vm import raycmd
 from console.wiring.pod import LOCAL_RAY_SIZING
-from emulators.tpu_pod.client import PodInfo, leftover_pids, start_pod, stop_pod
+from emulators.tpu_pod.client import PodInfo, leftover_pids, pod_status, start_pod, stop_pod
 from tests.support.waiting import wait_until
 
 POD_HOSTS = 4
@@ -240,6 +240,44 @@ def ray_pod(pod: PodInfo) -> Iterator[RayPod]:
         stop_ray(pod)
 
 
+@pytest.fixture(scope="module")
+def _module_ray_pod(quiet_pod: PodInfo) -> Iterator[RayPod]:
+    try:
+        yield start_ray(quiet_pod)
+    finally:
+        stop_ray(quiet_pod)
+
+
+@pytest.fixture
+def quiet_ray_pod(_module_ray_pod: RayPod) -> RayPod:
+    """One ``ray_pod`` for a module's tests that only run jobs to their end: none preempts,
+    stops or adds a host or a Ray node (a test that does takes ``ray_pod``). Each test finds
+    it as a fresh one would be: every host READY, every Ray node alive, no job unfinished."""
+    wait_until(
+        lambda: ray_pod_is_clean(_module_ray_pod),
+        60,
+        "the shared Ray pod: 4 hosts READY, 4 Ray nodes alive, no job left running",
+    )
+    return _module_ray_pod
+
+
+def ray_pod_is_clean(ray_pod: RayPod) -> bool:
+    """Every host READY, every host's Ray node alive, and no job PENDING or RUNNING."""
+    status = pod_status(ray_pod.run_dir)
+    if status is None or any(h.state != "READY" for h in status.hosts):
+        return False
+    try:
+        with urllib.request.urlopen(f"{ray_pod.dashboard_url}/nodes?view=summary", timeout=5) as r:
+            nodes = json.loads(r.read().decode())["data"]["summary"]
+        with urllib.request.urlopen(f"{ray_pod.dashboard_url}/api/jobs/", timeout=5) as r:
+            jobs = json.loads(r.read().decode())
+    except (OSError, ValueError, KeyError):
+        return False
+    alive = {n["raylet"]["nodeManagerAddress"] for n in nodes if n["raylet"]["state"] == "ALIVE"}
+    unfinished = [j for j in jobs if j.get("status") in ("PENDING", "RUNNING")]
+    return alive == {h.ip for h in ray_pod.pod.hosts} and not unfinished
+
+
 __all__ = [
     "FAST_FAILURE_DETECTION",
     "POD_HOSTS",
@@ -247,7 +285,9 @@ __all__ = [
     "free_port",
     "pod",
     "quiet_pod",
+    "quiet_ray_pod",
     "ray_pod",
+    "ray_pod_is_clean",
     "ssh_run",
     "start_ray",
     "start_test_pod",
