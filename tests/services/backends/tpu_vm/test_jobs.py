@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from console.script.told import plain_lines
 from console.services.backends.tpu_vm.jobs import (
     EX_PREEMPTED,
     DashboardUnreachableError,
@@ -168,6 +169,74 @@ def spec(steps: int, hold: float = 0.0, exit_code: int = 0, **kw: object) -> Sub
 
 ENVIRON = {"WANDB_API_KEY": "sekret-value-123"}
 WANDB_ENV = {"env_vars": {"WANDB_API_KEY": "$WANDB_API_KEY", "WANDB_MODE": "offline"}}
+
+
+# A driver whose Ray tasks print, as engine.distributed's trainers do (log_to_driver, Ray's
+# dedup off as the engine sets it): each task prints its own numbered lines once and one line
+# three times over (a real repeat, as a Tune table's border or a reused actor's banner is).
+TASKS_PRINT = textwrap.dedent(
+    """
+    import argparse, os, time
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    import ray
+    p = argparse.ArgumentParser()
+    p.add_argument("--hold", type=float, default=0.0)
+    args, _ = p.parse_known_args()
+    ray.init(log_to_driver=True)
+
+    @ray.remote(num_cpus=0)
+    def work(i):
+        for n in range(3):
+            print(f"task {i} line {n}", flush=True)
+        for _ in range(3):
+            print(f"task {i} tick", flush=True)
+        return i
+
+    print("driver got", sorted(ray.get([work.remote(i) for i in range(2)])), flush=True)
+    time.sleep(args.hold)
+    """
+)
+
+
+@pytest.mark.slow
+async def test_the_logs_of_a_ray_job_give_each_worker_line_as_often_as_it_was_printed(
+    ray_head: RayHead, tmp_path: Path
+) -> None:
+    """Issue 36: "each worker line three times at the driver". On a real Ray job each task's
+    line reaches the driver's log once, and the script's `logs` (plain_lines over
+    job_logs) gives it once, without colour codes; a line a task printed three times stays
+    three lines (the old window dedup folded such repeats into one, and so lost Tune's table
+    borders and every trial's W&B banner but the first)."""
+    wd = tmp_path / "proj"
+    (wd / "engine").mkdir(parents=True)
+    (wd / "engine" / "__init__.py").write_text("")
+    (wd / "engine" / "train.py").write_text(TASKS_PRINT)
+    jobs = JobService(ray_head.address)
+    info = await jobs.submit(
+        SubmitSpec(train_args="--hold 300", submission_id="phantom-test-task-logs"),
+        working_dir=wd,
+        environ=ENVIRON,
+    )
+    wanted = [f"task {i} line {n}" for i in range(2) for n in range(3)]
+
+    async def all_arrived() -> bool:
+        text = await jobs.logs(info.job_id)
+        return "driver got" in text and all(text.count(f"task {i} tick") >= 3 for i in range(2))
+
+    try:
+        await until(all_arrived, 180, "every task's lines in the driver's log")
+        raw = (await jobs.logs(info.job_id)).splitlines()
+    finally:
+        await jobs.stop(info.job_id)
+    lines = plain_lines(raw)
+    assert not any("\x1b" in line for line in lines)
+    for text in wanted:
+        hits = [line for line in lines if line.endswith(f") {text}")]
+        assert len(hits) == 1, (text, hits, raw)
+        assert hits[0].startswith("(work pid="), hits
+    for i in range(2):
+        ticks = [line for line in lines if line.endswith(f") task {i} tick")]
+        assert len(ticks) == 3 and len(set(ticks)) == 1, (ticks, raw)
 
 
 # -- against the real cluster ---------------------------------------------------------------------
