@@ -28,9 +28,10 @@ from tests.support.emulator_helpers import running_pod
 from tests.support.waiting import until
 from tests.test_gcp_e2e import Recorder, job_in, project
 
-# The slice is preempted within seconds of the first checkpoint (5000): the job still has
-# most of its steps to go, and the resumed job trains only those (~20 s of PPO here).
-TOTAL = 60_000
+# The slice is preempted within a second or two of the first checkpoint (5000): the job still
+# has most of its steps to go (20,000: ~7 s of PPO here, 55,000 took ~20 s; the preemption
+# needs a second), and the resumed job trains only those.
+TOTAL = 25_000
 TRAIN = (
     f"--algo ppo --total-timesteps {TOTAL} --checkpoint-every 5000 --device cpu "
     "--eval-episodes 1 --run-name capdrill"
