@@ -22,8 +22,8 @@ TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
 # -n 2 362 s (with coverage on, load ~1.5); -n 4 336 s (load ~4). Two by default: four gains
 # less than coverage costs and stretches every wait of a test on two cores. The slow suite
 # runs on SLOW_WORKERS (two: its tests take free ports, own run and temp dirs, and two pods or
-# Ray clusters side by side do not meet; -n 2: 55 passed in 1,798 s at load ~8, one process
-# took 2,810 s for 51 at a like load). --dist loadgroup keeps the tests that borrow one
+# Ray clusters side by side do not meet; -n 2: 55 passed in 1,798 s at load ~8; one process
+# took 2,810 s for 51 earlier the same day, its load not recorded). --dist loadgroup keeps the tests that borrow one
 # module's bring-up (a pod, a Ray head, an emulator) on one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
 SLOW_WORKERS ?= 2
