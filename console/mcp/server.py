@@ -2,6 +2,12 @@
 
     mcp_main(config, McpOptions(policy, http)) -> exit code
 
+Over stdio the server ends when the agent host closes its stdin. Over streamable HTTP
+(``--http ADDR:PORT``, loopback only, port 0 picks a free one) it binds before anything else
+is built (an address in use is exit 2, nothing started), says
+``phantom mcp: listening on http://ADDR:PORT/mcp`` on stderr once it accepts connections,
+and SIGTERM or SIGINT stop it cleanly: sessions closed, services stopped, exit 0.
+
 Tools are the table's MCP rows (``Calls``); a refused or failed call is a tool result with
 ``isError`` naming the problem, never a protocol error and never the end of the server.
 Every response is scrubbed of the secrets the config names (W&B key, HF token, alert
@@ -11,15 +17,19 @@ tokens): their values never leave, only their variables' names.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 
 from console import exit_codes
 from console.config import Config, ConfigError
@@ -188,20 +198,34 @@ def mcp_main(
     stderr: TextIO | None = None,
 ) -> int:
     err = sys.stderr if stderr is None else stderr
-    if options.http is not None and not options.http.loopback:
-        print(
-            f"phantom mcp: --http {options.http}: only loopback (127.0.0.1, ::1); the tools "
-            "act on the cluster and an agent elsewhere should use stdio over ssh",
-            file=err,
-        )
-        return exit_codes.USAGE
+    sock: socket.socket | None = None
+    if options.http is not None:
+        if not options.http.loopback:
+            print(
+                f"phantom mcp: --http {options.http}: only loopback (127.0.0.1, ::1); the tools "
+                "act on the cluster and an agent elsewhere should use stdio over ssh",
+                file=err,
+            )
+            return exit_codes.USAGE
+        try:
+            sock = _bind(options.http)
+        except OSError as exc:
+            print(
+                f"phantom mcp: --http {options.http}: cannot listen there "
+                f"({exc.strerror or exc}); pick another port, or 0 for a free one",
+                file=err,
+            )
+            return exit_codes.USAGE
     scrub = Scrubber(
         [config.wandb.api_key_env, config.gke.hf_token_env, *config.alerts.secret_envs]
     )
     try:
-        return asyncio.run(_serve(config, options, services_factory, scrub, err))
+        return asyncio.run(_serve(config, options, services_factory, scrub, err, sock))
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
+    finally:
+        if sock is not None:
+            sock.close()
 
 
 async def _serve(
@@ -210,6 +234,7 @@ async def _serve(
     factory: ServicesFactory | None,
     scrub: Scrubber,
     err: TextIO,
+    sock: socket.socket | None,
 ) -> int:
     try:
         if factory is None:
@@ -230,22 +255,85 @@ async def _serve(
             f"phantom mcp: serving {config.cluster.node_name}; {options.policy.describe()}",
             file=err,
         )
-        if options.http is None:
+        if sock is None:
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
         else:
-            await _serve_http(server, options.http)
+            await _serve_http(server, sock, err)
     finally:
         await services.stop()
         close = getattr(services, "close_journal", None)
         if callable(close):
             close()
+    print("phantom mcp: stopped", file=err, flush=True)  # the services too
     return exit_codes.OK
 
 
-async def _serve_http(server: Server[Any], listen: Listen) -> None:
+def _bind(listen: Listen) -> socket.socket:
+    """The listening socket, bound before the services are built: a port in use is a usage
+    error with nothing started, and connections made once it listens wait in its backlog."""
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((listen.host, listen.port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _rebinding_guard(host: str) -> TransportSecuritySettings:
+    """Only requests naming a loopback host (the bound one included: the SDK's own default
+    covers 127.0.0.1, localhost and ::1 only, and no guard at all for 127.0.0.2) and no
+    foreign Origin: a web page cannot reach the tools through DNS rebinding."""
+    hosts = sorted({_url_host(host), "127.0.0.1", "localhost", "[::1]"})
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{h}:*" for h in hosts],
+        allowed_origins=[f"http://{h}:*" for h in hosts],
+    )
+
+
+async def _serve_http(server: Server[Any], sock: socket.socket, err: TextIO) -> None:
+    """Uvicorn on the bound socket until SIGTERM/SIGINT. The sessions end first (leaving
+    ``session_manager.run()`` cancels them, and with them an agent's open event stream),
+    then uvicorn stops: it waits for open connections, which by then have ended."""
     import uvicorn
 
-    app = server.streamable_http_app(host=listen.host)
-    config = uvicorn.Config(app, host=listen.host, port=listen.port, log_level="warning")
-    await uvicorn.Server(config).serve()
+    class Web(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # Uvicorn's own handlers re-raise the signal once it has stopped, which would
+            # kill this process before the services stop; ours below only ask it to stop.
+            yield
+
+    host, port = sock.getsockname()[:2]
+    app = server.streamable_http_app(host=host, transport_security=_rebinding_guard(host))
+    # lifespan off: the session manager's run() (the app's lifespan) is ours to leave first.
+    web = Web(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=5))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with server.session_manager.run():
+            serving = asyncio.create_task(web.serve(sockets=[sock]))
+            print(
+                f"phantom mcp: listening on http://{_url_host(host)}:{port}/mcp",
+                file=err,
+                flush=True,
+            )
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+        web.should_exit = True
+        await serving
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
