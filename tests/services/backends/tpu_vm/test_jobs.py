@@ -193,7 +193,7 @@ TASKS_PRINT = textwrap.dedent(
         return i
 
     print("driver got", sorted(ray.get([work.remote(i) for i in range(2)])), flush=True)
-    time.sleep(args.hold)
+    time.sleep(args.hold)  # sleep-noqa: a job that keeps running
     """
 )
 
