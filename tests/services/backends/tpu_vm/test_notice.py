@@ -156,3 +156,56 @@ async def test_a_watcher_outlives_a_probe_that_timed_out(pod: PodInfo, tmp_path:
     finally:
         await services.stop()
         services.close_journal()
+
+
+async def test_a_notice_mid_poll_is_journaled_before_that_poll_ends(
+    pod: PodInfo, tmp_path: Path
+) -> None:
+    """A notice that comes while a poll is in flight (a poll of a thousand hosts takes
+    seconds; here the TPU API holds it for 15 s) is journaled from the last observation at
+    once, not when that poll ends; the poll, and the next, add no second row."""
+    config = pod_config(
+        pod,
+        tmp_path,
+        recovery={
+            "poll_interval_s": 600.0,  # no interval poll: only this test's polls and wake-ups
+            "auto": False,
+            "notice_grace_s": 60.0,
+        },
+    )
+    services = make_services(config, state_dir=tmp_path / "state", autostart_pod=False)
+    backend = services.backend
+    assert isinstance(backend, TpuVmBackend)
+    backend.parts.poll_budget_s = 60.0  # the API's half: 30 s, more than it is held
+    in_flight: asyncio.Task[object] | None = None
+    try:
+        await services.start()
+        await until(lambda: len(backend.notices.listening) == 4, 60, "a watcher on every host")
+        # A job on w2 that takes its whole grace to stop: the VM outlives this test's polls.
+        busy = "nohup bash -c \"trap '' TERM; sleep 120\" >/dev/null 2>&1 &"
+        started = await asyncio.to_thread(ssh_run, pod, 2, busy)
+        assert started.returncode == 0, started.stderr
+        await pod_client.async_fault(pod.run_dir, "all", "slow-api", seconds=15.0)
+        in_flight = asyncio.create_task(services.refresh())  # held by the API for 15 s
+        await pod_client.async_preempt(pod.run_dir, 2, notice=60.0, wait=False)
+
+        async def noticed() -> bool:
+            return bool(await services.events(kinds=["preemption_notice"]))
+
+        await until(noticed, 12, "the notice in the journal")
+        assert not in_flight.done()  # the poll in flight has not ended
+        (row,) = await services.events(kinds=["preemption_notice"])
+        assert row.host == "phantom-pod-w2"
+        hosts = {h.name: h for h in services.snapshot().hosts}
+        assert hosts["phantom-pod-w2"].tpu_state == "PREEMPTING"  # shown at once too
+
+        await pod_client.async_clear_faults(pod.run_dir)
+        await in_flight  # the poll in flight ends: no second row
+        await services.refresh()  # nor from the next poll
+        rows = await services.events(kinds=["preemption_notice", "preempted"])
+        assert [(e.kind, e.host) for e in rows] == [("preemption_notice", "phantom-pod-w2")]
+    finally:
+        if in_flight is not None and not in_flight.done():
+            in_flight.cancel()
+        await services.stop()
+        services.close_journal()
