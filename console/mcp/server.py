@@ -30,6 +30,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 
 from console import exit_codes
 from console.config import Config, ConfigError
@@ -136,7 +137,7 @@ def build_server(calls: Calls) -> Server[Any]:
         read = next((r for u, _, _, r in RESOURCES if u == uri), None)
         if read is None:
             known = ", ".join(u for u, *_ in RESOURCES)
-            raise ValueError(f"unknown resource {uri!r}; resources: {known}")
+            raise MCPError(types.INVALID_PARAMS, f"unknown resource {uri!r}; resources: {known}")
         body = await read(calls.services, {})
         return types.ReadResourceResult(
             contents=[
@@ -162,7 +163,10 @@ def build_server(calls: Calls) -> Server[Any]:
     ) -> types.GetPromptResult:
         found = PROMPTS.get(params.name)
         if found is None:
-            raise ValueError(f"unknown prompt {params.name!r}; prompts: {', '.join(PROMPTS)}")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"unknown prompt {params.name!r}; prompts: {', '.join(PROMPTS)}",
+            )
         desc, text = found
         run = (params.arguments or {}).get("run", "")
         body = text.format(run=f" (run {run})" if run else "")
