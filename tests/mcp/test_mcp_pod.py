@@ -5,8 +5,10 @@ events, incidents, the resources and the prompts answer; an acting tool is refus
 the flag that allows it; bad input (unknown tool, missing or mistyped argument, a verb this
 provider lacks) is an error result and the server keeps serving; every call is journaled
 by `mcp` with its arguments masked; the W&B key never appears in the bytes it wrote.
-With `--allow preempt,recover` (slow: the recovery starts Ray): a worker preempted through
-MCP, recovered through MCP, and the incident in the events.
+With `--allow preempt,recover,submit` (slow: the recovery starts Ray): a worker preempted
+through MCP, recovered through MCP, the incident in the events; then, on the Ray the
+recovery started, a real job submitted through MCP and a line it printed read back through
+`logs` (its tail) and `search_logs`.
 """
 
 from __future__ import annotations
@@ -60,15 +62,15 @@ async def test_a_read_only_server_reads_refuses_and_keeps_serving(
         teardown = body(await session.call_tool("teardown", {}))
         assert "--allow-destructive" in teardown["message"]
 
-        bad = {
+        bad: dict[str, tuple[str, dict[str, Any], str, str]] = {
             "unknown": ("recover_everything", {}, "unknown_action", "unknown tool"),
             "missing": ("search_logs", {"job": "x"}, "bad_input", "'text' is a required"),
             "mistyped": ("events", {"limit": "ten"}, "bad_input", "argument 'limit'"),
             "unsupported": ("preempt_slice", {"slice": "0"}, "unsupported", "GKE emulator"),
             "extra": ("status", {"verbose": True}, "bad_input", "verbose"),
         }
-        for case, (tool, args, reason, words) in bad.items():
-            result = await session.call_tool(tool, args)
+        for case, (name, args, reason, words) in bad.items():
+            result = await session.call_tool(name, args)
             assert result.is_error, case
             got = body(result)
             assert got["reason"] == reason and words in got["message"], (case, got)
@@ -81,7 +83,7 @@ async def test_a_read_only_server_reads_refuses_and_keeps_serving(
         assert uris == {"phantom://status", "phantom://events", "phantom://incidents",
                         "phantom://ledger"}  # fmt: skip
         ledger = await session.read_resource("phantom://ledger")
-        assert ledger.contents and ledger.contents[0].text.startswith("{")
+        assert ledger.contents and ledger.contents[0].text.startswith("{")  # type: ignore[union-attr]
         prompts = {p.name for p in (await session.list_prompts()).prompts}
         assert {"diagnose-stalled-run", "recover-after-preemption"} <= prompts
         prompt = await session.get_prompt("recover-after-preemption", {"run": "r1"})
@@ -174,11 +176,13 @@ async def test_an_agent_diagnoses_a_preemption(pod: PodInfo, tmp_path: Path) -> 
 async def test_an_allowed_recover_brings_the_preempted_worker_back(
     pod: PodInfo, tmp_path: Path
 ) -> None:
-    """`--allow preempt,recover`: preempt a worker, recover (the whole loop, Ray included),
-    and the incident is in the events and the incidents, recovered."""
+    """`--allow preempt,recover,submit`: preempt a worker, recover (the whole loop, Ray
+    included), and the incident is in the events and the incidents, recovered. On that Ray
+    (no second cluster), a real engine.train job submitted through MCP: the line it prints
+    at start comes back through `logs` (tail) and `search_logs`."""
     raw = tmp_path / "mcp.raw"
     config = _config(pod, tmp_path)
-    args = ["--allow", "preempt,recover"]
+    args = ["--allow", "preempt,recover,submit"]
     async with mcp_session(config, mcp_env(tmp_path), raw, args) as session:
         assert not (await session.call_tool("preempt", {"host": "1"})).is_error
         recovered = await session.call_tool("recover", {"timeout": 600})
@@ -191,4 +195,42 @@ async def test_an_allowed_recover_brings_the_preempted_worker_back(
         assert incidents, got
         status = body(await session.call_tool("status", {}))["result"]
         assert status["pod"]["ready_hosts"] == len(pod.hosts)
+
+        await _job_logs_through_mcp(session)
     assert FAKE_KEY.encode() not in raw.read_bytes()
+
+
+PROBE = "mcp-logs-probe"  # the run name: engine.train prints "[engine] run NAME: ..." at start
+
+
+async def _job_logs_through_mcp(session: ClientSession) -> None:
+    """Submit a small real training job through MCP and read back, through the `logs` and
+    `search_logs` tools, the line it printed."""
+    train = f"--algo ppo --total-timesteps 512 --device cpu --eval-episodes 1 --run-name {PROBE}"
+    submitted = await session.call_tool("submit", {"mode": "single", "train_args": train})
+    assert not submitted.is_error, body(submitted)
+    job_id = body(submitted)["result"]["job_id"]
+    said = f"[engine] run {PROBE}: ppo on "
+    last: dict[str, Any] = {}
+
+    async def printed() -> bool:
+        nonlocal last
+        last = body(await session.call_tool("logs", {"job": job_id, "tail": 200}))
+        return last["outcome"] == "ok" and any(said in line for line in last["result"]["lines"])
+
+    try:
+        await until(printed, 300, f"{said!r} in job {job_id}'s log through `logs`")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last answer: {json.dumps(last)[-3000:]}") from None
+    assert last["result"]["job_id"] == job_id
+    tail = body(await session.call_tool("logs", {"job": job_id, "tail": 3}))["result"]
+    assert len(tail["lines"]) <= 3 and tail["total_lines"] >= len(tail["lines"])
+
+    found = body(await session.call_tool("search_logs", {"job": job_id, "text": said}))
+    assert found["outcome"] == "ok", found
+    hits = found["result"]["lines"]
+    assert found["result"]["job_id"] == job_id and found["result"]["matching_lines"] == len(hits)
+    assert len(hits) == 1 and said in hits[0]["text"], hits
+    assert hits[0]["line"] <= found["result"]["total_lines"]
+    none = body(await session.call_tool("search_logs", {"job": job_id, "text": "no-such-line-x"}))
+    assert none["outcome"] == "ok" and none["result"]["lines"] == []
