@@ -327,10 +327,16 @@ class Drill:
         n_before = len(self.recoveries)
         index = next(h.index for h in self.pod.hosts if h.name == victim)
         grace = self.s.notice_grace_s if shot.notice else 0.0
+        asked_at = time.time()
         status = await preempt_host(self.pod.run_dir, index, notice_s=grace)
         rec.gone_at = time.time()
         if shot.notice:
-            rec.notice_at = next(h.notice_at for h in status.hosts if h.name == victim)
+            # The emulator's own stamp, when the status still has it. The watchdog may have
+            # recreated the host (its jobs done with the notice) before the preempt call
+            # returns, and a recreated VM has no notice: then the time it was asked for,
+            # a few ms before the metadata turned (never after it).
+            stamped = next((h.notice_at for h in status.hosts if h.name == victim), None)
+            rec.notice_at = stamped if stamped is not None else asked_at
         await self.poll_logs()  # everything the victim's trainers wrote before they died
         rec.killed = [a.run for a in self.logs.kill(victim, rec.gone_at)]
         self._say(
