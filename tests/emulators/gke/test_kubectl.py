@@ -27,6 +27,17 @@ VERSIONS = ["1.33", "1.27"]
 COUNTER = "exec python -c \"import time\nfor i in range(1, 400):\n    print('step', i, flush=True)\n    time.sleep(0.1)\""  # sleep-noqa: the workload's pace
 
 
+def json_stream(text: str) -> list[Any]:
+    """The JSON documents `kubectl get -w -o json` wrote one after another."""
+    out: list[Any] = []
+    decoder, at = json.JSONDecoder(), 0
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        doc, at = decoder.raw_decode(text, at)
+        out.append(doc)
+    return out
+
+
 def run(
     k: str, info: gke_client.GkeInfo, *args: str, timeout: float = 60, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
@@ -284,12 +295,7 @@ def test_deleting_a_running_pod_fails_its_job_and_the_jobset_restarts(
         watch.terminate()
         watch.wait(timeout=10)
         reader.join(timeout=10)
-    text, events, at = "".join(chunks), [], 0
-    decoder = json.JSONDecoder()
-    while text[at:].strip():
-        at += len(text[at:]) - len(text[at:].lstrip())
-        event, at = decoder.raw_decode(text, at)
-        events.append(event)
+    events = json_stream("".join(chunks))
     # Failed (exit 143) while the finalizer still holds it, then released and gone.
     held = [
         e["object"]
@@ -362,12 +368,7 @@ def test_a_higher_priority_workload_preempts_a_full_pool(
         watch.terminate()
         watch.wait(timeout=10)
         reader.join(timeout=10)
-    text, seen, at = "".join(chunks), [], 0
-    decoder = json.JSONDecoder()
-    while text[at:].strip():
-        at += len(text[at:]) - len(text[at:].lstrip())
-        pod, at = decoder.raw_decode(text, at)
-        seen.append(pod)
+    seen = json_stream("".join(chunks))
     preempted: dict[str, dict[str, Any]] = {}
     for pod in seen:
         for c in pod["status"].get("conditions") or []:
