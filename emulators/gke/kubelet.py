@@ -559,8 +559,18 @@ class Kubelet:
         self.pods.pop(uid, None)
 
     async def stop_everything(self) -> None:
+        """The cluster is going away: every pod's processes SIGKILLed now. A pod already in
+        its graceful termination (a deleted workload, up to its 30 s grace) is killed too:
+        waiting out that grace held the emulator's stop ~10 s (xpk's wrapper re-checks its
+        trainer every 5 s after SIGTERM)."""
+        already = []
         for rt in list(self.pods.values()):
-            self.request_stop(rt, 0, "delete")
+            if rt.stop.is_set():
+                already.append(rt)
+            else:
+                self.request_stop(rt, 0, "delete")
+        if already:
+            await asyncio.gather(*(self._kill_all(rt) for rt in already))
         tasks = [rt.task for rt in self.pods.values() if rt.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=20)
