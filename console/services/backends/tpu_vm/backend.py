@@ -19,6 +19,7 @@ from typing import Any
 
 from console.services.backends.tpu_vm import CAPABILITIES
 from console.services.backends.tpu_vm.capacity import Attempt
+from console.services.backends.tpu_vm.doubt import Doubt
 from console.services.backends.tpu_vm.drain import let_noticed_hosts_go
 from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.heard import Heard
@@ -56,7 +57,6 @@ from console.services.recovery.runner import Plan
 
 LOOK_AGAIN_S = 0.25  # re-poll while a host that dropped its connection still looks READY
 API_WATCH_S = 0.03  # ... and between those polls, read the TPU API alone this often
-DOUBT_S = 5.0  # ... for this long at most (a wedged sshd on a live VM is the poll's to see)
 
 
 class TpuVmBackend:
@@ -99,7 +99,7 @@ class TpuVmBackend:
         # Hosts that run no Ray for certain (VM just recreated, Ray just force-stopped): a
         # rejoin only starts it, sparing the `ray stop` (a Python start-up) before.
         self._no_ray: set[str] = set()
-        self._dropped_at: dict[str, float] = {}  # host -> when its SSH connection dropped
+        self.doubt = Doubt()  # hosts whose SSH dropped while the API still says READY
         self._api_watch: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -131,6 +131,7 @@ class TpuVmBackend:
 
     async def observe(self) -> Observation:
         began = self._clock()
+        before = self._last
         obs = await self.observer.observe(began)
         self.heard.polled(began)  # its API read stands for what was heard before it began
         self._last = obs = self.heard.over(obs)  # ... not for what was heard since
@@ -144,27 +145,16 @@ class TpuVmBackend:
                 (h.name for h in obs.hosts if h.ssh_ok and h.notice_at is None),
                 keep=(h.name for h in obs.hosts if h.tpu_state in there),
             )
-        doubtful = self._look_again_soon(obs)
+        doubtful = self._look_again_soon(obs, before)
         if doubtful:
             # The detector waits for the API's word on these before it confirms a soft loss.
             obs = self._last = replace(obs, settling=doubtful)
         return obs
 
-    def _look_again_soon(self, obs: Observation) -> tuple[str, ...]:
-        """A VM being reclaimed drops its SSH connections a moment before the API calls it
-        lost: while a host that dropped its connection is still READY and refuses SSH,
-        watch the API (and look again every ``LOOK_AGAIN_S``, for ``DOUBT_S`` at most)
-        instead of an interval. Returns those hosts."""
-        now = time.monotonic()
-        doubtful = []
-        for h in obs.hosts:
-            since = self._dropped_at.get(h.name)
-            if since is None:
-                continue
-            if now - since > DOUBT_S or h.tpu_state != HostState.READY or h.ssh_ok:
-                del self._dropped_at[h.name]
-            else:
-                doubtful.append(h.name)
+    def _look_again_soon(self, obs: Observation, before: Observation | None) -> tuple[str, ...]:
+        """The hosts in doubt after ``obs`` (``doubt.Doubt``): while one is, watch the API
+        (and look again every ``LOOK_AGAIN_S``) instead of an interval. Returns them."""
+        doubtful = self.doubt.review(obs, before)
         if doubtful:
             self._start_api_watch()
         return tuple(doubtful)
@@ -182,9 +172,8 @@ class TpuVmBackend:
         follows the API's word within tens of milliseconds, not a poll's interval."""
         loop = asyncio.get_running_loop()
         last_wake = loop.time()
-        while self._dropped_at:
-            now = time.monotonic()
-            doubtful = {n: since for n, since in self._dropped_at.items() if now - since <= DOUBT_S}
+        while self.doubt:
+            doubtful = self.doubt.open()
             if not doubtful:
                 return
             try:
@@ -218,7 +207,7 @@ class TpuVmBackend:
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
         self.observer.probes.suspect(ep.name)
-        self._dropped_at.setdefault(ep.name, time.monotonic())
+        self.doubt.dropped(ep.name)
         self._wake()
         self._start_api_watch()  # the API says PREEMPTED once the VM is down: hear it then
 
@@ -566,7 +555,11 @@ class TpuVmBackend:
 
     def _on_tunnel_change(self, up: bool, reason: str) -> None:
         if not up:
-            self._wake()  # the head may be gone: look now, not at the next poll
+            # The head may be gone: look now, not at the next poll, and doubt it as a
+            # dropped connection (the API may call it lost in a moment).
+            self.doubt.dropped(self.parts.head.name)
+            self._wake()
+            self._start_api_watch()
         if up:
             url = self.parts.dashboard_url()
             if url:
