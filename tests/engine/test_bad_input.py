@@ -7,6 +7,10 @@ Each case must exit non-zero (2 for usage) with a message naming the field, prin
 traceback and nothing on stdout, create nothing, and start nothing: no torch, SB3, jax,
 wandb or ray import (what would make a rejection slow or half-act), no ``ray`` command run.
 Wall times are printed per case (performance is not asserted in tests).
+
+The entry points run as children of one fork server (tests/support/forkrun.py): each case is
+still a process of its own with its own argv, cwd, environment and exit, without the
+interpreter start-up that made this module cost half a minute of CPU.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import pytest
 
 from tests.support import REPO
 from tests.support.engine_helpers import engine_env
+from tests.support.forkrun import ForkServer
 
 # Runs an engine entry point exactly as `python -m X` / `python path` would, then records its
-# exit code and which heavy libraries it imported.
+# exit code and which heavy libraries it imported (run by the fork server as `python -c`).
 RUNNER = """
 import json, os, runpy, sys
 kind, target, *args = sys.argv[1:]
@@ -69,6 +74,16 @@ class Case:
         shown = " ".join(a if len(a) < 40 else a[:20] + "..." for a in self.args)
         env = " ".join(f"{k}={v[:20]}" for k, v in self.env.items())
         return f"{self.cmd} {env} {shown}".strip()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    """The fork server every case's entry point runs under."""
+    home = Path(tempfile.mkdtemp(prefix="phantom-forkserver-"))
+    fork = ForkServer(home, engine_env(home))
+    yield fork
+    fork.close()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -402,7 +417,7 @@ def _make_unwritable(path: Path, undo: bool = False) -> None:
 
 
 def _run(
-    case: Case, files: dict[str, str], cwd: Path
+    case: Case, files: dict[str, str], cwd: Path, server: ForkServer
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = Path(files["root"]) / f"report-{os.getpid()}-{time.monotonic_ns()}.json"
     env_extra = {k: _fill(v, files) for k, v in case.env.items()}
@@ -412,7 +427,12 @@ def _run(
         fake_ray.write_text(f"#!/bin/sh\ntouch {recorder}\n")
         fake_ray.chmod(0o755)
         env = {k: v for k, v in engine_env(cwd).items() if not k.startswith(("WANDB_", "SWEEP_"))}
-        env.update({"RAY_BIN": str(fake_ray), "RAY_ADDRESS": "http://127.0.0.1:9", **env_extra})
+        # PYTHON_LOCAL: this interpreter, not the python3 on PATH (here a pyenv shim that
+        # costs 0.1 s of CPU per call, three calls a case); its own case still sets it
+        env.update({
+            "RAY_BIN": str(fake_ray), "RAY_ADDRESS": "http://127.0.0.1:9",
+            "PYTHON_LOCAL": sys.executable, **env_extra,
+        })  # fmt: skip
         proc = subprocess.run(
             ["bash", str(REPO / "submit_ray_job.sh")],
             cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
@@ -421,10 +441,7 @@ def _run(
     kind, target = ENTRY[case.cmd]
     env = engine_env(cwd, PHANTOM_TEST_REPORT=str(report), **env_extra)
     args = [_fill(a, files) for a in case.args]
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, kind, target, *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = server.run(RUNNER, [kind, target, *args], cwd=cwd, env=env, timeout=60)
     data = json.loads(report.read_text()) if report.exists() else {"heavy": ["?"]}
     report.unlink(missing_ok=True)
     return proc, data
@@ -432,11 +449,11 @@ def _run(
 
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_bad_input_is_named_and_starts_nothing(
-    case: Case, files: dict[str, str], tmp_path: Path
+    case: Case, files: dict[str, str], server: ForkServer, tmp_path: Path
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="phantom-cwd-", dir=files["root"]))
     started = time.monotonic()
-    proc, data = _run(case, files, work)
+    proc, data = _run(case, files, work, server)
     TIMES.append((time.monotonic() - started, str(case)[:90]))
     err = proc.stderr
     assert proc.returncode == case.code, f"{case}: exit {proc.returncode}\n{err[-2000:]}"
