@@ -162,6 +162,19 @@ for i in range(3):
 run.finish()
 """
 
+# `wandb agent ARGS` as its console script runs it (wandb.cli.cli:cli), with the agent's poll
+# of its queue (a class constant, 5 s, no setting) at 0.5 s: between two runs and after the
+# last, the agent slept a whole poll before its next heartbeat, 15 of this test's 20 s.
+AGENT = textwrap.dedent(
+    """
+    import sys
+    from wandb.wandb_agent import Agent
+    Agent.POLL_INTERVAL = 0.5
+    from wandb.cli.cli import cli
+    cli(["agent", *sys.argv[1:]], prog_name="wandb")
+    """
+)
+
 SWEEP_RUNS = textwrap.dedent(
     """
     import json, sys, wandb
@@ -188,8 +201,8 @@ def _sweep_id(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> None:
-    """`wandb sweep` creates a grid sweep, `wandb agent --count 2` runs two runs through
-    heartbeats, `wandb.Api().sweep()` lists them finished; `--stop` / `--cancel` set the state."""
+    """`wandb sweep` creates a grid sweep, `wandb agent --count 2` (the CLI's own code, its
+    poll shortened: AGENT) runs two runs through heartbeats, `wandb.Api().sweep()` lists them finished; `--stop` / `--cancel` set the state."""
     (tmp_path / "sweep.yaml").write_text(SWEEP_YAML)
     (tmp_path / "train_sweep.py").write_text(TRAIN_SWEEP)
     env = wandb_emu.env(tmp_path / "home", silent=False)
@@ -199,7 +212,7 @@ def test_wandb_sweep_and_agent_count_2(wandb_emu: WandbEmu, tmp_path: Path) -> N
     assert created.returncode == 0, created.stderr
     path = _sweep_id(created)
     assert path.startswith("lab/grid/")
-    agent = run_client(["wandb", "agent", "--count", "2", path], env, tmp_path, timeout=150)
+    agent = run_client([PY, "-c", AGENT, "--count", "2", path], env, tmp_path, timeout=150)
     assert agent.returncode == 0, agent.stderr
     listed = run_client([PY, "-c", SWEEP_RUNS, path], env, tmp_path)
     assert listed.returncode == 0, listed.stderr
