@@ -40,17 +40,17 @@ CHAOS_GKE_ARGS ?=
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python scripts/install.py --quiet -e '.[dev]'
 	@touch $(STAMP)
 
 $(XPK_STAMP):
 	@test -x $(TOOLS)/xpk/bin/python || $(PYTHON) -m venv $(TOOLS)/xpk
-	@if $(TOOLS)/xpk/bin/python -m pip install --quiet xpk==$(XPK_VERSION); then touch $@; \
+	@if $(TOOLS)/xpk/bin/python scripts/install.py --quiet xpk==$(XPK_VERSION); then touch $@; \
 	else echo "note: xpk $(XPK_VERSION) did not install; the tests that run it will be skipped"; fi
 
 $(TUNIX_STAMP):
 	@test -x $(TOOLS)/tunix/bin/python || $(PYTHON) -m venv $(TOOLS)/tunix
-	$(TOOLS)/tunix/bin/python -m pip install --quiet google-tunix==$(TUNIX_VERSION)
+	$(TOOLS)/tunix/bin/python scripts/install.py --quiet google-tunix==$(TUNIX_VERSION)
 	@touch $@
 
 setup: $(STAMP) $(XPK_STAMP)
