@@ -20,6 +20,8 @@ prints or returns, and nothing else:
 - the lines naming a sweep's id (``starting sweep <id>``, ``resuming sweep <id>``,
   ``W&B sweep <id>``), which the console keeps so a recovered cluster relaunches the agents
   with the same id.
+- how long a sweep driver may take to stop once told to (``SWEEP_DRIVER_EXIT_WITHIN_S``):
+  the console lets a stopped Ray job's driver live that long before Ray SIGKILLs it.
 
 Importing this module costs the standard library only (no torch, ray or wandb).
 """
@@ -38,6 +40,15 @@ SWEEP_STARTING = "starting sweep {sweep_id}"
 SWEEP_RESUMING = "resuming sweep {sweep_id}"
 SWEEP_WANDB = "W&B sweep {sweep_id}"
 SWEEP_ID_RE = re.compile(r"(?:W&B sweep|starting sweep|resuming sweep) ([A-Za-z0-9_.-]+)")
+
+# After SIGTERM (a notice, or `ray job stop`) a sweep driver stops Ray Tune the way SIGUSR1 does
+# (state saved, each trial's trainer checkpoints at its step) and exits 75. It gives up on Tune
+# and exits 75 itself when its main thread has run no Python for DRIVER_STUCK_S or Tune has not
+# stopped within DRIVER_STOP_S (engine.sweep_tune), and that exit has a backstop of
+# DRIVER_STUCK_S more (engine.notice.exit_now): the driver is gone within their sum.
+DRIVER_STUCK_S = 3.0
+DRIVER_STOP_S = 20.0
+SWEEP_DRIVER_EXIT_WITHIN_S = DRIVER_STOP_S + DRIVER_STUCK_S
 
 # A trainer's line after each checkpoint it saves (engine.trainer), after ``[engine] ``; the
 # seconds are the whole pause the save caused to training (``Trainer.checkpoint``).

@@ -33,7 +33,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from engine.contract import EX_PREEMPTED, SWEEP_RESUMING, SWEEP_STARTING
+from engine.contract import (
+    DRIVER_STOP_S,
+    DRIVER_STUCK_S,
+    EX_PREEMPTED,
+    SWEEP_RESUMING,
+    SWEEP_STARTING,
+)
 from engine.logs import log
 from engine.notice import PreemptionNotice
 from engine.raycluster import connect, smallest_node_cpus
@@ -225,9 +231,8 @@ def _trial_dirname(trial: Any) -> str:
 # After a notice the driver exits 75 without Tune's own stop when its main thread is stuck
 # (no Python run for DRIVER_STUCK_S) or Tune has not stopped within DRIVER_STOP_S (inside the
 # 30 s grace): Tune's state is saved every TUNE_GLOBAL_CHECKPOINT_S and each trial
-# checkpoints on its own notice, so the sweep resumes the same.
-DRIVER_STUCK_S = 3.0
-DRIVER_STOP_S = 20.0
+# checkpoints on its own notice, so the sweep resumes the same. Both live in engine.contract:
+# the console sizes Ray's job-stop wait (RAY_JOB_STOP_WAIT_TIME_S) from them.
 
 
 def storage_uri(storage: str) -> str:

@@ -39,7 +39,8 @@ def test_head_command_binds_dashboard_to_loopback_and_sets_every_port() -> None:
     )
     head = raycmd.RayHeadOptions(gcs_port=41000, dashboard_port=41001, client_server_port=41002)
     argv = _argv(raycmd.head_start_command(node, head))
-    assert argv[:4] == ["GRPC_ENABLE_FORK_SUPPORT=false", "ray", "start", "--head"]
+    stop_wait = f"RAY_JOB_STOP_WAIT_TIME_S={raycmd.JOB_STOP_WAIT_S}"
+    assert argv[:5] == ["GRPC_ENABLE_FORK_SUPPORT=false", stop_wait, "ray", "start", "--head"]
     for flag in (
         "--port=41000",
         "--dashboard-host=127.0.0.1",
@@ -84,7 +85,7 @@ def test_values_are_shell_quoted_and_env_is_prefixed() -> None:
     cmd = raycmd.worker_start_command(node, "127.0.0.10:6379")
     assert cmd.startswith(
         'export PATH="$HOME/.local/bin:$PATH" && GRPC_ENABLE_FORK_SUPPORT=false'
-        " RAY_health_check_period_ms=500 "
+        f" RAY_JOB_STOP_WAIT_TIME_S={raycmd.JOB_STOP_WAIT_S} RAY_health_check_period_ms=500 "
     )
     argv = shlex.split(cmd.split(" && ", 1)[1])
     assert "--node-name=w 1; rm -rf ~" in argv and "--temp-dir=/tmp/my ray" in argv
@@ -92,7 +93,7 @@ def test_values_are_shell_quoted_and_env_is_prefixed() -> None:
     # A node's own env overrides the defaults (e.g. a user who wants gRPC's fork handlers).
     mine = raycmd.RayNodeOptions(node_ip="127.0.0.11", env={"GRPC_ENABLE_FORK_SUPPORT": "1"})
     assert raycmd.worker_start_command(mine, "127.0.0.10:6379").startswith(
-        "GRPC_ENABLE_FORK_SUPPORT=1 ray start"
+        f"GRPC_ENABLE_FORK_SUPPORT=1 RAY_JOB_STOP_WAIT_TIME_S={raycmd.JOB_STOP_WAIT_S} ray start"
     )
 
 

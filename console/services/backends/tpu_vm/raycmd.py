@@ -19,9 +19,12 @@ so its access sets small numbers explicitly (``console.wiring.pod``).
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from engine.contract import SWEEP_DRIVER_EXIT_WITHIN_S
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -41,7 +44,21 @@ USER_PATH_PREFIX = 'export PATH="$HOME/.local/bin:$PATH" && '
 # (SIGABRT), which the proxier reports as "Starting Ray client server failed"; measured
 # here: 12 of 300 fork+execs beside live gRPC streams aborted, 0 of 300 with the handlers
 # off. gRPC's fork_support.md prescribes GRPC_ENABLE_FORK_SUPPORT=false for fork-then-exec.
-NODE_ENV: Mapping[str, str] = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+#
+# RAY_JOB_STOP_WAIT_TIME_S: a stopped job (`ray job stop`, the SDK's stop_job, the console's
+# teardown) gets SIGTERM from its JobSupervisor actor, which SIGKILLs the driver's process tree
+# when it has not exited this many seconds later (Ray's default 3). The supervisor reads it
+# from its own environment (``os.environ`` in ``JobSupervisor.run``, an int), which it inherits
+# from the raylet of the node it runs on, so it is set on every node's `ray start`. 3 s cuts a
+# sweep driver in the middle of Ray Tune's stop (~10 s): no state saved, trials not
+# checkpointed. The engine's driver is gone within SWEEP_DRIVER_EXIT_WITHIN_S after SIGTERM;
+# the margin covers the supervisor's own poll on a loaded host.
+JOB_STOP_MARGIN_S = 5
+JOB_STOP_WAIT_S = math.ceil(SWEEP_DRIVER_EXIT_WITHIN_S) + JOB_STOP_MARGIN_S
+NODE_ENV: Mapping[str, str] = {
+    "GRPC_ENABLE_FORK_SUPPORT": "false",
+    "RAY_JOB_STOP_WAIT_TIME_S": str(JOB_STOP_WAIT_S),
+}
 
 
 @dataclass(frozen=True)
