@@ -4,7 +4,11 @@ The scheduler runs the filters that matter for xpk workloads: node Ready and sch
 nodeSelector / required node affinity, NoSchedule/NoExecute taints against tolerations,
 google.com/tpu capacity, and JobSet exclusive placement (one job per topology domain); its
 queue takes higher priorities first, and a pod that fits nowhere preempts pods of lower
-priority (DefaultPreemption).
+priority (DefaultPreemption) and is nominated to a node (``status.nominatedNodeName``). As in
+kube-scheduler, a nominated pod holds its node while its victims terminate: every filter counts
+the pods nominated to a node with a priority at least the scheduled pod's as if they ran there
+(``RunFilterPluginsWithNominatedPods``), so a lower-priority pod (say the victims' own restarted
+pods) cannot bind there first, and the preemptor tries its nominated node first.
 CPU and memory requests are not accounted (the emulated cpu-np node is roomy).
 """
 
@@ -249,9 +253,23 @@ class Scheduler:
         ):
             self._schedule(pod)
 
-    def _schedule(self, pod: Obj) -> None:
-        nodes = self.store.list("nodes")
-        pods = [p for p in self.store.list("pods") if p["spec"].get("nodeName") and pod_active(p)]
+    def _schedule(self, queued: Obj) -> None:
+        meta = queued["metadata"]
+        # as stored now: a preemptor earlier in this pass may have cleared its nomination
+        pod = self.store.get("pods", meta.get("namespace", ""), meta["name"])
+        if (
+            pod is None
+            or pod["metadata"].get("uid") != meta.get("uid")
+            or pod["spec"].get("nodeName")
+        ):
+            return
+        nominee = (pod.get("status") or {}).get("nominatedNodeName")
+        # its nominated node first (kube-scheduler's evaluateNominatedNode), then the rest
+        nodes = sorted(self.store.list("nodes"), key=lambda n: n["metadata"]["name"] != nominee)
+        everyone = self.store.list("pods")
+        bound = [p for p in everyone if p["spec"].get("nodeName") and pod_active(p)]
+        held = self._held_for_others(pod, everyone, {n["metadata"]["name"] for n in nodes})
+        pods = bound + held
         reasons: Counter[str] = Counter()
         chosen = None
         exclusive = (pod["metadata"].get("annotations") or {}).get(EXCLUSIVE_KEY)
@@ -266,7 +284,7 @@ class Scheduler:
             self._bind(pod, chosen)
             return
         n = len(nodes)
-        nominated = self._preempt(pod, nodes, pods, exclusive) if n else None
+        nominated = self._preempt(pod, nodes, bound, held, exclusive) if n else None
         if n == 0:
             message = "no nodes available to schedule pods"
         else:
@@ -296,21 +314,47 @@ class Scheduler:
                 pod, "Pod", "Warning", "FailedScheduling", message, "default-scheduler"
             )
 
+    @staticmethod
+    def _held_for_others(pod: Obj, pods: list[Obj], node_names: set[str]) -> list[Obj]:
+        """The pods nominated to a node that ``pod`` must leave to them, each as if it already
+        ran there: pending, not ``pod``, of a priority at least ``pod``'s, nominated to a
+        node that still exists (kube-scheduler's nominator, read from the pods' status)."""
+        mine = int(pod["spec"].get("priority") or 0)
+        uid = pod["metadata"].get("uid")
+        held = []
+        for p in pods:
+            node = (p.get("status") or {}).get("nominatedNodeName")
+            if (
+                node in node_names
+                and p["metadata"].get("uid") != uid
+                and not p["spec"].get("nodeName")
+                and pod_active(p)
+                and not p["metadata"].get("deletionTimestamp")
+                and int(p["spec"].get("priority") or 0) >= mine
+            ):
+                held.append({**p, "spec": {**p["spec"], "nodeName": node}})
+        return held
+
     def _preempt(
-        self, pod: Obj, nodes: list[Obj], pods: list[Obj], exclusive: str | None
+        self, pod: Obj, nodes: list[Obj], pods: list[Obj], held: list[Obj], exclusive: str | None
     ) -> str | None:
         """kube-scheduler's DefaultPreemption for a pod that fits nowhere: the node where
         taking away pods of lower priority lets it fit (fewest such pods, then the lowest
         priority among them); each victim gets DisruptionTarget PreemptionByScheduler and is
         deleted gracefully, and the node is nominated. Under JobSet exclusive placement the
         victims are every lower-priority pod of the node's whole domain (the node pool), the
-        pool being what the pod needs free. Returns the nominated node, or None."""
+        pool being what the pod needs free. ``pods`` are the bound pods (the only possible
+        victims); ``held`` the pods nominated with a priority at least this pod's, which
+        keep their nodes (so a pod of the same priority nominated after another picks a node
+        of its own). Pods of lower priority nominated to the chosen node lose that
+        nomination. Returns the nominated node, or None."""
         spec = pod["spec"]
         mine = int(spec.get("priority") or 0)
         if spec.get("preemptionPolicy") == "Never" or mine <= 0:
             return None
         if not any(int(p["spec"].get("priority") or 0) < mine for p in pods):
             return None  # nothing to take away: preemption cannot help (the common case)
+        nominee = (pod.get("status") or {}).get("nominatedNodeName")
         # Candidate domains: each node, or under exclusive placement each node pool whole.
         groups: dict[str, list[Obj]] = {}
         for node in nodes:
@@ -323,14 +367,14 @@ class Scheduler:
             there = [p for p in pods if p["spec"].get("nodeName") in names]
             if any(int(p["spec"].get("priority") or 0) >= mine for p in there):
                 continue
-            rest = [p for p in pods if p["spec"].get("nodeName") not in names]
+            rest = [p for p in pods if p["spec"].get("nodeName") not in names] + held
             domain, taken = (
                 self._exclusive_domains(pod, rest, exclusive) if exclusive else ("", set())
             )
             fits = next(
                 (
                     n
-                    for n in members
+                    for n in sorted(members, key=lambda n: n["metadata"]["name"] != nominee)
                     if self._filter(pod, n, rest, exclusive, domain, taken) is None
                 ),
                 None,
@@ -370,6 +414,14 @@ class Scheduler:
                 "default-scheduler",
             )
             delete_pod(self.store, victim)
+        for other in self.store.list("pods"):
+            ost = other.get("status") or {}
+            if (
+                ost.get("nominatedNodeName") == chosen
+                and not other["spec"].get("nodeName")
+                and int(other["spec"].get("priority") or 0) < mine
+            ):
+                self.store.mutate("pods", other, lambda o: o["status"].pop("nominatedNodeName"))
         return chosen
 
     def _exclusive_domains(self, pod: Obj, pods: list[Obj], topo_key: str) -> tuple[str, set[str]]:
@@ -417,7 +469,10 @@ class Scheduler:
             value = labels.get(exclusive, "")
             if domain and value != domain:
                 return "node(s) didn't match pod affinity rules"
-            if not domain and value in taken:
+            # even where a sibling is (a restarted Job's pods beside its terminating ones, or
+            # one nominated there): another job in the domain refuses it, as JobSet's
+            # anti-affinity does
+            if value in taken:
                 return "node(s) didn't match pod anti-affinity rules"
         need = tpu_request(pod)
         if need:
