@@ -59,6 +59,8 @@ class PodState:
         self.faults = faults
         self.project = rt.cfg.project
         self.nodes: dict[str, Node] = {}  # by full path; only nodes that exist
+        self._by_ip: dict[str, tuple[Node, Host]] = {}  # host_by_ip's index ...
+        self._by_ip_nodes: tuple[Node, ...] = ()  # ... of these nodes
         self.last: Node | None = None  # the pod's last node, shown once it is deleted
         self.queued: QueuedResources | None = None  # set by the daemon
 
@@ -94,11 +96,18 @@ class PodState:
         return [h for n in self.nodes.values() for h in n.hosts]
 
     def host_by_ip(self, ip: str) -> tuple[Node, Host] | None:
-        for node in self.nodes.values():
-            for host in node.hosts:
-                if ip in host.ips:
-                    return node, host
-        return None
+        """The first node's host with address ``ip``. Indexed once per set of nodes (a
+        node's hosts and their addresses are fixed): every metadata request looks its host
+        up, and a notice wakes every long-polling host at once."""
+        nodes, known = tuple(self.nodes.values()), self._by_ip_nodes
+        if len(nodes) != len(known) or any(a is not b for a, b in zip(nodes, known, strict=True)):
+            index: dict[str, tuple[Node, Host]] = {}
+            for node in self.nodes.values():
+                for host in node.hosts:
+                    for addr in host.ips:
+                        index.setdefault(addr, (node, host))
+            self._by_ip, self._by_ip_nodes = index, nodes
+        return self._by_ip.get(ip)
 
     def metadata_tree(self, ip: str) -> dict[str, Any] | None:
         found = self.host_by_ip(ip)
@@ -445,7 +454,7 @@ class PodState:
                 grace_s=grace,
                 source=source,
             )
-            await self.rt.notify()
+            await self.rt.notify(live)  # their instance/preempted turned TRUE
             notice = await self.life.terminate(live, grace)
         else:
             notice = {}
@@ -465,7 +474,7 @@ class PodState:
                 **result,
                 **({"notice": notice} if grace > 0 else {}),
             )
-        await self.rt.notify()
+        await self.rt.notify(live)  # no other host's metadata changed
         return {**result, **notice}
 
     async def recreate(self, node: Node, hosts: list[Host]) -> None:

@@ -114,11 +114,13 @@ class Runtime:
         self.events.append(event)
         log.info("event %s", json.dumps(event))
 
-    async def notify(self) -> None:
+    async def notify(self, hosts: Iterable[Host] | None = None) -> None:
+        """Something changed; ``hosts``: only these hosts' metadata can have (None: any)."""
         async with self.changed:
             self.changed.notify_all()
         if self.metadata is not None:
-            await self.metadata.changed()
+            ips = None if hosts is None else [ip for h in hosts for ip in h.ips]
+            await self.metadata.changed(ips)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -113,7 +113,9 @@ class MetadataServer:
         self._sites: dict[str, web.BaseSite] = {}
         self._shared: web.BaseSite | None = None  # one site for every address (see above)
         self._served: set[str] = set()
-        self._changed = asyncio.Condition()
+        # Long-polls waiting for a change, by the address they arrived on: a change to some
+        # hosts wakes theirs only (a notice to one host of 1,024 re-reads one tree, not 1,024).
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
 
     async def start(self, shared: socket.socket | None = None) -> None:
         """``shared``: a socket from ``bind_loopback_device``, then every host is served on it."""
@@ -154,10 +156,16 @@ class MetadataServer:
         if site is not None:
             await site.stop()
 
-    async def changed(self) -> None:
-        """Wake every long-poll so it re-reads its value."""
-        async with self._changed:
-            self._changed.notify_all()
+    async def changed(self, ips: Iterable[str] | None = None) -> None:
+        """Wake the long-polls of ``ips`` (None: every one) so they re-read their value."""
+        if ips is None:
+            groups = list(self._waiters.values())
+        else:
+            groups = [w for ip in ips if (w := self._waiters.get(ip)) is not None]
+        for waiters in groups:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     async def stop(self) -> None:
         await self._runner.cleanup()
@@ -223,16 +231,25 @@ class MetadataServer:
             timeout = min(float(q.get("timeout_sec", MAX_WAIT_S)), MAX_WAIT_S)
         except ValueError:
             timeout = MAX_WAIT_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        waiters = self._waiters.setdefault(ip, set())
         current: tuple[str, str] | None = answer
-
-        def moved() -> bool:
-            nonlocal current
-            current = self._answer(ip, sub, recursive)
-            return current is None or _etag(current[0]) != start_tag
-
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(moved), timeout)
-            except TimeoutError:
+        try:
+            while loop.time() < deadline:
+                fut: asyncio.Future[None] = loop.create_future()
+                waiters.add(fut)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await fut
+                except TimeoutError:
+                    pass
+                finally:
+                    waiters.discard(fut)
                 current = self._answer(ip, sub, recursive)
+                if current is None or _etag(current[0]) != start_tag:
+                    break
+        finally:
+            if not waiters and self._waiters.get(ip) is waiters:
+                del self._waiters[ip]
         return current

@@ -85,6 +85,9 @@ class Node:
     power: str = ""  # "", STOPPING, STOPPED, STARTING (StopNode/StartNode)
     node_id: int = field(default_factory=lambda: int.from_bytes(secrets.token_bytes(6), "big"))
     create_time: float = field(default_factory=time.time)
+    # ``worker-network-endpoints``, built once: a node's hosts and their addresses never
+    # change, and a notice re-reads every long-polling host's tree (1,024 x 1,024 otherwise).
+    _endpoints: str = field(default="", init=False, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -231,7 +234,9 @@ class Node:
         interface: dict[str, object] = {"ip": host.ip, "network": "default"}
         if host.external_ip:
             interface["access-configs"] = {"0": {"external-ip": host.external_ip}}
-        endpoints = ",".join(f"{h.index}:{h.ip}" for h in self.hosts)
+        if not self._endpoints:
+            self._endpoints = ",".join(f"{h.index}:{h.ip}" for h in self.hosts)
+        endpoints = self._endpoints
         return {
             "instance": {
                 "id": str(self.node_id * 1000 + host.index),
