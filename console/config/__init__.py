@@ -172,7 +172,8 @@ class GkeConfig:
     command: str = "bash run_gptoss_20b_rl.sh"
     """Workload default: the command every worker runs (the seed's RL script)."""
     tpu_type: str = "v5p-64"
-    """Workload default: the TPU type of one slice (v5p-64: topology 2x4x4, 8 nodes)."""
+    """Workload default: the TPU type of one slice (v5p-64: topology 2x4x4, 8 nodes); a GKE
+    TPU node pool's: v4-N, v5p-N, v5litepod-N or v6e-N. The embedded emulator's node pools."""
     slices: int = 1
     """Workload default: the number of slices (and the emulator's slice count)."""
     max_restarts: int = 3

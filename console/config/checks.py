@@ -25,6 +25,7 @@ from console.config import (
 )
 from console.config.capacity import capacity_cross_problems, capacity_value_problems
 from console.config.gke import gke_cross_problems, gke_value_problems
+from console.config.gke_tpu import gke_tpu_type
 from console.config.names import NAME_RE as _NAME_RE
 from console.config.prices import PricesConfig, prices_cross_problems, prices_value_problems
 from console.config.validate import (
@@ -114,7 +115,7 @@ _PORTS_OR_AUTO = {"ray.local_dashboard_port", "ray.local_client_port"}
 _DOOR: dict[str, Callable[[str, Any], object]] = {
     "wandb.api_key_env": env_var_name,
     "cluster.accelerator_type": lambda key, value: accelerator_type(f"{key} =", value),
-    "gke.tpu_type": lambda key, value: accelerator_type(f"{key} =", value),
+    "gke.tpu_type": lambda key, value: gke_tpu_type(f"{key} =", value),
     "cluster.run_dir": lambda key, value: value and directory(f"{key} =", value),
     "gke.run_dir": lambda key, value: value and directory(f"{key} =", value),
     "wandb.dir": lambda key, value: value and directory(f"{key} =", value),

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config
+from console.config.gke_tpu import TPU_TYPES
 from console.services.backends.gke import EMULATED
 from console.services.backends.gke.access import GkeAccess
 from console.services.backends.gke.manifests import ClusterRef
-from console.services.jobs.workload import TPU_TYPES
 from console.services.model import ActionResult, HostResult
 from console.wiring.settings import polling
 from emulators.gke import client as gke_client
@@ -35,7 +35,8 @@ def gke_run_dir(config: Config) -> Path:
 
 
 def ensure_gke(config: Config, autostart: bool) -> GkeInfo:
-    """The running emulator for ``gke.run_dir``; started (``gke.slices`` slices) when none
+    """The running emulator for ``gke.run_dir``; started (``gke.slices`` slices of
+    ``gke.tpu_type``, checked at the door against the same table of GKE TPU types) when none
     runs and ``autostart``. ValueError naming the fix otherwise."""
     os.environ.setdefault("NO_GCE_CHECK", "True")
     run_dir = gke_run_dir(config)
@@ -47,7 +48,7 @@ def ensure_gke(config: Config, autostart: bool) -> GkeInfo:
                 f"(gke.run_dir = {str(run_dir)!r}), or `gke up` in a script"
             )
         try:
-            info = gke_client.start(run_dir, slices=config.gke.slices)
+            info = gke_client.start(run_dir, slices=config.gke.slices, tpu_type=config.gke.tpu_type)
         except GkeError as exc:
             raise ValueError(f"the GKE emulator did not start: {exc}") from None
     return info
@@ -55,8 +56,9 @@ def ensure_gke(config: Config, autostart: bool) -> GkeInfo:
 
 def gke_access(config: Config, info: GkeInfo) -> GkeAccess:
     g = config.gke
-    tpu = TPU_TYPES.get(g.tpu_type)
-    accel = f"{g.tpu_type} ({tpu.topology})" if tpu else g.tpu_type
+    # the slices the emulator runs (`phantom gke up --tpu-type` may have chosen another type)
+    tpu = TPU_TYPES.get(info.tpu_type)
+    accel = f"{info.tpu_type} ({tpu.topology})" if tpu else info.tpu_type
     return GkeAccess(
         kubeconfig=str(info.kubeconfig),
         ref=ClusterRef(
@@ -152,6 +154,7 @@ class LocalGkeControl:
                 gke_run_dir(self.config),
                 slices=slices or self.config.gke.slices,
                 quota_stall=quota_stall,
+                tpu_type=self.config.gke.tpu_type,
                 **kwargs,
             )
         except GkeError as exc:
@@ -160,6 +163,7 @@ class LocalGkeControl:
             "server": info.server,
             "kubeconfig": str(info.kubeconfig),
             "context": info.context,
+            "tpu_type": info.tpu_type,
             "slices": [
                 {"name": s.name, "state": s.state, "nodes": len(s.nodes)} for s in info.slices
             ],

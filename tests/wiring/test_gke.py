@@ -60,3 +60,24 @@ async def test_gke_up_and_down(tmp_path: Path) -> None:
         assert await control.down()
     assert not await control.is_up()
     assert gke_client.leftover_pids(run_dir) == []
+
+
+async def test_the_embedded_emulator_runs_the_configs_tpu_type(tmp_path: Path) -> None:
+    """`[gke] tpu_type` of any type a GKE TPU node pool offers (not only v5p) is what the
+    console's embedded emulator runs, started by the console itself or by a script's
+    `gke up`, and what the backend says it runs (issue 36)."""
+    run_dir = tmp_path / "gke"
+    cfg = gke_config(run_dir, tpu_type="v6e-16")
+    try:
+        info = ensure_gke(cfg, autostart=True)
+        assert info.tpu_type == "v6e-16" and [len(s.nodes) for s in info.slices] == [4]
+        assert gke_access(cfg, info).accelerator == "v6e-16 (4x4) x1"
+    finally:
+        assert gke_client.stop(run_dir)
+    control = LocalGkeControl(gke_config(run_dir, tpu_type="v4-32"))
+    try:
+        up = await control.up(2)
+        assert up["tpu_type"] == "v4-32" and [s["nodes"] for s in up["slices"]] == [4, 4]
+    finally:
+        assert await control.down()
+    assert gke_client.leftover_pids(run_dir) == []

@@ -24,8 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.config.gke_tpu import TPU_TYPES, TpuType, gke_tpu_type
 from console.config.names import ENV_NAME_RE as _ENV_NAME
 from console.config.names import NAME_RE as _NAME
+from console.config.validate import Invalid
 from console.secrets import is_secret_name
 from console.services.jobs.spec import SpecError
 
@@ -39,30 +41,6 @@ MAX_NAME = 40  # xpk's workload name limit: pod names add "-slice-job-<i>-<j>-<h
 # Set by the console from the spec's own fields; a user's env must not shadow them.
 RESERVED_ENV = ("BASE_OUTPUT_DIRECTORY", "RUN_NAME", "MAXTEXT_CKPT_PATH", "WORKLOAD_NAME")
 
-
-@dataclass(frozen=True)
-class TpuType:
-    """One slice of a TPU type, as GKE labels its nodes."""
-
-    name: str
-    accelerator: str  # cloud.google.com/gke-tpu-accelerator
-    topology: str  # cloud.google.com/gke-tpu-topology
-    vms: int  # nodes (hosts) per slice
-    chips_per_vm: int = 4
-
-
-TPU_TYPES: dict[str, TpuType] = {
-    t.name: t
-    for t in (
-        TpuType("v5p-8", "tpu-v5p-slice", "2x2x1", 1),
-        TpuType("v5p-16", "tpu-v5p-slice", "2x2x2", 2),
-        TpuType("v5p-32", "tpu-v5p-slice", "2x2x4", 4),
-        TpuType("v5p-64", "tpu-v5p-slice", "2x4x4", 8),
-        TpuType("v5p-128", "tpu-v5p-slice", "4x4x4", 16),
-        TpuType("v5p-256", "tpu-v5p-slice", "4x4x8", 32),
-        TpuType("v5p-512", "tpu-v5p-slice", "4x8x8", 64),
-    )
-}
 
 # The run name is a path component and a label value: at most 63, alphanumeric at both ends.
 _RUN_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
@@ -164,8 +142,11 @@ class WorkloadSpec:
                     p["command"] = "required, e.g. bash run_gptoss_20b_rl.sh"
             except ValueError as exc:
                 p["command"] = f"bad quoting: {exc}"
-        if self.template != "convert" and self.tpu_type not in TPU_TYPES:
-            p["tpu_type"] = f"{self.tpu_type!r}: use one of {', '.join(TPU_TYPES)}"
+        if self.template != "convert":
+            try:
+                gke_tpu_type("tpu_type", self.tpu_type)
+            except Invalid as exc:
+                p["tpu_type"] = str(exc).removeprefix("tpu_type ")
         if not 1 <= self.slices <= 64:
             p["slices"] = f"must be between 1 and 64, got {self.slices}"
         if not 0 <= self.max_restarts <= 1000:

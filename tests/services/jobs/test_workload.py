@@ -40,7 +40,7 @@ def test_a_good_spec_has_no_problem_and_round_trips() -> None:
         ({"image": ""}, "image", "required"),
         ({"command": ""}, "command", "required"),
         ({"command": "bash 'unclosed"}, "command", "bad quoting"),
-        ({"tpu_type": "v9x-1"}, "tpu_type", "use one of v5p-8"),
+        ({"tpu_type": "v9x-1"}, "tpu_type", "use v4-N, v5p-N, v5litepod-N or v6e-N"),
         ({"slices": 0}, "slices", "between 1 and 64"),
         ({"max_restarts": -1}, "max_restarts", "between 0 and 1000"),
         ({"termination_grace_s": -5}, "termination_grace_s", "0..3600"),

@@ -311,7 +311,7 @@ def pathways_jobset(spec: WorkloadSpec) -> Obj:
                                                 "--server_port=29001",
                                                 "--node_type=resource_manager",
                                                 f"--instance_count={spec.slices}",
-                                                f"--instance_type=tpuv5:{tpu.topology}",
+                                                f"--instance_type={tpu.pathways}:{tpu.topology}",
                                             ],
                                             "restartPolicy": "Always",
                                         },
