@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the trainers' logs (a file, or a directory read whole: ray job logs saved to "
         "files, Ray's session logs): their step lines give the engine's steps, exact also "
-        "for a trainer that was SIGKILLed",
+        "for a trainer that was SIGKILLed; a GKE run's TensorBoard event files there (its "
+        "output directory) give its steps",
     )
     report.add_argument(
         "--journal",

@@ -3,7 +3,8 @@
 Read from the journal file alone (no cluster needed: a post-mortem is often written after
 the pod is gone), over ``--since`` to now, and printed to stdout or written to ``--output``;
 with ``--logs PATH`` the trainers' own step lines (their job logs saved to files, or Ray's log
-directory) add the engine's steps (restart warm-up, redone work), and with ``--runs DIR`` the
+directory) add the engine's steps (restart warm-up, redone work), as do a GKE run's TensorBoard
+event files found there (Tunix's, under its output directory), and with ``--runs DIR`` the
 jobs' W&B run files do, for runs the lines do not cover (a SIGKILL leaves a run file short,
 so redone work read from it alone comes out low).
 The HTML is one self-contained page (inline SVG, no network). Exit 0 with a report; 2 for

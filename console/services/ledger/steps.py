@@ -7,6 +7,14 @@ Two sources, one shape (``RunSteps``: one trainer process's steps):
   run, its process (``attempt``), the checkpoint step it resumed from, the step and the wall
   time. Lines are flushed one by one, so a trainer SIGKILLed with its host has lost at most
   the steps since its last dump. This is the source to trust for redone work;
+- **a GKE workload's TensorBoard event files** (``read_tensorboard``, also through
+  ``read_logs``): Tunix writes its metrics under ``{base_output_directory}/{run_name}/
+  tensorboard/``, one event file per process start (a JobSet restart or a resubmission with
+  the same run name resumes from the run's checkpoints in a new file). Each file is one
+  trainer: its events' steps and wall times, resumed one step below the first it logged (it
+  computed that step after restoring, so it resumed there or earlier: redone work read from
+  them is never over, and exact where each step is logged). The writer flushes as it goes,
+  so a killed pod loses at most its last unflushed steps;
 - **W&B offline run files** (``read_runs``): every trainer process writes its own run file
   (a resumed run is a new file with the same run id): its ``wandb.log`` points (the
   engine's ``global_step``, wall time) and the checkpoint step it resumed from (the engine
@@ -34,6 +42,8 @@ from engine.contract import parse_trainer_step
 
 # What the engine's trainer puts in its run's config (``engine.trainer``).
 RESUMED_FROM = "resumed_from_step"
+# TensorBoard's event file names: events.out.tfevents.<time>.<host>...
+EVENT_FILE_MARK = "events.out.tfevents."
 
 if TYPE_CHECKING:
     from console.services.cadence.wandb_files import HistoryPoint
@@ -75,9 +85,11 @@ def attribute(
 
 
 def _names(entrypoint: str, name: str) -> bool:
+    """Whether the command names the run: the engine's ``--run-name``, or MaxText's
+    ``run_name=`` override in a GKE workload's command."""
     words = entrypoint.split()
     return any(
-        w == f"--run-name={name}" or (w == "--run-name" and nxt == name)
+        w in (f"--run-name={name}", f"run_name={name}") or (w == "--run-name" and nxt == name)
         for w, nxt in zip(words, [*words[1:], ""], strict=True)
     )
 
@@ -128,19 +140,52 @@ def read_lines(lines: Iterable[str]) -> list[RunSteps]:
 
 def read_logs(path: str | os.PathLike[str]) -> list[RunSteps]:
     """The step lines of every file under ``path`` (a log file or a directory of them, e.g.
-    Ray's ``session_*/logs`` or ``ray job logs`` saved to files; blocking).
+    Ray's ``session_*/logs`` or ``ray job logs`` saved to files; blocking), and the steps of
+    every TensorBoard event file there (a GKE run's ``tensorboard/`` dir, or the output
+    directory above its runs: ``read_tensorboard``).
 
     A file that cannot be read is logged and left out."""
     root = Path(path).expanduser()
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    events = [f for f in files if EVENT_FILE_MARK in f.name]
     lines: list[str] = []
     for file in files:
+        if EVENT_FILE_MARK in file.name:
+            continue
         try:
             with open(file, encoding="utf-8", errors="replace") as fh:
                 lines += (line for line in fh if "[engine] step " in line)
         except OSError as exc:
             log.warning("ledger: log file %s left out: %s", file, exc)
-    return read_lines(lines)
+    return [*read_lines(lines), *read_tensorboard(events)]
+
+
+def read_tensorboard(files: Iterable[str | os.PathLike[str]]) -> list[RunSteps]:
+    """Each TensorBoard event file as one trainer process's steps (see the module docstring):
+    named after its run (the directory above ``tensorboard/``), every step any scalar was
+    logged at, at its first wall time. Blocking; a file that cannot be read is logged and
+    left out, one cut short (a killed writer) gives the events before the cut."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    out: list[RunSteps] = []
+    for file in files:
+        path = Path(file)
+        points: dict[int, float] = {}
+        try:
+            for event in LegacyEventFileLoader(str(path)).Load():
+                if not event.HasField("summary") or not event.summary.value:
+                    continue
+                step, at = int(event.step), float(event.wall_time)
+                points[step] = min(points.get(step, at), at)
+        except Exception as exc:  # a corrupt record or an unreadable file: this file only
+            log.warning("ledger: event file %s left out: %s", path, exc)
+            continue
+        if not points:
+            continue
+        run = path.parent.parent.name if path.parent.name == "tensorboard" else path.parent.name
+        steps = tuple(StepPoint(at, step) for step, at in sorted(points.items()))
+        out.append(RunSteps(run, steps, max(0, min(points) - 1)))
+    return out
 
 
 def prefer_lines(lines: Sequence[RunSteps], files: Sequence[RunSteps]) -> list[RunSteps]:

@@ -29,6 +29,7 @@ from console.services.ledger.steps import (
     attribute,
     prefer_lines,
     read_lines,
+    read_logs,
     read_runs,
 )
 from console.services.ledger.timeline import Cause
@@ -274,3 +275,65 @@ async def test_a_sigkilled_trainer_s_redone_steps_come_from_its_lines(tmp_path: 
     assert both["redone_steps"] == truth  # the lines cover the run: its files add nothing
     files = redone(runs_dir=str(tmp_path / "wandb-dir"))["redone_steps"]
     print(f"redone steps: lines {truth}, W&B run files {files} (reached {reached})")
+
+
+# -- a GKE workload's TensorBoard events -----------------------------------------------------------
+def grpo(tmp: Path, *args: str) -> subprocess.Popen[str]:
+    """The GKE emulator's GRPO workload (Tunix's tags, one event file per process start), as
+    a pod runs it: its run's output in the emulated bucket."""
+    env = {**os.environ, "PHANTOM_GCS_ROOT": str(tmp / "gcs")}
+    argv = [sys.executable, "-m", "emulators.gke.workload.grpo",
+            "base_output_directory=gs://bucket/runs", "run_name=r1", "step_time=0.02",
+            "checkpoint_period=10", *args]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)  # fmt: skip
+
+
+def test_a_gke_runs_redone_steps_come_from_its_tensorboard_events(tmp_path: Path) -> None:
+    """Issue 36: the report showed redone work "-" for GKE runs. A GKE workload's trainer
+    (the emulator's GRPO, Tunix's event files) killed without notice past its checkpoint at
+    step 10, as a pod on a failed node is, and restarted in the same workload (JobSet
+    restart): `phantom report --logs <its output dir>` counts the steps it computed again,
+    from the step the first process reached down to the checkpoint the second resumed at."""
+    a0 = time.time()
+    first = grpo(tmp_path, "steps=400")
+    assert first.stdout is not None
+    printed = []
+    for line in first.stdout:
+        printed.append(line)
+        if line.startswith("completed step: 18,"):  # step 17's events are written by now
+            os.killpg(first.pid, signal.SIGKILL)
+            break
+    first.communicate(timeout=30)
+    second = grpo(tmp_path, "steps=25")
+    out, _ = second.communicate(timeout=60)
+    b1 = time.time()
+    assert second.returncode == 0, out
+    assert "(step 10)" in out  # restored from the checkpoint at step 10
+    run_dir = tmp_path / "gcs" / "bucket" / "runs"
+    found = sorted(read_logs(run_dir), key=lambda r: r.points[0].at)
+    assert [(r.name, r.resumed_from, r.points[0].step) for r in found] == [
+        ("r1", 0, 1),
+        ("r1", 10, 11),
+    ]
+    reached = found[0].points[-1].step
+    assert reached in (17, 18), "".join(printed)
+    assert [p.step for p in found[1].points] == list(range(11, 26))
+
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path)
+
+    def state(at: float, new: str) -> Event:
+        return Event(at, EventKind.JOB_STATE, f"workload grpo-w -> {new}", actor="gke",
+                     data={"job_id": "grpo-w", "new_status": new,
+                           "entrypoint": "bash run_gptoss_20b_rl.sh run_name=r1"})  # fmt: skip
+
+    asyncio.run(replay(journal, [state(a0 - 0.5, "PENDING"), state(a0, "RUNNING"),
+                                 state(b1, "SUCCEEDED")]))  # fmt: skip
+    journal.close()
+    out_, err = io.StringIO(), io.StringIO()
+    code = report_main(Config(), fmt="json", journal_path=str(path), logs_path=str(run_dir),
+                       out=out_, err=err, clock=lambda: b1 + 1)  # fmt: skip
+    assert code == exit_codes.OK, err.getvalue()
+    (job,) = json.loads(out_.getvalue())["jobs"]
+    assert (job["redone_steps"], job["steps_known"]) == (reached - 10, True)
