@@ -130,7 +130,7 @@ class PodState:
         """Every API call passes here: the slow-api fault delays it."""
         delay = self.faults.api_delay()
         if delay > 0:
-            await asyncio.sleep(delay)
+            await self.faults.hold(delay)
 
     def node_pb(self, node: Node) -> cloud_tpu.Node:
         stale = self.faults.stale_view(node.path)

@@ -14,6 +14,7 @@ Faults (``phantom pod fault HOST KIND``), each reproducing a report of spot-VM u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -86,6 +87,13 @@ class Faults:
     def __init__(self) -> None:
         self.slow: tuple[float, float] | None = None  # (delay s, expiry monotonic)
         self.stale: dict[str, tuple[cloud_tpu.Node, float]] = {}
+        self._released = asyncio.Event()  # set when the slow API is cleared
+
+    async def hold(self, delay: float) -> None:
+        """Hold a call of the slow API for ``delay`` s, or until the fault is cleared: a
+        call in flight ends with its fault (tests await that instead of the whole delay)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._released.wait(), delay)
 
     def api_delay(self) -> float:
         if self.slow is None:
@@ -112,6 +120,8 @@ class Faults:
 
     def set_slow(self, delay: float, duration: float | None) -> None:
         self.slow = (delay, _until(duration))
+        if self._released.is_set():
+            self._released = asyncio.Event()
 
     def set_stale(self, path: str, snapshot: cloud_tpu.Node, seconds: float) -> None:
         self.stale[path] = (snapshot, _until(seconds))
@@ -119,6 +129,7 @@ class Faults:
     def clear(self, paths: list[str] | None = None) -> None:
         """Clear the slow API and the stale views of ``paths`` (None: all of them)."""
         self.slow = None
+        self._released.set()
         for path in list(self.stale) if paths is None else paths:
             self.stale.pop(path, None)
 

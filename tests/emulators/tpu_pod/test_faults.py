@@ -119,6 +119,14 @@ async def test_slow_api_delays_every_call_on_both_front_ends(pod: PodInfo) -> No
     client.clear_faults(pod.run_dir)
     assert await api_state(pod, timeout=5) == "READY"
 
+    # A call held by the fault ends when the fault is cleared, not after its whole delay.
+    client.fault(pod.run_dir, "all", "slow-api", seconds=600)
+    held = asyncio.create_task(api_state(pod, timeout=300))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(held), 0.5)
+    await asyncio.to_thread(client.clear_faults, pod.run_dir)
+    assert await asyncio.wait_for(held, 60) == "READY"
+
     client.fault(pod.run_dir, "all", "slow-api", seconds=3, duration=1)
     await until(lambda: _fast(pod), 30, "the slow API to end")
 
