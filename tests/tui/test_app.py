@@ -13,6 +13,7 @@ import sys
 import threading
 from dataclasses import replace
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.pilot import Pilot
@@ -134,8 +135,11 @@ async def test_submit_through_the_form_sends_the_typed_values() -> None:
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
         form = await open_submit_form(app, pilot)
-        # Train args has focus with its text selected: typing replaces it.
-        await pilot.press(*"--algo ppo --total-timesteps 2000 --alpha 0.5 --device cpu")
+        # Train args has focus with its text selected: a typed key replaces it, and the rest
+        # comes as a terminal's paste (57 keys one by one cost this test ~6 s of CPU).
+        await pilot.press("-")
+        app.post_message(events.Paste("-algo ppo --total-timesteps 2000 --alpha 0.5 --device cpu"))
+        await settle(pilot)
         # Back to the mode select (shift+tab skips the disabled node fields), pick distributed.
         await pilot.press("shift+tab")
         assert form.focused is form.query_one("#mode", Select)
@@ -188,7 +192,9 @@ async def test_invalid_submit_stays_in_the_form_with_the_field_marked() -> None:
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
         await open_submit_form(app, pilot)
-        await pilot.press(*"--algo ppo --alpha 2")
+        await pilot.press("-")  # typing replaces the selected text; the rest is pasted
+        app.post_message(events.Paste("-algo ppo --alpha 2"))
+        await settle(pilot)
         await pilot.press("ctrl+s")
         await settle(pilot)
         form = app.screen
