@@ -11,7 +11,8 @@ VM is gone). Once every host's notice watcher listens, ``--rounds`` times each:
 
 * ``notice``: the last worker gets a preemption notice (metadata ``instance/preempted``
   TRUE, SIGTERM, 30 s grace): from the emulator's notice time to the journal's
-  ``preemption_notice`` row;
+  ``preemption_notice`` row (``notice_heard_all``: the part until the host's watcher line
+  reached the console; the rest is the console's own);
 * ``abrupt``: the last worker killed at once (the emulator's plain preempt): from the
   moment the TPU API says PREEMPTED (the emulator's ``preempt`` event, stamped when the
   VM's last process is gone and the API turns; on a loaded box the kill itself takes a
@@ -120,6 +121,7 @@ async def measure(hosts: int, rounds: int, poll_s: float) -> dict[str, Any]:
         assert isinstance(backend, TpuVmBackend)
         svc.subscribe(on_update)
         notice: list[float] = []
+        heard: list[float] = []  # of notice: the emulator's stamp -> the watcher's line here
         abrupt: list[float] = []
         abrupt_call: list[float] = []
         detector: list[float] = []
@@ -141,6 +143,7 @@ async def measure(hosts: int, rounds: int, poll_s: float) -> dict[str, Any]:
                         given = info.hosts[index].notice_at or t_call
                         ev = await _row(rows, EventKind.PREEMPTION_NOTICE, worker, 60.0)
                         notice.append(max(0.0, ev.at - given))
+                        heard.append(backend.notices.notices.get(worker, ev.at) - given)
                         await _row(rows, EventKind.PREEMPTED, worker, 120.0)
                     else:
                         info = await pod_client.async_preempt(pod.run_dir, index)
@@ -171,6 +174,7 @@ async def measure(hosts: int, rounds: int, poll_s: float) -> dict[str, Any]:
     return {
         **{k: round(v, 3) for k, v in med.items()},
         "notice_all": [round(x, 3) for x in notice],
+        "notice_heard_all": [round(x, 3) for x in heard],
         "abrupt_all": [round(x, 3) for x in abrupt],
         "abrupt_call_all": [round(x, 3) for x in abrupt_call],
         "notice_over_poll": round(med["notice_s"] / poll_s, 4),
