@@ -116,11 +116,17 @@ class DrillSettings:
 
     def job_total(self) -> int:
         # long enough that every shot finds it running: a shot lands within two intervals
-        # of the step its trainer resumed at
-        return self.job_interval * (2 * sum(s.phase == JOB for s in self.shots()) + 3)
+        # of the step its trainer resumed at, so k shots within 2k intervals; one more
+        # interval of margin, no more: every step past the last shot is only waited for
+        return self.job_interval * (2 * sum(s.phase == JOB for s in self.shots()) + 1)
 
     def trial_total(self) -> int:
-        return self.trial_interval * (2 * sum(s.phase == SWEEP for s in self.shots()) + 3)
+        # As the job's. A trial on a host no shot took trains on through the others'
+        # recoveries; measured, the last of three sweep shots found its trainer at 2.25-4.19
+        # intervals (5 drills: its target is one interval past the step reached after the
+        # previous recovery); at 9 intervals the sweep then trained 40-80 s (of a 270-430 s
+        # drill) only to be waited for; at 7 the trials still had 2.8 intervals to go.
+        return self.trial_interval * (2 * sum(s.phase == SWEEP for s in self.shots()) + 1)
 
     @property
     def job_run(self) -> str:
