@@ -15,6 +15,7 @@ as fresh interpreters).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -184,7 +185,8 @@ class ForkServer:
         try:
             code_ = self._reply(deadline)["code"]
         except TimeoutError:
-            os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may end as the clock runs out
+                os.killpg(pid, signal.SIGKILL)
             self._reply(time.monotonic() + 30)
             raise subprocess.TimeoutExpired(["-c", *args], timeout) from None
         return subprocess.CompletedProcess(
