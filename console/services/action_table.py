@@ -256,7 +256,13 @@ _WORKLOAD_FLAGS = (
     Arg("--spec", "path", "FILE", "the spec as TOML/JSON/YAML (flags override it)"),
     Arg("--image", "str", "IMAGE", "container image (default: gke.image)"),
     Arg("--command", "str", '"..."', "what every worker runs (default: gke.command)"),
-    Arg("--tpu-type", "choice", choices=tuple(TPU_TYPES), help="default gke.tpu_type"),
+    Arg(
+        "--tpu-type",
+        "choice",
+        choices=tuple(TPU_TYPES),
+        metavar="TPU_TYPE",  # v4-N, v5p-N, v5litepod-N, v6e-N: too many to list in usage
+        help="default gke.tpu_type",
+    ),
     Arg("--slices", "int", "N", min=1, max=64),
     Arg("--max-restarts", "int", "N", min=0, max=1000),
     Arg("--spot", "onoff", "on|off"),

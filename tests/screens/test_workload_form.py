@@ -156,13 +156,13 @@ async def test_on_a_tpu_vm_pod_s_still_opens_the_job_form() -> None:
 
 async def test_an_unknown_tpu_type_from_the_config_is_shown_not_swapped() -> None:
     fake = FakeServices("gke")
-    fake.config = replace(fake.config, gke=replace(fake.config.gke, tpu_type="v6e-256"))
+    fake.config = replace(fake.config, gke=replace(fake.config.gke, tpu_type="v2-8"))
     app = make_app(fake)
     async with app.run_test(size=(100, 40)) as pilot:
         form = await open_form(app, pilot)
         set_value(form, "name", "grpo-d")
         await settle(pilot)
-        assert form.query_one("#tpu_type", Select).value == "v6e-256"
+        assert form.query_one("#tpu_type", Select).value == "v2-8"
         assert set(form.problems) == {"tpu_type"} and "v5p-64" in form.problems["tpu_type"]
         set_value(form, "tpu_type", "v5p-64")
         await settle(pilot)

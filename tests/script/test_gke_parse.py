@@ -78,7 +78,7 @@ def gke_cfg(tmp_path: Path) -> Config:
         ("workload create grpo --image gcr.io//x::1", "invalid reference format"),
         ("workload create Grpo", "a workload name: lower-case letters"),
         ("workload create grpo --slices 0", "--slices 0: must be at least 1"),
-        ("workload create grpo --tpu-type v9-1", "use one of v5p-8"),
+        ("workload create grpo --tpu-type v9-1", "use one of v4-8, v4-16"),
         ("workload create grpo --env NOEQUALS", "use NAME=VALUE"),
         ("workload create grpo --env 'BAD NAME=1'", "use NAME=VALUE"),
         (
