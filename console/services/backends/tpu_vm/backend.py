@@ -29,6 +29,7 @@ from console.services.backends.tpu_vm.notice import NoticeWatcher
 from console.services.backends.tpu_vm.observe import PodObserver
 from console.services.backends.tpu_vm.parts import PodAccess, PodParts
 from console.services.backends.tpu_vm.ray import RayError
+from console.services.backends.tpu_vm.raycmd import JOB_STOP_WAIT_S
 from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.settings import TpuVmSettings
 from console.services.backends.tpu_vm.tpu import TpuApiError
@@ -486,9 +487,12 @@ class TpuVmBackend:
             data={"stopped_jobs": stopped},
         )
 
-    async def _stop_active_jobs(self, timeout_s: float = 20.0) -> list[str]:
+    async def _stop_active_jobs(self, timeout_s: float = JOB_STOP_WAIT_S + 5.0) -> list[str]:
         """Stop every running job before Ray goes: `ray stop -f` kills Ray's processes,
-        not a job's entrypoint (its own process group), which would outlive the cluster."""
+        not a job's entrypoint (its own process group), which would outlive the cluster.
+        Waits as long as Ray's supervisor gives a stopping driver (``JOB_STOP_WAIT_S``: a
+        sweep driver saves its state), and a little more: a `ray stop -f` sooner would kill
+        the supervisor, and its watcher the driver, mid-save."""
         jobs = self.parts.jobs
         if not self.parts.tunnel.is_up:
             return []
