@@ -56,6 +56,11 @@ class Observation:
     # The backend reports only the jobs this console submitted (its own registry), so the
     # facade need not filter them through the Ray job registry.
     jobs_owned: bool = False
+    # False when the job list could not be read this poll (the tunnel to the head down, the
+    # jobs API silent): ``jobs`` is then empty for want of an answer, not because no job
+    # runs, and must not replace what is known of the active jobs (a head lost a moment
+    # later would leave nothing to resubmit).
+    jobs_read: bool = True
     workloads: tuple[WorkloadStatus, ...] = ()  # GKE: JobSets / Jobs
     pods: tuple[PodStatus, ...] = ()  # GKE: the namespace's pods
     # GKE: pods seen failed (by their cause) since the watch began, also those already gone:

@@ -136,7 +136,7 @@ class Detector:
         await self._emit_transitions(obs, diag, silent=silent)
         if recovering:
             return Verdict(diag, diag.needs_recovery, False)
-        if obs.ray_reachable and not diag.head_lost:
+        if obs.ray_reachable and obs.jobs_read and not diag.head_lost:
             self.active_jobs = {j.job_id: j for j in obs.jobs if j.status in ACTIVE_JOBS}
         if not diag.needs_recovery:
             self.mark_healthy(obs)

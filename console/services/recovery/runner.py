@@ -284,7 +284,7 @@ class RecoveryRunner:
         observation, made = seen if seen is not None else (await self._retry_observe(run), None)
         # Whatever this observation shows is journaled (a preemption seen first here too).
         diag = (await self._detector.update(observation, made, recovering=True)).diagnosis
-        if observation.ray_reachable and not diag.head_lost:
+        if observation.ray_reachable and observation.jobs_read and not diag.head_lost:
             self._detector.active_jobs = {
                 j.job_id: j for j in observation.jobs if j.status in ACTIVE_JOBS
             }
@@ -388,7 +388,7 @@ class RecoveryRunner:
                 await self._record_step_end(run, VERIFY, ok=False)
                 raise StepFailed(VERIFY, "; ".join(unmet))
             await self._sleep(self.settings.verify_every_s)
-        if obs.ray_reachable:
+        if obs.ray_reachable and obs.jobs_read:
             self._detector.active_jobs = {j.job_id: j for j in obs.jobs if j.status in ACTIVE_JOBS}
         self._set(
             run,

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from console.services.model import Event, HostState, JobStatus, PodFailure, PodStatus, Update
+from console.services.model import (
+    Event,
+    HostState,
+    JobInfo,
+    JobStatus,
+    PodFailure,
+    PodStatus,
+    Update,
+)
 from console.services.observation import HostObservation, Observation
 from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
@@ -184,3 +192,27 @@ async def test_a_host_that_just_dropped_its_connection_is_not_confirmed_until_it
     journal.close()
     rows = [(u.kind, u.host) for u in seen if isinstance(u, Event) and u.kind == "preempted"]
     assert rows == [("preempted", "w0")]
+
+
+async def test_a_poll_that_could_not_read_the_jobs_keeps_the_jobs_to_resubmit() -> None:
+    """The tunnel to the head drops a moment before its VM is reclaimed; the poll in between
+    still reaches Ray (a node list over SSH) but reads no job list. That empty list is a
+    missing answer, not "no job": the head lost next must still resubmit the running job
+    (the chaos drill once recovered with "no job was active on the lost head")."""
+    det = Detector(EventSink(Journal(":memory:"), lambda u: None), clock=lambda: T)
+    det.arm()
+    w1 = HostObservation(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    w0 = replace(w1, name="w0", ip="127.0.0.10")
+    job = JobInfo(job_id="raysubmit_1", status=JobStatus.RUNNING)
+
+    def at(*, jobs: tuple[JobInfo, ...], read: bool) -> Observation:
+        return Observation(
+            at=T, hosts=(w0, w1), head="w0", ray_reachable=True, jobs=jobs, jobs_read=read
+        )
+
+    await det.update(at(jobs=(job,), read=True))
+    assert list(det.active_jobs) == ["raysubmit_1"]
+    await det.update(at(jobs=(), read=False))  # tunnel down: no answer
+    assert list(det.active_jobs) == ["raysubmit_1"]
+    await det.update(at(jobs=(), read=True))  # the job list read, and empty: it ended
+    assert det.active_jobs == {}

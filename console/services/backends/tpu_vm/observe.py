@@ -191,6 +191,7 @@ class PodObserver:
             ray_reachable=nodes is not None,
             tunnel_up=p.tunnel.is_up if self.tunnel_wanted else None,
             jobs=tuple(jobs or ()),
+            jobs_read=jobs is not None,
             error=tpu_error,
             node_state=(
                 HostState.of(node.state)
