@@ -56,6 +56,10 @@ def pip_settings(python: str) -> dict[str, list[str]]:
 def uv_command(python: str, settings: dict[str, list[str]], args: list[str]) -> list[str]:
     cmd = [python, "-m", "uv", "pip", "install", "--python", python]
     cmd += ["--index-strategy", "unsafe-best-match"]
+    # pip writes every module's bytecode at install; uv only when asked. Without it, a
+    # shell with PYTHONDONTWRITEBYTECODE=1 (this machine's) compiles torch, ray and jax
+    # again in every Python process a test starts.
+    cmd += ["--compile-bytecode"]
     for name, flag in FLAGS.items():
         for value in settings.get(name, []):
             cmd += [flag, value]
