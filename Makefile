@@ -21,13 +21,15 @@ TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
 # make test and make coverage run the fast suite on TEST_WORKERS pytest-xdist workers (0: one
 # process). Each worker has its own XDG dirs (tests/conftest.py); fixtures take free ports.
 # Measured on this 2-core machine shared with other runs (issue 33): one process 14 min 32 s;
-# -n 2 362 s (with coverage on, load ~1.5); -n 4 336 s (load ~4). Two by default: four gains
-# less than coverage costs and stretches every wait of a test on two cores. The slow suite
+# -n 2 362 s (with coverage on, load ~1.5); -n 4 336 s (load ~4). Later, quiet, 2,290 tests:
+# -n 2 443 s with the cores 66% busy (tests wait on emulators and subprocesses), -n 3 357 s at
+# 82%: three by default. The slow suite is CPU-bound (90% busy at -n 2), so it stays at two
+# (-n 3 gave 0.885x on 11 of its tests, each test slower and nearer its margins). The slow suite
 # runs on SLOW_WORKERS (two: its tests take free ports, own run and temp dirs, and two pods or
 # Ray clusters side by side do not meet; -n 2: 55 passed in 1,798 s at load ~8; one process
 # took 2,810 s for 51 earlier the same day, its load not recorded). --dist loadgroup keeps the tests that borrow one
 # module's bring-up (a pod, a Ray head, an emulator) on one worker (tests/conftest.py).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 SLOW_WORKERS ?= 2
 XDIST_ARGS ?= --dist loadgroup
 COVERAGE_ARGS ?= --cov --cov-report=term:skip-covered --cov-report=html
