@@ -180,8 +180,16 @@ def test_quota_stall_leaves_pods_pending_with_failed_scheduling(gke: gke_client.
     assert len(result["pods"]) == 8 and len(result["nodes"]) == 8
     wait_until(lambda: jobset_status(gke, "stalled").get("restarts") == 1, 120, "restart")
     wait_until(lambda: phases(gke, sel) == ["Pending"] * 8, 120, "8 pods Pending")
-    info = gke_client.status(gke.run_dir)
-    assert info is not None and info.slices[0].state == "STALLED"
+
+    def slice_state() -> str:
+        info = gke_client.status(gke.run_dir)
+        assert info is not None
+        return info.slices[0].state
+
+    # The restarted pods can be Pending while the shut nodes are still listed (the slice
+    # PREEMPTING); the pool is STALLED once they are gone and no node comes back.
+    wait_until(lambda: slice_state() == "STALLED", 60, "the slice STALLED")
+    assert phases(gke, sel) == ["Pending"] * 8
 
     def failed_scheduling() -> list[str]:
         events = http(
