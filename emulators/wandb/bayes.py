@@ -26,8 +26,9 @@ import random
 from typing import Any
 
 import numpy as np
-from scipy import stats
-from scipy.linalg import cho_factor, cho_solve
+
+# scipy (stats, linalg) is imported where it is used: it costs ~0.6 s of CPU, which every
+# start of the emulator paid before, though only a `method: bayes` sweep needs it.
 
 RANDOM_START = 5
 _CANDIDATES = 2048
@@ -38,6 +39,8 @@ _NOISE = 1e-2
 
 def to_unit(spec: dict[str, Any], value: Any) -> float:
     """A parameter's value on [0, 1] (the GP's space)."""
+    from scipy import stats
+
     if "values" in spec:
         values = list(spec["values"])
         index = values.index(value) if value in values else 0
@@ -55,6 +58,8 @@ def to_unit(spec: dict[str, Any], value: Any) -> float:
 
 def from_unit(spec: dict[str, Any], u: float) -> Any:
     """The value a point of [0, 1] stands for, quantised as the distribution says."""
+    from scipy import stats
+
     u = min(max(float(u), 0.0), 1.0)
     if "values" in spec:
         values = list(spec["values"])
@@ -104,6 +109,8 @@ def _matern52(a: np.ndarray, b: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:
     """(length scales, Cholesky factor, alpha) with the best log marginal likelihood over
     a grid of one shared length scale (few runs: a richer fit would overfit)."""
+    from scipy.linalg import cho_factor, cho_solve
+
     best: tuple[float, np.ndarray, Any, np.ndarray] | None = None
     n = len(x)
     for ell in _LENGTHS:
@@ -124,6 +131,9 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:
 
 def expected_improvement(x: np.ndarray, y: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """EI of each candidate under the GP fitted to (x, y); y is minimised."""
+    from scipy import stats
+    from scipy.linalg import cho_solve
+
     lengths, chol, alpha = _fit(x, y)
     ks = _matern52(candidates, x, lengths)
     mu = ks @ alpha
