@@ -9,6 +9,7 @@ tests/services/jobs/test_budget.py); the engine that reads the advice is the rea
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -142,18 +143,24 @@ async def test_a_submitted_job_gets_the_advice_and_the_engine_takes_it(tmp_path:
     steps = int(env[CHECKPOINT_ADVICE_STEPS])
     assert 3000 < steps < 4000  # Daly's ~17.6 s of training at 200 steps/s
 
-    # The engine given that environment says what it chose (a tiny real run).
+    # The engine given that environment says what it chose and takes it. It chooses while
+    # parsing its flags, so a --validate-only run (no SB3, no torch: ~0.3 s of CPU where a
+    # tiny real run cost 3 s) shows it; that a real run then checkpoints at the advised
+    # interval is tests/engine/test_checkpoint_auto.py's
+    # test_auto_run_checkpoints_at_the_advised_interval.
     proc = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "engine.train", "--algo", "ppo", "--env", "CartPole-v1",
          "--total-timesteps", "128", "--checkpoint-every", "auto", "--wandb", "disabled",
-         "--eval-episodes", "1", "--hparams", '{"n_steps": 64}', "--run-name", "adv"],
+         "--eval-episodes", "1", "--hparams", '{"n_steps": 64}', "--run-name", "adv",
+         "--validate-only"],
         cwd=tmp_path, env=engine_env(tmp_path, **env), capture_output=True, text=True,
         timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     chose = f"[engine] checkpoint every {steps} steps (advice from the console: {want.reason})"
     assert chose in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["config"]["checkpoint_every"] == steps
     journal.close()
 
 
