@@ -27,8 +27,10 @@ os.environ["XDG_CACHE_HOME"] = os.path.join(_SESSION_HOME, "cache")
 os.environ["XDG_DATA_HOME"] = os.path.join(_SESSION_HOME, "data")
 os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 
-# The emulator pod fixtures (`pod`, `ray_pod`) live in tests/support/fixtures_pod.py.
-pytest_plugins = ["tests.support.fixtures_pod"]
+# The emulator pod fixtures (`pod`, `ray_pod`) live in tests/support/fixtures_pod.py; the
+# trainers preempted by a notice that tests/engine and tests/services/ledger both read, in
+# tests/support/noticed_runs.py (a plugin, so that both directories share one copy).
+pytest_plugins = ["tests.support.fixtures_pod", "tests.support.noticed_runs"]
 
 
 _SHARED_SCOPES = ("module", "package", "session")

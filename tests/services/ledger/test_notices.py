@@ -7,9 +7,7 @@ the job watcher write them.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from console.services.record.journal import Journal
 from console.services.record.sink import EventSink
 from engine.exit_codes import EX_PREEMPTED
 from engine.storage import MANIFEST, FsspecCheckpointStore, build_manifest
-from tests.support.engine_helpers import kill, start_train
+from tests.support.noticed_runs import NOTICED_RUN, NoticedRuns
 from tests.support.waiting import until
 
 GRACE = 30.0
@@ -238,42 +236,36 @@ async def test_a_notice_heard_live_is_judged_when_its_grace_ends(tmp_path: Path)
     journal.close()
 
 
-async def test_the_real_engines_notice_checkpoint_honours_its_notice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+async def test_the_real_engines_notice_checkpoint_honours_its_notice(
+    noticed_runs: NoticedRuns, algo: str, tmp_path: Path
+) -> None:
     """A real trainer: a notice it never got (the watcher heard it, the SIGTERM was lost) is
     not honoured; the next notice, delivered as SIGTERM, is: the engine's notice checkpoint
-    lands in the storage within the grace."""
+    lands in the storage within the grace.
+
+    The trainer (PPO, DQN) is tests/support/noticed_runs.py's, SIGTERM at its first
+    progress line (tests/engine/test_notice.py resumes it). The journal holds what the
+    watcher wrote meanwhile: the job running, the lost notice, heard with its grace over
+    before the next came (dated back by that much: the trainer would train all the while
+    it was waited for), and the delivered one at the SIGTERM."""
     grace = 1.5
-    args = [
-        "--algo", "ppo", "--env", "CartPole-v1", "--total-timesteps", "200000",
-        "--checkpoint-every", "1000000", "--run-name", "noticed", "--wandb", "disabled",
-        "--log-every", "256", "--eval-episodes", "1", "--hparams", '{"n_steps": 128}',
-    ]  # fmt: skip
+    noticed_run = noticed_runs[algo]
+    assert noticed_run.returncode == EX_PREEMPTED, noticed_run.log[-3000:]
     journal = Journal(tmp_path / "journal.sqlite")
-    log = tmp_path / "train.log"
-    proc = start_train(tmp_path, args, log)
-    try:
-        await until(
-            lambda: "progress step=" in log.read_text() or proc.poll() is not None, 120, "training"
-        )
-        assert proc.poll() is None, log.read_text()[-3000:]
-        job_state(journal, time.time() - 1, "job-1", "RUNNING")
-        lost = notice(journal, time.time(), "w-0")  # never reached the trainer
-        await until(lambda: time.time() > lost.at + grace + SLACK_S + 0.1, 30, "its grace over")
-        delivered = notice(journal, time.time(), "w-1")
-        proc.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(proc.wait, 120)
-    finally:
-        kill(proc)
-    assert proc.returncode == EX_PREEMPTED, log.read_text()[-3000:]
+    lost_at = noticed_run.signalled_at - grace - SLACK_S - 0.1
+    job_state(journal, lost_at - 1, "job-1", "RUNNING")
+    lost = notice(journal, lost_at, "w-0")  # never reached the trainer
+    delivered = notice(journal, noticed_run.signalled_at, "w-1")
     rows: list[Update] = []
     sink = EventSink(journal, rows.append)
     v = NoticeVerifier(
-        journal, sink, str(tmp_path / "runs"), grace_s=grace, clock=lambda: time.time() + 60
+        journal, sink, str(noticed_run.storage), grace_s=grace, clock=lambda: time.time() + 60
     )
     verdicts = {x.notice_id: x for x in await v.check()}
     assert not verdicts[lost.id].honoured
     assert verdicts[delivered.id].honoured
     (ckpt,) = verdicts[delivered.id].matched
-    assert (ckpt.run, ckpt.trigger) == ("noticed", "notice")
+    assert (ckpt.run, ckpt.trigger) == (NOTICED_RUN, "notice")
     assert [r.data["notice_id"] for r in rows if isinstance(r, Event)] == [lost.id]
     journal.close()
