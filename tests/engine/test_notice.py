@@ -1,7 +1,10 @@
 """Preemption notice: SIGTERM -> a checkpoint at the step reached -> exit 75 -> exact resume.
 
 Processes are real (``python -m engine.train``, Ray clusters on loopback) and signalled as a
-spot VM's shutdown would: SIGTERM, then SIGKILL when the grace runs out.
+spot VM's shutdown would: SIGTERM, then SIGKILL when the grace runs out. The resumes that
+follow run the CLI's ``main`` with the same argv in the test's own process
+(tests/support/trained_runs.py's ``train_here``): a resume is the engine's logic, not a
+process boundary, and a trainer process costs ~3 s of CPU before its first step.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from tests.support.engine_helpers import (
     start_train,
 )
 from tests.support.noticed_runs import NOTICED_RUN, NOTICED_TOTAL, NoticedRuns
+from tests.support.trained_runs import train_here
 from tests.support.waiting import wait_until
 
 # ------------------------------------------------------------------ in-process: the step gate
@@ -245,14 +249,16 @@ def _progressed_past(log: Path, step: int) -> bool:
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_sigterm_mid_interval_resumes_at_the_step_reached(
-    noticed_runs: NoticedRuns, algo: str, tmp_path: Path
+    noticed_runs: NoticedRuns, algo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGTERM long before the first checkpoint (interval 100k > total): exit 75, one notice
     line naming step N, a complete checkpoint at N; the same command resumes at exactly N
     and ends at exactly --total-timesteps (3,000: the signal lands at the first progress
     line, step 256 or 512; the resumed run trains the rest). The preempted trainer is
     tests/support/noticed_runs.py's (the ledger's notice test reads it too); the resume
-    runs on a copy of its storage, as a retry on another VM reads the same bucket."""
+    runs on a copy of its storage, as a retry on another VM reads the same bucket, and in
+    this process (the CLI's main with the same argv): what it checks is the engine's
+    resume, the process boundary is the first run's."""
     noticed_run = noticed_runs[algo]
     text, storage = noticed_run.log, str(noticed_run.storage)
     assert noticed_run.returncode == EX_PREEMPTED, text[-3000:]
@@ -269,14 +275,9 @@ def test_sigterm_mid_interval_resumes_at_the_step_reached(
     assert not (noticed_run.storage / NOTICED_RUN / NOTICE).exists()
 
     shutil.copytree(noticed_run.storage, tmp_path / "runs")
-    again = subprocess.run(
-        [sys.executable, "-m", "engine.train", *noticed_run.args],
-        cwd=tmp_path,
-        env=engine_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PHANTOM_STORAGE", raising=False)
+    again = train_here(noticed_run.args)
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
     assert result["resumed_from_step"] == step
@@ -288,7 +289,7 @@ def test_sigterm_mid_interval_resumes_at_the_step_reached(
 
 @pytest.mark.parametrize("kill_when", ["marker", "publishing"])
 def test_sigterm_then_sigkill_during_the_write_leaves_only_complete_checkpoints(
-    tmp_path: Path, kill_when: str
+    tmp_path: Path, kill_when: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A notice, a second SIGTERM (ignored), then SIGKILL while the notice checkpoint is
     being written (a DQN replay buffer makes it take a while): every checkpoint a loader can
@@ -331,14 +332,12 @@ def test_sigterm_then_sigkill_during_the_write_leaves_only_complete_checkpoints(
     assert latest_checkpoint_step(str(tmp_path / "runs"), "killed") == visible[0]
     assert notice_from_log(log.read_text()) is None  # killed before it could say so
 
-    again = subprocess.run(
-        [sys.executable, "-m", "engine.train", *args],
-        cwd=tmp_path,
-        env=engine_env(tmp_path, PHANTOM_NOTICE_GRACE_S="5"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # the resume in this process (the CLI's main, same argv): the process that matters,
+    # the one killed mid-write, was a real one
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PHANTOM_STORAGE", raising=False)
+    monkeypatch.setenv("PHANTOM_NOTICE_GRACE_S", "5")
+    again = train_here(args)
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout.strip().splitlines()[-1])
     assert result["resumed_from_step"] == visible[0] and result["num_timesteps"] == 3000
