@@ -6,9 +6,6 @@ The engine takes the console's advice from its environment (``engine.contract``'
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +18,7 @@ from engine.contract import (
     parse_checkpoint_saved,
 )
 from engine.trainconfig import DEFAULT_CHECKPOINT_EVERY, UsageError, auto_checkpoint_every
-from tests.support.engine_helpers import engine_env
+from tests.support.trained_runs import TrainedRun
 
 
 def test_auto_without_advice_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,18 +54,11 @@ def test_checkpoint_line_round_trips() -> None:
     assert parse_checkpoint_saved("[engine] final weights step=512 at /x/final") is None
 
 
-def test_auto_run_checkpoints_at_the_advised_interval(tmp_path: Path) -> None:
-    """A real (tiny) run: the advised 256 steps are used, said, and each save's cost logged."""
-    env = engine_env(
-        tmp_path,
-        **{CHECKPOINT_ADVICE_STEPS: "256", CHECKPOINT_ADVICE_REASON: "Young/Daly, C=0.01s, M=60s"},
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "engine.train", "--algo", "ppo", "--env", "CartPole-v1",
-         "--total-timesteps", "512", "--checkpoint-every", "auto", "--wandb", "disabled",
-         "--eval-episodes", "1", "--hparams", '{"n_steps": 64}', "--run-name", "adv"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def test_auto_run_checkpoints_at_the_advised_interval(advised_run: TrainedRun) -> None:
+    """A real (tiny) run: the advised 256 steps are used, said, and each save's cost logged
+    (tests/engine/conftest.py's ``advised_run``: the CLI's main in the test process, with
+    the advice in its environment; test_envvars reads it too)."""
+    proc = advised_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (
         "[engine] checkpoint every 256 steps (advice from the console: Young/Daly, C=0.01s, M=60s)"
@@ -77,7 +67,7 @@ def test_auto_run_checkpoints_at_the_advised_interval(tmp_path: Path) -> None:
     saves = [s for s in map(parse_checkpoint_saved, proc.stderr.splitlines()) if s is not None]
     assert [s.step for s in saves] == [256, 512]
     assert all(s.seconds >= 0 for s in saves)
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["num_timesteps"] == 512
+    assert advised_run.result["num_timesteps"] == 512
 
 
 def test_save_cost_covers_the_pause_it_causes_to_training(

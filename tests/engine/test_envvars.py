@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,18 +18,14 @@ from engine.storage import MANIFEST, latest_checkpoint_step
 from engine.trialproc import TrainerProcesses, remove_stale_dirs
 from tests.support import REPO
 from tests.support.engine_helpers import engine_env, wandb_records
+from tests.support.forked_python import ForkedPython
+from tests.support.trained_runs import TrainedRun
 from tests.support.waiting import wait_until
 
 
-def _validate(tmp_path: Path, cmd: list[str], **env: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, *cmd, "--validate-only"],
-        cwd=tmp_path,
-        env=engine_env(tmp_path, **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def _validate(python: ForkedPython, tmp_path: Path, cmd: list[str], **env: str) -> dict:
+    """``python CMD --validate-only`` (a child of the module's fork server): what it resolved."""
+    proc = python([*cmd, "--validate-only"], cwd=tmp_path, env=engine_env(tmp_path, **env))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 
@@ -38,29 +33,47 @@ def _validate(tmp_path: Path, cmd: list[str], **env: str) -> dict:
 # ------------------------------------------------------------------ PHANTOM_JAX_PLATFORM
 
 
-def test_phantom_jax_platform_wins_over_jax_platforms(tmp_path: Path) -> None:
+def test_phantom_jax_platform_wins_over_jax_platforms(python: ForkedPython, tmp_path: Path) -> None:
     out = _validate(
-        tmp_path, ["-m", "engine.train"], PHANTOM_JAX_PLATFORM="cpu", JAX_PLATFORMS="tpu"
+        python, tmp_path, ["-m", "engine.train"], PHANTOM_JAX_PLATFORM="cpu", JAX_PLATFORMS="tpu"
     )
     assert out["jax_platforms"] == "cpu"
-    unset = _validate(tmp_path, ["-m", "engine.train"], JAX_PLATFORMS="tpu")
+    unset = _validate(python, tmp_path, ["-m", "engine.train"], JAX_PLATFORMS="tpu")
     assert unset["jax_platforms"] == "tpu"  # nothing to honour: left alone
 
 
-@pytest.fixture
-def trainers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[TrainerProcesses]:
-    """A zygote of this test's own (not the process-wide one), closed afterwards."""
-    monkeypatch.setenv("PHANTOM_JAX_PLATFORM", "cpu")
-    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.chdir(tmp_path)
-    # its events dir, and the work dirs of trainers it kills, go with the test's tmp_path
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    procs = TrainerProcesses()
+@pytest.fixture(scope="module")
+def zygote_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("zygote")
+
+
+@pytest.fixture(scope="module")
+def shared_trainers(zygote_home: Path) -> Iterator[TrainerProcesses]:
+    """A zygote of this module's own (not the process-wide one), closed afterwards. Its
+    start-up (torch, SB3 and the engine imported) is most of a test's CPU, so the module's
+    tests share it; one that kills it leaves the next ``start`` to start a fresh one."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(zygote_home))  # its events dir goes there
+        procs = TrainerProcesses()
     try:
         yield procs
     finally:
         procs.close()
+
+
+@pytest.fixture
+def trainers(
+    shared_trainers: TrainerProcesses, zygote_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> TrainerProcesses:
+    """The module's zygote; a test's first ``start`` starts it (again, if a test killed
+    it) with this environment, which its trainers inherit."""
+    monkeypatch.setenv("PHANTOM_JAX_PLATFORM", "cpu")
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.chdir(zygote_home)
+    # the work dirs of trainers it kills go with the module's tmp dir
+    monkeypatch.setenv("TMPDIR", str(zygote_home))
+    return shared_trainers
 
 
 def test_event_dirs_of_processes_that_are_gone_are_removed(tmp_path: Path) -> None:
@@ -105,10 +118,11 @@ def test_trainer_checkpoints_when_its_parent_dies(
 ) -> None:
     """A trainer whose zygote (and Ray worker) is killed gets a notice through its parent-death
     signal: it writes a checkpoint at the step reached and exits, leaving nothing running."""
+    # a first rollout, and its TensorBoard flush, after 128 steps
     argv = [
         "--algo", "ppo", "--env", "CartPole-v1", "--total-timesteps", "500000",
         "--checkpoint-every", "400000", "--run-name", "orphan", "--storage", str(tmp_path),
-        "--wandb", "disabled",
+        "--wandb", "disabled", "--hparams", '{"n_steps": 128}', "--log-every", "128",
     ]  # fmt: skip
     handle = trainers.start("engine.distributed:trainer_main", {"argv": argv, "node": "127.0.0.1"})
     assert handle.pid is not None
@@ -143,7 +157,9 @@ def test_trainer_checkpoints_when_its_parent_dies(
 
 
 @pytest.mark.parametrize("mode", ["offline", "disabled", "online"])
-def test_wandb_settings_come_from_the_environment(tmp_path: Path, mode: str) -> None:
+def test_wandb_settings_come_from_the_environment(
+    python: ForkedPython, tmp_path: Path, mode: str
+) -> None:
     """What the console sets for a job (by env var name) is what the job uses when no flag
     says otherwise; online is only resolved, never contacted (the key is a dummy and the
     base URL a closed loopback port)."""
@@ -155,7 +171,7 @@ def test_wandb_settings_come_from_the_environment(tmp_path: Path, mode: str) -> 
         "WANDB_API_KEY": "dummy-key-for-validation",
         "WANDB_BASE_URL": "http://127.0.0.1:9",
     }
-    out = _validate(tmp_path, ["-m", "engine.train"], **env)
+    out = _validate(python, tmp_path, ["-m", "engine.train"], **env)
     assert out["wandb"] == {
         "mode": mode,
         "project": "capstone_tpu",
@@ -163,11 +179,12 @@ def test_wandb_settings_come_from_the_environment(tmp_path: Path, mode: str) -> 
         "dir": str(tmp_path / "wb"),
         "api_key_set": True,
     }
-    flag = _validate(tmp_path, ["-m", "engine.train", "--wandb", "disabled"], **env)
+    flag = _validate(python, tmp_path, ["-m", "engine.train", "--wandb", "disabled"], **env)
     assert flag["wandb"]["mode"] == "disabled"  # a flag still wins
-    sweep = _validate(tmp_path, ["-m", "engine.sweep"], **env)
+    sweep = _validate(python, tmp_path, ["-m", "engine.sweep"], **env)
     assert (sweep["args"]["wandb"], sweep["args"]["wandb_project"]) == (mode, "capstone_tpu")
     launcher = _validate(
+        python,
         tmp_path,
         [str(REPO / "scripts/ray_distributed_train.py"), "--num-nodes", "2", "--train-args",
          "--algo ppo"],
@@ -176,24 +193,24 @@ def test_wandb_settings_come_from_the_environment(tmp_path: Path, mode: str) -> 
     assert "--wandb" not in launcher["trainers"][0]  # trainers resolve it from their env
 
 
-@pytest.mark.parametrize("mode", ["offline", "disabled"])
-def test_a_job_started_with_wandb_mode_runs_in_that_mode(tmp_path: Path, mode: str) -> None:
-    env = engine_env(
-        tmp_path, WANDB_MODE=mode, WANDB_PROJECT="capstone_tpu", WANDB_DIR=str(tmp_path / "wb")
-    )
-    (tmp_path / "wb").mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "engine.train", "--algo", "ppo", "--env", "CartPole-v1",
-         "--total-timesteps", "256", "--hparams", '{"n_steps": 128}', "--eval-episodes", "1"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["wandb_mode"] == mode
-    runs = list((tmp_path / "wb").glob("wandb/offline-run-*/run-*.wandb"))
-    if mode == "disabled":
-        assert runs == [] and result["wandb_artifact"] is None
-        return
-    (run_file,) = runs
+# A job started with WANDB_MODE runs in that mode. The runs are shared (tests/engine/conftest.py):
+# the seed's smoke command (test_train reads it too) and the advised run (test_checkpoint_auto
+# reads it too), each started with WANDB_MODE, WANDB_PROJECT and WANDB_DIR and no --wandb.
+
+
+def _offline_runs(run: TrainedRun) -> list[Path]:
+    return list(Path(run.env["WANDB_DIR"]).glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def test_a_job_started_with_wandb_mode_offline_runs_offline(smoke_run: TrainedRun) -> None:
+    assert smoke_run.env["WANDB_MODE"] == "offline" and "--wandb" not in smoke_run.proc.args
+    assert smoke_run.result["wandb_mode"] == "offline"
+    (run_file,) = _offline_runs(smoke_run)
     (run,) = [r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run"][:1]
     assert run.project == "capstone_tpu"
+
+
+def test_a_job_started_with_wandb_mode_disabled_runs_disabled(advised_run: TrainedRun) -> None:
+    assert advised_run.env["WANDB_MODE"] == "disabled" and "--wandb" not in advised_run.proc.args
+    assert advised_run.result["wandb_mode"] == "disabled"
+    assert _offline_runs(advised_run) == [] and advised_run.result["wandb_artifact"] is None

@@ -15,6 +15,7 @@ from engine import sweep
 from engine.distributed import trainer_argvs
 from engine.train import UsageError
 from tests.support import REPO
+from tests.support.forked_python import ForkedPython
 
 # ------------------------------------------------------------------ sweeps
 
@@ -44,15 +45,12 @@ def test_tune_param_space_random_and_grid_respect_run_cap() -> None:
     assert samples == 1 and len(space["grid_point"]["grid_search"]) == 5
 
 
-def _sweep(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine.sweep", "--storage", str(tmp_path / "s"), *args],
+def _sweep(python: ForkedPython, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m engine.sweep --storage DIR ARGS``, a child of the module's fork server."""
+    return python(
+        ["-m", "engine.sweep", "--storage", str(tmp_path / "s"), *args],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        capture_output=True,
-        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=120,
     )
 
@@ -67,8 +65,10 @@ def _sweep(
         (["--storage", "nosuch://b"], "--storage"),
     ],
 )
-def test_sweep_usage_errors_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
-    proc = _sweep(tmp_path, *args)
+def test_sweep_usage_errors_exit_2(
+    python: ForkedPython, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    proc = _sweep(python, tmp_path, *args)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "s").exists()
@@ -108,7 +108,9 @@ def test_launcher_bad_train_args_exit_2() -> None:
 
 def dry_run(**variables: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_", "SWEEP_"))}
-    env.update(DRY_RUN="1", **variables)
+    # PYTHON_LOCAL (it only builds JSON): this interpreter, not the python3 on PATH, which
+    # here is a pyenv shim costing 0.1 s of CPU a call (as in tests/engine/test_bad_input.py)
+    env.update(DRY_RUN="1", PYTHON_LOCAL=sys.executable, **variables)
     return subprocess.run(
         ["bash", str(REPO / "submit_ray_job.sh")],
         env=env,

@@ -17,9 +17,9 @@ from engine import envs
 from engine.storage import MANIFEST, FsspecCheckpointStore, build_manifest
 from engine.train import TrainConfig, learn_exactly, make_vec_env
 from tests.support.engine_helpers import engine_env, wandb_records
+from tests.support.forked_python import ForkedPython
+from tests.support.trained_runs import SMOKE, TrainedRun
 from tests.support.waiting import wait_until
-
-SMOKE = ["--algo", "ppo", "--total-timesteps", "5000", "--alpha", "0.3", "--device", "cpu"]
 
 
 def run_train(tmp_path: Path, args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -208,8 +208,10 @@ def test_learn_exactly_never_overshoots(algo: str, n_envs: int, steps: int, hpar
         (["--run-name", "../escape"], "--run-name"),
     ],
 )
-def test_bad_flags_exit_2_and_write_nothing(tmp_path: Path, args: list[str], needle: str) -> None:
-    proc = run_train(tmp_path, [*SMOKE, *args])
+def test_bad_flags_exit_2_and_write_nothing(
+    python: ForkedPython, tmp_path: Path, args: list[str], needle: str
+) -> None:
+    proc = python(["-m", "engine.train", *SMOKE, *args], cwd=tmp_path, env=engine_env(tmp_path))
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "error:" in last and needle in last
@@ -218,11 +220,12 @@ def test_bad_flags_exit_2_and_write_nothing(tmp_path: Path, args: list[str], nee
     assert not any((tmp_path / "wandb-dir").iterdir())
 
 
-def test_smoke_command_checkpoint_and_offline_artifact(tmp_path: Path) -> None:
-    """The seed's smoke command, as written, in a fresh directory."""
-    proc = run_train(tmp_path, SMOKE)
+def test_smoke_command_checkpoint_and_offline_artifact(smoke_run: TrainedRun) -> None:
+    """The seed's smoke command, as written, in a fresh directory (tests/engine/conftest.py's
+    ``smoke_run``, which test_envvars reads too)."""
+    proc, tmp_path = smoke_run.proc, smoke_run.cwd
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = smoke_run.result
     assert result["num_timesteps"] == 5000 and result["resumed_from_step"] == 0
     run_dir = tmp_path / "runs" / result["run_name"]
     steps = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
