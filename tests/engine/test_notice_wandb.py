@@ -19,11 +19,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +40,7 @@ from engine.tracking import wandb_run_id
 from tests.support import REPO
 from tests.support.engine_helpers import engine_env, kill, notice_from_log
 from tests.support.fixtures_pod import start_ray, start_worker, stop_ray
-from tests.support.fixtures_wandb import WandbEmu, run_client, wandb_emu
+from tests.support.fixtures_wandb import WandbEmu, kill_group, wandb_emu
 from tests.support.waiting import wait_until
 
 __all__ = ["wandb_emu"]
@@ -48,26 +52,29 @@ ARGS = [
     "--eval-episodes", "0", "--hparams", '{"n_steps": 128}',
 ]  # fmt: skip
 
+# The real wandb.Api() answering one run path a line (one JSON line each): the fast test
+# reads its run twice, and wandb's import is most of a read's CPU.
 READ = textwrap.dedent(
     """
     import json, sys, wandb
-    api = wandb.Api()
-    run = api.run(sys.argv[1])
-    rows = [r for r in run.scan_history() if "global_step" in r]
     def art(a):
         return {
             "name": a.name, "aliases": sorted(a.aliases), "trigger": a.metadata.get("trigger"),
             "step": a.metadata.get("step"), "logged_by": a.logged_by().id,
             "used_by": [r.id for r in a.used_by()], "files": sorted(f.name for f in a.files()),
         }
-    print(json.dumps({
-        "state": run.state,
-        "summary": {k: v for k, v in run.summary.items() if not k.startswith("_")},
-        "steps": [int(r["global_step"]) for r in rows],
-        "runs": [r.id for r in api.runs(run.entity + "/" + run.project)],
-        "logged": [art(a) for a in run.logged_artifacts()],
-        "used": [art(a) for a in run.used_artifacts()],
-    }))
+    for path in sys.stdin:
+        api = wandb.Api()  # a fresh client for each read
+        run = api.run(path.strip())
+        rows = [r for r in run.scan_history() if "global_step" in r]
+        print("run " + json.dumps({
+            "state": run.state,
+            "summary": {k: v for k, v in run.summary.items() if not k.startswith("_")},
+            "steps": [int(r["global_step"]) for r in rows],
+            "runs": [r.id for r in api.runs(run.entity + "/" + run.project)],
+            "logged": [art(a) for a in run.logged_artifacts()],
+            "used": [art(a) for a in run.used_artifacts()],
+        }), flush=True)
     """
 )
 
@@ -96,11 +103,87 @@ def _env(emu: WandbEmu, tmp_path: Path) -> dict[str, str]:
     return {**engine_env(tmp_path), **emu.env(tmp_path / "home")}
 
 
+class RunReader:
+    """A client process of the real ``wandb.Api()`` (``READ``) that reads runs on request;
+    in a session of its own, killed with its group when closed."""
+
+    def __init__(self, emu: WandbEmu, tmp_path: Path) -> None:
+        self._err = tmp_path / "reader.stderr"
+        with self._err.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", READ],
+                env=_env(emu, tmp_path),
+                cwd=tmp_path,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def read(self, path: str, timeout: float = 120.0) -> dict:
+        """The run at ``entity/project/id`` as the real ``wandb.Api()`` shows it."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(path + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"no answer for {path} in {timeout}s: {self._tail()}"
+                ) from None
+            if line is None:
+                raise AssertionError(f"the reader ended ({self.proc.wait()}): {self._tail()}")
+            if line.startswith("run "):
+                return json.loads(line[4:])  # type: ignore[no-any-return]
+
+    def _tail(self) -> str:
+        return self._err.read_text()[-3000:]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the loop ends at EOF
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            kill_group(self.proc)  # wandb-core or anything else it left
+            self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def run_reader(emu: WandbEmu, tmp_path: Path) -> Iterator[RunReader]:
+    reader = RunReader(emu, tmp_path)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
 def read_run(emu: WandbEmu, tmp_path: Path, path: str) -> dict:
-    """The run at ``entity/project/id`` as the real ``wandb.Api()`` shows it."""
-    done = run_client([sys.executable, "-c", READ, path], _env(emu, tmp_path), tmp_path)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """The run at ``entity/project/id`` as the real ``wandb.Api()`` shows it (one read)."""
+    with run_reader(emu, tmp_path) as reader:
+        return reader.read(path)
+
+
+@pytest.fixture
+def reader(wandb_emu: WandbEmu, tmp_path: Path) -> Iterator[RunReader]:
+    """A test's own reader: it imports wandb while the test starts its trainer."""
+    with run_reader(wandb_emu, tmp_path) as started:
+        yield started
 
 
 def assert_ended_at_notice(got: dict, run_id: str, step: int) -> None:
@@ -129,12 +212,8 @@ def assert_resumed_with_lineage(got: dict, run_id: str, step: int, total: int) -
     assert "latest" in final["aliases"] and "latest" not in noticed["aliases"]
 
 
-def _read(emu: WandbEmu, tmp_path: Path, run_id: str) -> dict:
-    return read_run(emu, tmp_path, f"lab/notice/{run_id}")
-
-
 def test_sigterm_to_every_process_keeps_the_runs_end_and_resume_continues_it(
-    wandb_emu: WandbEmu, tmp_path: Path
+    wandb_emu: WandbEmu, reader: RunReader, tmp_path: Path
 ) -> None:
     env = _env(wandb_emu, tmp_path)
     log = tmp_path / "first.log"
@@ -173,7 +252,7 @@ def test_sigterm_to_every_process_keeps_the_runs_end_and_resume_continues_it(
     step = notice["step"]
 
     run_id = wandb_run_id("noticed-wb", "notice")
-    got = _read(wandb_emu, tmp_path, run_id)
+    got = reader.read(f"lab/notice/{run_id}")
     assert_ended_at_notice(got, run_id, step)
     assert got["runs"] == [run_id]
 
@@ -189,7 +268,7 @@ def test_sigterm_to_every_process_keeps_the_runs_end_and_resume_continues_it(
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["resumed_from_step"] == step
     assert "W&B run uses artifact" in again.stderr, again.stderr[-3000:]
-    after = _read(wandb_emu, tmp_path, run_id)
+    after = reader.read(f"lab/notice/{run_id}")
     assert after["runs"] == [run_id]  # the same run, continued
     assert_resumed_with_lineage(after, run_id, step, 4096)
     assert wandb_emu.trap.seen == []
