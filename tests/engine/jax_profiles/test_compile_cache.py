@@ -21,6 +21,9 @@ from engine.jax_profiles.compile_cache import (
     resolve_cache_dir,
 )
 
+# All JAX tests share one xdist worker: JAX is imported and common programs compile once.
+pytestmark = pytest.mark.xdist_group("jax")
+
 
 def test_cache_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)

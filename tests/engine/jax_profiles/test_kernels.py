@@ -21,6 +21,9 @@ from engine.jax_profiles import bank as B
 from engine.jax_profiles import divergence as D
 from engine.jax_profiles.sharding import step_key
 
+# All JAX tests share one xdist worker: JAX is imported and common programs compile once.
+pytestmark = pytest.mark.xdist_group("jax")
+
 RTOL, ATOL = 1e-4, 1e-5
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # a few fixed shapes so compiled functions are reused across examples
@@ -101,6 +104,10 @@ def ref_divergences(
     return per_level, total
 
 
+# count_actions as one program (eagerly, each of its ops would compile on its own)
+_count_actions = jax.jit(B.count_actions, static_argnums=(4, 5, 6))
+
+
 def make_test_bank(rng: np.random.Generator, p: int, shape: tuple[int, int, int]) -> B.ProfileBank:
     n_levels, n_states, n_actions = shape
     kernels = random_kernels(rng, (p, n_levels, n_states, n_actions))
@@ -132,7 +139,7 @@ def test_trajectory_kernels_match_numpy(
 
     counts = np.zeros((n_levels, n_states, n_actions))
     np.add.at(counts, (level[mask], state[mask], action[mask]), 1.0)
-    got_counts = B.count_actions(
+    got_counts = _count_actions(
         jnp.asarray(level),
         jnp.asarray(state),
         jnp.asarray(action),

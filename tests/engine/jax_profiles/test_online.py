@@ -26,6 +26,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from engine.jax_profiles import alpha as AL
 from engine.jax_profiles.online import AutoAlphaCallback
 
+# All JAX tests share one xdist worker: JAX is imported and common programs compile once.
+pytestmark = pytest.mark.xdist_group("jax")
+
 N_STEPS = 32
 
 

@@ -22,6 +22,10 @@ from engine.jax_profiles import divergence as D
 from engine.jax_profiles import pallas_kernels as PK
 from engine.jax_profiles import tiled as T
 
+# All JAX tests share one xdist worker: JAX is imported and the programs common to
+# several tests (the reference pass of a shape, the bank's log) compile once per run.
+pytestmark = pytest.mark.xdist_group("jax")
+
 # float32 vs float32 (reference) and vs float64 (NumPy): divergences are O(1) here
 RTOL = 1e-5
 ATOL = 2e-6
@@ -53,6 +57,10 @@ def _case(
         visitation[2] = 0.0  # no mass: all divergences 0
     bank = B.make_bank(profiles, mask, np.full(p, B.HUMAN))
     return bank, agents, visitation
+
+
+# agent_side as one program (eagerly, each of its ops would compile on its own)
+_agent_side = jax.jit(T.agent_side)
 
 
 def _numpy_total(
@@ -128,24 +136,29 @@ def test_pallas_several_agent_blocks_and_x_splits(metric: str) -> None:
     """Small tiles: 3 agent blocks (one padded), 5 profile blocks (last partial) and X in
     splits of several tiles each (last tile partial), summed outside the kernel."""
     bank, agents, vis = _case(19, 5, (3, 5, 3), seed=2)  # X = 45
-    side = T.agent_side(bank.state_mask, jnp.asarray(agents), jnp.asarray(vis))
     small = PK.KernelConfig(block_agents=2, block_profiles=4, block_x=8, target_programs=40)
     if metric == "kl":
         small = PK.KernelConfig(block_agents=16, block_profiles=16, block_x=16, target_programs=3)
     assert PK.grid_programs(metric, 19, 5, 45, small) > 3
-    if metric == "kl":
-        self_term = 2.0 * (side.w * side.hq).sum(1)
-        got = self_term[None] - PK.pallas_cross(bank.log_kernels, side.wq, "fp32", small)
-    else:
-        got = PK.pallas_total(metric, bank.kernels, side, small)
+
+    @jax.jit  # one program: run eagerly, each of agent_side's ops would compile on its own
+    def total(bank: B.ProfileBank, agents: jax.Array, vis: jax.Array) -> jax.Array:
+        side = T.agent_side(bank.state_mask, agents, vis)
+        if metric == "kl":
+            self_term = 2.0 * (side.w * side.hq).sum(1)
+            return self_term[None] - PK.pallas_cross(bank.log_kernels, side.wq, "fp32", small)
+        return PK.pallas_total(metric, bank.kernels, side, small)
+
+    got = total(bank, jnp.asarray(agents), jnp.asarray(vis))
     ref = D.divergence_total(bank, agents, vis, metric, impl="reference").T
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=RTOL, atol=1e-5)
 
 
 def test_tiled_block_sizes_agree() -> None:
     bank, agents, vis = _case(11, 4, (2, 3, 4), seed=3)
-    side = T.agent_side(bank.state_mask, jnp.asarray(agents), jnp.asarray(vis))
-    outs = [np.asarray(T.tiled_total("js", bank.kernels, side, block=b)) for b in (1, 4, 11, 64)]
+    side = _agent_side(bank.state_mask, jnp.asarray(agents), jnp.asarray(vis))
+    tiled_total = jax.jit(T.tiled_total, static_argnames=("metric", "block"))
+    outs = [np.asarray(tiled_total("js", bank.kernels, side, block=b)) for b in (1, 4, 11, 64)]
     for out in outs[1:]:
         np.testing.assert_allclose(out, outs[0], rtol=1e-6, atol=1e-7)
 
@@ -201,7 +214,7 @@ def test_bad_impl_and_precision_name_the_argument() -> None:
         PK.pallas_total(
             "tv",
             bank.kernels,
-            T.agent_side(bank.state_mask, jnp.asarray(agents), None),
+            _agent_side(bank.state_mask, jnp.asarray(agents), None),
             PK.KernelConfig(block_agents=3, block_profiles=4, block_x=4),
         )
 
