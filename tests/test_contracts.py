@@ -5,16 +5,20 @@ sys.modules (harlequin's check). The contracts in pyproject.toml keep the rest o
 (the console's layers, every module placed; the emulators behind one door; the engine alone;
 a backend's parts behind the wiring; the TUI off the network). Each names a whole package and
 lists its exceptions, and a test breaks each one in a copy of the tree, with modules that no
-contract names, to prove that what lands tomorrow is guarded too.
+contract names, to prove that what lands tomorrow is guarded too. The broken copies are one copy
+holding every probe, each in a module of its own, linted once: each case finds its own
+module named under its own contract in the report.
 """
 
 from __future__ import annotations
 
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -59,6 +63,12 @@ def test_headless_packages_do_not_import_textual(package: str) -> None:
 # The layer contracts (pyproject's [tool.importlinter]), as `make lint` runs them ------------
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+CONTRACTS = [
+    c["name"]
+    for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"
+    ]
+]
 
 
 def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -67,7 +77,8 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(cwd)},
+        # wide enough that no contract's name or import chain wraps (rich wraps at 80)
+        env={**os.environ, "PYTHONPATH": str(cwd), "COLUMNS": "1000"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -80,9 +91,29 @@ def _broken(report: str) -> str:
     return report.split("Broken contracts", 1)[1] if "Broken contracts" in report else ""
 
 
+def _broken_section(report: str, contract: str) -> str:
+    """What the report says under the one broken contract whose name starts with
+    ``contract``, up to the next broken contract's heading ("" if it is not broken)."""
+    (name,) = [c for c in CONTRACTS if c.startswith(contract)]
+    broken = _broken(report)
+    starts = sorted(i for c in CONTRACTS if (i := broken.find(f"\n{c}\n")) >= 0)
+    at = broken.find(f"\n{name}\n")
+    if at < 0:
+        return ""
+    later = [i for i in starts if i > at]
+    return broken[at : later[0] if later else len(broken)]
+
+
 def _copy_tree(to: Path) -> None:
     for package in ("console", "engine", "emulators", "benchmarks", "kubeprint"):
         shutil.copytree(ROOT / package, to / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def _add_third_backend(tree: Path, init: str) -> None:
+    third = tree / "console" / "services" / "backends" / "third"
+    third.mkdir()
+    (third / "__init__.py").write_text(init)
+    (third / "parts.py").write_text("from console.services.model import Event\n")
 
 
 def test_the_tree_keeps_every_layer_contract() -> None:
@@ -92,117 +123,137 @@ def test_the_tree_keeps_every_layer_contract() -> None:
 
 
 # Each probe is a module that no contract names: the contracts cover what lands tomorrow.
-@pytest.mark.parametrize(
-    ("where", "line", "contract"),
-    [
-        ("console/services/_probe.py", "import textual", "The core runs without the TUI"),
-        ("console/config/_probe.py", "import rich", "The core runs without the TUI"),
-        ("console/script/_probe.py", "import emulators.tpu_pod.client", "Only the wiring"),
-        ("console/services/_probe.py", "import emulators.gke.store", "Only the wiring"),
-        ("emulators/gke/_probe.py", "import console.services.facade", "The emulators stand"),
-        ("emulators/_kit_probe.py", "import engine.notice", "The emulators stand"),
-        ("engine/_probe.py", "import console.config", "The engine never imports"),
-        ("kubeprint/_probe.py", "import emulators.gke.store", "kubeprint stands alone"),
-        ("kubeprint/_probe.py", "import console.services.model", "kubeprint stands alone"),
-        ("engine/_probe.py", "import benchmarks.recovery", "The engine never imports"),
-        (
-            "console/services/recovery/_probe.py",
-            "import console.services.backends.tpu_vm.ssh",
-            "A backend's parts are reached only",
-        ),
-        (
-            "console/services/_newroom/__init__.py",
-            "import console.services.backends.gke.backend",
-            "A backend's parts are reached only",
-        ),
-        (
-            "console/services/backends/gke/_probe.py",
-            "import console.services.backends.tpu_vm.ssh",
-            "The backends are independent",
-        ),
-        ("console/screens/_probe.py", "import asyncssh", "The TUI never reaches"),
-        ("console/tui/_probe.py", "import console.wiring", "The TUI never reaches"),
-        ("console/widgets/_probe.py", "import console.services.facade", "The TUI never reaches"),
-        ("console/screens/_probe.py", "import console.tui.app", "The console's layers"),
-        ("console/widgets/_probe.py", "import console.screens.base", "The console's layers"),
-        ("console/services/_probe.py", "import console.tui.app", "The console's layers"),
-        ("console/config/_probe.py", "import console.services.model", "The console's layers"),
-        # a new top-level room must be placed in the layers before it lands
-        ("console/_newroom.py", "X = 1", "The console's layers"),
-        # inside the services: each room imports only the rooms below it
-        (
-            "console/services/record/_probe.py",
-            "import console.services.recovery.watchdog",
-            "The services' rooms",
-        ),
-        (
-            "console/services/jobs/_probe.py",
-            "import console.services.backends.base",
-            "The services' rooms",
-        ),
-        (
-            "console/services/ledger/_probe.py",
-            "import console.services.jobs.spec",
-            "The services' rooms",
-        ),
-        (
-            "console/services/cadence/_probe.py",
-            "import console.services.record.journal",
-            "The services' rooms",
-        ),
-        # a new room inside the services must be placed before it lands
-        ("console/services/_room.py", "X = 1", "The services' rooms"),
-    ],
-)
-def test_a_broken_contract_fails_the_lint(
-    tmp_path: Path, where: str, line: str, contract: str
-) -> None:
-    """The contracts are not decoration: one import across a wall, in a copy of the tree,
-    and `lint-imports` names the contract and fails."""
-    _copy_tree(tmp_path)
-    (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / where).write_text(line + "\n")
-    proc = _lint_imports(tmp_path)
-    assert proc.returncode != 0
-    assert contract in _broken(proc.stdout), proc.stdout[-3000:]
-
+PROBES = [
+    ("console/services/_probe.py", "import textual", "The core runs without the TUI"),
+    ("console/config/_probe.py", "import rich", "The core runs without the TUI"),
+    ("console/script/_probe.py", "import emulators.tpu_pod.client", "Only the wiring"),
+    ("console/services/_probe.py", "import emulators.gke.store", "Only the wiring"),
+    ("emulators/gke/_probe.py", "import console.services.facade", "The emulators stand"),
+    ("emulators/_kit_probe.py", "import engine.notice", "The emulators stand"),
+    ("engine/_probe.py", "import console.config", "The engine never imports"),
+    ("kubeprint/_probe.py", "import emulators.gke.store", "kubeprint stands alone"),
+    ("kubeprint/_probe.py", "import console.services.model", "kubeprint stands alone"),
+    ("engine/_probe.py", "import benchmarks.recovery", "The engine never imports"),
+    (
+        "console/services/recovery/_probe.py",
+        "import console.services.backends.tpu_vm.ssh",
+        "A backend's parts are reached only",
+    ),
+    (
+        "console/services/_newroom/__init__.py",
+        "import console.services.backends.gke.backend",
+        "A backend's parts are reached only",
+    ),
+    (
+        "console/services/backends/gke/_probe.py",
+        "import console.services.backends.tpu_vm.ssh",
+        "The backends are independent",
+    ),
+    ("console/screens/_probe.py", "import asyncssh", "The TUI never reaches"),
+    ("console/tui/_probe.py", "import console.wiring", "The TUI never reaches"),
+    ("console/widgets/_probe.py", "import console.services.facade", "The TUI never reaches"),
+    ("console/screens/_probe.py", "import console.tui.app", "The console's layers"),
+    ("console/widgets/_probe.py", "import console.screens.base", "The console's layers"),
+    ("console/services/_probe.py", "import console.tui.app", "The console's layers"),
+    ("console/config/_probe.py", "import console.services.model", "The console's layers"),
+    # a new top-level room must be placed in the layers before it lands
+    ("console/_newroom.py", "X = 1", "The console's layers"),
+    # inside the services: each room imports only the rooms below it
+    (
+        "console/services/record/_probe.py",
+        "import console.services.recovery.watchdog",
+        "The services' rooms",
+    ),
+    (
+        "console/services/jobs/_probe.py",
+        "import console.services.backends.base",
+        "The services' rooms",
+    ),
+    (
+        "console/services/ledger/_probe.py",
+        "import console.services.jobs.spec",
+        "The services' rooms",
+    ),
+    (
+        "console/services/cadence/_probe.py",
+        "import console.services.record.journal",
+        "The services' rooms",
+    ),
+    # a new room inside the services must be placed before it lands
+    ("console/services/_room.py", "X = 1", "The services' rooms"),
+]
 
 # A third backend, in a copy of the tree: no contract names it, every wall holds for it.
-@pytest.mark.parametrize(
-    ("where", "line", "contract"),
-    [
-        # its parts are reached only from the wiring...
-        ("console/services/recovery/_probe.py", "import console.services.backends.third.parts", "A backend's parts are reached only"),
-        ("console/services/_probe.py", "import console.services.backends.third", "A backend's parts are reached only"),
-        # ... it imports neither another backend nor the seam ...
-        ("console/services/backends/third/_probe.py", "import console.services.backends.gke.kube", "The backends are independent"),
-        ("console/services/backends/tpu_vm/_probe.py", "import console.services.backends.third.parts", "The backends are independent"),
-        # ... and it sits in the backends' layer of the services' rooms
-        ("console/services/backends/third/_probe.py", "import console.services.facade", "The services' rooms"),
-    ],
-)  # fmt: skip
-def test_a_third_backend_is_guarded_without_an_edit(
-    tmp_path: Path, where: str, line: str, contract: str
+THIRD_BACKEND_PROBES = [
+    # its parts are reached only from the wiring...
+    ("console/services/recovery/_probe.py", "import console.services.backends.third.parts", "A backend's parts are reached only"),
+    ("console/services/_probe.py", "import console.services.backends.third", "A backend's parts are reached only"),
+    # ... it imports neither another backend nor the seam ...
+    ("console/services/backends/third/_probe.py", "import console.services.backends.gke.kube", "The backends are independent"),
+    ("console/services/backends/tpu_vm/_probe.py", "import console.services.backends.third.parts", "The backends are independent"),
+    # ... and it sits in the backends' layer of the services' rooms
+    ("console/services/backends/third/_probe.py", "import console.services.facade", "The services' rooms"),
+]  # fmt: skip
+
+
+def _probe_module(where: str, case: int) -> tuple[str, str]:
+    """``where`` with its first private part (the probe module, or the new room) named for
+    case ``case`` alone, and that module's dotted name: every probe sits in one copy of the
+    tree, and the report names each by its own module."""
+    parts = where.split("/")
+    at = next(i for i, part in enumerate(parts) if part.startswith("_") and part != "__init__.py")
+    stem, dot, ext = parts[at].partition(".")
+    parts[at] = f"{stem}_case{case}{dot}{ext}"
+    return "/".join(parts), ".".join([*parts[:at], f"{stem}_case{case}"])
+
+
+@pytest.fixture(scope="module")
+def broken_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
+    """One copy of the tree holding the third backend and every probe, each in a module of
+    its own, linted once: the report, and each probe's module by its ``where|line``."""
+    tree = tmp_path_factory.mktemp("broken")
+    _copy_tree(tree)
+    _add_third_backend(tree, '"""A third kind of cluster."""\n')
+    modules = {}
+    for case, (where, line, _) in enumerate(PROBES + THIRD_BACKEND_PROBES):
+        path, module = _probe_module(where, case)
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_text(line + "\n")
+        modules[f"{where}|{line}"] = module
+    proc = _lint_imports(tree)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    return proc.stdout, modules
+
+
+def _names(section: str, module: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(module)}(?![\w.])", section) is not None
+
+
+@pytest.mark.parametrize(("where", "line", "contract"), PROBES)
+def test_a_broken_contract_fails_the_lint(
+    broken_tree: tuple[str, dict[str, str]], where: str, line: str, contract: str
 ) -> None:
-    third = tmp_path / "console" / "services" / "backends" / "third"
-    _copy_tree(tmp_path)
-    third.mkdir()
-    (third / "__init__.py").write_text('"""A third kind of cluster."""\n')
-    (third / "parts.py").write_text("from console.services.model import Event\n")
-    (tmp_path / where).write_text(line + "\n")
-    proc = _lint_imports(tmp_path)
-    assert proc.returncode != 0
-    assert contract in _broken(proc.stdout), proc.stdout[-3000:]
+    """The contracts are not decoration: one import across a wall, in a copy of the tree,
+    and `lint-imports` names the contract, with that import's module under it, and fails."""
+    report, modules = broken_tree
+    module = modules[f"{where}|{line}"]
+    assert _names(_broken_section(report, contract), module), (module, report[-3000:])
+
+
+@pytest.mark.parametrize(("where", "line", "contract"), THIRD_BACKEND_PROBES)
+def test_a_third_backend_is_guarded_without_an_edit(
+    broken_tree: tuple[str, dict[str, str]], where: str, line: str, contract: str
+) -> None:
+    report, modules = broken_tree
+    module = modules[f"{where}|{line}"]
+    assert _names(_broken_section(report, contract), module), (module, report[-3000:])
 
 
 def test_a_third_backend_of_its_own_parts_keeps_every_contract(tmp_path: Path) -> None:
     """The other side: inside the third backend its parts import each other and the model
     freely, and the wiring imports it, with no line of pyproject.toml changed."""
-    third = tmp_path / "console" / "services" / "backends" / "third"
     _copy_tree(tmp_path)
-    third.mkdir()
-    (third / "__init__.py").write_text("from console.services.backends.third.parts import Event\n")
-    (third / "parts.py").write_text("from console.services.model import Event\n")
+    _add_third_backend(tmp_path, "from console.services.backends.third.parts import Event\n")
     (tmp_path / "console" / "wiring" / "_third.py").write_text(
         "import console.services.backends.third.parts\n"
     )
