@@ -6,12 +6,14 @@ workers and messages, never sleep.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 from textual.pilot import Pilot
 
-from console.tui.app import PhantomApp, TuiSettings
+from console.tui.app import GC_YOUNG_THRESHOLD, PhantomApp, TuiSettings
 from tests.support.fake_data import T0
 from tests.support.fake_services import FakeServices
 
@@ -54,3 +56,17 @@ def keys(*presses: str) -> Callable[[Pilot[int]], Awaitable[None]]:
             await settle(pilot, streams=True)
 
     return run
+
+
+@contextmanager
+def young_gc_threshold() -> Iterator[None]:
+    """A larger young generation while an app runs, as ``run_tui`` sets for the console
+    (``GC_YOUNG_THRESHOLD``): an app allocates widgets and styles by the hundred thousand,
+    and at CPython's 700 their promotions started a full pass over the whole test process
+    (~0.1 s each, about one per test: a quarter of a snapshot test's CPU). Restored after."""
+    before = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
