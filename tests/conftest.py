@@ -32,6 +32,15 @@ os.environ.setdefault("WANDB_DIR", os.path.join(_SESSION_HOME, "wandb"))
 # tests/support/noticed_runs.py (a plugin, so that both directories share one copy).
 pytest_plugins = ["tests.support.fixtures_pod", "tests.support.noticed_runs"]
 
+# The emulator daemons the tests start (pods, GKE clusters, W&B servers) are forked by one
+# zygote per test process that has their third-party imports loaded (~0.45 s of CPU each
+# otherwise, ~135 starts a fast run): tests/support/emulator_zygote.py.
+# PHANTOM_TEST_ZYGOTE=0 starts each with its own interpreter, as a user's `up` does.
+if os.environ.get("PHANTOM_TEST_ZYGOTE", "1") != "0":
+    from tests.support import emulator_zygote
+
+    emulator_zygote.install()
+
 
 _SHARED_SCOPES = ("module", "package", "session")
 
