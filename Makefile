@@ -23,13 +23,15 @@ TUNIX_STAMP := $(TOOLS)/tunix/.installed-$(TUNIX_VERSION)
 # Measured on this 2-core machine shared with other runs (issue 33): one process 14 min 32 s;
 # -n 2 362 s (with coverage on, load ~1.5); -n 4 336 s (load ~4). Later, quiet, 2,290 tests:
 # -n 2 443 s with the cores 66% busy (tests wait on emulators and subprocesses), -n 3 357 s at
-# 82%: three by default. The slow suite is CPU-bound (90% busy at -n 2), so it stays at two
+# 82%: three then. After the CPU cuts of issue 33 (the emulator zygote, shared trainer runs),
+# quiet, one run each: -n 3 285.6 s at 79% busy (453 CPU-s), -n 4 274.5 s at 89% (488 CPU-s):
+# four by default. The slow suite is CPU-bound (90% busy at -n 2), so it stays at two
 # (-n 3 gave 0.885x on 11 of its tests, each test slower and nearer its margins). The slow suite
 # runs on SLOW_WORKERS (two: its tests take free ports, own run and temp dirs, and two pods or
 # Ray clusters side by side do not meet; -n 2: 55 passed in 1,798 s at load ~8; one process
 # took 2,810 s for 51 earlier the same day, its load not recorded). --dist loadgroup keeps the tests that borrow one
 # module's bring-up (a pod, a Ray head, an emulator) on one worker (tests/conftest.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 SLOW_WORKERS ?= 2
 XDIST_ARGS ?= --dist loadgroup
 COVERAGE_ARGS ?= --cov --cov-report=term:skip-covered --cov-report=html
