@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -88,9 +88,15 @@ def incident_of(event: Event) -> str:
     return value if isinstance(value, str) else ""
 
 
-def new_id(at: float) -> str:
-    """Readable and unique enough: one incident opens at a time, at most one a second."""
-    return "inc-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))
+def new_id(at: float, taken: Collection[str] = ()) -> str:
+    """Readable, by the second the incident opened; one that opens in the same second as an
+    earlier one (a slice preempted again just after it came back) gets ``-2``, ``-3``."""
+    base = "inc-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))
+    iid, n = base, 1
+    while iid in taken:
+        n += 1
+        iid = f"{base}-{n}"
+    return iid
 
 
 def opens(kind: str, data: Mapping[str, Any]) -> bool:
@@ -278,7 +284,8 @@ class IncidentTracker:
         if cur is None:
             if not opens(event.kind, event.data):
                 return event
-            cur = self._open = _Open(id=new_id(event.at), last_at=event.at, opened_by=event.kind)
+            iid = new_id(event.at, self._closed)
+            cur = self._open = _Open(id=iid, last_at=event.at, opened_by=event.kind)
         if not member(event):
             return event
         return replace(event, data={**event.data, KEY: cur.id})
