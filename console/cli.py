@@ -14,6 +14,8 @@
 
 Exit codes are an API: 0 ok, 1 an action failed, 2 bad usage / config / script, 130 interrupted.
 Heavy modules (ray, jax, torch, textual) are imported only by the command that needs them.
+What third-party code says (warnings, log lines) goes to the debug log, not the terminal
+(console/debuglog.py): $XDG_STATE_HOME/phantom/debug.log.
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from console import exit_codes
-from console.config import Config, ConfigError, default_config_path, load_config
+from console import debuglog, exit_codes
+from console.config import (
+    Config,
+    ConfigError,
+    default_config_path,
+    default_state_dir,
+    load_config,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -391,5 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.INTERRUPTED
 
 
+def run() -> int:
+    """The program (`phantom`, `python -m console`): the debug log takes what third-party code
+    says before anything of theirs is imported, then the command runs. Tests that call
+    ``main`` in their own process leave their logging as pytest set it."""
+    debuglog.install(default_state_dir() / "debug.log")
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())
