@@ -8,6 +8,7 @@
     phantom mcp [--allow TOOL,...] [--allow-all]   the actions and reads for AI agents (MCP)
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
+    phantom --version            the installed version (CHANGELOG.md says what changed)
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
     phantom wandb up|status|down                  the local W&B server (the wandb SDK and CLI work on it)
@@ -27,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from console import debuglog, exit_codes
 from console.config import (
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the script language reference (actions, flags, exit codes) and exit",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -219,6 +222,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wandb.add_argument("wandb_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (its metadata: one number, pyproject's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("phantom-console")
+    except PackageNotFoundError:  # a checkout on sys.path, never installed
+        return "(not installed: run `make setup`)"
+
+
+class _Version(argparse.Action):
+    """``--version``, its metadata read only when asked (every command builds the parser)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"phantom {version()}")
+        parser.exit()
 
 
 def _load(args: argparse.Namespace) -> Config:

@@ -93,6 +93,7 @@ def test_a_quiet_command_writes_no_debug_log(tmp_path: Path) -> None:
 # only the disk (status without a pod fails, clearly: that path imports the most).
 NO_CLUSTER = [
     ["--help"],
+    ["--version"],
     ["--script-help"],
     *[
         [cmd, "--help"]
