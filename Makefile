@@ -53,7 +53,7 @@ CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
 CHAOS_GKE_ARGS ?=
 
-.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade
+.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade image
 
 $(UV_STAMP): requirements/uv.txt
 	@test -x $(TOOLS)/uv/bin/python || $(PYTHON) -m venv $(TOOLS)/uv
@@ -118,6 +118,17 @@ chaos: $(STAMP)
 # and container crashes during a GRPO workload on the GKE emulator; exit 1 if a check fails.
 chaos-gke: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos_gke --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_GKE_ARGS)
+
+# The watchdog's image (deploy/Dockerfile) with buildah, no Docker engine: the sdist and the
+# wheel (dist/), then the image from the wheel and the lock's pins. BASE picks the base; where
+# it cannot be pulled (no registry but PyPI's and Debian's here) a Debian bookworm made by
+# debootstrap stands in, built once. Needs buildah and debootstrap (apt-get install), as root.
+IMAGE ?= phantom-watch
+BASE ?= python:3.11-slim
+image: $(STAMP)
+	rm -f dist/phantom_console-*
+	$(BIN)/python -m build --no-isolation --outdir dist . > /dev/null
+	$(PYTHON) scripts/image.py --wheel "$$(ls dist/phantom_console-*.whl)" --tag $(IMAGE) --base $(BASE)
 
 lint: $(STAMP)
 	$(PYTHON) scripts/lock.py --uv $(UV) check

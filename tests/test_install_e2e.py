@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -24,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from emulators.tpu_pod.client import pod_status
+from benchmarks.pods import gcp_user_key
+from emulators.tpu_pod.client import pod_status, start_pod, stop_pod
 from tests.script.test_e2e import assert_pod_gone, write_config
 from tests.support import REPO
 from tests.test_quiet_terminal import warning_lines
@@ -162,3 +164,95 @@ def test_the_installed_tool_runs_a_preemption_drill_from_outside_the_checkout(
     assert pod_status(run_dir) is None
     leaks = {cmd: warning_lines(p.stderr) for cmd, p in seen.items() if warning_lines(p.stderr)}
     assert leaks == {}
+
+
+def buildah(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    argv = ["buildah", "--storage-driver", "vfs", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def buildah_problem() -> str | None:
+    if not shutil.which("buildah"):
+        return "buildah is not installed (apt-get install buildah debootstrap; .ci/run does)"
+    if os.geteuid() != 0:
+        return "buildah's chroot isolation with the vfs driver needs root here"
+    return None
+
+
+@pytest.mark.skipif(buildah_problem() is not None, reason=buildah_problem() or "")
+@pytest.mark.timeout(1200)
+def test_the_image_runs_the_watchdog_against_a_pod_on_the_hosts_loopback(
+    built: Built, tmp_path: Path
+) -> None:
+    """`make image`'s build (deploy/Dockerfile by buildah, a debootstrap base where no
+    registry answers), then in the image, as its user: `phantom --version`, and a GCP
+    cluster's watch pass and status through the TPU API and SSH of a GCP-faithful pod
+    emulator on the host's loopback (the container shares the host's network)."""
+    tag = f"localhost/phantom-watch-test-{os.getpid()}"
+    image = [sys.executable, str(REPO / "scripts" / "image.py"), "--wheel", str(built.wheel)]
+    keys, config = tmp_path / "keys", tmp_path / "config"
+    keys.mkdir()
+    config.mkdir()
+    key = gcp_user_key(keys / "google_compute_engine")
+    ctr = ""
+    try:
+        proc = subprocess.run([*image, "--tag", tag], capture_output=True, text=True, timeout=1100)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert proc.stdout.startswith(f"{tag}: "), proc.stdout  # its size, for the record
+        print(proc.stdout)
+        pod = start_pod(
+            tmp_path / "pod", hosts=1, ssh_port=0, faithful=True, accelerator_type="v4-8",
+            ssh_user="alice", ssh_key=key, ready_delay=0.2, timeout=120,
+        )  # fmt: skip
+        (config / "config.toml").write_text(
+            GCP_CONFIG.format(api=pod.tpu_api, port=pod.ssh_port, node=pod.node_name)
+        )
+        for path in (keys, key):  # the image's user (uid 10001) reads its key, as mounted
+            os.chown(path, 10001, 10001)
+        made = buildah("from", "--quiet", tag)
+        assert made.returncode == 0, made.stderr
+        ctr = made.stdout.strip()
+        run = ["run", "--isolation", "chroot", "--env", "NO_GCE_CHECK=True"]
+        run += ["-v", f"{config}:/config:ro", "-v", f"{keys}:/keys:ro", ctr, "--"]
+        version = buildah(*run, "phantom", "--version")
+        assert version.returncode == 0 and version.stdout.startswith("phantom "), version
+        assert buildah(*run, "id", "-un").stdout.strip() == "phantom"
+        phantom = [*run, "phantom", "--config", "/config/config.toml"]
+        watch = buildah(*phantom, "watch", "--once", timeout=300)
+        assert watch.returncode == 0, watch.stderr[-3000:]
+        lines = [json.loads(line) for line in watch.stdout.splitlines()]
+        assert lines[-1] == {
+            "type": "watch",
+            "state": "stopped",
+            "message": "stopped",
+            "exit_code": 0,
+        }
+        assert any(x.get("kind") == "host_key" and x["data"]["source"] == "TPU API" for x in lines)
+        status = buildah(*phantom, "status", "--json", timeout=300)
+        assert status.returncode == 0, status.stderr[-3000:]
+        snap = json.loads(status.stdout)
+        assert snap["pod"]["provider"] == "gcp" and snap["pod"]["tpu_state"] == "READY"
+        assert [h["ssh"] for h in snap["pod"]["hosts"]] == ["ok"], snap["pod"]["hosts"]
+        assert warning_lines(watch.stderr + status.stderr) == []
+    finally:
+        stop_pod(tmp_path / "pod")
+        if ctr:
+            buildah("rm", ctr)
+        buildah("rmi", tag)
+    assert pod_status(tmp_path / "pod") is None
+
+
+GCP_CONFIG = """
+[cluster]
+provider = "gcp"
+project = "phantom-local"
+zone = "local-a"
+node_name = "{node}"
+accelerator_type = "v4-8"
+api_endpoint = "http://{api}"
+
+[ssh]
+user = "alice"
+key = "/keys/google_compute_engine"
+port = {port}
+"""
