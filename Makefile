@@ -53,7 +53,7 @@ CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
 CHAOS_GKE_ARGS ?=
 
-.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade image
+.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade image docs
 
 $(UV_STAMP): requirements/uv.txt
 	@test -x $(TOOLS)/uv/bin/python || $(PYTHON) -m venv $(TOOLS)/uv
@@ -130,8 +130,17 @@ image: $(STAMP)
 	$(BIN)/python -m build --no-isolation --outdir dist . > /dev/null
 	$(PYTHON) scripts/image.py --wheel "$$(ls dist/phantom_console-*.whl)" --tag $(IMAGE) --base $(BASE)
 
+# The user docs (docs/, mkdocs-material): the reference pages regenerated from the code, then
+# built into site/. make lint checks both: the generated pages current, the build --strict.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(BIN)/python scripts/docs.py write
+	$(MKDOCS) build --strict --quiet
+
 lint: $(STAMP)
 	$(PYTHON) scripts/lock.py --uv $(UV) check
+	$(BIN)/python scripts/docs.py check
+	$(MKDOCS) build --strict --quiet
 	$(BIN)/ruff check console engine emulators benchmarks kubeprint tests scripts
 	$(BIN)/ruff format --check console engine emulators benchmarks kubeprint tests scripts
 	$(BIN)/lint-imports pyproject.toml
@@ -140,4 +149,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov site dist
