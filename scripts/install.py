@@ -32,9 +32,13 @@ def run(cmd: list[str], **env: str) -> bool:
 
 
 def venv(path: Path, python: str) -> Path:
+    """``path``'s interpreter, with pip (a venv uv made has none)."""
     if not (path / "bin" / "python").exists():
         subprocess.run([python, "-m", "venv", str(path)], check=True)
-    return path / "bin" / "python"
+    target = path / "bin" / "python"
+    if subprocess.run([target, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        subprocess.run([target, "-m", "ensurepip", "--quiet"], check=True)
+    return target
 
 
 def pip_install(python: Path, requirements: Path, *more: str) -> bool:
