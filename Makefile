@@ -9,10 +9,22 @@ STAMP := $(VENV)/.installed
 # every xdist worker compile the project again: ~5 s of CPU per worker at collection alone).
 PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline WANDB_SILENT=true PHANTOM_NO_CONFIG_DISCOVERY=1 NO_GCE_CHECK=True
 
+# What a fresh machine installs is what the locks name (scripts/lock.py says which is which):
+# uv.lock for .venv (uv sync --locked), requirements/xpk.txt for xpk's venv, requirements/uv.txt
+# for uv itself, which pip installs first into a venv of its own. `make lock` re-locks after a
+# pyproject edit (make lint fails until then); `make upgrade` moves every pin to the newest
+# version pyproject allows, and `make test-latest` runs the fast suite on the newest versions
+# in a scratch venv (.tools/latest) without touching the lock: run it before `make upgrade`,
+# and when a dependency releases, to see what a user without the lock would meet.
+TOOLS := .tools
+UV := $(TOOLS)/uv/bin/uv
+UV_STAMP := $(TOOLS)/uv/.installed
+LATEST := $(TOOLS)/latest
+INSTALL := $(PYTHON) scripts/install.py --uv $(UV) --python $(PYTHON)
+
 # Test tools kept out of .venv (their dependencies would move the project's): each in its own
 # virtualenv under .tools/. xpk is the judge of the GKE emulator (tests skip without it);
 # Tunix only regenerates tests/fixtures/tunix (make tools-tunix; about 1.5 GB with jax).
-TOOLS := .tools
 XPK_VERSION := 1.16.0
 TUNIX_VERSION := 0.1.7
 XPK_STAMP := $(TOOLS)/xpk/.installed-$(XPK_VERSION)
@@ -41,23 +53,39 @@ CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
 CHAOS_GKE_ARGS ?=
 
-.PHONY: run setup test test-slow test-all coverage lint typecheck bench chaos chaos-gke clean tools-tunix
+.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade image docs
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python scripts/install.py --quiet -e '.[dev]'
+$(UV_STAMP): requirements/uv.txt
+	@test -x $(TOOLS)/uv/bin/python || $(PYTHON) -m venv $(TOOLS)/uv
+	@if $(TOOLS)/uv/bin/python -m pip install --quiet --require-hashes -r requirements/uv.txt; \
+	then touch $@; else echo "note: uv did not install; the locks' pins install with pip"; fi
+
+$(STAMP): pyproject.toml uv.lock requirements/dev.txt $(UV_STAMP)
+	$(INSTALL) project $(VENV)
 	@touch $(STAMP)
 
-$(XPK_STAMP):
-	@test -x $(TOOLS)/xpk/bin/python || $(PYTHON) -m venv $(TOOLS)/xpk
-	@if $(TOOLS)/xpk/bin/python scripts/install.py --quiet xpk==$(XPK_VERSION); then touch $@; \
+$(XPK_STAMP): requirements/xpk.txt $(UV_STAMP)
+	@if $(INSTALL) tool $(TOOLS)/xpk requirements/xpk.txt; then touch $@; \
 	else echo "note: xpk $(XPK_VERSION) did not install; the tests that run it will be skipped"; fi
 
-$(TUNIX_STAMP):
+# Tunix is not locked: it only regenerates a fixture, by hand, at the version named above.
+$(TUNIX_STAMP): $(UV_STAMP)
 	@test -x $(TOOLS)/tunix/bin/python || $(PYTHON) -m venv $(TOOLS)/tunix
-	$(TOOLS)/tunix/bin/python scripts/install.py --quiet google-tunix==$(TUNIX_VERSION)
+	$(UV) pip install --quiet --python $(TOOLS)/tunix/bin/python google-tunix==$(TUNIX_VERSION)
 	@touch $@
+
+lock: $(UV_STAMP)
+	$(PYTHON) scripts/lock.py --uv $(UV) write
+
+upgrade: $(UV_STAMP)
+	$(PYTHON) scripts/lock.py --uv $(UV) write --upgrade
+
+test-latest: $(UV_STAMP) $(XPK_STAMP)
+	rm -rf $(LATEST)
+	$(UV) venv --quiet --python $(PYTHON) $(LATEST)
+	$(UV) pip install --quiet --python $(LATEST)/bin/python --compile-bytecode -e '.[dev]'
+	$(UV) pip list --python $(LATEST)/bin/python --format freeze > $(LATEST)/versions.txt
+	$(PYTEST_ENV) $(LATEST)/bin/pytest -m "not slow" -n $(TEST_WORKERS) $(XDIST_ARGS) $(PYTEST_ARGS)
 
 setup: $(STAMP) $(XPK_STAMP)
 
@@ -91,7 +119,28 @@ chaos: $(STAMP)
 chaos-gke: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos_gke --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_GKE_ARGS)
 
+# The watchdog's image (deploy/Dockerfile) with buildah, no Docker engine: the sdist and the
+# wheel (dist/), then the image from the wheel and the lock's pins. BASE picks the base; where
+# it cannot be pulled (no registry but PyPI's and Debian's here) a Debian bookworm made by
+# debootstrap stands in, built once. Needs buildah and debootstrap (apt-get install), as root.
+IMAGE ?= phantom-watch
+BASE ?= python:3.11-slim
+image: $(STAMP)
+	rm -f dist/phantom_console-*
+	$(BIN)/python -m build --no-isolation --outdir dist . > /dev/null
+	$(PYTHON) scripts/image.py --wheel "$$(ls dist/phantom_console-*.whl)" --tag $(IMAGE) --base $(BASE)
+
+# The user docs (docs/, mkdocs-material): the reference pages regenerated from the code, then
+# built into site/. make lint checks both: the generated pages current, the build --strict.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(BIN)/python scripts/docs.py write
+	$(MKDOCS) build --strict --quiet
+
 lint: $(STAMP)
+	$(PYTHON) scripts/lock.py --uv $(UV) check
+	$(BIN)/python scripts/docs.py check
+	$(MKDOCS) build --strict --quiet
 	$(BIN)/ruff check console engine emulators benchmarks kubeprint tests scripts
 	$(BIN)/ruff format --check console engine emulators benchmarks kubeprint tests scripts
 	$(BIN)/lint-imports pyproject.toml
@@ -100,4 +149,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov site dist

@@ -8,12 +8,15 @@
     phantom mcp [--allow TOOL,...] [--allow-all]   the actions and reads for AI agents (MCP)
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
+    phantom --version            the installed version (CHANGELOG.md says what changed)
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
     phantom wandb up|status|down                  the local W&B server (the wandb SDK and CLI work on it)
 
 Exit codes are an API: 0 ok, 1 an action failed, 2 bad usage / config / script, 130 interrupted.
 Heavy modules (ray, jax, torch, textual) are imported only by the command that needs them.
+What third-party code says (warnings, log lines) goes to the debug log, not the terminal
+(console/debuglog.py): $XDG_STATE_HOME/phantom/debug.log.
 """
 
 from __future__ import annotations
@@ -25,9 +28,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from console import exit_codes
-from console.config import Config, ConfigError, default_config_path, load_config
+from console import debuglog, exit_codes
+from console.config import (
+    Config,
+    ConfigError,
+    default_config_path,
+    default_state_dir,
+    load_config,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the script language reference (actions, flags, exit codes) and exit",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     status = sub.add_parser("status", help="print one snapshot of the cluster and exit")
     status.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -211,6 +222,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     wandb.add_argument("wandb_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (its metadata: one number, pyproject's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("phantom-console")
+    except PackageNotFoundError:  # a checkout on sys.path, never installed
+        return "(not installed: run `make setup`)"
+
+
+class _Version(argparse.Action):
+    """``--version``, its metadata read only when asked (every command builds the parser)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"phantom {version()}")
+        parser.exit()
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -391,5 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.INTERRUPTED
 
 
+def run() -> int:
+    """The program (`phantom`, `python -m console`): the debug log takes what third-party code
+    says before anything of theirs is imported, then the command runs. Tests that call
+    ``main`` in their own process leave their logging as pytest set it."""
+    debuglog.install(default_state_dir() / "debug.log")
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())

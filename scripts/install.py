@@ -1,98 +1,94 @@
-"""Install packages into a virtualenv with uv, as pip is configured; pip where uv fails.
+"""Install exactly what a lock names: uv where it runs, pip from the same pins where it does not.
 
-    VENV/bin/python scripts/install.py [--quiet] PACKAGE-OR-REQUIREMENT ...
+    python3 scripts/install.py project VENV [--uv UV]        # make setup: .venv from uv.lock
+    python3 scripts/install.py tool VENV REQUIREMENTS [--uv UV]   # .tools/xpk from its lock
 
-`make setup` (and CI's clean clone) spends most of its time in pip: three minutes for the
-project's own environment and a minute and a half for xpk's, mostly one download at a time.
-uv resolves and fetches in parallel (about a minute and ten seconds for both, measured on a
-clean clone of this 2-core machine). uv does not read pip's configuration, and the project
-must install from the same places pip would (a machine's wheel directory, its constraints
-such as a torch build on disk, its extra indexes), so this reads ``pip config list`` (files
-and ``PIP_*`` variables alike) and hands the same settings to uv. ``unsafe-best-match``
-makes uv pick across indexes the way pip does (the best version wherever it lies), not the
-first index that has the name.
+``project``: ``uv sync --locked --extra dev`` (the project editable, with the engine and the
+test tools; nothing else stays in VENV). ``--locked`` refuses a lock that no longer matches
+pyproject.toml instead of resolving anew: `make lock` fixes that, on purpose, in a commit.
+``tool``: ``uv pip sync`` of a requirements file with hashes into its own venv.
 
-Anything that goes wrong on uv's side (uv not installable, a setting it does not take, a
-resolution it refuses) falls back to ``pip install`` with the same arguments, saying so.
+Both write bytecode at install, as pip does (without it, a shell with
+PYTHONDONTWRITEBYTECODE=1, this machine's, compiles torch, ray and jax again in every Python
+process a test starts). Where uv is missing or fails, pip installs the same pins with
+``--require-hashes`` (requirements/dev.txt is uv.lock's export), saying so.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import shlex
 import subprocess
 import sys
+from pathlib import Path
 
-# pip's setting -> uv's flag; a setting pip holds as a space-separated list repeats it.
-FLAGS = {
-    "index-url": "--index-url",
-    "extra-index-url": "--extra-index-url",
-    "find-links": "--find-links",
-    "constraint": "--constraint",
-}
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_PINS = ROOT / "requirements" / "dev.txt"
+STALE_FIX = "run `make lock` (it re-locks what pyproject.toml now asks for) and commit uv.lock"
 
 
-def pip_settings(python: str) -> dict[str, list[str]]:
-    """``pip config list`` as {setting: values}; ``PIP_*`` variables win over files."""
-    out = subprocess.run(
-        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
-    files: dict[str, list[str]] = {}
-    env: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        key, sep, raw = line.partition("=")
-        if not sep:
-            continue
-        where, _, name = key.rpartition(".")
-        try:
-            values = shlex.split(raw)  # pip prints the value quoted
-        except ValueError:
-            continue
-        words = [w for v in values for w in v.split()]
-        (env if where == ":env:" else files)[name] = words
-    return {**files, **env}
+def run(cmd: list[str], **env: str) -> bool:
+    return subprocess.run(cmd, cwd=ROOT, check=False, env={**os.environ, **env}).returncode == 0
 
 
-def uv_command(python: str, settings: dict[str, list[str]], args: list[str]) -> list[str]:
-    cmd = [python, "-m", "uv", "pip", "install", "--python", python]
-    cmd += ["--index-strategy", "unsafe-best-match"]
-    # pip writes every module's bytecode at install; uv only when asked. Without it, a
-    # shell with PYTHONDONTWRITEBYTECODE=1 (this machine's) compiles torch, ray and jax
-    # again in every Python process a test starts.
-    cmd += ["--compile-bytecode"]
-    for name, flag in FLAGS.items():
-        for value in settings.get(name, []):
-            cmd += [flag, value]
-    return cmd + args
+def venv(path: Path, python: str) -> Path:
+    """``path``'s interpreter, with pip (a venv uv made has none)."""
+    if not (path / "bin" / "python").exists():
+        subprocess.run([python, "-m", "venv", str(path)], check=True)
+    target = path / "bin" / "python"
+    if subprocess.run([target, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        subprocess.run([target, "-m", "ensurepip", "--quiet"], check=True)
+    return target
+
+
+def pip_install(python: Path, requirements: Path, *more: str) -> bool:
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    return run([*pip, "--require-hashes", "--no-deps", "-r", str(requirements)]) and (
+        not more or run([*pip, "--no-deps", *more])
+    )
+
+
+def project(path: Path, uv: str | None, python: str) -> bool:
+    if uv:
+        check = [uv, "lock", "--check", "--quiet"]
+        if subprocess.run(check, cwd=ROOT, check=False, capture_output=True).returncode != 0:
+            print(f"setup: uv.lock does not match pyproject.toml: {STALE_FIX}", file=sys.stderr)
+            return False
+        cmd = [uv, "sync", "--locked", "--extra", "dev", "--compile-bytecode", "--quiet"]
+        if run([*cmd, "--python", python], UV_PROJECT_ENVIRONMENT=str(path)):
+            return True
+        print("note: uv could not install the lock; installing its pins with pip", file=sys.stderr)
+    # pip builds the editable project with the locked setuptools, not one it fetches
+    target = venv(path, python)
+    return pip_install(target, PROJECT_PINS, "--no-build-isolation", "-e", str(ROOT))
+
+
+def tool(path: Path, requirements: Path, uv: str | None, python: str) -> bool:
+    target = venv(path, python)
+    if uv:
+        cmd = [uv, "pip", "sync", "--python", str(target), "--require-hashes"]
+        if run([*cmd, "--compile-bytecode", "--quiet", str(requirements)]):
+            return True
+        print(f"note: uv could not install {requirements.name}; trying pip", file=sys.stderr)
+    return pip_install(target, requirements)
 
 
 def main(argv: list[str]) -> int:
-    python = sys.executable
-    quiet = "--quiet" in argv
-    args = [a for a in argv if a != "--quiet"]
-    if not args:
-        print("usage: python scripts/install.py [--quiet] PACKAGE ...", file=sys.stderr)
-        return 2
-    settings = pip_settings(python)
-    env = dict(os.environ)
-    cert = settings.get("cert")
-    if cert and "SSL_CERT_FILE" not in env:
-        env["SSL_CERT_FILE"] = cert[0]
-    timeout = settings.get("default-timeout") or settings.get("timeout")
-    if timeout and "UV_HTTP_TIMEOUT" not in env:
-        env["UV_HTTP_TIMEOUT"] = timeout[0]
-    pip = [python, "-m", "pip", "install", *(["--quiet"] if quiet else []), *args]
-    got_uv = subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "uv"], check=False, env=env
-    ).returncode
-    if got_uv == 0:
-        cmd = uv_command(python, settings, [*(["--quiet"] if quiet else []), *args])
-        if subprocess.run(cmd, check=False, env=env).returncode == 0:
-            return 0
-        print("note: uv could not install this; installing with pip instead", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="scripts/install.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--uv", help="the uv binary (absent or failing: pip)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter of new venvs")
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("project", help="the project's venv from uv.lock").add_argument("venv")
+    one = sub.add_parser("tool", help="a tool's venv from its requirements file")
+    one.add_argument("venv")
+    one.add_argument("requirements")
+    args = parser.parse_args(argv)
+    uv = args.uv if args.uv and Path(args.uv).exists() else None
+    if args.what == "project":
+        ok = project(Path(args.venv).absolute(), uv, args.python)
     else:
-        print("note: uv is not installable here; installing with pip", file=sys.stderr)
-    return subprocess.run(pip, check=False, env=env).returncode
+        ok = tool(Path(args.venv).absolute(), Path(args.requirements).absolute(), uv, args.python)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

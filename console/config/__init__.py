@@ -168,9 +168,9 @@ class GkeConfig:
     run_dir: str = ""
     """Emulator only: its state dir (empty: $XDG_STATE_HOME/phantom/gke)."""
     image: str = "gcr.io/phantom-local/maxtext-rl:latest"
-    """Workload default: the container image (the seed's gcr.io/$PROJECT_ID/$CLOUD_IMAGE_NAME)."""
+    """Workload default: the container image (xpk's form: gcr.io/$PROJECT_ID/$CLOUD_IMAGE_NAME)."""
     command: str = "bash run_gptoss_20b_rl.sh"
-    """Workload default: the command every worker runs (the seed's RL script)."""
+    """Workload default: the command every worker runs (the GRPO run script)."""
     tpu_type: str = "v5p-64"
     """Workload default: the TPU type of one slice (v5p-64: topology 2x4x4, 8 nodes); a GKE
     TPU node pool's: v4-N, v5p-N, v5litepod-N or v6e-N. The embedded emulator's node pools."""
@@ -267,7 +267,7 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     prices: PricesConfig = field(default_factory=PricesConfig)
     bootstrap_command: str = ""
-    """[bootstrap] command: run on every worker before Ray starts (the seed's
+    """[bootstrap] command: run on every worker before Ray starts (installs, warm caches:
     "pre-heating"). Empty: check that python and ray import."""
     storage: str = ""
     """[storage] uri: checkpoints, as file:///path or gs://bucket/prefix (needs gcsfs).

@@ -442,7 +442,7 @@ ACTIONS: tuple[Action, ...] = (
     ),
     Action(
         "submit",
-        "submit a job (the seed's RAY_MODE); sets `last`",
+        "submit a job (submit_ray_job.sh's RAY_MODE); sets `last`",
         ACTS,
         Capability.RAY_JOBS,
         _on(S, M),
