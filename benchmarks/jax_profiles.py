@@ -256,7 +256,7 @@ def _combos(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             for prec in args.precisions if metric == "kl" else ("fp32",):
                 wanted.append(
                     (
-                        resolve_impl(metric, impl, n_agents=c, precision=prec),
+                        resolve_impl(metric, impl, n_agents=c),
                         resolve_precision(metric, prec, n_agents=c),
                     )
                 )
@@ -293,10 +293,7 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
     if bank.nbytes < 100e6 or p < 256:
         print("note: smaller than the target size (>= 256 profiles and >= 100 MB)")
     auto = {
-        m: (
-            resolve_impl(m, "auto", n_agents=c, precision="auto"),
-            resolve_precision(m, "auto", n_agents=c),
-        )
+        m: (resolve_impl(m, "auto", n_agents=c), resolve_precision(m, "auto", n_agents=c))
         for m in args.metrics
     }
     print(
@@ -311,7 +308,7 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
             if m in args.metrics:
                 lay = PK.layout(PK.default_config(m), p, c, x)
                 print(
-                    f"pallas {m}: blocks BJ={lay.bj} BP={lay.bp} BX={lay.bx} R={lay.rows}, "
+                    f"pallas {m}: blocks BJ={lay.bj} BP={lay.bp} BX={lay.bx}, "
                     f"grid {lay.n_j} x {lay.n_p} x {lay.n_x} = {lay.steps} steps "
                     f"({PK.default_config(m)})"
                 )

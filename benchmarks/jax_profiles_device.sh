@@ -14,7 +14,8 @@
 #      <= 1.3; kl auto /bound (read-only) <= 1.3, its rel err and "same";
 #   4. compile cache: second process / cold < 0.25 (bank build + first pass);
 #   5. tile sweep (JS, TV kernels at 16 and 256 candidates; KL's products by count).
-# PYTHON overrides the interpreter (default: python3).
+# PYTHON overrides the interpreter (default: python3); SWEEP_METRIC, SWEEP_CANDIDATES and
+# SWEEP_CONFIGS the sweep's --metric, --candidates and --configs.
 set -u
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -36,20 +37,20 @@ step() {
 
 "${PY}" -c 'import jax, numpy; print("jax", jax.__version__, "numpy", numpy.__version__)'
 # the project's conftests need its install; the kernels' tests need none of it
-step 0 "the kernels' tests on the chip" 90 \
+step 0 "the kernels' tests on the chip" 80 \
   "${PY}" -m pytest -c /dev/null --rootdir . -p no:cacheprovider --noconftest -q \
   -W ignore::pytest.PytestUnknownMarkWarning tests/engine/jax_profiles/test_pallas_kernels.py
 step 1 "default size, all metrics and implementations, NumPy loop" 110 \
   "${PY}" -m benchmarks.jax_profiles --metric all --impl all --precision all \
   --repeats 10 --baseline-repeats 1
-step 2 "4096 profiles x 16 candidates" 90 \
+step 2 "4096 profiles x 16 candidates" 80 \
   "${PY}" -m benchmarks.jax_profiles --profiles 4096 --candidates 16 --metric all --impl all \
   --precision all --repeats 10 --baseline-repeats 0
-step 3 "4096 profiles x 256 candidates" 140 \
+step 3 "4096 profiles x 256 candidates" 120 \
   "${PY}" -m benchmarks.jax_profiles --profiles 4096 --candidates 256 --metric all --impl all \
   --precision auto,fp32,bf16x3,bf16 --repeats 4 --baseline-repeats 0
-step 4 "compile cache: cold vs second process (default size)" 80 \
+step 4 "compile cache: cold vs second process (default size)" 60 \
   "${PY}" -m benchmarks.jax_profiles_cache
-step 5 "tile sweep at 4096 profiles" 320 \
-  "${PY}" -m benchmarks.jax_profiles_sweep --candidates "${SWEEP_CANDIDATES:-256,16}" \
-  --configs "${SWEEP_CONFIGS:-7,2}" --repeats 3
+step 5 "tile sweep at 4096 profiles" 120 \
+  "${PY}" -m benchmarks.jax_profiles_sweep --metric "${SWEEP_METRIC:-js,tv,kl}" \
+  --candidates "${SWEEP_CANDIDATES:-256,16}" --configs "${SWEEP_CONFIGS:-7,2}" --repeats 3

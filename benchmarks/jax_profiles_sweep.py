@@ -40,27 +40,16 @@ from engine.jax_profiles import tiled as T
 __all__ = ["main"]
 
 TC = PK.TileConfig
-# tried besides the default, in this order (``--configs N`` takes the first N)
+# tried besides the default, in this order (``--configs N`` takes the first N): fewer
+# reads of the bank (BJ) and of the agents (BP), wider X tiles, more agents a step
 CANDIDATES = [
-    TC(64, 256, 512, rows=8, agents_per_step=4, unroll=2),
-    TC(64, 256, 512, rows=8, agents_per_step=4, unroll=2, linear="none"),
-    TC(64, 256, 512, loop="agents", agents_per_step=1),
-    TC(64, 256, 512, loop="agents", agents_per_step=2),
-    TC(64, 256, 512, loop="agents", agents_per_step=2, linear="none"),
-    TC(64, 256, 512, loop="agents", agents_per_step=2, linear="mxu3"),
-    TC(64, 256, 512, loop="agents", agents_per_step=2, linear="xla"),
-    TC(64, 256, 512, loop="agents", agents_per_step=2, tv_pair="abs"),
-    TC(64, 256, 1024, loop="agents", agents_per_step=1),
-    TC(64, 256, 512, loop="agents", agents_per_step=4),
-    TC(64, 256, 512, rows=8, agents_per_step=4, unroll=2, linear="mxu3"),
-    TC(32, 256, 512, rows=256, agents_per_step=1),
-    TC(64, 256, 512, rows=256, agents_per_step=2),
-]
-PRODUCTS = [
-    PK.ProductConfig(1024, 512),
-    PK.ProductConfig(512, 512),
-    PK.ProductConfig(1024, 1024),
-    PK.ProductConfig(2048, 512, vmem_limit_mb=64),
+    TC(128, 256, 512, agents_per_step=2, vmem_limit_mb=48),
+    TC(64, 512, 512, agents_per_step=2, vmem_limit_mb=48),
+    TC(128, 512, 512, agents_per_step=2, vmem_limit_mb=96),
+    TC(64, 256, 1024, agents_per_step=1),
+    TC(64, 256, 512, agents_per_step=2),
+    TC(64, 256, 512, agents_per_step=4),
+    TC(128, 256, 1024, agents_per_step=1, vmem_limit_mb=64),
 ]
 
 
@@ -119,19 +108,13 @@ def _sweep_kernels(
     seen = set()
     roofs: dict[Any, float] = {}
     for cfg in configs:
-        if metric == "js" and cfg.tv_pair != "min":
-            continue
         lay = PK.layout(cfg, p, c, x)
-        key = (lay, cfg.agents_per_step, cfg.unroll, cfg.loop, cfg.linear, cfg.tv_pair)
-        label = (
-            f"{metric} C={c} BJ={lay.bj} BP={lay.bp} BX={lay.bx} R={lay.rows} "
-            f"AG={cfg.agents_per_step} U={cfg.unroll} loop={cfg.loop} linear={cfg.linear}"
-            + (f" pair={cfg.tv_pair}" if metric == "tv" else "")
-        )
+        key = (lay, cfg.agents_per_step)
+        label = f"{metric} C={c} BJ={lay.bj} BP={lay.bp} BX={lay.bx} AG={cfg.agents_per_step}"
         if key in seen:  # clipped to the same blocks as one already run
             continue
         seen.add(key)
-        roof_key = (lay, cfg.agents_per_step, cfg.unroll, cfg.loop, cfg.tv_pair)
+        roof_key = key
         try:
             t0 = time.perf_counter()
             fn = jax.jit(lambda k, s, cfg=cfg: PK.pallas_total(metric, k, s, cfg))
@@ -184,27 +167,6 @@ def _sweep_kl(c: int, log_kernels: jax.Array, wq: jax.Array, read_s: float, args
         out[f"{precision}_ms"] = round(s * 1e3, 4)
         out[f"{precision}_over_read_only"] = round(s / read_s, 3)
         out[f"{precision}_rel_err"] = _rel(got, ref)
-    for pc in PRODUCTS:
-        for precision in ("bf16x3", "bf16"):
-            name = f"pallas_{precision}_BP{pc.block_profiles}_BX{pc.block_x}"
-            try:
-                fn = (
-                    jax.jit(lambda a, b, pr=precision, pc=pc: PK.pallas_cross(a, b, pr, pc))
-                    .lower(flat, wq)
-                    .compile()
-                )
-                got = jax.block_until_ready(fn(flat, wq))
-            except Exception as exc:  # a tile that does not fit: report, go on
-                print(f"kl C={c} {name}: FAILED {type(exc).__name__}: {str(exc)[:400]}")
-                continue
-            s = _median(lambda fn=fn: fn(flat, wq), args.repeats)
-            out[f"{name}_ms"] = round(s * 1e3, 4)
-            out[f"{name}_over_read_only"] = round(s / read_s, 3)
-            out[f"{name}_rel_err"] = _rel(got, ref)
-            print(
-                f"kl C={c} {name}: {s * 1e3:.3f} ms ({s / read_s:.2f}x read-only), "
-                f"err vs fp32 {out[f'{name}_rel_err']:.1e}"
-            )
     print(
         f"kl C={c}: read-only {read_s * 1e3:.3f} ms; product "
         + "; ".join(

@@ -47,14 +47,15 @@ def test_bench_prints_its_figures_at_a_small_shape(capsys: pytest.CaptureFixture
 
 
 def test_bench_scores_every_path_against_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every metric, implementation and precision, each pass against its bound; also the
-    printed figures of the primary pass, KL (see the test above)."""
+    """Every metric and implementation, KL in fp32 and bf16x3 (the precisions auto takes;
+    every precision's error is test_pallas_kernels'), each pass against its bound; also
+    the printed figures of the primary pass, KL (see the test above)."""
     argv = [*SMALL, *QUICK, "--metric", "all", "--impl", "auto,reference,tiled,pallas"]
-    assert bench.main([*argv, "--precision", "all"]) == 0
+    assert bench.main([*argv, "--precision", "auto,fp32,bf16x3"]) == 0
     figures = _check_figures(capsys.readouterr().out, "kl")
     rows = {(r["metric"], r["impl"], r["precision"]): r for r in figures["rows"]}
     # auto is the reference in fp32 on a CPU; KL's product is XLA's dot on every path
-    expected = {("kl", "reference", p) for p in ("fp32", "bf16x3", "tf32", "bf16")}
+    expected = {("kl", "reference", p) for p in ("fp32", "bf16x3")}
     expected |= {(m, i, "fp32") for m in ("js", "tv") for i in ("reference", "tiled", "pallas")}
     assert set(rows) == expected and figures["failed"] == []
     assert figures["auto"] == {m: ["reference", "fp32"] for m in ("kl", "js", "tv")}
@@ -80,12 +81,12 @@ def test_tile_sweep_runs_at_a_small_shape(capsys: pytest.CaptureFixture[str]) ->
     from benchmarks import jax_profiles_sweep as sweep
 
     argv = ["--profiles", "9", "--levels", "2", "--states", "5", "--actions", "3"]
-    argv += ["--candidates", "3", "--metric", "tv,kl", "--repeats", "1", "--configs", "1"]
+    argv += ["--candidates", "3", "--metric", "tv,kl", "--repeats", "1", "--configs", "0"]
     assert sweep.main(argv) == 0
     rows = _figures(capsys.readouterr().out)["rows"]
     assert {r["metric"] for r in rows} == {"tv", "kl"}
     tv = [r for r in rows if r["metric"] == "tv"]
-    assert sum(r["default"] for r in tv) == 1 and all(r["ms"] > 0 for r in tv)
-    assert all(r["rel_err_vs_default"] < 1e-5 for r in tv)
+    assert [r["default"] for r in tv] == [True] and tv[0]["ms"] > 0
+    assert tv[0]["roofline_ms"] > 0 and tv[0]["rel_err_vs_default"] == 0
     (kl,) = (r for r in rows if r["metric"] == "kl")
     assert kl["bf16x3_rel_err"] < 1e-4 and kl["fp32_ms"] > 0
