@@ -8,8 +8,9 @@ Defaults: 256 profiles x 16 levels x 1536 states x 4 actions = 100.7 MB of float
 kernels (the bank also holds the same-sized log kernels), 16 agent candidates, KL.
 ``--metric all``, ``--impl all`` (or comma lists) and ``--precision all`` (KL's product)
 score every combination on one bank in one process (``all`` implementations: ``pallas``
-only on a GPU; name it to run its interpreter elsewhere, at small sizes).
-``benchmarks/jax_profiles_device.sh`` runs the GPU figures of issue 38 in one go.
+only on a TPU; name it to run its interpreter elsewhere, at small sizes); ``auto`` runs
+as the implementation and precision it stands for here (``choice.AUTO``, printed).
+``benchmarks/jax_profiles_device.sh`` runs the TPU figures in one go.
 
 Measured in the same run, interleaved so that load from other processes hits every
 side of each ratio alike (medians; compile time printed separately, never timed):
@@ -19,9 +20,10 @@ side of each ratio alike (medians; compile time printed separately, never timed)
   (below 1 = faster than the reference path), its divergences' error relative to the
   reference (``max |D - D_ref| / max |D_ref|``) and whether it makes the same choice;
 * the device's own bounds (``jax_profiles_bounds.py``): a read-only pass of the bank,
-  the fp32 and bf16 product of the pass's shape (KL) and the pairs' arithmetic on
-  generated data (JS, TV); each pass is printed as a ratio to its bound (KL: read-only;
-  JS, TV: read-only + arithmetic);
+  the fp32, bf16x3 and bf16 products of the pass's shape (KL) and the elementwise
+  roofline of the pair terms (JS, TV: on a TPU the kernel's vector loop on VMEM-held
+  tiles); each pass is printed as a ratio to its bound (KL: read-only; JS, TV: the
+  larger of read-only and elementwise);
 * unless ``--baseline-repeats 0``: NumPy with a Python loop over candidates and profiles
   (the per-pair formula of ``divergence.py``, same log-floored bank), then the same
   selection -- the speedup and the same-choice check; a NumPy copy of a bank-sized array
@@ -52,9 +54,15 @@ import numpy as np
 
 from benchmarks.jax_profiles_bounds import make_bounds
 from engine.jax_profiles.alpha import robust_set, selection_pass
-from engine.jax_profiles.bank import ProfileBank, build_bank, make_bank, to_device
+from engine.jax_profiles.bank import ProfileBank, build_bank, first_profiles
+from engine.jax_profiles.choice import (
+    IMPLS,
+    METRICS,
+    PRECISIONS,
+    resolve_impl,
+    resolve_precision,
+)
 from engine.jax_profiles.compile_cache import compilation_cache
-from engine.jax_profiles.divergence import IMPLS, METRICS, PRECISIONS, resolve_impl
 
 EPSILONS = (0.05, 0.1, 0.2, 0.3, 0.4)
 N_BIASED = 4
@@ -65,8 +73,8 @@ def _choices(
     ap: argparse.ArgumentParser, flag: str, value: str, allowed: tuple[str, ...]
 ) -> tuple[str, ...]:
     if value == "all":
-        # Pallas kernels compile natively on a GPU only (elsewhere: interpret mode, a test aid)
-        native = jax.default_backend() == "gpu"
+        # Pallas kernels compile natively on a TPU only (elsewhere: interpret mode, a test aid)
+        native = jax.default_backend() == "tpu"
         return tuple(v for v in allowed if native or v != "pallas")
     picked = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [v for v in picked if v not in allowed]
@@ -90,7 +98,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--impl", default="auto", help="auto, reference, tiled, pallas, a comma list or all"
     )
     ap.add_argument(
-        "--precision", default="fp32", help="KL product inputs: fp32, tf32, bf16, a list or all"
+        "--precision",
+        default="auto",
+        help="KL product inputs: auto, fp32, bf16x3, tf32, bf16, a list or all (default auto)",
     )
     ap.add_argument("--repeats", type=int, default=20, help="timed JAX passes (median)")
     ap.add_argument(
@@ -118,8 +128,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _make_inputs(
-    args: argparse.Namespace,
+    args: argparse.Namespace, mark: Callable[[str], None] | None = None
 ) -> tuple[ProfileBank, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The bench's bank (``build_bank``'s profiles, the first ``P`` of them) and agents;
+    ``mark(phase)`` is called after each phase (the cache bench times them)."""
+    mark = mark or (lambda phase: None)
     p, n_levels, n_states, n_actions, c = (
         args.profiles,
         args.levels,
@@ -142,24 +155,17 @@ def _make_inputs(
     n_valid = rng.integers(max(1, n_states // 2), n_states + 1, size=n_levels)
     for lv, n in enumerate(n_valid):
         state_mask[lv, n:] = False
-    full = build_bank(
-        humans,
-        state_mask,
-        key=jax.random.PRNGKey(args.seed),
-        epsilons=EPSILONS,
-        n_biased=N_BIASED,
+    mark("host humans (NumPy)")
+    # jax.random.PRNGKey(seed)'s data (threefry: [0, seed]) made on the host: the eager
+    # PRNGKey compiles a program of its own
+    key = jax.device_put(np.asarray([0, args.seed], np.uint32))
+    full = jax.block_until_ready(
+        build_bank(humans, state_mask, key=key, epsilons=EPSILONS, n_biased=N_BIASED)
     )
-    bank = to_device(
-        make_bank(
-            np.asarray(full.kernels)[:p],
-            state_mask,
-            np.asarray(full.kinds)[:p],
-            epsilon=np.asarray(full.epsilon)[:p],
-            contamination=np.asarray(full.contamination)[:p],
-            floor=full.floor,
-        )
-    )
+    mark("build_bank")
+    bank = jax.block_until_ready(first_profiles(full, p))  # on the device: no host round trip
     del full
+    mark("first P profiles")
     alphas = np.linspace(0.0, 1.0, c).astype(np.float32)
     task_logits = 5.0 * rng.standard_normal((n_levels, n_states, n_actions))
     task = np.exp(task_logits - task_logits.max(-1, keepdims=True))
@@ -168,6 +174,7 @@ def _make_inputs(
     agents = ((1.0 - mix) * task[None] + mix * humans[0][None]).astype(np.float32)
     returns = (1.0 - alphas**2 + 0.05 * rng.standard_normal(c)).astype(np.float32)
     visitation = rng.random((c, n_levels, n_states)).astype(np.float32)
+    mark("host agents (NumPy)")
     return bank, alphas, agents, returns, visitation
 
 
@@ -239,13 +246,20 @@ def _timed(fn: Callable[[], Any], into: list[float]) -> Any:
 
 
 def _combos(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    """``(metric, impl, precision)`` to run: the reference first, duplicates folded."""
+    """``(metric, impl, precision)`` to run, ``auto`` resolved: the reference first,
+    duplicates folded."""
+    c = args.candidates
     out: list[tuple[str, str, str]] = []
     for metric in args.metrics:
         wanted = [("reference", "fp32")]
         for impl in args.impls:
             for prec in args.precisions if metric == "kl" else ("fp32",):
-                wanted.append((resolve_impl(metric, impl), prec))
+                wanted.append(
+                    (
+                        resolve_impl(metric, impl, n_agents=c),
+                        resolve_precision(metric, prec, n_agents=c),
+                    )
+                )
         for impl, prec in dict.fromkeys(wanted):
             out.append((metric, impl, prec))
     return out
@@ -278,6 +292,26 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
     )
     if bank.nbytes < 100e6 or p < 256:
         print("note: smaller than the target size (>= 256 profiles and >= 100 MB)")
+    auto = {
+        m: (resolve_impl(m, "auto", n_agents=c), resolve_precision(m, "auto", n_agents=c))
+        for m in args.metrics
+    }
+    print(
+        f"auto on {dev.platform} at {c} candidates (choice.AUTO): "
+        + ", ".join(f"{m} {i}" + (f" {pr}" if m == "kl" else "") for m, (i, pr) in auto.items())
+    )
+    if "pallas" in args.impls:
+        from engine.jax_profiles import pallas_kernels as PK
+
+        x = n_levels * n_states * n_actions
+        for m in ("js", "tv"):
+            if m in args.metrics:
+                lay = PK.layout(PK.default_config(m), p, c, x)
+                print(
+                    f"pallas {m}: blocks BJ={lay.bj} BP={lay.bp} BX={lay.bx}, "
+                    f"grid {lay.n_j} x {lay.n_p} x {lay.n_x} = {lay.steps} steps "
+                    f"({PK.default_config(m)})"
+                )
 
     in_set = robust_set(bank)
     dev_args = (
@@ -317,9 +351,9 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
     bounds = make_bounds(bank.kernels, c, args.metrics, products="kl" in args.metrics)
     read_times: list[float] = []
     prod_times: dict[str, list[float]] = {k: [] for k in bounds.products}
-    arith_times: dict[str, list[float]] = {k: [] for k in bounds.arithmetic}
+    elem_times: dict[str, list[float]] = {k: [] for k in bounds.elementwise}
     bounds.read_only()
-    for fn in (*bounds.products.values(), *bounds.arithmetic.values()):
+    for fn in (*bounds.products.values(), *bounds.elementwise.values()):
         fn()
 
     profiles_host: dict[str, np.ndarray] = {}
@@ -341,19 +375,20 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
         _timed(bounds.read_only, read_times)
         for name, fn in bounds.products.items():
             _timed(fn, prod_times[name])
-        for name, fn in bounds.arithmetic.items():
-            _timed(fn, arith_times[name])
+        for name, fn in bounds.elementwise.items():
+            _timed(fn, elem_times[name])
         if copy_pass is not None:
             _timed(copy_pass, copy_times)
 
     read_s = statistics.median(read_times)
     prod_s = {k: statistics.median(v) for k, v in prod_times.items()}
-    arith_s = {k: statistics.median(v) for k, v in arith_times.items()}
+    elem_s = {k: statistics.median(v) for k, v in elem_times.items()}
     print(
         f"bounds: read-only pass of the bank {read_s * 1e3:.3f} ms "
         f"({bank.nbytes / read_s / 1e9:.1f} GB/s)"
         + "".join(f"; {k} product {v * 1e3:.3f} ms" for k, v in prod_s.items())
-        + "".join(f"; {k} arithmetic {v * 1e3:.3f} ms" for k, v in arith_s.items())
+        + "".join(f"; {k} elementwise {v * 1e3:.3f} ms" for k, v in elem_s.items())
+        + (f" ({bounds.elementwise_kind})" if elem_s else "")
     )
 
     # NumPy loop baseline: one per metric.
@@ -395,7 +430,7 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
     for ps in passes:
         ref = refs[ps.metric]
         ms = ps.median_s * 1e3
-        bound_s = read_s + arith_s.get(ps.metric, 0.0)
+        bound_s = max(read_s, elem_s.get(ps.metric, 0.0))
         div = np.asarray(ps.result.divergence)
         rel = _rel_err(div, np.asarray(ref.result.divergence))
         same_ref = int(ps.result.choice) == int(ref.result.choice)
@@ -414,6 +449,9 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
         if ps.metric == "kl":
             for name, v in prod_s.items():
                 row[f"pass_over_{name}_product"] = round(ps.median_s / v, 3)
+        if ps.metric in elem_s:
+            row["pass_over_elementwise"] = round(ps.median_s / elem_s[ps.metric], 3)
+            row["pass_over_read_only"] = round(ps.median_s / read_s, 3)
         if ps.metric in loop:
             choice_np, div_np, loop_s = loop[ps.metric]
             row["same_choice_as_numpy"] = int(ps.result.choice) == choice_np
@@ -425,7 +463,8 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
             f"{row['vs_reference']:>8.2f}{rel:>10.1e}{'yes' if same_ref else 'NO':>6}"
         )
     print(
-        "(/bound: KL against the read-only pass, JS and TV against read-only + arithmetic; "
+        "(/bound: KL against the read-only pass, JS and TV against the larger of read-only "
+        "and elementwise; "
         "vs ref: time over the reference path's; rel err: max|D - D_ref| / max|D_ref|; "
         "same: same choice as the reference)"
     )
@@ -476,7 +515,9 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
         "read_only_ms": round(read_s * 1e3, 4),
         "read_only_gbs": round(bank.nbytes / read_s / 1e9, 2),
         "product_ms": {k: round(v * 1e3, 4) for k, v in prod_s.items()},
-        "arithmetic_ms": {k: round(v * 1e3, 4) for k, v in arith_s.items()},
+        "elementwise_ms": {k: round(v * 1e3, 4) for k, v in elem_s.items()},
+        "elementwise_kind": bounds.elementwise_kind,
+        "auto": {m: list(v) for m, v in auto.items()},
         "copy_bandwidth_gbs": None if copy_bw is None else round(copy_bw / 1e9, 3),
         "numpy_matmul_pass_ms": None if matmul_s is None else round(matmul_s * 1e3, 3),
         "rows": rows,

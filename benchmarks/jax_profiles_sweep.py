@@ -1,14 +1,22 @@
-"""Benchmark: the Pallas kernels' tile sizes on this device, each against the same bounds.
+"""Benchmark: the TPU kernels' tile sizes, and KL's product precisions, against the bounds.
 
     python -m benchmarks.jax_profiles_sweep [--profiles 4096 --candidates 16,256
                                                --metric js,tv,kl --repeats 5]
 
-For tuning ``pallas_kernels.default_config`` on a GPU: for each metric and candidate
-count, the kernel alone (agent side prepared beforehand) at a few tile configurations,
-the default first, with the read-only pass of the bank and (JS, TV) the pairs'
-arithmetic measured in the same run (``jax_profiles_bounds``). A configuration that
-does not compile is reported and skipped. Random kernels; no selection, no reference.
+For tuning ``pallas_kernels`` (JS, TV) and the KL rows of ``choice.AUTO`` on a TPU:
 
+* JS, TV: for each candidate count, the kernel alone (agent side prepared beforehand) at
+  a few tile configurations, the default first, each with its own elementwise roofline
+  (``pallas_kernels.roofline``: the same vector loop on VMEM-held tiles) and the
+  read-only pass of the bank, measured in the same run; each configuration's result is
+  checked against the default's. A configuration that does not compile is reported and
+  skipped.
+* KL: for each candidate count, the product ``[P, X] x [J, X]^T`` as the pass runs it
+  in ``fp32``, ``bf16x3`` and ``bf16`` (``divergence._product``), against the read-only
+  pass, and the reduced precisions' error relative to fp32 (``max |d| / max |fp32|``).
+
+Random kernels; no selection, no reference (``benchmarks.jax_profiles`` has those).
+Off a TPU the kernels are interpreted: run it there only at tiny sizes (a test does).
 The last line is one JSON object with the figures.
 """
 
@@ -25,18 +33,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.jax_profiles_bounds import make_bounds
+from engine.jax_profiles import divergence as D
 from engine.jax_profiles import pallas_kernels as PK
 from engine.jax_profiles import tiled as T
 
 __all__ = ["main"]
 
-# (BJ, BP, BX, warps) tried besides the default
-CANDIDATES = {
-    "kl": [(16, 64, 128, 4), (32, 64, 64, 4), (64, 128, 32, 8), (16, 32, 256, 4)],
-    "js": [(16, 16, 16, 4), (16, 32, 16, 8), (32, 16, 16, 8), (8, 32, 32, 4)],
-    "tv": [(16, 16, 16, 4), (16, 32, 16, 8), (32, 16, 16, 8), (8, 32, 32, 4)],
-}
+TC = PK.TileConfig
+# tried besides the default, in this order (``--configs N`` takes the first N): fewer
+# reads of the bank (BJ) and of the agents (BP), wider X tiles, more agents a step
+CANDIDATES = [
+    TC(128, 256, 512, agents_per_step=2, vmem_limit_mb=48),
+    TC(64, 512, 512, agents_per_step=2, vmem_limit_mb=48),
+    TC(128, 512, 512, agents_per_step=2, vmem_limit_mb=96),
+    TC(64, 256, 1024, agents_per_step=1),
+    TC(64, 256, 512, agents_per_step=2),
+    TC(64, 256, 512, agents_per_step=4),
+    TC(128, 256, 1024, agents_per_step=1, vmem_limit_mb=64),
+]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,10 +62,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--candidates", default="16,256", help="comma list of agent counts")
     ap.add_argument("--metric", default="js,tv,kl", help="comma list of kl, js, tv")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--configs",
+        default=str(len(CANDIDATES)),
+        help="how many CANDIDATES to try besides the default, per candidate count "
+        "(one number, or a comma list matching --candidates)",
+    )
     args = ap.parse_args(argv)
     args.counts = [int(c) for c in args.candidates.split(",") if c.strip()]
     args.metrics = [m.strip() for m in args.metric.split(",") if m.strip()]
-    bad = [m for m in args.metrics if m not in CANDIDATES]
+    n_configs = [int(n) for n in args.configs.split(",") if n.strip()]
+    if len(n_configs) == 1:
+        n_configs *= len(args.counts)
+    if len(n_configs) != len(args.counts) or min(n_configs, default=0) < 0:
+        ap.error("--configs: one count >= 0, or one per --candidates entry")
+    args.n_configs = dict(zip(args.counts, n_configs, strict=True))
+    bad = [m for m in args.metrics if m not in ("kl", "js", "tv")]
     if bad or not args.metrics or any(c < 1 for c in args.counts) or args.repeats < 1:
         ap.error("--metric takes kl, js, tv; --candidates and --repeats must be >= 1")
     return args
@@ -66,65 +92,122 @@ def _median(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _rel(a: Any, b: Any) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30))
+
+
+def _sweep_kernels(
+    metric: str, c: int, kernels: jax.Array, side: T.AgentSide, read_s: float, args: Any
+) -> list[dict[str, Any]]:
+    p, x = kernels.shape[0], kernels[0].size
+    default = PK.default_config(metric)
+    configs = [default, *CANDIDATES[: args.n_configs[c]]]
+    rows: list[dict[str, Any]] = []
+    first = None
+    seen = set()
+    roofs: dict[Any, float] = {}
+    for cfg in configs:
+        lay = PK.layout(cfg, p, c, x)
+        key = (lay, cfg.agents_per_step)
+        label = f"{metric} C={c} BJ={lay.bj} BP={lay.bp} BX={lay.bx} AG={cfg.agents_per_step}"
+        if key in seen:  # clipped to the same blocks as one already run
+            continue
+        seen.add(key)
+        roof_key = key
+        try:
+            t0 = time.perf_counter()
+            fn = jax.jit(lambda k, s, cfg=cfg: PK.pallas_total(metric, k, s, cfg))
+            compiled = fn.lower(kernels, side).compile()
+            out = jax.block_until_ready(compiled(kernels, side))
+            if roof_key not in roofs:
+                bound = PK.roofline(metric, p, c, x, cfg)
+                bound.run()
+                roofs[roof_key] = _median(bound.run, args.repeats)
+            compile_s = time.perf_counter() - t0
+        except Exception as exc:  # a tile that does not fit: report, go on
+            print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:400]}")
+            continue
+        s = _median(lambda compiled=compiled: compiled(kernels, side), args.repeats)
+        roof_s = roofs[roof_key]
+        if first is None:
+            first = out
+        row = {
+            "metric": metric,
+            "candidates": c,
+            "config": label,
+            "default": cfg == default,
+            "ms": round(s * 1e3, 4),
+            "roofline_ms": round(roof_s * 1e3, 4),
+            "read_only_ms": round(read_s * 1e3, 4),
+            "over_roofline": round(s / roof_s, 3),
+            "over_bound": round(s / max(roof_s, read_s), 3),
+            "rel_err_vs_default": _rel(out, first),
+            "compile_s": round(compile_s, 2),
+        }
+        rows.append(row)
+        print(
+            f"{label}{' (default)' if row['default'] else ''}: {row['ms']:.3f} ms, roofline "
+            f"{row['roofline_ms']:.3f} ms ({row['over_roofline']:.2f}x), read-only "
+            f"{row['read_only_ms']:.3f} ms; vs default {row['rel_err_vs_default']:.1e}; "
+            f"compile {compile_s:.1f} s"
+        )
+    return rows
+
+
+def _sweep_kl(c: int, log_kernels: jax.Array, wq: jax.Array, read_s: float, args: Any) -> dict:
+    flat = log_kernels.reshape(log_kernels.shape[0], -1)
+    out: dict[str, Any] = {"metric": "kl", "candidates": c, "read_only_ms": round(read_s * 1e3, 4)}
+    ref = None
+    for precision in ("fp32", "bf16x3", "bf16"):
+        fn = jax.jit(lambda a, b, pr=precision: D._product(a, b, pr)).lower(flat, wq).compile()
+        got = jax.block_until_ready(fn(flat, wq))
+        s = _median(lambda fn=fn: fn(flat, wq), args.repeats)
+        ref = got if ref is None else ref
+        out[f"{precision}_ms"] = round(s * 1e3, 4)
+        out[f"{precision}_over_read_only"] = round(s / read_s, 3)
+        out[f"{precision}_rel_err"] = _rel(got, ref)
+    print(
+        f"kl C={c}: read-only {read_s * 1e3:.3f} ms; product "
+        + "; ".join(
+            f"{pr} {out[f'{pr}_ms']:.3f} ms ({out[f'{pr}_over_read_only']:.2f}x, "
+            f"err {out[f'{pr}_rel_err']:.1e})"
+            for pr in ("fp32", "bf16x3", "bf16")
+        )
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     rng = np.random.default_rng(0)
     shape = (args.profiles, args.levels, args.states, args.actions)
-    k = rng.random(shape, np.float32)
+    k = rng.random(shape, np.float32) ** 4  # peaked rows, some near-zero actions
     k /= k.sum(-1, keepdims=True)
     kernels = jax.device_put(k)
-    log_kernels = jax.device_put(np.log(k))
+    log_kernels = jax.device_put(np.log(np.maximum(k, 1e-8)))
     del k
     mask = jnp.asarray(np.ones(shape[1:3], bool))
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; bank {shape}")
-    results = []
+    flat = kernels.reshape(args.profiles, -1)
+    read = jax.jit(jnp.sum).lower(flat).compile()
+    read_s = _median(lambda: read(flat), args.repeats)
+    print(
+        f"read-only pass of the bank: {read_s * 1e3:.3f} ms ({flat.nbytes / read_s / 1e9:.1f} GB/s)"
+    )
+    results: list[dict[str, Any]] = []
+    agent_side = jax.jit(T.agent_side)
     for c in args.counts:
-        q = rng.random((c, *shape[1:]), np.float32)
+        q = rng.random((c, *shape[1:]), np.float32) ** 4
         q /= q.sum(-1, keepdims=True)
-        side = jax.block_until_ready(T.agent_side(mask, jnp.asarray(q), None))
-        bounds = make_bounds(kernels, c, tuple(args.metrics), products=False)
-        read_s = _median(bounds.read_only, args.repeats)
+        vis = rng.random((c, *shape[1:3]), np.float32)
+        side = jax.block_until_ready(agent_side(mask, jnp.asarray(q), jnp.asarray(vis)))
         for metric in args.metrics:
-            arith_s = _median(bounds.arithmetic[metric], args.repeats) if metric != "kl" else 0.0
-            bound_s = read_s + arith_s
-            default = PK.default_config(metric, c, on_gpu=jax.default_backend() == "gpu")
-            configs = [default] + [
-                PK.KernelConfig(bj, bp, bx, num_warps=w, fast_log=default.fast_log)
-                for bj, bp, bx, w in CANDIDATES[metric]
-            ]
-            for cfg in configs:
-                if metric == "kl":
-                    fn = jax.jit(lambda lk, wq, cfg=cfg: PK.pallas_cross(lk, wq, "fp32", cfg))
-                    operands: tuple[Any, ...] = (log_kernels, side.wq)
-                else:
-                    fn = jax.jit(lambda kk, s, m=metric, cfg=cfg: PK.pallas_total(m, kk, s, cfg))
-                    operands = (kernels, side)
-                label = f"{metric} C={c} BJ={cfg.block_agents} BP={cfg.block_profiles} "
-                label += f"BX={cfg.block_x} warps={cfg.num_warps}"
-                try:
-                    compiled = fn.lower(*operands).compile()
-                    jax.block_until_ready(compiled(*operands))
-                except Exception as exc:  # a tile that does not fit: report, go on
-                    print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:200]}")
-                    continue
-                s = _median(
-                    lambda compiled=compiled, operands=operands: compiled(*operands), args.repeats
-                )
-                row = {
-                    "metric": metric,
-                    "candidates": c,
-                    "config": [cfg.block_agents, cfg.block_profiles, cfg.block_x, cfg.num_warps],
-                    "default": cfg == default,
-                    "ms": round(s * 1e3, 4),
-                    "bound_ms": round(bound_s * 1e3, 4),
-                    "over_bound": round(s / bound_s, 3),
-                }
-                results.append(row)
-                print(
-                    f"{label}{' (default)' if row['default'] else ''}: {row['ms']:.3f} ms, "
-                    f"{row['over_bound']:.2f}x the bound ({row['bound_ms']:.3f} ms)"
-                )
-    print(json.dumps({"rows": results}))
+            if metric == "kl":
+                results.append(_sweep_kl(c, log_kernels, side.wq, read_s, args))
+            else:
+                results += _sweep_kernels(metric, c, kernels, side, read_s, args)
+    print(json.dumps({"read_only_ms": round(read_s * 1e3, 4), "rows": results}))
     return 0
 
 

@@ -5,11 +5,12 @@ Modules (each documents its formulas):
 * ``bank``       -- ``ProfileBank`` of P policy kernels ``[P, L, S, A]`` with a state mask and
   kinds; estimation from padded trajectories; epsilon-mixture contaminations; ``.npz`` I/O.
 * ``divergence`` -- KL (floored), Jensen-Shannon and total variation of J agent kernels
-  against all P profiles, per level and visitation-weighted, in one jitted call; picks
-  the implementation (``impl``) and KL's product precision.
+  against all P profiles, per level and visitation-weighted, in one jitted call.
+* ``choice``     -- what ``impl="auto"`` and ``precision="auto"`` stand for per backend
+  and shape: a table of measured choices.
 * ``tiled``      -- JS / TV as an XLA loop over blocks of profiles: one read of the bank.
-* ``pallas_kernels`` -- KL / JS / TV as Pallas kernels (Triton on a GPU; interpreted on
-  CPU in the tests): a tile of the bank read once for a block of agents.
+* ``pallas_kernels`` -- JS / TV as Pallas TPU (Mosaic) kernels, a tile of the bank read
+  once for a block of agents (interpreted on CPU in the tests).
 * ``compile_cache`` -- JAX's persistent compilation cache, scoped (``compilation_cache()``).
 * ``alpha``      -- robust alpha selection over a contamination set; online dual update.
 * ``sharding``   -- the bank sharded along profiles (``jax.shard_map``, ``NamedSharding``),
@@ -17,7 +18,7 @@ Modules (each documents its formulas):
 * ``online``     -- ``AutoAlphaCallback`` for SB3 (``python -m engine.train --alpha auto``).
 * bench          -- ``python -m benchmarks.jax_profiles``: each pass against the device's
   bounds, the reference path and a NumPy loop; ``benchmarks.jax_profiles_cache``: a
-  second process against a cold one; ``benchmarks/jax_profiles_device.sh``: the GPU run.
+  second process against a cold one; ``benchmarks/jax_profiles_device.sh``: the TPU run.
 
 Importing this package does not import JAX; import the submodules you need.
 """

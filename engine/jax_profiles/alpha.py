@@ -130,7 +130,7 @@ def selection_pass(
     lam: jax.Array,
     metric: str = "kl",
     impl: str = "auto",
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> AlphaSelection:
     """Pure scoring + selection pass (jit with ``metric``, ``impl``, ``precision`` static;
     see ``divergence.total_divergences``)."""
@@ -164,7 +164,7 @@ def select_alpha(
     metric: str = "kl",
     in_set: Any = None,
     impl: str = "auto",
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> AlphaSelection:
     """Pick the candidate alpha whose worst case over the robust set is best (see module doc)."""
     validate_agents(bank, agents, visitation)

@@ -28,9 +28,10 @@ Contamination profiles (epsilon mixtures)
     * ``adversarial``: ``K_c(a|s) = 1[a = argmin_a' K_h(a'|s)]`` (the human's least
       likely action; exact ties broken by a random action order per profile).
 
-    Randomness is deterministic: the contamination slot ``i`` of human ``h`` uses
-    ``fold_in(fold_in(key, h), i)``, so a profile does not depend on which process or
-    device builds it.
+    Randomness is deterministic: human ``h`` draws from ``fold_in(key, h)``, its
+    contamination slot ``i`` from row ``i`` of one ``[C, A + 1]`` threefry draw (``A``
+    normals for ``z``, one word for the tie order), so a profile does not depend on
+    which process or device builds it, nor on how many slots follow it.
 
 Log kernels and the KL floor
     The bank also holds ``log_kernels = log(max(K, floor))`` (``floor`` defaults to
@@ -42,6 +43,7 @@ Log kernels and the KL floor
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -63,6 +65,7 @@ __all__ = [
     "contamination_kernels",
     "count_actions",
     "empirical_kernels",
+    "first_profiles",
     "kernels_from_trajectories",
     "load_bank",
     "make_bank",
@@ -375,8 +378,26 @@ def empirical_kernels(
 # --------------------------------------------------------------------------- contamination
 
 
+def _slot_draws(key: jax.Array, n_slots: int, n_actions: int) -> tuple[jax.Array, jax.Array]:
+    """``(z [C, A] standard normal, offset [C] in [0, A))`` from one threefry draw of
+    ``[C, A + 1]`` words: slot ``i`` reads row ``i`` (threefry is partitionable: a word
+    depends on its index, not on ``C``). One draw, not a split, a normal and a randint
+    per slot: each threefry call is a loop XLA compiles, seconds of a cold build on a TPU."""
+    bits = jax.random.bits(key, (n_slots, n_actions + 1), jnp.uint32)
+    # as jax.random.normal: a uniform in (-1, 1) from 23 mantissa bits, then erf^-1
+    one = jax.lax.bitcast_convert_type(
+        (bits[:, :n_actions] >> 9) | jnp.uint32(0x3F800000), jnp.float32
+    )
+    lo = float(np.nextafter(np.float32(-1.0), np.float32(0.0)))
+    u = jnp.maximum(lo, 2.0 * (one - 1.0) - 1.0)
+    z = np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(u)
+    offset = (bits[:, n_actions] % jnp.uint32(n_actions)).astype(jnp.int32)
+    return z, offset
+
+
 def _contaminate_one(
-    key: jax.Array,
+    z: jax.Array,
+    offset: jax.Array,
     human: jax.Array,
     state_mask: jax.Array,
     code: jax.Array,
@@ -384,13 +405,11 @@ def _contaminate_one(
     bias_temperature: jax.Array,
 ) -> jax.Array:
     n_actions = human.shape[-1]
-    k_bias, k_tie = jax.random.split(key)
     uniform = jnp.full_like(human, 1.0 / n_actions)
-    bias = jax.nn.softmax(jax.random.normal(k_bias, (n_actions,)) / bias_temperature)
+    bias = jax.nn.softmax(z / bias_temperature)
     biased = jnp.broadcast_to(bias.astype(human.dtype), human.shape)
     # exact ties (e.g. several zero-probability actions) go to the first tied action in
     # an action order rotated by a random offset per profile
-    offset = jax.random.randint(k_tie, (), 0, n_actions)
     order = (jnp.arange(n_actions) - offset) % n_actions
     tied = human == human.min(axis=-1, keepdims=True)
     least = jnp.argmin(jnp.where(tied, order, n_actions), axis=-1)
@@ -408,9 +427,9 @@ def _contaminate_slots(
     eps: jax.Array,
     bias_temperature: jax.Array,
 ) -> jax.Array:
-    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(codes.shape[0]))
-    one = jax.vmap(_contaminate_one, in_axes=(0, None, None, 0, 0, None))
-    return one(keys, human, state_mask, codes, eps, bias_temperature)
+    z, offset = _slot_draws(key, codes.shape[0], human.shape[-1])
+    one = jax.vmap(_contaminate_one, in_axes=(0, 0, None, None, 0, 0, None))
+    return one(z, offset, human, state_mask, codes, eps, bias_temperature)
 
 
 _contaminate_batch = jax.jit(_contaminate_slots)
@@ -451,7 +470,7 @@ def contamination_kernels(
     Returns ``(kernels [C, L, S, A], epsilon [C], contamination code [C])``. For each
     ``eps`` in order: one ``uniform``, ``n_biased`` ``biased`` draws, one
     ``adversarial`` (restricted to the names in ``contaminations``). Slot ``i`` uses
-    ``fold_in(key, i)``.
+    row ``i`` of one threefry draw from ``key`` (module doc).
     """
     code_a, eps_a = _contamination_slots(epsilons, contaminations, n_biased, bias_temperature)
     h = jnp.asarray(human, jnp.float32)
@@ -596,6 +615,26 @@ def pad_profiles(bank: ProfileBank, multiple: int) -> ProfileBank:
         ),
         floor=bank.floor,
     )
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _first(bank: ProfileBank, n: int) -> ProfileBank:
+    return dataclasses.replace(
+        bank,
+        kernels=bank.kernels[:n],
+        log_kernels=bank.log_kernels[:n],
+        kinds=bank.kinds[:n],
+        epsilon=bank.epsilon[:n],
+        contamination=bank.contamination[:n],
+    )
+
+
+def first_profiles(bank: ProfileBank, n: int) -> ProfileBank:
+    """The bank's first ``n`` profiles, sliced where the bank is (one small program, no
+    round trip through the host)."""
+    if not 1 <= n <= bank.n_profiles:
+        raise ValueError(f"n must be in [1, {bank.n_profiles}], got {n}")
+    return bank if n == bank.n_profiles else _first(bank, n)
 
 
 def to_device(bank: ProfileBank, device: Any = None) -> ProfileBank:

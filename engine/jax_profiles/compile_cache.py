@@ -1,7 +1,7 @@
 """JAX's persistent compilation cache for the profile programs.
 
-A cold process pays XLA's compile for the bank build and the scoring pass (tens of
-seconds on a GPU); with ``jax_compilation_cache_dir`` set, a second process with the
+A cold process pays XLA's compile for the bank build and the scoring pass (about 10 s
+on a TPU v5e at the bench's default size); with ``jax_compilation_cache_dir`` set, a second process with the
 same shapes loads the executables from disk instead.
 
 Where: ``$PHANTOM_JAX_CACHE_DIR`` when set (``off`` disables it), else

@@ -33,25 +33,32 @@ flattened kernel (one read of the bank), and the self term is agent-only work fu
 into the same program (``total = self - cross``). ``precision`` picks the product's
 inputs, always accumulated in float32:
 
-* ``fp32`` (default): ``precision=HIGHEST``, float32 everywhere (TPU's default f32
-  matmul would use bf16 passes);
-* ``tf32``: TF32 inputs on a GPU (10-bit mantissa; on TPU the 3-pass bf16 algorithm);
-* ``bf16``: bfloat16 inputs (8-bit mantissa).
+* ``fp32``: ``precision=HIGHEST``, float32 everywhere (TPU's default f32 matmul would
+  use bf16 passes; HIGHEST is six of them);
+* ``bf16x3``: each input split into two bfloat16 parts ``hi + lo``, three products
+  ``hi hi + hi lo + lo hi`` (about 16 mantissa bits; half of fp32's MXU passes);
+* ``tf32``: TF32 inputs on a GPU (10-bit mantissa; on TPU the same 3-pass algorithm);
+* ``bf16``: bfloat16 inputs (8-bit mantissa);
+* ``auto`` (default): ``choice.AUTO`` per backend and candidate count.
 
-On CPU the reduced precisions are emulated by rounding the operands (XLA's CPU dot
-ignores the algorithm), so their error on a selection can be measured anywhere.
+On CPU the reduced precisions are emulated by rounding (and splitting) the operands
+(XLA's CPU dot ignores the algorithm), so their error on a selection can be measured
+anywhere.
 
-JS and TV have no such split. Implementations (``impl``, static):
+JS and TV have no such split in XLA. Implementations (``impl``, static):
 
 * ``reference``: pairwise with ``lax.map`` over agents, reading the bank once per agent
   (memory O(P L S) per agent); the definition the others are tested against.
 * ``tiled`` (``tiled.py``): one XLA loop over blocks of profiles with every agent scored
   against the block, so the bank is read once per pass.
-* ``pallas`` (``pallas_kernels.py``): Pallas kernels (Triton on a GPU, ``interpret=True``
-  elsewhere), a tile of the bank read once for a block of agents; KL's product too.
-* ``auto`` (default): ``pallas`` on a GPU; ``reference`` elsewhere (on XLA:CPU the
-  per-agent pass is compute-bound and vectorises better than ``tiled``; KL's dot is one
-  read anyway). Inside ``shard_map`` a GPU's ``auto`` keeps to the XLA paths.
+* ``pallas`` (``pallas_kernels.py``): Mosaic TPU kernels (``interpret=True`` elsewhere),
+  a tile of the bank read once for a block of agents, the separable terms on the MXU and
+  only the per-pair term on the vector unit. KL has no kernel of its own: XLA's dot reads
+  the bank once, and a Pallas product measured no faster (bf16x3 4.33 ms against XLA's
+  4.18 at 4096 x 256 on a TPU v5e, device run 2).
+* ``auto`` (default): ``choice.AUTO``, measured per backend and shape. Inside
+  ``shard_map`` ``auto`` keeps to the XLA paths (the reference), whose per-device
+  programs XLA partitions itself; a Pallas kernel there is an explicit ``impl="pallas"``.
 
 Shapes are static, so new data with the same shapes never recompiles.
 """
@@ -66,6 +73,14 @@ from jax.scipy.special import xlogy
 
 from engine.jax_profiles import tiled
 from engine.jax_profiles.bank import ProfileBank
+from engine.jax_profiles.choice import (
+    IMPLS,
+    METRICS,
+    PRECISIONS,
+    check,
+    resolve_impl,
+    resolve_precision,
+)
 
 __all__ = [
     "IMPLS",
@@ -76,13 +91,11 @@ __all__ = [
     "divergences",
     "per_level_divergences",
     "resolve_impl",
+    "resolve_precision",
     "total_divergences",
     "validate_agents",
 ]
 
-METRICS = ("kl", "js", "tv")
-IMPLS = ("auto", "reference", "tiled", "pallas")
-PRECISIONS = ("fp32", "tf32", "bf16")
 _HI = jax.lax.Precision.HIGHEST
 
 
@@ -114,35 +127,6 @@ def _weights(state_mask: jax.Array, agents: jax.Array, visitation: jax.Array | N
     )
 
 
-def _check_metric(metric: str) -> None:
-    if metric not in METRICS:
-        raise ValueError(
-            f"unknown divergence metric {metric!r}; choose one of {', '.join(METRICS)}"
-        )
-
-
-def _check_options(impl: str, precision: str) -> None:
-    if impl not in IMPLS:
-        raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-
-
-def resolve_impl(metric: str, impl: str = "auto", backend: str | None = None) -> str:
-    """The implementation ``impl`` stands for on ``backend`` (default: JAX's default)."""
-    _check_metric(metric)
-    _check_options(impl, "fp32")
-    if impl == "tiled" and metric == "kl":
-        return "reference"  # XLA's dot already reads the bank once
-    if impl != "auto":
-        return impl
-    backend = jax.default_backend() if backend is None else backend
-    # Off a GPU the reference: on XLA:CPU its per-agent pass vectorises better than the
-    # tiled loop (default size, same run: JS 1.1 s vs 3.6 s, TV 1.3 s vs 2.1 s) and reading
-    # the bank once per agent is not what bounds it; TPU is unmeasured.
-    return "pallas" if backend == "gpu" else "reference"
-
-
 def _varies_over_a_mesh(x: jax.Array) -> bool:
     """True inside ``shard_map`` for a value split over its mesh axes."""
     aval = jax.typeof(x)
@@ -163,6 +147,12 @@ def _round_operand(x: jax.Array, precision: str) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
+def _split_bf16(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x = hi + lo`` to about 16 mantissa bits, both bfloat16 values (float32 storage)."""
+    hi = _round_operand(x, "bf16")
+    return hi, _round_operand(x - hi, "bf16")
+
+
 def _product(log_kernels_flat: jax.Array, wq: jax.Array, precision: str) -> jax.Array:
     """``[P, X] x [J, X] -> [P, J]`` with float32 accumulation and ``precision`` inputs.
 
@@ -174,13 +164,20 @@ def _product(log_kernels_flat: jax.Array, wq: jax.Array, precision: str) -> jax.
         return jax.lax.dot_general(log_kernels_flat, wq, dims, precision=_HI)
     backend = jax.default_backend()
     if backend == "cpu":
+        if precision == "bf16x3":  # hi hi + hi lo + lo hi, each product exact in float32
+            (a_hi, a_lo), (b_hi, b_lo) = _split_bf16(log_kernels_flat), _split_bf16(wq)
+            out = jax.lax.dot_general(a_hi, b_hi, dims, precision=_HI)
+            out = out + jax.lax.dot_general(a_hi, b_lo, dims, precision=_HI)
+            return out + jax.lax.dot_general(a_lo, b_hi, dims, precision=_HI)
         a, b = _round_operand(log_kernels_flat, precision), _round_operand(wq, precision)
         return jax.lax.dot_general(a, b, dims, precision=_HI)
     presets = jax.lax.DotAlgorithmPreset
     if precision == "bf16":
         algorithm = presets.BF16_BF16_F32
+    elif precision == "tf32" and backend == "gpu":
+        algorithm = presets.TF32_TF32_F32
     else:
-        algorithm = presets.TF32_TF32_F32 if backend == "gpu" else presets.BF16_BF16_F32_X3
+        algorithm = presets.BF16_BF16_F32_X3
     return jax.lax.dot_general(log_kernels_flat, wq, dims, precision=algorithm)
 
 
@@ -260,7 +257,7 @@ def per_level_divergences(
     bank: ProfileBank, agents: jax.Array, visitation: jax.Array | None, metric: str
 ) -> Divergences:
     """Pure (traceable) per-level and total divergences; ``metric`` must be static."""
-    _check_metric(metric)
+    check(metric)
     wt = _weights(bank.state_mask, agents.astype(jnp.float32), visitation)
     kl = metric == "kl"
     per_level = _kl_per_level(bank, wt) if kl else _pairwise_per_level(bank, wt, metric)
@@ -274,31 +271,28 @@ def total_divergences(
     visitation: jax.Array | None,
     metric: str,
     impl: str = "auto",
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> jax.Array:
     """Pure (traceable) aggregated divergences, profile-major ``[P, J]``.
 
     The hot path of scoring and selection: for KL a single matrix product. ``metric``,
     ``impl`` and ``precision`` (KL's product only) must be static.
     """
-    _check_metric(metric)
-    _check_options(impl, precision)
-    chosen = resolve_impl(metric, impl)
-    if impl == "auto" and chosen == "pallas" and _varies_over_a_mesh(bank.kernels):
-        # inside shard_map (sharding.py) the XLA paths, whose per-device programs XLA
+    check(metric, impl, precision)
+    n_agents = agents.shape[0]
+    chosen = resolve_impl(metric, impl, n_agents=n_agents)
+    if impl == "auto" and chosen != "reference" and _varies_over_a_mesh(bank.kernels):
+        # inside shard_map (sharding.py) the reference, whose per-device program XLA
         # partitions itself; a Pallas kernel there is an explicit impl="pallas"
-        chosen = "reference" if metric == "kl" else "tiled"
+        chosen = "reference"
     impl = chosen
+    precision = resolve_precision(metric, precision, n_agents=n_agents)
     agents = agents.astype(jnp.float32)
     if impl == "pallas":
-        # imported here: Pallas (and its Triton bindings) only load when a kernel is asked for
+        # imported here: Pallas only loads when a kernel is asked for
         from engine.jax_profiles import pallas_kernels
 
         side = tiled.agent_side(bank.state_mask, agents, visitation)
-        if metric == "kl":
-            self_term = 2.0 * (side.w * side.hq).sum(1)  # sum_x w q log q
-            cross = pallas_kernels.pallas_cross(bank.log_kernels, side.wq, precision)
-            return self_term[None, :] - cross
         return pallas_kernels.pallas_total(metric, bank.kernels, side)
     if metric == "kl":
         return _kl_total(bank.state_mask, bank.log_kernels, agents, visitation, precision)
@@ -333,7 +327,7 @@ def divergences(
     bank: ProfileBank, agents: Any, visitation: Any = None, metric: str = "kl"
 ) -> Divergences:
     """Per-level ``[J, P, L]`` and total ``[J, P]`` divergences of agents from every profile."""
-    _check_metric(metric)
+    check(metric)
     validate_agents(bank, agents, visitation)
     v = None if visitation is None else jnp.asarray(visitation, jnp.float32)
     return _divergences_jit(bank, jnp.asarray(agents, jnp.float32), v, metric=metric)
@@ -346,11 +340,10 @@ def divergence_total(
     metric: str = "kl",
     *,
     impl: str = "auto",
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> jax.Array:
     """Aggregated divergences ``[J, P]`` (the cheaper pass when per-level is not needed)."""
-    _check_metric(metric)
-    _check_options(impl, precision)
+    check(metric, impl, precision)
     validate_agents(bank, agents, visitation)
     v = None if visitation is None else jnp.asarray(visitation, jnp.float32)
     out = _total_jit(

@@ -1,198 +1,336 @@
-"""Pallas kernels for KL, JS and TV: each tile of the bank read once for a block of agents.
+"""JS and TV as Pallas TPU (Mosaic) kernels: each tile of the bank read once for a block of
+agents, the pair terms accumulated in VMEM.
 
-Lowered through Triton on a GPU; anywhere else they run with ``interpret=True`` (how the
-test suite checks their numbers on CPU). The formulas and the agent-side operands are
-those of ``tiled.py``; KL's product is ``cross[p, j] = sum_x logk[p, x] wq[j, x]`` and
-``total = self_term[j] - cross[p, j]`` (``divergence._kl_total``).
+Both metrics are split into an agent-only term ``a[j]``, a term linear in the bank (a
+matrix product on the MXU) and the one term that is per (agent, profile, element), on the
+vector unit. With the agent side of ``tiled.py`` (``q`` the agent kernels and ``w`` the
+visitation weight of each element's state, both 0 where ``w == 0``; ``x = (l, s, a)``):
 
-Grid ``(agent blocks, profile blocks, splits of X)``. Program ``(a, b, s)`` holds a
-``[BJ, BP]`` accumulator in registers and loops over its share of ``X`` in tiles of
-``BX``: it loads one ``[BP, BX]`` bank tile and the ``[BJ, BX]`` agent tiles, scores all
-``BJ x BP`` pairs on it (``[BJ, BP, BX]`` elementwise + reduce for JS / TV, a
-``[BJ, BX] x [BX, BP]`` dot for KL) and adds them up. Grid steps run in parallel on a GPU,
-so nothing is accumulated across them: program ``(a, b, s)`` writes its own partial
-``out[s, a, b]`` and the few partials are summed outside. The agent-block axis is the
-fastest-launched one (CUDA x), so the programs that share a bank tile run together and
-all but the first find it in L2: one read of the bank from HBM per pass when the whole
-agent set is one block (up to 16 agents for JS / TV, 64 for KL) or close to it beyond.
+    TV: total[p, j] = a[j] + 1/2 sum_x w k[p, x]     - sum_x w min(q, k),
+        a[j] = 1/2 sum_x w q                  (|q - k| = q + k - 2 min(q, k))
+    JS: total[p, j] = a[j] + sum_x w' k ln(2k)      - sum_x w' t ln t,  t = q + k,
+        a[j] = 1/2 sum_x w q ln(2q),  w' = w / 2
 
-Rows past ``P`` and columns past ``X`` are masked loads (``other=0``), so neither needs
-to divide by a block; agents are padded to a multiple of ``BJ`` with zero weight.
-Triton wants power-of-two tensor sizes: all block sizes are powers of two.
+The JS split is ``1/2 q ln q + 1/2 k ln k - m ln m = 1/2 q ln 2q + 1/2 k ln 2k - 1/2 t ln t``
+with ``m = t / 2``: only ``t ln t`` is per pair (one log), and ``k ln 2k`` costs one log
+per bank element per agent block. Each element's term is >= 0 (convexity), so the
+reference clamps per state and the tiled loop per element; here the sum is clamped at 0
+(the split cancels to float32 rounding where ``q == k``). Where ``w == 0`` nothing reaches
+a sum: ``q`` is 0 there (NaN and inf on masked states never get in), and JS's ``q`` is
+raised to ``TINY`` so that ``t ln t`` is finite where ``q = k = 0``.
 
-JS's log can be the GPU's ``lg2.approx.f32`` (``fast_log``, relative error ~2^-22, one
-special-function instruction instead of libdevice's ~20): the kernel is compute-bound
-on that log at 256 candidates.
+The product's inputs are split into bfloat16 ``hi + lo`` in VMEM and summed as
+``hi hi + hi lo + lo hi`` (float32 accumulation): each term within 3 * 2^-18 of its value,
+a few 1e-7 of the largest divergence where measured, at half the MXU passes of fp32's
+contract precision (TV 82.6 against 89.0 ms at 4096 x 256 with the same tiles, JS 144.6
+against 150.6).
+
+Per output tile (``BP`` profiles x ``BJ`` agents) the grid walks ``X`` in tiles of ``BX``
+(the last grid axis, sequential on a TensorCore) with two accumulators in VMEM scratch:
+``[BJ, BP, 128]`` lane partials of the vector term and ``[BP, BJ]`` for the product. Each
+grid step first copies every agent's ``q`` and ``w`` row onto 8 sublanes (``[BJ, 8, BX]``
+scratch); a loop over agents (``AG`` a step, read by a dynamic leading index) then runs
+the tile's row slabs of 8 unrolled: ``w * pair(q, k)`` on a ``[8, BX]`` slab, folded to
+128 lanes with vector adds, added to the agent's partials. The last X step reduces the
+lanes once and writes ``[BP, BJ]``. The bank is read ``ceil(J / BJ)`` times, the agents
+``ceil(P / BP)`` times. (Measured against it on the TPU v5e: agents unrolled with a loop
+over row slabs, 1.1-1.6x slower; fully unrolled tiles, 1.6-1.8x; the product in fp32
+contract precision or as an XLA dot beside the kernel; TV as ``w |q - k|`` alone, 4 vector
+operations a pair to ``min``'s 3.)
+
+Edges: ``P`` need not divide by ``BP`` (rows are independent: the rows of a partial last
+block are computed and dropped); the agents are padded to a multiple of ``BJ`` with zero
+weight and along ``X`` to the grid's width with zeros; the bank is never copied or
+padded: a partial last X tile is zeroed past ``X`` in VMEM before use.
+
+Off a TPU the kernels run with ``interpret=True`` (how the tests check them on CPU).
+``roofline`` is the same vector loop on a tile held in VMEM: the bench's elementwise
+bound for the pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
+from jax.experimental.pallas import tpu as pltpu
 
 from engine.jax_profiles.tiled import LOG2, AgentSide
 
 __all__ = [
-    "PRECISIONS",
-    "KernelConfig",
+    "METRICS",
+    "TINY",
+    "Layout",
+    "Roofline",
+    "TileConfig",
+    "agent_operands",
     "default_config",
-    "grid_programs",
-    "pallas_cross",
+    "layout",
     "pallas_total",
+    "roofline",
 ]
 
-PRECISIONS = ("fp32", "tf32", "bf16")  # as divergence.PRECISIONS
+METRICS = ("js", "tv")
+TINY = 1e-30  # JS's floor on q: t ln t finite where q = k = 0 (a normal float32)
+_LANES = 128
+_SUBLANES = 8
+_NT = (((1,), (1,)), ((), ()))  # [M, K] x [N, K] -> [M, N]
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelConfig:
-    """Tile sizes (powers of two) and launch settings of one kernel."""
+class TileConfig:
+    """Tile sizes of one kernel (clipped to the problem by ``layout``)."""
 
-    block_agents: int  # BJ
-    block_profiles: int  # BP
-    block_x: int  # BX
-    target_programs: int = 1024  # split X until the grid has about this many programs
-    num_warps: int = 4
-    num_stages: int = 2
-    fast_log: bool = False  # JS: lg2.approx.f32 on GPU (exact log when interpreted)
+    block_agents: int = 64  # BJ, a multiple of 8
+    block_profiles: int = 256  # BP, a multiple of 8
+    block_x: int = 512  # BX, a multiple of 128
+    agents_per_step: int = 2  # AG: agents sharing each load of a bank slab; divides BJ
+    vmem_limit_mb: int | None = None  # Mosaic's scoped VMEM limit; None: its default
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+# Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents by
+# `python -m benchmarks.jax_profiles_sweep --candidates 256 --configs 7` (kernel alone):
+# JS 130.9 ms with these tiles against 136.9-144.6 with the other six (64 agents a block:
+# out of VMEM at BX 1024 without a raised limit); TV 74.2 ms against 77.8-82.6. Wider
+# agent and profile blocks read the bank and the agents fewer times. Smaller problems
+# clip them.
+_DEFAULTS = {
+    "js": TileConfig(128, 256, 1024, agents_per_step=1, vmem_limit_mb=64),
+    "tv": TileConfig(128, 512, 512, agents_per_step=2, vmem_limit_mb=96),
+}
 
 
-def default_config(metric: str, n_agents: int, *, on_gpu: bool) -> KernelConfig:
-    """Tiles sized for a GPU's registers; the agent block covers up to 16 (JS / TV) or
-    64 (KL) agents, so the bank is read once from HBM for up to that many."""
-    if metric == "kl":
-        # tl.dot wants every side >= 16
-        bj = min(64, max(16, _pow2_at_least(n_agents)))
-        return KernelConfig(block_agents=bj, block_profiles=64, block_x=64)
-    bj = min(16, _pow2_at_least(n_agents))
-    return KernelConfig(block_agents=bj, block_profiles=16, block_x=32, fast_log=on_gpu)
+def default_config(metric: str) -> TileConfig:
+    if metric not in METRICS:
+        raise ValueError(f"the Pallas kernels score {' or '.join(METRICS)}, got {metric!r}")
+    return _DEFAULTS[metric]
 
 
-def _check_config(cfg: KernelConfig) -> None:
-    for name in ("block_agents", "block_profiles", "block_x"):
-        v = getattr(cfg, name)
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"KernelConfig.{name} must be a power of two, got {v}")
+def _check_config(cfg: TileConfig) -> None:
+    problems = []
+    if cfg.block_agents < 8 or cfg.block_agents % 8:
+        problems.append(f"block_agents={cfg.block_agents} (a multiple of 8)")
+    if cfg.block_profiles < 8 or cfg.block_profiles % 8:
+        problems.append(f"block_profiles={cfg.block_profiles} (a multiple of 8)")
+    if cfg.block_x < _LANES or cfg.block_x % _LANES:
+        problems.append(f"block_x={cfg.block_x} (a multiple of 128)")
+    if cfg.agents_per_step not in (1, 2, 4, 8):
+        problems.append(f"agents_per_step={cfg.agents_per_step} (1, 2, 4 or 8)")
+    if problems:
+        raise ValueError("TileConfig: " + "; ".join(problems))
 
 
-def _layout(cfg: KernelConfig, p: int, j: int, x: int) -> tuple[int, int, int, int, int]:
-    """``(agent blocks, profile blocks, splits, tiles per split, padded agents)``."""
-    n_j = -(-j // cfg.block_agents)
-    n_p = -(-p // cfg.block_profiles)
-    n_tiles = -(-x // cfg.block_x)
-    want = max(1, -(-cfg.target_programs // (n_j * n_p)))
-    per_split = -(-n_tiles // min(want, n_tiles))
-    n_split = -(-n_tiles // per_split)
-    return n_j, n_p, n_split, per_split, n_j * cfg.block_agents
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One call's blocks: ``cfg`` clipped to ``P`` profiles, ``J`` agents, ``X`` elements."""
+
+    bj: int
+    bp: int
+    bx: int
+    lanes: int  # width of the lane partials: 128, or BX when BX = X is narrower
+    n_j: int
+    n_p: int
+    n_x: int
+    x_tail: int  # valid columns of the last X tile (BX when it is full)
+
+    @property
+    def steps(self) -> int:
+        return self.n_j * self.n_p * self.n_x
+
+    @property
+    def j_pad(self) -> int:
+        return self.n_j * self.bj
+
+    @property
+    def x_pad(self) -> int:
+        return self.n_x * self.bx
 
 
-def _fast_log(t: jax.Array) -> jax.Array:
-    [lg2] = plgpu.elementwise_inline_asm(
-        "lg2.approx.f32 $0, $1;",
-        args=[t],
-        constraints="=f,f",
-        pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(t.shape, t.dtype)],
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _block_x(x: int, want: int) -> int:
+    """``X`` itself when it fits; else the widest multiple of 128 up to ``want`` that
+    divides ``X`` (no partial tile), unless that is under half of ``want``."""
+    if x <= want:
+        return x
+    if x % _LANES == 0:
+        best = max(d for d in range(_LANES, want + 1, _LANES) if x % d == 0)
+        if 2 * best >= want:
+            return best
+    return want
+
+
+def layout(cfg: TileConfig, p: int, j: int, x: int) -> Layout:
+    _check_config(cfg)
+    bj = min(cfg.block_agents, _round_up(j, _SUBLANES))
+    bp = min(cfg.block_profiles, _round_up(p, _SUBLANES))
+    bx = _block_x(x, cfg.block_x)
+    n_x = -(-x // bx)
+    return Layout(
+        bj=bj,
+        bp=bp,
+        bx=bx,
+        lanes=_LANES if bx % _LANES == 0 else bx,
+        n_j=-(-j // bj),
+        n_p=-(-p // bp),
+        n_x=n_x,
+        x_tail=x - (n_x - 1) * bx,
     )
-    return lg2 * LOG2
+
+
+def agent_operands(metric: str, side: AgentSide) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(q, w, a)``: the kernel's agent operands ``[J, X]`` and the agent-only term ``[J]``."""
+    if metric == "tv":
+        return side.q, side.w, 0.5 * (side.w * side.q).sum(1)
+    # 1/2 q ln 2q = hq + 1/2 ln2 q
+    a = (side.w * (side.hq + (0.5 * LOG2) * side.q)).sum(1)
+    return jnp.maximum(side.q, TINY), 0.5 * side.w, a
+
+
+def _pair(metric: str, q: jax.Array, k: jax.Array) -> jax.Array:
+    """The per-pair term before its weight: ``min(q, k)`` (TV), ``t ln t`` (JS)."""
+    if metric == "tv":
+        return jnp.minimum(q, k)
+    t = q + k
+    return t * jnp.log(t)
+
+
+def _linear(metric: str, k: jax.Array) -> jax.Array:
+    """The bank's factor of the product term: ``k`` (TV), ``k ln 2k`` (JS, 0 at k = 0)."""
+    if metric == "tv":
+        return k
+    return k * jnp.log(jnp.maximum(2.0 * k, TINY))
+
+
+def _linear_scale(metric: str) -> float:
+    """The product's weight in the total (TV's is ``1/2 sum_x w k``)."""
+    return 0.5 if metric == "tv" else 1.0
+
+
+def _split(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``x = hi + lo`` to about 16 mantissa bits, both bfloat16 (Mosaic keeps the rounding
+    it is asked for; XLA may fold convert pairs, so this split stays in the kernel)."""
+    hi = x.astype(jnp.bfloat16)
+    return hi, (x - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+
+
+def _linear_product(g: jax.Array, w: jax.Array) -> jax.Array:
+    """``[BP, BJ] = g [BP, BX] . w [BJ, BX]^T``: three bfloat16 products, float32 sums."""
+    (g_hi, g_lo), (w_hi, w_lo) = _split(g), _split(w)
+    out = jax.lax.dot_general(g_hi, w_hi, _NT, preferred_element_type=jnp.float32)
+    out += jax.lax.dot_general(g_hi, w_lo, _NT, preferred_element_type=jnp.float32)
+    return out + jax.lax.dot_general(g_lo, w_hi, _NT, preferred_element_type=jnp.float32)
+
+
+def _fold(e: jax.Array, lanes: int) -> jax.Array:
+    """``[R, BX] -> [R, lanes]``: the lane chunks of ``e`` added up."""
+    part = e[:, :lanes]
+    for c in range(1, e.shape[1] // lanes):
+        part = part + e[:, c * lanes : (c + 1) * lanes]
+    return part
+
+
+def _scratch(lay: Layout) -> list[Any]:
+    """The pair loop's VMEM: lane partials ``[BJ, BP, lanes]``, and each agent's ``q`` and
+    ``w`` rows broadcast to 8 sublanes, ``[BJ, 8, BX]``."""
+    rows = pltpu.VMEM((lay.bj, _SUBLANES, lay.bx), jnp.float32)
+    return [pltpu.VMEM((lay.bj, lay.bp, lay.lanes), jnp.float32), rows, rows]
+
+
+def _accumulate_pairs(
+    metric: str,
+    k_ref: Any,
+    q_ref: Any,
+    w_ref: Any,
+    acc_ref: Any,
+    qb_ref: Any,
+    wb_ref: Any,
+    lay: Layout,
+    cfg: TileConfig,
+) -> None:
+    """``acc[j, r, :] += fold(w[j] * pair(q[j], k[r]))`` for every agent and bank row of
+    the tile: a loop over agents (``AG`` a step, their rows read from the broadcast copies
+    by a dynamic leading index), the tile's row slabs of 8 unrolled."""
+    bx, lanes = lay.bx, lay.lanes
+    for j in range(lay.bj):  # each agent's row on 8 sublanes, once a grid step
+        qb_ref[j] = jnp.broadcast_to(q_ref[j : j + 1, :], (_SUBLANES, bx))
+        wb_ref[j] = jnp.broadcast_to(w_ref[j : j + 1, :], (_SUBLANES, bx))
+    ag = min(cfg.agents_per_step, lay.bj)
+
+    def body(g: jax.Array, carry: int) -> int:
+        j0 = g * ag
+        qs = [qb_ref[j0 + i] for i in range(ag)]
+        ws = [wb_ref[j0 + i] for i in range(ag)]
+        for r0 in range(0, lay.bp, _SUBLANES):
+            k = k_ref[r0 : r0 + _SUBLANES, :]
+            for i in range(ag):
+                part = _fold(_pair(metric, qs[i], k) * ws[i], lanes)
+                acc_ref[j0 + i, r0 : r0 + _SUBLANES, :] += part
+        return carry
+
+    jax.lax.fori_loop(0, lay.bj // ag, body, 0)
+
+
+def _lane_sums(acc_ref: Any, lay: Layout) -> jax.Array:
+    """``[BP, BJ]``: each agent's lane partials ``acc[j] [BP, lanes]`` summed, as column j."""
+    col = jax.lax.broadcasted_iota(jnp.int32, (lay.bp, lay.bj), 1)
+
+    def one(j: jax.Array, out: jax.Array) -> jax.Array:
+        return jnp.where(col == j, jnp.sum(acc_ref[j], axis=1, keepdims=True), out)
+
+    return jax.lax.fori_loop(0, lay.bj, one, jnp.zeros((lay.bp, lay.bj), jnp.float32))
 
 
 def _kernel(
-    *refs: Any,
+    k_ref: Any,
+    q_ref: Any,
+    w_ref: Any,
+    o_ref: Any,
+    mxu_ref: Any,
+    acc_ref: Any,
+    qb_ref: Any,
+    wb_ref: Any,
+    *,
     metric: str,
-    cfg: KernelConfig,
-    n_profiles: int,
-    n_x: int,
-    per_split: int,
-    precision: str,
-    fast_log: bool,
+    lay: Layout,
+    cfg: TileConfig,
 ) -> None:
-    """Refs: KL ``(logk, wq, out)``, TV ``(k, q, w, out)``, JS ``(k, q, w, hq, out)``."""
-    k_ref, *agent_refs, o_ref = refs
-    bj, bp, bx = cfg.block_agents, cfg.block_profiles, cfg.block_x
-    ja, pb, sp = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    p0 = pb * bp
-    agents = pl.ds(ja * bj, bj)
-    row_ok = (p0 + jax.lax.broadcasted_iota(jnp.int32, (bp, 1), 0)) < n_profiles
-    log = _fast_log if fast_log else jnp.log
+    s = pl.program_id(2)
 
-    def tile(t: jax.Array | int) -> jax.Array:
-        x0 = pl.multiple_of((sp * per_split + t) * bx, bx)
-        col_ok = (x0 + jax.lax.broadcasted_iota(jnp.int32, (1, bx), 1)) < n_x
-        cols = pl.ds(x0, bx)
-        k = plgpu.load(k_ref.at[pl.ds(p0, bp), cols], mask=row_ok & col_ok, other=0.0)
-        q, *rest = (plgpu.load(r.at[agents, cols], mask=col_ok, other=0.0) for r in agent_refs)
-        if metric == "kl":
-            return _dot(q, k, precision)  # q is wq here
-        w = rest[0]
-        if metric == "tv":
-            terms = 0.5 * jnp.abs(q[:, None, :] - k[None])
-        else:
-            hq = rest[1]
-            hk = 0.5 * k * log(jnp.where(k > 0, k, 1.0))
-            t_ = q[:, None, :] + k[None]
-            mlogm = 0.5 * t_ * (log(jnp.where(t_ > 0, t_, 1.0)) - LOG2)
-            terms = jnp.maximum(hq[:, None, :] + hk[None] - mlogm, 0.0)
-        return jnp.sum(w[:, None, :] * terms, axis=2)
+    @pl.when(s == 0)
+    def _zero() -> None:
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        mxu_ref[...] = jnp.zeros(mxu_ref.shape, jnp.float32)
 
-    # the first tile starts the sum (a zeros carry would not be typed as varying across
-    # the mesh like the bank under shard_map)
-    acc = jax.lax.fori_loop(1, per_split, lambda t, acc: acc + tile(t), tile(0))
-    o_ref[...] = acc[None]
+    if lay.x_tail != lay.bx:  # the last X tile runs past X: zero its tail in VMEM
+
+        @pl.when(s == lay.n_x - 1)
+        def _mask() -> None:
+            col = jax.lax.broadcasted_iota(jnp.int32, (lay.bp, lay.bx), 1)
+            k_ref[...] = jnp.where(col < lay.x_tail, k_ref[...], 0.0)
+
+    mxu_ref[...] += _linear_product(_linear(metric, k_ref[...]), w_ref[...])
+    _accumulate_pairs(metric, k_ref, q_ref, w_ref, acc_ref, qb_ref, wb_ref, lay, cfg)
+
+    @pl.when(s == lay.n_x - 1)
+    def _finish() -> None:
+        o_ref[...] = _linear_scale(metric) * mxu_ref[...] - _lane_sums(acc_ref, lay)
 
 
-def _dot(wq: jax.Array, k: jax.Array, precision: str) -> jax.Array:
-    """``[BJ, BX] x [BP, BX]^T -> [BJ, BP]`` with float32 accumulation."""
-    dims = (((1,), (1,)), ((), ()))
-    if precision == "bf16":
-        return jax.lax.dot_general(
-            wq.astype(jnp.bfloat16),
-            k.astype(jnp.bfloat16),
-            dims,
-            preferred_element_type=jnp.float32,
-        )
-    prec = jax.lax.Precision.HIGHEST if precision == "fp32" else jax.lax.Precision.DEFAULT
-    return jax.lax.dot_general(wq, k, dims, precision=(prec, prec))
+def _compiler_params(cfg: TileConfig, semantics: tuple[Any, ...]) -> Any:
+    limit = None if cfg.vmem_limit_mb is None else cfg.vmem_limit_mb << 20
+    return pltpu.CompilerParams(dimension_semantics=semantics, vmem_limit_bytes=limit)
 
 
-def _call(
-    metric: str,
-    bank_flat: jax.Array,
-    agent_ops: tuple[jax.Array, ...],
-    cfg: KernelConfig,
-    precision: str,
-    interpret: bool,
-) -> jax.Array:
-    """``[P, J]`` of summed per-split partials (KL: the cross term)."""
-    _check_config(cfg)
-    p, x = bank_flat.shape
-    j = agent_ops[0].shape[0]
-    n_j, n_p, n_split, per_split, j_pad = _layout(cfg, p, j, x)
-    if j_pad != j:  # zero-weight agents: they add nothing and are sliced off
-        agent_ops = tuple(jnp.pad(a, ((0, j_pad - j), (0, 0))) for a in agent_ops)
-    kernel = _kernel_partial(
-        metric, cfg, p, x, per_split, precision, fast_log=cfg.fast_log and not interpret
-    )
-    bj, bp = cfg.block_agents, cfg.block_profiles
-    partial = pl.pallas_call(
-        kernel,
-        out_shape=_out_struct((n_split, j_pad, n_p * bp), bank_flat),
-        grid=(n_j, n_p, n_split),
-        out_specs=pl.BlockSpec((1, bj, bp), lambda a, b, s: (s, a, b)),
-        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
-        interpret=interpret,
-        name=f"profiles_{metric}",
-    )(bank_flat, *agent_ops)
-    return partial.sum(0)[:j, :p].T
+def _interpret() -> bool:
+    return jax.default_backend() != "tpu"
 
 
 def _out_struct(shape: tuple[int, ...], like: jax.Array) -> jax.ShapeDtypeStruct:
@@ -211,75 +349,114 @@ def _out_struct(shape: tuple[int, ...], like: jax.Array) -> jax.ShapeDtypeStruct
     return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
-def _kernel_partial(
-    metric: str,
-    cfg: KernelConfig,
-    n_profiles: int,
-    n_x: int,
-    per_split: int,
-    precision: str,
-    *,
-    fast_log: bool,
-) -> Any:
-    def kernel(*refs: Any) -> None:
-        _kernel(
-            *refs,
-            metric=metric,
-            cfg=cfg,
-            n_profiles=n_profiles,
-            n_x=n_x,
-            per_split=per_split,
-            precision=precision,
-            fast_log=fast_log,
-        )
-
-    return kernel
-
-
-def _interpret() -> bool:
-    return jax.default_backend() != "gpu"
-
-
 def pallas_total(
     metric: str,
     kernels: jax.Array,
     side: AgentSide,
-    cfg: KernelConfig | None = None,
+    cfg: TileConfig | None = None,
     interpret: bool | None = None,
 ) -> jax.Array:
-    """Profile-major ``[P, J]`` JS or TV from the bank's kernels ``[P, L, S, A]``.
+    """Profile-major ``[P, J]`` JS or TV of the agents (``side``) against ``kernels [P, ...]``.
 
-    ``interpret``: ``None`` interprets off a GPU; ``False`` lowers through Triton (also
-    for a GPU target from a CPU-only process, as the tests do).
+    ``interpret``: ``None`` compiles with Mosaic on a TPU and interprets elsewhere.
     """
-    if metric not in ("js", "tv"):
-        raise ValueError(f"pallas_total scores js or tv, got {metric!r}")
+    cfg = default_config(metric) if cfg is None else cfg
     interpret = _interpret() if interpret is None else interpret
-    if cfg is None:
-        cfg = default_config(metric, side.q.shape[0], on_gpu=not interpret)
-    flat = kernels.reshape(kernels.shape[0], -1)
-    ops = (side.q, side.w) if metric == "tv" else (side.q, side.w, side.hq)
-    return _call(metric, flat, ops, cfg, "fp32", interpret)
+    p = kernels.shape[0]
+    bank = kernels.reshape(p, -1)
+    x = bank.shape[1]
+    j = side.q.shape[0]
+    lay = layout(cfg, p, j, x)
+    q, w, a = agent_operands(metric, side)
+    pad = ((0, lay.j_pad - j), (0, lay.x_pad - x))
+    if pad != ((0, 0), (0, 0)):  # zero weight: padded agents and columns add nothing
+        q = jnp.pad(q, pad, constant_values=TINY if metric == "js" else 0.0)
+        w = jnp.pad(w, pad)
+    out = pl.pallas_call(
+        functools.partial(_kernel, metric=metric, lay=lay, cfg=cfg),
+        out_shape=_out_struct((lay.n_j, p, lay.bj), bank),
+        grid=(lay.n_j, lay.n_p, lay.n_x),
+        in_specs=[
+            pl.BlockSpec((lay.bp, lay.bx), lambda a, b, s: (b, s)),
+            pl.BlockSpec((lay.bj, lay.bx), lambda a, b, s: (a, s)),
+            pl.BlockSpec((lay.bj, lay.bx), lambda a, b, s: (a, s)),
+        ],
+        out_specs=pl.BlockSpec((None, lay.bp, lay.bj), lambda a, b, s: (a, b, 0)),
+        scratch_shapes=[pltpu.VMEM((lay.bp, lay.bj), jnp.float32), *_scratch(lay)],
+        compiler_params=_compiler_params(cfg, ("parallel", "parallel", "arbitrary")),
+        interpret=interpret,
+        name=f"profiles_{metric}",
+    )(bank, q, w)
+    total = out.transpose(1, 0, 2).reshape(p, lay.j_pad)[:, :j] + a[None, :]
+    return jnp.maximum(total, 0.0)
 
 
-def pallas_cross(
-    log_kernels: jax.Array,
-    wq: jax.Array,
-    precision: str = "fp32",
-    cfg: KernelConfig | None = None,
-    interpret: bool | None = None,
-) -> jax.Array:
-    """KL's product ``[P, J] = logk[P, X] . wq[J, X]^T`` with float32 accumulation."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    interpret = _interpret() if interpret is None else interpret
-    if cfg is None:
-        cfg = default_config("kl", wq.shape[0], on_gpu=not interpret)
-    flat = log_kernels.reshape(log_kernels.shape[0], -1)
-    return _call("kl", flat, (wq,), cfg, precision, interpret)
+# --------------------------------------------------------------------------- the bound
 
 
-def grid_programs(metric: str, p: int, j: int, x: int, cfg: KernelConfig) -> int:
-    """Programs one call launches (for the bench's printout)."""
-    n_j, n_p, n_split, _, _ = _layout(cfg, p, j, x)
-    return n_j * n_p * n_split
+def _roofline_kernel(
+    k_ref: Any,
+    q_ref: Any,
+    w_ref: Any,
+    o_ref: Any,
+    acc_ref: Any,
+    qb_ref: Any,
+    wb_ref: Any,
+    *,
+    metric: str,
+    lay: Layout,
+    cfg: TileConfig,
+    steps: int,
+) -> None:
+    s = pl.program_id(0)
+
+    @pl.when(s == 0)
+    def _zero() -> None:
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    _accumulate_pairs(metric, k_ref, q_ref, w_ref, acc_ref, qb_ref, wb_ref, lay, cfg)
+
+    @pl.when(s == steps - 1)
+    def _finish() -> None:
+        o_ref[...] = _lane_sums(acc_ref, lay)
+
+
+class Roofline(NamedTuple):
+    run: Callable[[], jax.Array]  # blocks until done; ``[BP, BJ]`` lane sums
+    operands: tuple[jax.Array, jax.Array, jax.Array]  # the held tiles k, q, w
+    steps: int  # grid steps, as many as the pass's
+
+
+def roofline(metric: str, p: int, j: int, x: int, cfg: TileConfig | None = None) -> Roofline:
+    """The pass's vector loop alone: as many grid steps as ``pallas_total`` takes at
+    ``[P, J, X]``, each scoring the same ``[BJ, BX]`` agents against the same ``[BP, BX]``
+    bank tile, fetched into VMEM once (the block index never changes). No HBM traffic,
+    no product, one epilogue: the pair terms at the rate the chip runs this loop."""
+    cfg = default_config(metric) if cfg is None else cfg
+    lay = layout(cfg, p, j, x)
+    full = dataclasses.replace(lay, n_j=1, n_p=1, n_x=1, x_tail=lay.bx)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    k = jax.random.uniform(keys[0], (lay.bp, lay.bx), jnp.float32)
+    q = jax.random.uniform(keys[1], (lay.bj, lay.bx), jnp.float32)
+    w = jax.random.uniform(keys[2], (lay.bj, lay.bx), jnp.float32) / (lay.bx * lay.steps)
+
+    def fixed(s: jax.Array) -> tuple[int, int]:
+        return (0, 0)
+
+    call = pl.pallas_call(
+        functools.partial(_roofline_kernel, metric=metric, lay=full, cfg=cfg, steps=lay.steps),
+        out_shape=jax.ShapeDtypeStruct((lay.bp, lay.bj), jnp.float32),
+        grid=(lay.steps,),
+        in_specs=[
+            pl.BlockSpec((lay.bp, lay.bx), fixed),
+            pl.BlockSpec((lay.bj, lay.bx), fixed),
+            pl.BlockSpec((lay.bj, lay.bx), fixed),
+        ],
+        out_specs=pl.BlockSpec((lay.bp, lay.bj), fixed),
+        scratch_shapes=_scratch(lay),
+        compiler_params=_compiler_params(cfg, ("arbitrary",)),
+        interpret=_interpret(),
+        name=f"roofline_{metric}",
+    )
+    compiled = jax.jit(call).lower(k, q, w).compile()
+    return Roofline(lambda: jax.block_until_ready(compiled(k, q, w)), (k, q, w), lay.steps)
