@@ -26,6 +26,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from console.commands.kit.told import result_text
 from console.screens.base import PhantomScreen
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
@@ -39,7 +40,7 @@ from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
-from console.screens.state import DEFAULT_LOG_RING, ConsoleState, result_text
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from textual.binding import Binding
 
+from console.commands import by_words
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
@@ -29,7 +30,6 @@ from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
-from console.script.handlers import HANDLERS
 from console.script.language import ACTIONS as VERBS
 from console.services.action_table import ACTIONS, BY_TUI, Front, intent_of, on
 from console.tui.app import PhantomApp
@@ -117,12 +117,13 @@ def test_help_lists_every_screen_that_carries_a_table_key() -> None:
 def test_the_script_verbs_are_the_script_rows_with_their_arguments() -> None:
     rows = {a.script: a for a in on(Front.SCRIPT)}
     assert set(VERBS) - DIRECTIVES == set(rows)
-    assert set(HANDLERS) == set(rows)
+    assert all(VERBS[v].command is not None for v in rows)
     for verb, row in rows.items():
-        adef = VERBS[verb]
+        adef, command = VERBS[verb], by_words(verb)
+        assert command is not None and adef.command is command
         assert (adef.positionals, adef.flags, adef.needs, adef.summary) == (
-            row.positionals,
-            row.flags,
+            command.positionals,
+            command.flags,
             row.needs,
             row.description,
         )
