@@ -12,7 +12,7 @@ from console.services.model import ActionResult, PodSnapshot
 
 @dataclass(frozen=True, kw_only=True)
 class Args:
-    slice: str = arg(Kind.STR, "SLICE", "index or node pool name")
+    slice: str = arg(Kind.SLICE, "SLICE", "index or node pool name")
     grace: float | None = arg(
         Kind.SECONDS, "S", "pods' grace before SIGKILL (default 30)", flag=True
     )

@@ -58,7 +58,7 @@ class ConsoleServices(Protocol):
         """The services' slice of the config (never the whole ``Config``)."""
 
     #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every
-    #: surface offers an action by this (``action_table.refusal_for``), never by the provider.
+    #: surface offers a command by this (``Command.refusal``), never by the provider.
     capabilities: frozenset[Capability]
 
     # lifecycle -----------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 A backend declares its ``Capability`` set (``CAPABILITIES`` in its package, light to import);
 an emulator's chaos adds its own. The services expose the union as
-``ConsoleServices.capabilities``. Each action of ``console.services.action_table`` names the
-capability it needs; every front end (keys, palette, help, script, MCP) checks an action
-against this set through that table, and never asks which provider it is on. A new backend
+``ConsoleServices.capabilities``. Each command of ``console.commands`` names the
+capability it needs; every front end (keys, palette, help, script, MCP) checks a command
+against this set (``Command.refusal``), and never asks which provider it is on. A new backend
 is one declaration.
 """
 

@@ -30,6 +30,7 @@ SAMPLE: dict[str, Any] = {
     "host_or_all": "all",
     "job": "raysubmit_1",
     "str": "x",
+    "slice": "x",
     "name": "w1",
     "onoff": True,
     "int": 1,

@@ -27,6 +27,7 @@ class Kind(StrEnum):
     INT = "int"
     SECONDS = "seconds"  # 90, 1.5, 90s, 5m, 1h in text; a number in JSON
     STR = "str"
+    SLICE = "slice"  # a TPU slice: its index or node pool name (checked by the services)
     CHOICE = "choice"
     ONOFF = "onoff"  # on|off in text; a boolean in JSON
     FLAG = "bool"  # a --flag without value
@@ -45,6 +46,7 @@ _SCHEMA: dict[str, dict[str, Any]] = {
     Kind.INT: {"type": "integer"},
     Kind.SECONDS: {"type": "number", "minimum": 0},
     Kind.STR: {"type": "string"},
+    Kind.SLICE: {"type": "string"},
     Kind.CHOICE: {"type": "string"},
     Kind.ONOFF: {"type": "boolean"},
     Kind.FLAG: {"type": "boolean"},
