@@ -3,8 +3,8 @@ chaos on an emulator, and GKE workloads. One cluster-changing action at a time (
 recovery finishes first, and no automatic recovery starts meanwhile); every result is
 journaled through the sink, as the user's, the script's or the watchdog's.
 
-``ClusterActions`` is the facade's base; ``Facade`` adds polling, observing, jobs and
-recovery on top and owns every attribute this part reads.
+``ClusterActions`` is the facade's base: it is handed the parts it acts through
+(``__init__``); ``Facade`` composes them and adds polling, observing, jobs and recovery.
 """
 
 from __future__ import annotations
@@ -29,16 +29,29 @@ if TYPE_CHECKING:
 
 
 class ClusterActions:
-    cluster: ClusterIdentity
-    recovery: RecoveryConfig
-    backend: Backend
-    chaos: Chaos | None
-    bus: UpdateBus
-    sink: EventSink
-    journal: Journal
-    leases: PodLeases
-    watchdog: Watchdog
-    _action_lock: asyncio.Lock
+    def __init__(
+        self,
+        *,
+        cluster: ClusterIdentity,
+        recovery: RecoveryConfig,
+        backend: Backend,
+        chaos: Chaos | None,
+        bus: UpdateBus,
+        sink: EventSink,
+        journal: Journal,
+        leases: PodLeases,
+        watchdog: Watchdog,
+    ) -> None:
+        self.cluster = cluster
+        self.recovery = recovery
+        self.backend = backend
+        self.chaos = chaos
+        self.bus = bus
+        self.sink = sink
+        self.journal = journal
+        self.leases = leases
+        self.watchdog = watchdog
+        self._action_lock = asyncio.Lock()
 
     # -- cluster actions ------------------------------------------------------------------------
     @contextlib.asynccontextmanager

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.config import Config, parse_config
-from console.services.api import ServiceSettings
+from console.services.api import ConsoleServices, ServiceSettings
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -398,6 +398,10 @@ class FakeServices:
         await self._intent("teardown", actor=actor)
         return self._result("teardown", self._hosts())
 
+    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
+        await self._intent("trust_host", host=host, actor=actor)
+        return self._result("trust_host", [host])
+
     async def preempt(self, host: str, actor: str = "user") -> ActionResult:
         await self._intent("preempt", host=host, actor=actor)
         ev = Event(
@@ -449,3 +453,9 @@ class FakeServices:
     async def describe(self, ref: str) -> str:
         self._record("describe", ref=ref)
         return f"kind: Pod\nmetadata:\n  name: {ref}\n\nEvents:\n<none>\n"
+
+
+def _conforms(fake: FakeServices) -> ConsoleServices:
+    """``make typecheck`` checks the fake against the one interface here: a method added to
+    ``ConsoleServices`` and not to the fake fails it (tests/services/test_api.py shows it)."""
+    return fake
