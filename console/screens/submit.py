@@ -230,8 +230,9 @@ class SubmitScreen(FormScreen[SubmitSpec | None]):
             sweep_args=self.value("sweep_args").strip(),
         )
         for key, message in spec.validate().items():
-            if key == "runtime_env":
-                key = "pip" if ".pip" in message else "env_vars"
+            if key == "runtime_env":  # the form's field is the part the error names
+                bad = spec.runtime_env_problem()
+                key = "pip" if bad is not None and bad.part == "pip" else "env_vars"
             problems.setdefault(key, message)
         problems = {k: v for k, v in problems.items() if self.applies(k, spec) or k == "mode"}
         return spec, problems
