@@ -201,7 +201,7 @@ class BenchServices:
     async def _ok(self, *args: Any, **kwargs: Any) -> ActionResult:
         return ActionResult("noop", True, 0.0)
 
-    wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = _ok
+    wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = checkpoint = _ok
     preempt = recreate = trust_host = preempt_slice = delete_workload = _ok
 
     async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:

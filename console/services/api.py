@@ -120,6 +120,13 @@ class ConsoleServices(Protocol):
 
     async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult: ...
 
+    async def checkpoint(
+        self, job: str, actor: str = "user", timeout_s: float = 120.0
+    ) -> ActionResult:
+        """Ask every running trainer of ``job`` (``"all"``: of every job) for a checkpoint
+        now, and wait for them (at most ``timeout_s``); they train on. ValueError naming why
+        where the cluster's trainers cannot be asked."""
+
     def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]: ...
 
     async def job_logs(self, job_id: str) -> str: ...

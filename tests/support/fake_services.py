@@ -324,6 +324,18 @@ class FakeServices:
             self._walks[job_id] = ([JobStatus.STOPPED], 0)
         return self._result("stop_job")
 
+    async def checkpoint(
+        self, job: str, actor: str = "user", timeout_s: float = 120.0
+    ) -> ActionResult:
+        """Every running job asked (``all``), or the one named: a checkpoint each at step 512."""
+        await self._intent("checkpoint", job=job, actor=actor, timeout_s=timeout_s)
+        running = [j for j in self.jobs.values() if j.status in ACTIVE_JOBS]
+        asked = running if job == "all" else [j for j in running if j.job_id == job]
+        result = self._result("checkpoint", self._hosts()[:1])
+        uri = "file:///runs/{}/checkpoints/step-000000000512"
+        done = [{"run": j.job_id, "step": 512, "uri": uri.format(j.job_id)} for j in asked]
+        return replace(result, data={"job": job, "checkpoints": done})
+
     async def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
         self._record("follow_logs", job_id=job_id)
         for line in self._log_lines(job_id):
