@@ -24,22 +24,15 @@ from textual.widgets import Static
 
 from console.commands import Front, by_name, offered
 from console.commands.kit.params import Kind
-from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
-from console.screens.events import EventsScreen
 from console.screens.help import SCREENS as HELP_SECTIONS
 from console.screens.help import HelpScreen
 from console.screens.host import HostScreen
-from console.screens.jobs import JobsScreen
 from console.screens.keys import DEFAULT, KeymapError, UserKeymap, bindings, command_of
-from console.screens.ledger import LedgerScreen
 from console.screens.logview import LogViewScreen
-from console.screens.overview import OverviewScreen
 from console.screens.palette import OWN, PhantomCommands
-from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
-from console.screens.workloads import WorkloadsScreen
 from console.tui.app import PhantomApp, TuiSettings
 from tests.support import REPO
 from tests.support.fake_data import T0
@@ -48,13 +41,7 @@ from tests.support.tui import make_app, settle
 
 SECTION_OF: dict[str, Any] = {
     "app": PhantomApp,
-    "overview": OverviewScreen,
-    "jobs": JobsScreen,
-    "cadence": CadenceScreen,
-    "events": EventsScreen,
-    "recovery": RecoveryScreen,
-    "workloads": WorkloadsScreen,
-    "ledger": LedgerScreen,
+    **PhantomApp.MODES,  # each main screen's section is its mode
     "host": HostScreen,
     "log": LogViewScreen,
     "submit": SubmitScreen,
