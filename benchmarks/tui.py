@@ -40,6 +40,7 @@ from textual.widgets import Log
 from console.config import ClusterConfig, Config
 from console.screens.logview import LogViewScreen
 from console.screens.overview import host_cells
+from console.services.api import ConsoleServices
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -200,7 +201,7 @@ class BenchServices:
     async def _ok(self, *args: Any, **kwargs: Any) -> ActionResult:
         return ActionResult("noop", True, 0.0)
 
-    wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = _ok
+    wait_ready = bootstrap = ray_up = open_tunnel = stop_job = teardown = checkpoint = _ok
     preempt = recreate = trust_host = preempt_slice = delete_workload = _ok
 
     async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
@@ -228,6 +229,12 @@ class BenchServices:
 
     async def relaunch_sweep(self, actor: str = "user") -> JobInfo:
         return JobInfo(JOB, JobStatus.PENDING)
+
+
+def _conforms(services: BenchServices) -> ConsoleServices:
+    """``make typecheck`` checks the stand-in against the one interface here: a method added
+    to ``ConsoleServices`` and not to it fails (tests/services/test_api.py shows it)."""
+    return services
 
 
 class Recorder:

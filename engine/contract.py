@@ -6,6 +6,11 @@ prints or returns, and nothing else:
 - its exit codes (``engine.exit_codes``: 75 is "preempted, resumable");
 - the one line a trainer logs once its preemption-notice checkpoint is complete
   (``engine.notice``'s ``NOTICE_LINE``, parsed with ``NOTICE_LINE_RE``);
+- how a trainer is asked for a checkpoint now and trains on (``engine.notice``'s
+  ``CheckpointAsk``): a trainer of a job the console submitted (``JOB_ID_ENV`` in its
+  environment) registers in ``ask_dir()`` as ``<pid>.ask`` (job id, run name, start time);
+  ``ASK_SIGNAL`` asks it; its answer is ``<pid>.done`` (``step uri seconds``) and the line
+  ``ASKED_LINE`` (``ASKED_LINE_RE``);
 - the line a trainer logs after each checkpoint it saves, with the pause the save caused to
   training (``CHECKPOINT_SAVED``, parsed by ``parse_checkpoint_saved``; from the end of the
   learn call before it to the next one's first rollout): the console's checkpoint cost;
@@ -33,7 +38,14 @@ from dataclasses import dataclass
 
 from engine.envvars import CHECKPOINT_ADVICE_REASON, CHECKPOINT_ADVICE_STEPS
 from engine.exit_codes import EX_FAILURE, EX_OK, EX_PREEMPTED, EX_USAGE, MEANING
-from engine.notice import NOTICE_LINE_RE
+from engine.notice import (
+    ASK_DIR_ENV,
+    ASK_SIGNAL,
+    ASKED_LINE_RE,
+    JOB_ID_ENV,
+    NOTICE_LINE_RE,
+    ask_dir,
+)
 
 # The sweep driver's lines, formatted here and matched here (engine.sweep_tune, engine.sweep_wandb).
 SWEEP_STARTING = "starting sweep {sweep_id}"
@@ -109,6 +121,9 @@ def parse_checkpoint_saved(line: str) -> CheckpointSaved | None:
 
 
 __all__ = [
+    "ASKED_LINE_RE",
+    "ASK_DIR_ENV",
+    "ASK_SIGNAL",
     "CHECKPOINT_ADVICE_REASON",
     "CHECKPOINT_ADVICE_STEPS",
     "CHECKPOINT_SAVED",
@@ -117,6 +132,7 @@ __all__ = [
     "EX_OK",
     "EX_PREEMPTED",
     "EX_USAGE",
+    "JOB_ID_ENV",
     "MEANING",
     "NOTICE_LINE_RE",
     "SWEEP_ID_RE",
@@ -127,6 +143,7 @@ __all__ = [
     "TRAINER_STEP_RE",
     "CheckpointSaved",
     "TrainerStep",
+    "ask_dir",
     "parse_checkpoint_saved",
     "parse_trainer_step",
 ]

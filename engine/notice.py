@@ -251,3 +251,124 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
         return int(libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+# -- a checkpoint asked for: the notice path without the stop ---------------------------------
+
+# The signal that asks a trainer for a checkpoint now (SIGUSR1 is Ray Tune's: its driver stops
+# on it). Only a trainer that registered itself (``ASK_DIR``) is ever sent it: a process with
+# no handler would die of it.
+ASK_SIGNAL = signal.SIGUSR2
+ASK_DIR_ENV = "PHANTOM_ASK_DIR"  # default: ~/.cache/phantom/ask
+JOB_ID_ENV = "PHANTOM_JOB_ID"  # the console's job id, in every process of a job it submitted
+ASKED_LINE = (
+    "checkpoint asked: step={step} complete at {uri} ({seconds:.3f}s after {source}); training on"
+)
+ASKED_LINE_RE = re.compile(
+    r"\[engine\] checkpoint asked: step=(?P<step>\d+) complete at (?P<uri>\S+) "
+    r"\((?P<seconds>[0-9.]+)s after (?P<source>[A-Za-z0-9_]+)\); training on"
+)
+
+
+def ask_dir() -> str:
+    """Where the askable trainers of this host (of this user) register."""
+    return os.environ.get(ASK_DIR_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "phantom", "ask"
+    )
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
+    with the pid, it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+class CheckpointAsk:
+    """Whether this trainer was asked for a checkpoint now (``ASK_SIGNAL``, or ``trigger()``).
+
+    The notice's path without the stop: the step gate ends collection at the next step, the
+    partial rollout is trained on, a complete checkpoint at that step is written (``"trigger":
+    "asked"`` in its manifest), one line is logged (``ASKED_LINE``) and training goes on.
+    Asks that arrive while one is being answered are that one.
+
+    A trainer of a job the console submitted (``JOB_ID_ENV`` set) registers while it can be
+    asked: ``<ask_dir>/<pid>.ask`` holds the job id, the run name and the process's start
+    time; when it has answered, ``<pid>.done`` holds ``step uri seconds`` (written whole,
+    by a rename, and left for the asker to read and remove). The console asks over SSH: it signals the registered pids whose start time
+    still matches and reads their answers (``console.services.backends.tpu_vm``).
+    """
+
+    def __init__(self) -> None:
+        self.asked_at: float | None = None  # time.monotonic()
+        self.source = ""
+        self.answered = 0
+        self._registered: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.asked_at is not None
+
+    def trigger(self, source: str = "asked") -> None:
+        if self.asked_at is None:
+            self.asked_at = time.monotonic()
+            self.source = source
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.trigger(signal.Signals(signum).name)
+
+    def answer(self, step: int, uri: str) -> str:
+        """The ask is answered by the checkpoint at ``step``: the line to log; the answer is
+        left for whoever asked."""
+        seconds = 0.0 if self.asked_at is None else time.monotonic() - self.asked_at
+        line = ASKED_LINE.format(step=step, uri=uri, seconds=seconds, source=self.source)
+        self.asked_at, self.source = None, ""
+        self.answered += 1
+        if self._registered is not None:
+            done = f"{self._registered}.done"
+            with contextlib.suppress(OSError):
+                with open(done + ".tmp", "w") as fh:
+                    fh.write(f"{step} {uri} {seconds:.3f}\n")
+                os.replace(done + ".tmp", done)
+        return line
+
+    @contextlib.contextmanager
+    def installed(self, run_name: str) -> Iterator[CheckpointAsk]:
+        """Take ``ASK_SIGNAL`` while inside the block and, for a job of the console's,
+        register where the console finds it (main thread only, as ``PreemptionNotice``)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(ASK_SIGNAL, self._handle)
+        job = os.environ.get(JOB_ID_ENV, "")
+        try:
+            if job:
+                self._register(job, run_name)
+            yield self
+        finally:
+            self._unregister()
+            # an ask that raced the unregistering must not kill a trainer that is finishing
+            late = signal.SIG_IGN if previous in (signal.SIG_DFL, None) else previous
+            signal.signal(ASK_SIGNAL, late)
+
+    def _register(self, job: str, run_name: str) -> None:
+        base = os.path.join(ask_dir(), str(os.getpid()))
+        try:
+            os.makedirs(ask_dir(), exist_ok=True)
+            with open(base + ".ask.tmp", "w") as fh:
+                fh.write(f"{job}\n{run_name}\n{_start_time(os.getpid())}\n")
+            os.replace(base + ".ask.tmp", base + ".ask")
+        except OSError:
+            return  # a trainer that cannot register trains on; it cannot be asked
+        self._registered = base
+        atexit.register(self._unregister)  # exit_now runs the atexit handlers too
+
+    def _unregister(self) -> None:
+        """No longer askable; an answer stays for its asker (who removes it once read)."""
+        base, self._registered = self._registered, None
+        if base is not None:
+            with contextlib.suppress(OSError):
+                os.remove(base + ".ask")

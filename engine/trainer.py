@@ -8,7 +8,8 @@ Preemption safety
     (``engine.storage``: atomic, manifest last). On start the latest complete checkpoint is
     loaded and training continues with ``reset_num_timesteps=False``; stderr says which
     checkpoint and step. A notice (SIGTERM, see ``engine.notice``) adds one checkpoint at the
-    exact step reached, so a resumed run loses no step.
+    exact step reached, so a resumed run loses no step. A checkpoint asked for
+    (``engine.notice.ASK_SIGNAL``) is the same checkpoint without the stop: training goes on.
 
 Outputs
     Progress lines and events on stderr; metrics to TensorBoard (``<run dir>/tensorboard``)
@@ -44,7 +45,7 @@ from engine.learning import (
     make_vec_env,
 )
 from engine.logs import log
-from engine.notice import PreemptionNotice, TrainingPreempted, notice_line
+from engine.notice import CheckpointAsk, PreemptionNotice, TrainingPreempted, notice_line
 from engine.storage import (
     MANIFEST,
     CheckpointInfo,
@@ -92,6 +93,7 @@ class Trainer:
         extra_callbacks: Sequence[Any] = (),
         notice: PreemptionNotice | None = None,
         node: str | None = None,
+        ask: CheckpointAsk | None = None,
     ) -> None:
         if not cfg.run_name:
             validate_config(cfg, local_checks=False)
@@ -101,6 +103,7 @@ class Trainer:
         )
         self.extra_callbacks = list(extra_callbacks)
         self.notice = notice or PreemptionNotice()
+        self.ask = ask or CheckpointAsk()  # a checkpoint now, and train on (engine.notice)
         self.node = node or node_name()
         self.attempt = uuid.uuid4().hex[:12]
         self.started = time.monotonic()
@@ -241,7 +244,8 @@ class Trainer:
             def _on_step(self) -> bool:
                 return True
 
-        self.gate = StepGate(lambda: self.notice.requested)
+        # stops collection at the next step for a notice, or for a checkpoint asked now
+        self.gate = StepGate(lambda: self.notice.requested or self.ask.pending)
         callbacks: list[Any] = [self.gate, _Bookkeeping()]
         if self.auto_cb is not None:
             callbacks.append(self.auto_cb)
@@ -347,9 +351,16 @@ class Trainer:
         if trigger != "notice":
             self.log_saved()  # an earlier one still pending ends here
             self._saved = (self.saved_step, uri, stopped)
-            if trigger != "interval":  # no training follows
+            if trigger not in ("interval", "asked"):  # no training follows
                 self.log_saved()
         return uri
+
+    def _answer_ask(self) -> None:
+        """A checkpoint asked for: written at the step reached, then training goes on."""
+        uri = self.checkpoint("asked")
+        log(self.ask.answer(int(self.model.num_timesteps), uri))
+        if self.gate is not None:
+            self.gate.stopped = False
 
     def log_step(self, step: int) -> None:
         """The step line (``TRAINER_STEP``): the ledger counts redone work from these."""
@@ -424,10 +435,14 @@ class Trainer:
         while model.num_timesteps < total:
             if self.notice.requested:
                 return False
+            if self.ask.pending:
+                self._answer_ask()
             chunk_end = min((model.num_timesteps // every + 1) * every, total)
             steps = chunk_end - model.num_timesteps
             if not learn_exactly(model, steps, self.callback, self.log_interval, self.gate):
-                return False
+                if self.notice.requested:
+                    return False
+                continue  # stopped for a checkpoint asked now: answered at the loop's top
             if chunk_end < total:
                 self.checkpoint("interval")
         return not self.notice.requested
@@ -489,8 +504,10 @@ class Trainer:
         """Set up, train to the total, finish. Raises TrainingPreempted after a notice
         checkpoint, UsageError for config problems found late (nothing written then)."""
         try:
-            self.setup()
-            if not self._train_to_total():
+            with self.ask.installed(self.cfg.run_name):
+                self.setup()
+                trained = self._train_to_total()
+            if not trained:
                 raise self._preempted()
             if self.saved_step != self.model.num_timesteps:
                 self.checkpoint("total")  # before evaluation: a notice there finds it ready

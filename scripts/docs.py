@@ -30,7 +30,7 @@ line per step and event on stdout, progress on stderr, and an exit code a cron j
 branch on. `examples/first_look.phantom` and `examples/preemption_drill.phantom` are two
 scripts to start from. The same actions are the console's keys and palette and the MCP tools.
 
-This page is `phantom --script-help`, generated from the action table (`make docs`).
+This page is `phantom --script-help`, generated from the commands (`make docs`).
 
 ```text
 {usage}

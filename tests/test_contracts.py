@@ -156,6 +156,14 @@ PROBES = [
     ("console/widgets/_probe.py", "import console.screens.base", "The console's layers"),
     ("console/services/_probe.py", "import console.tui.app", "The console's layers"),
     ("console/config/_probe.py", "import console.services.model", "The console's layers"),
+    # the commands: below every front end (and the wiring), above the services
+    ("console/commands/_probe.py", "import console.script.parse", "The console's layers"),
+    ("console/commands/_probe.py", "import console.wiring", "The console's layers"),
+    ("console/commands/kit/_probe.py", "import console.screens.keys", "The console's layers"),
+    ("console/services/_probe.py", "import console.commands", "The console's layers"),
+    # the front ends are independent: an agent's call never goes through the script
+    ("console/mcp/_probe.py", "import console.script.parse", "The console's layers"),
+    ("console/script/_probe.py", "import console.tui.app", "The console's layers"),
     # a new top-level room must be placed in the layers before it lands
     ("console/_newroom.py", "X = 1", "The console's layers"),
     # inside the services: each room imports only the rooms below it

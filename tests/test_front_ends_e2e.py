@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.pods import pod_config
+from console.commands.bring_up import COMMAND as BRING_UP
+from console.commands.kit.params import NoArgs
+from console.commands.teardown import COMMAND as TEARDOWN
 from console.config import Config
 from console.services.record.journal import Journal
 from console.tui.app import PhantomApp, TuiSettings
@@ -93,7 +96,7 @@ async def test_tui_script_and_status_share_one_pod_through_a_preemption(
             await until(
                 lambda: app.state.pod is not None and app.state.pod.ready_hosts == 4, 120, "READY"
             )
-            await app.ops.run_bring_up().wait()
+            await app.start_command(BRING_UP, NoArgs()).wait()
             await until(lambda: bool(app.state.pod and app.state.pod.ray_alive == 4), 240, "Ray")
             assert services.sharing.owner  # the console in tmux watches the pod
             await pilot.pause()
@@ -141,7 +144,7 @@ async def test_tui_script_and_status_share_one_pod_through_a_preemption(
             submit = next(x for x in out if x.get("action") == "submit")
             assert submit["ok"]  # although the TUI holds the tunnel's configured ports
             await until(lambda: any(e.kind == "recovered" for e in app.state.events), 60, "TUI")
-            await app.ops.run_teardown().wait()
+            await app.start_command(TEARDOWN, NoArgs()).wait()
             await app._stop_services()
     finally:
         if script is not None and script.returncode is None:

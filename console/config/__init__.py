@@ -275,6 +275,11 @@ class Config:
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
     """[runtime_env]: the Ray runtime env of submitted jobs. Secret values are never written
     here: "$NAME" is read from your environment at submit time."""
+    keys: Mapping[str, str] = field(default_factory=dict)
+    """[keys]: your keys for the console, over its own: a command (every key that runs it,
+    e.g. recover = "R") or a key's id ("jobs.refresh" = "f5") = one key or several, comma
+    separated. A command of the console's without a key gets one on every screen. A name
+    that is neither, or a key that would do two things on one screen, is refused at start."""
     source: str = "<defaults>"
 
     def __post_init__(self) -> None:
@@ -399,8 +404,10 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config
             env = parse_runtime_env(value, problems)
             if env is not None:
                 sections["runtime_env"] = env
+        elif key == "keys":
+            sections["keys"] = parse_keys(value, problems)
         else:
-            allowed = sorted([*_SECTIONS, *_TOP_LEVEL, "alerts"])
+            allowed = sorted([*_SECTIONS, *_TOP_LEVEL, "alerts", "keys"])
             problems.append(f"unknown section or key {key!r}; allowed: {', '.join(allowed)}")
     if not problems:
         checks.cross_check(sections, problems)
@@ -426,3 +433,27 @@ def _parse_section(name: str, cls: type, table: Mapping[str, Any], problems: lis
     for key, value in values.items():
         checks.check_domain(f"{name}.{key}", value, problems)
     return replace(defaults, **values)
+
+
+_KEYS_RE = re.compile(r"^[^\s,]+(\s*,\s*[^\s,]+)*$")
+
+
+def parse_keys(table: Any, problems: list[str], prefix: str = "") -> dict[str, str]:
+    """``[keys]``: name -> keys. A dotted name written bare (``jobs.refresh = "f5"``) is read
+    back whole; which names exist is the console's to check (``screens.keys``)."""
+    if not isinstance(table, Mapping):
+        problems.append(f'[keys] must be a table of name = "key", got {table!r}')
+        return {}
+    out: dict[str, str] = {}
+    for name, keys in table.items():
+        full = f"{prefix}{name}"
+        if isinstance(keys, Mapping):
+            out.update(parse_keys(keys, problems, f"{full}."))
+        elif not isinstance(keys, str) or not _KEYS_RE.match(keys.strip()):
+            problems.append(
+                f"keys.{full} = {keys!r}: give a key, or keys separated by commas "
+                '("R", "ctrl+r,f5")'
+            )
+        else:
+            out[full] = keys.strip()
+    return out

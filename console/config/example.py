@@ -97,6 +97,8 @@ def example_config() -> str:
         elif f.name == "runtime_env":
             lines += ["", "[runtime_env]", *_comment(docs["Config"][f.name])]
             lines += [f"{k} = {_toml(v)}" for k, v in RUNTIME_ENV_EXAMPLE.items()]
+        elif f.name == "keys":
+            lines += ["", "[keys]", *_comment(docs["Config"][f.name]), '# recover = "R"']
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,9 @@
 """`phantom mcp`: the console's actions and reads for AI agents, over the Model Context
 Protocol (the official ``mcp`` SDK, stdio or streamable HTTP on loopback).
 
-One tool per row of ``console.services.action_table`` that names MCP, its input schema from
-the row's arguments; resources for status, events, incidents and the ledger; two prompts.
+One tool per command (``console.commands``) that MCP offers, its input schema from the
+command's typed arguments; a resource per command that stands as a document (status, events,
+incidents, the ledger); two prompts. A call binds the agent's JSON to the command's arguments
+and runs it: the script's parser is never involved.
 Read-only unless the operator allows more (``policy``); every call journaled by ``mcp``.
 """

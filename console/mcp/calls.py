@@ -1,74 +1,72 @@
 """One MCP tool call, from the agent's JSON to an ``ActionResult`` (ok, refused or failed,
-the same result every front end gets): the tool must be a row of the table that names MCP,
-its arguments must match the row's schema, the cluster must be able to (``refusal_for``,
-the check every front end makes) and the operator must have allowed it (``Policy``). A row
-with a script verb then runs as that script line would: the script's parser checks it
-(hosts, specs, runtime envs) and the script's handler runs it, with ``mcp`` as the actor
-the journal names. Every call is journaled, refused ones too."""
+the same result every front end gets): the tool must be a command the server offers, its
+arguments must match the command's schema, the cluster must be able to (``refusal``, the
+check every front end makes) and the operator must have allowed it (``Policy``). The JSON
+then binds to the command's typed arguments (hosts resolved, event kinds and spec files
+checked, its own cross-argument check) and the command runs (``execute``) with ``mcp`` as
+the actor the journal names; a failure keeps its typed reason. Every call is journaled,
+refused ones too. The resources are the commands that stand as documents, read the same way.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import shlex
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from console.config import Config
-from console.mcp.policy import Policy
-from console.mcp.reads import READS
-from console.script.feed import EventFeed
-from console.script.handlers import HANDLERS, StepFailure
-from console.script.parse import ScriptError, parse_script
-from console.script.told import error_sentence
-from console.secrets import Scrubber
-from console.services.action_table import (
-    BY_NAME,
-    Action,
+from console.commands import (
+    Command,
+    CommandFailed,
     Front,
-    refusal_for,
+    GkeControl,
+    PodControl,
+    Started,
+    all_commands,
+    by_name,
+    execute,
+    offered,
 )
+from console.commands.kit.bind import BadArgument, Where, from_json
+from console.commands.kit.feed import EventFeed
+from console.commands.kit.params import Kind
+from console.commands.kit.told import failure_sentence
+from console.mcp.policy import Policy
+from console.secrets import Scrubber
 from console.services.model import ActionResult, JobInfo, Reason
-from console.wiring.settings import polling
 
 if TYPE_CHECKING:
-    from console.services.api import ConsoleServices
+    from console.services.api import ConsoleServices, ServiceSettings
 
 ACTOR = "mcp"
 Args = Mapping[str, Any]
 
 
-class _NoEmulatorControl:
-    """MCP offers no `pod up|down` / `gke up|down`: the server drives a running cluster."""
-
-    async def is_up(self) -> bool:
-        return True
-
-    async def up(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise StepFailure("not offered over MCP")
-
-    async def down(self) -> bool:
-        raise StepFailure("not offered over MCP")
-
-
-class McpRun:
-    """What a script handler uses of its run (``script.handlers.Run``), for an agent's calls:
-    the server's one set of services, and the last job an agent's call made (``last``)."""
+class McpSession:
+    """What a command uses of its front end, for an agent's calls: the server's one set of
+    services, and the last job an agent's call made (``last``)."""
 
     actor = ACTOR
 
-    def __init__(self, config: Config, services: ConsoleServices) -> None:
-        self.config = config
+    def __init__(self, services: ConsoleServices) -> None:
         self._services = services
-        self.pod: Any = _NoEmulatorControl()
-        self.gke: Any = _NoEmulatorControl()
         self.feed = EventFeed(lambda _obj: None, time.time)
-        self.poll_s = polling(config).client_s
+        self.started: set[Started] = set()
+        self.pod: PodControl | None = None  # the server drives a running cluster
+        self.gke: GkeControl | None = None
         self.last_job: str | None = None
-        self.pod_started = self.gke_started = self.ray_started = False
+
+    @property
+    def settings(self) -> ServiceSettings:
+        return self._services.settings
+
+    @property
+    def poll_s(self) -> float:
+        return self._services.settings.polling.client_s
 
     async def services(self) -> ConsoleServices:
         return self._services
@@ -79,55 +77,46 @@ class McpRun:
     async def wait(self, timeout: float) -> None:
         await asyncio.sleep(timeout)
 
-    def set_last(self, info: JobInfo) -> None:
+    def made(self, info: JobInfo) -> None:
         self.last_job = info.job_id
 
-    def job_ref(self, args: Args) -> str:
-        ref = args.get("job") or "last"
-        if ref == "last":
+    def tell(self, text: str) -> None:
+        return None  # the agent reads the result
+
+    def job_ref(self, ref: str | None) -> str:
+        if not ref or ref == "last":
             if self.last_job is None:
-                raise StepFailure("no job given and none submitted through this server: give job")
+                raise CommandFailed("no job given and none submitted through this server: give job")
             ref = self.last_job
         return self._services.successor(ref)
 
 
-def script_line(row: Action, args: Args) -> str:
-    """The script line an agent's arguments stand for (the parser checks it as it would)."""
-    assert row.script is not None
-    words = row.script.split()
-    for arg in row.positionals:
-        value = args.get(arg.dest)
-        if value is None:
-            continue
-        words += [_word(arg.kind, v) for v in value] if arg.variadic else [_word(arg.kind, value)]
-    for flag in row.flags:
-        value = args.get(flag.dest)
-        if value is None:
-            continue
-        if flag.kind == "bool":
-            words += [flag.name] if value else []
-            continue
-        for one in value if flag.repeat else [value]:
-            words += [flag.name, _word(flag.kind, one)]
-    return shlex.join(words)
+@dataclass(frozen=True)
+class Document:
+    """A command that stands as a document: an MCP resource."""
+
+    uri: str
+    name: str
+    description: str
+    command: Command[Any]
 
 
-def _word(kind: str, value: Any) -> str:
-    if kind == "onoff":
-        return "on" if value else "off"
-    if kind == "runtime_env":
-        return json.dumps(value)
-    return str(value)
+def documents() -> tuple[Document, ...]:
+    return tuple(
+        Document(f"phantom://{c.name}", c.name, c.document, c)
+        for c in all_commands()
+        if c.document and Front.MCP in c.fronts
+    )
 
 
-def _schema_problem(row: Action, args: Args) -> str | None:
-    """The first way ``args`` misses the row's schema, naming the argument."""
-    validator = jsonschema.Draft202012Validator(row.input_schema())
+def _schema_problem(command: Command[Any], args: Args) -> str | None:
+    """The first way ``args`` misses the command's schema, naming the argument."""
+    validator = jsonschema.Draft202012Validator(command.input_schema())
     for error in sorted(validator.iter_errors(dict(args)), key=lambda e: list(e.path)):
         where = ".".join(str(p) for p in error.path)
         if error.validator == "required" or not where:
-            return f"{row.name}: {error.message}"
-        return f"{row.name}: argument {where!r}: {error.message}"
+            return f"{command.name}: {error.message}"
+        return f"{command.name}: argument {where!r}: {error.message}"
     return None
 
 
@@ -136,21 +125,19 @@ class Calls:
 
     def __init__(
         self,
-        config: Config,
         services: ConsoleServices,
         policy: Policy,
         scrub: Scrubber,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.config = config
         self.services = services
         self.policy = policy
         self.scrub = scrub
-        self.run = McpRun(config, services)
+        self.session = McpSession(services)
         self._clock = clock
 
-    def tools(self) -> list[Action]:
-        return [a for a in BY_NAME.values() if Front.MCP in a.fronts]
+    def tools(self) -> tuple[Command[Any], ...]:
+        return offered(Front.MCP)
 
     async def call(self, name: str, arguments: Args | None) -> ActionResult:
         t0 = self._clock()
@@ -159,50 +146,60 @@ class Calls:
         await self._journal(name, args, outcome, self._clock() - t0)
         return outcome
 
+    async def read(self, document: Document) -> dict[str, Any]:
+        """A document's body: the command's result, or why there is none."""
+        command = document.command
+        result = await execute(command, self.session, command.make({}))
+        return dict(result.data) if result.ok else {"error": failure_sentence(result)}
+
     async def _outcome(self, name: str, args: dict[str, Any]) -> ActionResult:
-        row = BY_NAME.get(name)
-        if row is None or Front.MCP not in row.fronts:
-            tools = ", ".join(a.name for a in self.tools())
+        command = by_name(name)
+        if command is None or Front.MCP not in command.fronts:
+            tools = ", ".join(c.name for c in self.tools())
             return ActionResult.refused(
                 name, Reason.UNKNOWN_ACTION, f"unknown tool {name!r}; tools: {tools}"
             )
-        why = refusal_for(row, self.services.capabilities)
+        why = command.refusal(self.services.capabilities)
         if why is not None:
-            where = self.config.cluster.provider
+            where = self.services.settings.cluster.provider
             return ActionResult.refused(
                 name, Reason.UNSUPPORTED, f"{why}; this server drives provider {where!r}"
             )
-        problem = _schema_problem(row, args)
+        problem = _schema_problem(command, args)
         if problem is not None:
             return ActionResult.refused(name, Reason.BAD_INPUT, problem)
-        why = self.policy.refusal(row)
+        why = self.policy.refusal(command)
         if why is not None:
             return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
         try:
-            data = await self._run(row, args)
-        except _BadLine as exc:
+            typed = self._bind(command, args)
+        except BadArgument as exc:
             return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
-        except StepFailure as exc:
-            return ActionResult.failed(name, Reason.STEP_FAILED, str(exc), exc.result)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a service error fails this call, never the server
-            return ActionResult.failed(name, Reason.ERROR, error_sentence(exc))
-        return ActionResult.done(name, f"{name}: ok", data)
+        result = await execute(command, self.session, typed)
+        if result.ok:
+            return ActionResult.done(name, f"{name}: ok", result.data)
+        return ActionResult(
+            name, False, message=failure_sentence(result), data=result.data, reason=result.reason
+        )
 
-    async def _run(self, row: Action, args: dict[str, Any]) -> dict[str, Any]:
-        if row.script is None:
-            read: Callable[[ConsoleServices, Args], Awaitable[dict[str, Any]]] = READS[row.name]
-            return await read(self.services, args)
-        has_job = any(a.dest == "job" for a in row.positionals)
-        if has_job and not args.get("job") and self.run.last_job:
-            args = {**args, "job": self.run.last_job}
-        try:
-            script = parse_script(script_line(row, args), self.config, name="<mcp>")
-        except ScriptError as exc:
-            raise _BadLine("; ".join(i.message for i in exc.issues)) from None
-        (step,) = script.lines
-        return await HANDLERS[step.action](self.run, step.args)
+    def _bind(self, command: Command[Any], args: Args) -> Any:
+        """The agent's JSON (it matched the schema) as the command's typed arguments."""
+        settings = self.services.settings
+        where = Where(settings, base_dir=Path.cwd(), hosts=settings.cluster.hosts)
+        values: dict[str, Any] = {}
+        for arg in command.params:
+            if arg.dest in args:
+                label = f"{command.words}: {arg.name if arg.is_flag else arg.meta()}"
+                values[arg.dest] = from_json(label, arg, args[arg.dest], where)
+            elif arg.kind == Kind.JOB and self.session.last_job is None:
+                raise BadArgument(
+                    f"{command.name}: no job given and none submitted through this server: give job"
+                )
+        typed = command.make(values)
+        problem = command.check(typed, where) if command.check is not None else ""
+        if problem:
+            raise BadArgument(problem)
+        return typed
 
     async def _journal(self, name: str, args: Args, outcome: ActionResult, elapsed: float) -> None:
         """One journal row per call, as a TUI action is journaled: who (mcp), the tool, its
@@ -224,7 +221,3 @@ class Calls:
             await self.services.journal_call(result, ACTOR)
         except Exception:  # the record is not the action: the agent still gets its answer
             return
-
-
-class _BadLine(ValueError):
-    pass

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from console.services.action_table import BY_NAME, BY_SCRIPT, Action, Effect, Front
+from console.commands import Command, Effect, Front, by_name, by_words, offered
 
 
 class PolicyError(ValueError):
@@ -17,7 +18,7 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    allowed: frozenset[str] = frozenset()  # table names
+    allowed: frozenset[str] = frozenset()  # command names
     allow_all: bool = False
     allow_destructive: bool = False
 
@@ -25,10 +26,10 @@ class Policy:
     def parse(cls, names: Iterable[str], allow_all: bool, allow_destructive: bool) -> Policy:
         """``names``: tool names or script verbs (``ray-up`` is ``ray_up``), commas allowed."""
         allowed: set[str] = set()
-        tools = sorted(a.name for a in BY_NAME.values() if Front.MCP in a.fronts and a.acts)
+        tools = sorted(c.name for c in offered(Front.MCP) if c.acts)
         for raw in names:
             for word in filter(None, (w.strip() for w in raw.split(","))):
-                row = BY_NAME.get(word.replace("-", "_")) or BY_SCRIPT.get(word)
+                row = by_name(word.replace("-", "_")) or by_words(word)
                 if row is None or Front.MCP not in row.fronts:
                     raise PolicyError(
                         f"--allow {word}: no such tool; the acting tools are {', '.join(tools)}"
@@ -43,7 +44,7 @@ class Policy:
                 allowed.add(row.name)
         return cls(frozenset(allowed), allow_all, allow_destructive)
 
-    def refusal(self, action: Action) -> str | None:
+    def refusal(self, action: Command[Any]) -> str | None:
         """Why this server may not run ``action`` (None: it may)."""
         if not action.acts:
             return None

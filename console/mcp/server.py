@@ -8,7 +8,8 @@ is built (an address in use is exit 2, nothing started), says
 ``phantom mcp: listening on http://ADDR:PORT/mcp`` on stderr once it accepts connections,
 and SIGTERM or SIGINT stop it cleanly: sessions closed, services stopped, exit 0.
 
-Tools are the table's MCP rows (``Calls``); a refused or failed call is a tool result with
+Tools are the commands the server offers and resources the commands that stand as documents
+(``Calls``, ``documents``); a refused or failed call is a tool result with
 ``isError`` naming the problem, never a protocol error and never the end of the server.
 Every response is scrubbed of the secrets the config names (W&B key, HF token, alert
 tokens): their values never leave, only their variables' names.
@@ -33,13 +34,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from console import exit_codes
+from console.commands import Effect
 from console.config import Config, ConfigError
 from console.config.listen import Listen
-from console.mcp.calls import Calls
+from console.mcp.calls import Calls, documents
 from console.mcp.policy import Policy
-from console.mcp.reads import RESOURCES
 from console.secrets import Scrubber
-from console.services.action_table import Effect
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices
@@ -90,7 +90,7 @@ def build_server(calls: Calls) -> Server[Any]:
         tools = [
             types.Tool(
                 name=a.name,
-                description=a.description
+                description=a.summary
                 + ("" if not a.acts else f" [{a.effect}; {calls.policy.refusal(a) or 'allowed'}]"),
                 input_schema=a.input_schema(),
                 annotations=types.ToolAnnotations(
@@ -125,8 +125,10 @@ def build_server(calls: Calls) -> Server[Any]:
     ) -> types.ListResourcesResult:
         return types.ListResourcesResult(
             resources=[
-                types.Resource(uri=uri, name=name, description=text, mime_type="application/json")
-                for uri, name, text, _ in RESOURCES
+                types.Resource(
+                    uri=d.uri, name=d.name, description=d.description, mime_type="application/json"
+                )
+                for d in documents()
             ]
         )
 
@@ -134,11 +136,11 @@ def build_server(calls: Calls) -> Server[Any]:
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        read = next((r for u, _, _, r in RESOURCES if u == uri), None)
-        if read is None:
-            known = ", ".join(u for u, *_ in RESOURCES)
+        document = next((d for d in documents() if d.uri == uri), None)
+        if document is None:
+            known = ", ".join(d.uri for d in documents())
             raise MCPError(types.INVALID_PARAMS, f"unknown resource {uri!r}; resources: {known}")
-        body = await read(calls.services, {})
+        body = await calls.read(document)
         return types.ReadResourceResult(
             contents=[
                 types.TextResourceContents(
@@ -254,7 +256,7 @@ async def _serve(
         return exit_codes.FAILED
     try:
         await services.start()
-        server = build_server(Calls(config, services, options.policy, scrub))
+        server = build_server(Calls(services, options.policy, scrub))
         print(
             f"phantom mcp: serving {config.cluster.node_name}; {options.policy.describe()}",
             file=err,

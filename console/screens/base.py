@@ -11,9 +11,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 
+from console.commands.kit.params import Kind
+from console.screens.keys import offered
 from console.screens.state import ConsoleState
 from console.services.capabilities import Capability
 from console.widgets.fast_table import FastTable
@@ -78,6 +81,16 @@ class PhantomScreen(Screen[None]):
     def render_state(self, changed: Iterable[str]) -> None:
         """Update widgets for the changed kinds (override)."""
 
+    def selection(self) -> dict[Kind, str]:
+        """What a command run from here acts on, by its argument's kind (override)."""
+        return {}
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A key of the console's own is offered where the cluster can do what it does."""
+        caps = self.phantom.services.capabilities
+        mine = (b for b in self.BINDINGS if isinstance(b, Binding) and b.action == action)
+        return all(offered(b, caps) for b in mine)
+
 
 class FilteredScreen(PhantomScreen):
     """A main screen built around one table, filtered with `/` (esc clears)."""
@@ -116,7 +129,7 @@ class FilteredScreen(PhantomScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "clear_filter":  # esc is listed only while there is a filter to clear
             return bool(self.filter_text) or self.query_one("#filter", Input).display
-        return True
+        return super().check_action(action, parameters)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

@@ -13,11 +13,12 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Sparkline, Static
 
 from console.screens.base import FilteredScreen
+from console.screens.keys import bindings
 from console.screens.state import duration, spark
 from console.services.model import RunCadence, RunMetrics
 from console.widgets.table import Cell
@@ -130,30 +131,7 @@ class CadenceScreen(FilteredScreen):
     CSS_PATH = "cadence.tcss"
     BINDING_GROUP_TITLE = "Metric cadence"
     FILTER_PLACEHOLDER = "filter runs: name or state (e.g. STALLED)"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="cadence.filter",
-            tooltip="Show only runs whose name or state contains the text",
-        ),
-        Binding(
-            "ctrl+r",
-            "app.refresh_cadence",
-            "Refresh",
-            show=False,
-            id="cadence.refresh",
-            tooltip="Re-read the cadence of every run now",
-        ),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="cadence.clear_filter",
-            tooltip="Clear the filter",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("cadence"))
 
     def compose_body(self) -> ComposeResult:
         yield Static(id="cadence-summary")

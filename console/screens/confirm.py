@@ -5,26 +5,19 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Static
+
+from console.screens.keys import bindings
 
 
 class ConfirmScreen(ModalScreen[bool]):
     CSS_PATH = "modals.tcss"
     BINDING_GROUP_TITLE = "Confirm"
     AUTO_FOCUS = "#cancel"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "confirm", "Yes, do it", id="confirm.yes", tooltip="Confirm the action"),
-        Binding(
-            "n,escape",
-            "cancel",
-            "No",
-            id="confirm.no",
-            tooltip="Cancel: nothing is changed",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("confirm"))
 
     def __init__(self, title: str, body: str, confirm_label: str = "Yes") -> None:
         super().__init__()

@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual import events as tevents
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import DataTable, Static
 
 from console.screens.base import FilteredScreen
+from console.screens.keys import bindings
 from console.screens.state import clock_time, duration, middle_ellipsis, short_host
 from console.services.model import Event, EventKind, IncidentOutcome
 from console.services.record.incidents import Incident, group, in_time_order, incident_of
@@ -143,37 +144,7 @@ class EventsScreen(FilteredScreen):
     CSS_PATH = "events.tcss"
     BINDING_GROUP_TITLE = "Events"
     FILTER_PLACEHOLDER = "filter events: kind, host, actor or text (e.g. preempted)"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="events.filter",
-            tooltip="Show only events whose kind, host, actor or message contains the text",
-        ),
-        Binding(
-            "a",
-            "toggle_raw",
-            "All rows",
-            id="events.raw",
-            tooltip="Show every journal row instead of one row per incident (again: incidents)",
-        ),
-        Binding(
-            "ctrl+r",
-            "app.refresh_events",
-            "Reload",
-            show=False,
-            id="events.reload",
-            tooltip="Reload the journal from the services",
-        ),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="events.clear_filter",
-            tooltip="Clear the filter",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("events"))
 
     def __init__(self) -> None:
         super().__init__()

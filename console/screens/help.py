@@ -1,4 +1,5 @@
-"""Help (`?`): every key of every screen, grouped by screen, with what it does."""
+"""Help (`?`): every key of every screen, grouped by screen, with what it does: the keymap
+(``keys``) with the user's ``[keys]`` applied, so a remapped key shows as the user set it."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
 from console.screens.host import HostScreen
 from console.screens.jobs import JobsScreen
+from console.screens.keys import UserKeymap, bindings, offered
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
+from console.screens.palette import needs_of_entry
 from console.screens.recovery import RecoveryScreen
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
-from console.services.action_table import can
+from console.services.capabilities import Capability
 from console.widgets.table import PhantomTable
 
 INTRO = (
@@ -33,26 +36,28 @@ INTRO = (
     "prints and whether metrics still arrive. ctrl+p opens the command palette for rare "
     "actions: {rare}."
 )
-# What the intro names as the palette's rare actions, where the cluster can do them.
+# What the intro names as the palette's rare actions (by their palette entry), where the
+# cluster can do them.
 RARE = (
     ("teardown", "teardown"),
-    ("open_tunnel", "re-open tunnel"),
+    ("tunnel", "re-open tunnel"),
     ("bootstrap", "re-bootstrap one host"),
     ("open_dashboard", "open the dashboard URL"),
 )
 RARE_ELSE = "recover now, toggle auto-recovery"  # a cluster with none of those (GKE)
-SCREENS: Sequence[type[Screen[Any]]] = (
-    OverviewScreen,
-    JobsScreen,
-    LogViewScreen,
-    CadenceScreen,
-    EventsScreen,
-    RecoveryScreen,
-    WorkloadsScreen,
-    SubmitScreen,
-    WorkloadFormScreen,
-    HostScreen,
-    ConfirmScreen,
+# The screens whose keys help lists, each with its section of the keymap.
+SCREENS: Sequence[tuple[type[Screen[Any]], str]] = (
+    (OverviewScreen, "overview"),
+    (JobsScreen, "jobs"),
+    (LogViewScreen, "log"),
+    (CadenceScreen, "cadence"),
+    (EventsScreen, "events"),
+    (RecoveryScreen, "recovery"),
+    (WorkloadsScreen, "workloads"),
+    (SubmitScreen, "submit"),
+    (WorkloadFormScreen, "workload_form"),
+    (HostScreen, "host"),
+    (ConfirmScreen, "confirm"),
 )
 
 
@@ -63,19 +68,11 @@ def _bindings(bindings: Iterable[BindingType]) -> list[Binding]:
 class HelpScreen(ModalScreen[None]):
     CSS_PATH = "modals.tcss"
     BINDING_GROUP_TITLE = "Help"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "escape,q,question_mark",
-            "close",
-            "Close",
-            id="help.close",
-            tooltip="Close help",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("help"))
 
-    def __init__(self, app_bindings: Sequence[BindingType]) -> None:
+    def __init__(self, keymap: UserKeymap | None = None) -> None:
         super().__init__()
-        self.app_bindings = _bindings(app_bindings)
+        self.keymap = keymap or UserKeymap()
 
     def keys(self, binding: Binding) -> str:
         if binding.key_display:
@@ -85,24 +82,24 @@ class HelpScreen(ModalScreen[None]):
             for key in binding.key.split(",")
         )
 
+    def _capabilities(self) -> frozenset[Capability] | None:
+        return getattr(getattr(self.app, "services", None), "capabilities", None)
+
     def offered(
-        self, screen: type[Screen[Any]] | None, bindings: Sequence[Binding]
+        self, screen: type[Screen[Any]] | None, bindings: Sequence[BindingType]
     ) -> list[Binding]:
         """The keys of what this cluster can do (its backend's capabilities): a key for
         another kind of cluster is not listed, as the footer does not show it."""
-        caps = getattr(self.app, "services", None)
-        caps = getattr(caps, "capabilities", None)
-        if caps is None:
-            return list(bindings)
-        aliases: dict[str, str] = getattr(screen, "INTENT_OF", {}) if screen else {}
-        return [
-            b for b in bindings if can(aliases.get(b.action, b.action.removeprefix("app.")), caps)
-        ]
+        caps = self._capabilities()
+        return [b for b in _bindings(bindings) if caps is None or offered(b, caps)]
 
     def intro(self) -> str:
-        services = getattr(self.app, "services", None)
-        caps = getattr(services, "capabilities", None)
-        rare = [words for i, words in RARE if caps is None or can(i, caps)]
+        caps = self._capabilities()
+        rare = [
+            words
+            for name, words in RARE
+            if caps is None or (need := needs_of_entry(name)) is None or need in caps
+        ]
         return INTRO.format(rare=", ".join(rare) or RARE_ELSE)
 
     def section(self, title: str, bindings: Sequence[Binding]) -> Table:
@@ -118,14 +115,15 @@ class HelpScreen(ModalScreen[None]):
         return table
 
     def compose(self) -> ComposeResult:
+        keys = self.keymap.effective()
         parts: list[Table | Text] = [Text(self.intro()), Text("")]
-        parts.append(self.section("Everywhere", self.offered(None, self.app_bindings)))
+        parts.append(self.section("Everywhere", self.offered(None, bindings("app", keys))))
         parts.append(self.section("Tables", _bindings(PhantomTable.BINDINGS)))
-        for screen in SCREENS:
+        for screen, section in SCREENS:
             parts.append(
                 self.section(
                     screen.BINDING_GROUP_TITLE or screen.__name__,
-                    self.offered(screen, _bindings(screen.BINDINGS)),
+                    self.offered(screen, bindings(section, keys)),
                 )
             )
         with VerticalScroll(id="dialog", classes="help", can_focus=True):

@@ -1,4 +1,5 @@
-"""One host in full (enter on the overview), with the per-host actions."""
+"""One host in full (enter on the overview), with the per-host actions: the keymap's
+``host`` keys run their commands on this host (``selection``)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from typing import TYPE_CHECKING, ClassVar, cast
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.screens.keys import table_key
+from console.commands.kit.params import Kind
+from console.screens.keys import bindings
 from console.screens.state import ago, clock_time, resources_text
-from console.services.action_table import can
 from console.services.model import HostStatus
 
 if TYPE_CHECKING:
@@ -45,12 +46,7 @@ def host_table(host: HostStatus | None, now: float) -> Table | Text:
 class HostScreen(ModalScreen[None]):
     CSS_PATH = "modals.tcss"
     BINDING_GROUP_TITLE = "Host"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "close", "Close", id="host.close", tooltip="Back to the overview"),
-        table_key("host.bootstrap"),
-        table_key("host.preempt"),
-        table_key("host.recreate"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("host"))
 
     def __init__(self, host_name: str) -> None:
         super().__init__()
@@ -74,17 +70,9 @@ class HostScreen(ModalScreen[None]):
         host = next((h for h in pod.hosts if h.name == self.host_name), None) if pod else None
         self.query_one("#dialog-body", Static).update(host_table(host, self.phantom.clock()))
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return can(action, self.phantom.services.capabilities)
+    def selection(self) -> dict[Kind, str]:
+        """What a command run here acts on: this host."""
+        return {Kind.HOST: self.host_name, Kind.HOST_OR_ALL: self.host_name}
 
     def action_close(self) -> None:
         self.dismiss(None)
-
-    def action_bootstrap(self) -> None:
-        self.phantom.ops.run_bootstrap([self.host_name])
-
-    def action_preempt(self) -> None:
-        self.phantom.ops.request_preempt(self.host_name)
-
-    def action_recreate(self) -> None:
-        self.phantom.ops.request_recreate(self.host_name)

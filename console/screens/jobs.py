@@ -16,11 +16,12 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import DataTable, Static
 
+from console.commands.kit.params import Kind
 from console.screens.base import FilteredScreen
-from console.screens.keys import table_key
+from console.screens.keys import bindings
 from console.screens.state import ago
 from console.services.model import JobInfo, JobStatus
 from console.widgets.table import Cell
@@ -71,31 +72,7 @@ class JobsScreen(FilteredScreen):
     CSS_PATH = "jobs.tcss"
     BINDING_GROUP_TITLE = "Jobs"
     FILTER_PLACEHOLDER = "filter jobs: id, status or entrypoint"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="jobs.filter",
-            tooltip="Show only jobs whose id, status or entrypoint contains the text",
-        ),
-        table_key("jobs.stop"),
-        Binding(
-            "ctrl+r",
-            "app.refresh_jobs",
-            "Refresh",
-            show=False,
-            id="jobs.refresh",
-            tooltip="List jobs from the Ray head now",
-        ),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="jobs.clear_filter",
-            tooltip="Clear the filter",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("jobs"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -190,12 +167,10 @@ class JobsScreen(FilteredScreen):
 
     # actions -------------------------------------------------------------------------------
 
-    def action_stop_job(self) -> None:
+    def selection(self) -> dict[Kind, str]:
+        """What a command run here acts on: the highlighted job."""
         key = self.table.highlighted_key()
-        if key is None:
-            self.notify("No job highlighted.", severity="warning")
-            return
-        self.phantom.request_stop_job(str(key))
+        return {} if key is None else {Kind.JOB: str(key)}
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:

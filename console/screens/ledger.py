@@ -16,11 +16,12 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from console.screens.base import PhantomScreen
+from console.screens.keys import bindings
 from console.screens.state import duration
 from console.services.ledger.book import Book
 from console.services.ledger.goodput import Unit
@@ -150,15 +151,7 @@ class LedgerScreen(PhantomScreen):
     WATCHES = frozenset({"ledger"})
     CSS_PATH = "ledger.tcss"
     BINDING_GROUP_TITLE = "Ledger"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "ctrl+r",
-            "app.refresh_ledger",
-            "Refresh",
-            id="ledger.refresh",
-            tooltip="Read the journal again and recount goodput and cost",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("ledger"))
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="ledger-body"):

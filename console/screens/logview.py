@@ -13,11 +13,12 @@ from typing import ClassVar
 from rich.highlighter import Highlighter
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import Input, Log, Static
 
 from console.screens.base import PhantomScreen
 from console.screens.jobs import STATUS_STYLE
+from console.screens.keys import bindings
 from console.screens.state import clock_time
 from console.widgets.job_log import JobLog
 
@@ -38,61 +39,7 @@ class LogViewScreen(PhantomScreen):
     WATCHES = frozenset({"logs", "jobs"})
     CSS_PATH = "logview.tcss"
     BINDING_GROUP_TITLE = "Job log"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "escape",
-            "back",
-            "Back",
-            id="log.back",
-            tooltip="Close the log and go back to the job list",
-        ),
-        Binding(
-            "f",
-            "pause",
-            "Pause",
-            id="log.pause",
-            tooltip="Freeze the view; lines keep arriving in the buffer and are counted",
-        ),
-        Binding(
-            "f",
-            "follow",
-            "Follow",
-            id="log.follow",
-            tooltip="Resume following: show the lines that arrived while paused",
-        ),
-        Binding("slash", "search", "Search", id="log.search", tooltip="Find text in the log"),
-        Binding(
-            "n",
-            "next_match",
-            "Next match",
-            show=False,
-            id="log.next",
-            tooltip="Next match of the search",
-        ),
-        Binding(
-            "N",
-            "prev_match",
-            "Prev",
-            show=False,
-            id="log.prev",
-            tooltip="Previous match of the search",
-        ),
-        Binding(
-            "G,end",
-            "jump_end",
-            "End",
-            id="log.end",
-            tooltip="Jump to the newest line and follow again",
-        ),
-        Binding(
-            "ctrl+r",
-            "reconnect",
-            "Reconnect",
-            show=False,
-            id="log.reconnect",
-            tooltip="Re-open the log stream (after it closed early)",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("log"))
 
     def __init__(self, job_id: str) -> None:
         super().__init__()

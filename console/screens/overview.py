@@ -11,11 +11,11 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
-from console.screens.keys import table_key
+from console.screens.keys import bindings
 from console.screens.state import ago, middle_ellipsis, resources_text, short_host
 from console.services.capabilities import Capability
 from console.services.model import HostState, HostStatus, PodSnapshot, RayState, Reachability
@@ -167,25 +167,7 @@ class OverviewScreen(FilteredScreen):
     CSS_PATH = "overview.tcss"
     BINDING_GROUP_TITLE = "Pod overview"
     FILTER_PLACEHOLDER = "filter hosts: text in any column (w3, PREEMPTED, DEAD, down)"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="overview.filter",
-            tooltip="Show only hosts whose row contains the text (name, IP, PREEMPTED, DEAD…)",
-        ),
-        table_key("overview.recover"),
-        table_key("overview.bring_up"),
-        table_key("overview.refresh"),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="overview.clear_filter",
-            tooltip="Clear the filter and show every host",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("overview"))
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,27 +1,73 @@
 """Command palette (ctrl+p): the rare actions that do not deserve a key.
 
-Its entries are the rows of ``console.services.action_table`` that name the palette, offered
-where the cluster's backend can do them (``action_table.offered``): on a TPU VM pod teardown,
-the tunnel, re-bootstrap one host, the dashboard URL and (on the local emulator) preempt or
-recreate a host; on GKE only what GKE can do. Destructive ones still ask to confirm: the
-palette only starts the same app actions a key would.
+Its entries are generated from the commands the console runs (``console.commands``), where
+the cluster's backend can do them, plus a few of the console's own (a screen, a form, a
+link): a command that needs nothing selected is one entry; one that acts on a host is an
+entry per host; one that needs a highlighted row (a job, a workload, a slice) lives on its
+screen's keys. On a TPU VM pod that is teardown, the tunnel, re-bootstrap one host, the
+dashboard URL and (on the local emulator) preempt or recreate a host; on GKE only what GKE
+can do. A command that asks first still asks: the palette runs it as its key would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from console.services.action_table import Front, offered, on
+from console.commands import Front, by_name, offered
+from console.commands.kit.params import Kind
+from console.services.capabilities import Capability
 
 if TYPE_CHECKING:
     from console.tui.app import PhantomApp
 
 # (title, help, callback, listed before anything is typed)
 Command = tuple[str, str, Callable[[], object], bool]
+# An argument a palette entry cannot fill: it is a row highlighted on a screen.
+_ON_A_SCREEN = frozenset({Kind.JOB, Kind.NAME, Kind.SLICE})
+_HOST = (Kind.HOST, Kind.HOST_OR_ALL)
+
+
+@dataclass(frozen=True)
+class Own:
+    """A palette entry of the console's own (not a command): the app's ``action_<name>``."""
+
+    name: str
+    title: str
+    hint: str
+    order: int  # among the commands' (``Command.order``)
+    needs: Capability | None = None
+
+
+OWN = (
+    Own(
+        "show_ledger",
+        "Ledger: goodput and cost",
+        "Where the pod's time and money went: goodput, badput by cause, spot vs on-demand",
+        240,
+    ),
+    Own("submit_form", "Submit", "Open the form for new work on this cluster", 290),
+    Own(
+        "open_dashboard",
+        "Open dashboard URL",
+        "Open the Ray dashboard in a browser (also shown as a notification)",
+        310,
+        Capability.TUNNEL,
+    ),
+)
+
+
+def needs_of_entry(name: str) -> Capability | None:
+    """What the cluster must be able to do for the palette to offer ``name`` (a command's
+    name or an entry of the console's own)."""
+    command = by_name(name)
+    if command is not None:
+        return command.needs
+    return next(o.needs for o in OWN if o.name == name)
 
 
 class PhantomCommands(Provider):
@@ -29,50 +75,32 @@ class PhantomCommands(Provider):
     def phantom(self) -> PhantomApp:
         return cast("PhantomApp", self.app)
 
-    @classmethod
-    def handled(cls) -> tuple[str, ...]:
-        """The intents the palette offers: the table's palette rows."""
-        return tuple(a.tui for a in on(Front.PALETTE) if a.tui)
-
-    def handlers(self) -> dict[str, Callable[[], object] | Callable[[str], object]]:
-        """Each intent's handler in the app: whole-cluster ones take nothing, per-host ones
-        the host's name. Intents with no handler here live on their screen's keys."""
-        app = self.phantom
-        return {
-            "recover": app.action_recover,
-            "toggle_auto": app.action_toggle_auto,
-            "refresh_pod": app.action_refresh_pod,
-            "submit_form": app.action_submit_form,
-            "show_ledger": app.action_show_ledger,
-            "bring_up": app.action_bring_up,
-            "ray_up": app.ops.request_ray_up,
-            "teardown": app.ops.request_teardown,
-            "open_tunnel": app.ops.run_open_tunnel,
-            "open_dashboard": app.ops.open_dashboard,
-            "relaunch_sweep": app.ops.run_relaunch_sweep,
-            "bootstrap": lambda host: app.ops.run_bootstrap([host]),
-            "preempt": app.ops.request_preempt,
-            "recreate": app.ops.request_recreate,
-        }
-
     def commands(self) -> list[Command]:
-        """What this cluster can do (``action_table.offered``), as palette entries."""
+        """What this cluster can do, as palette entries, in the commands' order."""
         app = self.phantom
+        caps = app.services.capabilities
         pod = app.state.pod
         hosts = [h.name for h in pod.hosts] if pod else []
-        handlers = self.handlers()
-        out: list[Command] = []
-        for action in offered(Front.PALETTE, app.services.capabilities):
-            handler = handlers[action.tui or ""]  # a palette row without a handler: a bug
-            hint = action.hint or action.description
-            if not action.per_host:
-                out.append((action.label, hint, cast("Callable[[], object]", handler), True))
+        entries: list[tuple[int, Command]] = []
+        for command in offered(Front.TUI):
+            kinds = {a.kind for a in command.positionals}
+            if command.refusal(caps) is not None or kinds & _ON_A_SCREEN:
                 continue
-            for name in hosts:  # a destructive per-host command appears when searched for
-                label = action.label.replace("host", f"host {name}", 1)
-                per_host = cast("Callable[[str], object]", handler)
-                out.append((label, hint, partial(per_host, name), not action.confirm))
-        return out
+            if not kinds & set(_HOST):
+                run = partial(app.run_selected, command, {})
+                entries.append((command.order, (command.title, command.help, run, True)))
+                continue
+            for name in hosts:  # a command that asks first appears when searched for
+                title = command.title.replace("host", f"host {name}", 1)
+                on_host = dict.fromkeys(_HOST, name)
+                run = partial(app.run_selected, command, on_host)
+                entry = (title, command.help, run, command.confirm is None)
+                entries.append((command.order, entry))
+        for own in OWN:
+            if own.needs is None or own.needs in caps:
+                action: Callable[[], Any] = getattr(app, f"action_{own.name}")
+                entries.append((own.order, (own.title, own.hint, action, True)))
+        return [entry for _, entry in sorted(entries, key=lambda e: e[0])]
 
     async def discover(self) -> Hits:
         for title, help_text, callback, listed in self.commands():

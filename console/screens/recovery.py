@@ -12,12 +12,12 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import ProgressBar, Static
 
 from console.screens.base import PhantomScreen
-from console.screens.keys import table_key
+from console.screens.keys import bindings
 from console.screens.state import clock_time, duration, short_host
 from console.services.model import RecoveryStatus, RecoveryStep, StepState
 
@@ -143,18 +143,7 @@ class RecoveryScreen(PhantomScreen):
     WATCHES = frozenset({"recovery", "tick"})
     CSS_PATH = "recovery.tcss"
     BINDING_GROUP_TITLE = "Recovery"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        table_key("recovery.run"),
-        table_key("recovery.auto"),
-        Binding(
-            "ctrl+r",
-            "app.refresh_recovery",
-            "Refresh",
-            show=False,
-            id="recovery.refresh",
-            tooltip="Re-read the watchdog's status",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("recovery"))
 
     def __init__(self) -> None:
         super().__init__()

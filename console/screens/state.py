@@ -14,9 +14,9 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from console.commands.kit.told import duration
 from console.services.ledger.book import Book
 from console.services.model import (
-    ActionResult,
     Event,
     JobInfo,
     LogLine,
@@ -179,33 +179,6 @@ def ago(now: float, then: float | None) -> str:
     if then is None:
         return "-"
     return duration(max(0.0, now - then), compact=True)
-
-
-def duration(seconds: float | None, *, compact: bool = False) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{int(s)}s" if compact else f"{s:.1f}s"
-    m, sec = divmod(int(s), 60)
-    if m < 60:
-        return f"{m}m" if compact else f"{m}m{sec:02d}s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h}h"
-
-
-def result_text(result: ActionResult) -> str:
-    """One line for a finished action: what, ok or FAILED, how long, why, which hosts failed."""
-    failed = [name for name, r in result.per_host.items() if not r.ok]
-    text = f"{result.action}: {'ok' if result.ok else 'FAILED'} in {duration(result.elapsed_s)}"
-    if result.message:
-        text += f" — {result.message}"
-    if failed:
-        text += f" (failed on {', '.join(failed[:6])}{'…' if len(failed) > 6 else ''})"
-    return text
 
 
 def clock_time(at: float | None) -> str:

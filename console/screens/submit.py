@@ -14,12 +14,13 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
 from console.screens.form import FormScreen
+from console.screens.keys import bindings
 from console.services.jobs.spec import MODES, SWEEP_BACKENDS, SWEEP_METHODS, SubmitSpec
 from console.widgets.env_input import EnvVarsInput, parse_env_vars
 
@@ -81,19 +82,7 @@ class SubmitScreen(FormScreen[SubmitSpec | None]):
     CSS_PATH: ClassVar[CSSPathType | None] = ["modals.tcss", "form.tcss", "submit.tcss"]
     BINDING_GROUP_TITLE = "Submit job"
     AUTO_FOCUS = "#train_args"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "ctrl+s",
-            "submit",
-            "Submit",
-            priority=True,
-            id="submit.send",
-            tooltip="Validate and submit; on a problem the form stays open with the field marked",
-        ),
-        Binding(
-            "escape", "cancel", "Cancel", id="submit.cancel", tooltip="Close without submitting"
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("submit"))
 
     def __init__(
         self,
@@ -241,8 +230,9 @@ class SubmitScreen(FormScreen[SubmitSpec | None]):
             sweep_args=self.value("sweep_args").strip(),
         )
         for key, message in spec.validate().items():
-            if key == "runtime_env":
-                key = "pip" if ".pip" in message else "env_vars"
+            if key == "runtime_env":  # the form's field is the part the error names
+                bad = spec.runtime_env_problem()
+                key = "pip" if bad is not None and bad.part == "pip" else "env_vars"
             problems.setdefault(key, message)
         problems = {k: v for k, v in problems.items() if self.applies(k, spec) or k == "mode"}
         return spec, problems

@@ -16,12 +16,13 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.validation import Integer
 from textual.widgets import Footer, Input, Label, Select, Static
 
 from console.screens.form import FormScreen
+from console.screens.keys import bindings
 from console.services.jobs.workload import (
     CONVERT_COMMAND,
     CONVERT_DIRECTIONS,
@@ -67,23 +68,7 @@ class WorkloadFormScreen(FormScreen[WorkloadSpec | None]):
     CSS_PATH: ClassVar[CSSPathType | None] = ["modals.tcss", "form.tcss", "workload_form.tcss"]
     BINDING_GROUP_TITLE = "New workload"
     AUTO_FOCUS = "#name"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "ctrl+s",
-            "submit",
-            "Create",
-            priority=True,
-            id="workload_form.create",
-            tooltip="Validate and create; on a problem the form stays open with the field marked",
-        ),
-        Binding(
-            "escape",
-            "cancel",
-            "Cancel",
-            id="workload_form.cancel",
-            tooltip="Close, creating nothing",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("workload_form"))
 
     def __init__(self, initial: WorkloadSpec, preview: Preview, *, cursor_blink: bool = True):
         super().__init__(cursor_blink=cursor_blink)

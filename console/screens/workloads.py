@@ -19,14 +19,14 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import DataTable, Static
 
+from console.commands.kit.params import Kind
 from console.screens.base import FilteredScreen
 from console.screens.jobs import STATUS_STYLE
-from console.screens.keys import table_key
+from console.screens.keys import bindings
 from console.screens.state import ago
-from console.services.action_table import can, intent_of
 from console.services.capabilities import Capability
 from console.services.model import JobStatus, PodSnapshot, PodStatus, WorkloadStatus
 from console.widgets.table import Cell, PhantomTable
@@ -142,30 +142,9 @@ class WorkloadsScreen(FilteredScreen):
     MODE = "workloads"
     WATCHES = frozenset({"pod", "tick"})
     CSS_PATH = "workloads.tcss"
-    # This screen's actions, by the table's intent each one is (``action_table``).
-    INTENT_OF: ClassVar[dict[str, str]] = intent_of("workloads")
     BINDING_GROUP_TITLE = "Workloads (GKE)"
     FILTER_PLACEHOLDER = "filter workloads: text in any column (grpo, Failed, disrupted)"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(
-            "slash",
-            "filter",
-            "Filter",
-            id="workloads.filter",
-            tooltip="Show only workloads whose row contains the text",
-        ),
-        table_key("workloads.logs"),
-        table_key("workloads.delete"),
-        table_key("workloads.preempt_slice"),
-        table_key("workloads.refresh"),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="workloads.clear_filter",
-            tooltip="Clear the filter and show every workload",
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("workloads"))
 
     def __init__(self) -> None:
         super().__init__()
@@ -333,12 +312,6 @@ class WorkloadsScreen(FilteredScreen):
 
     # actions -------------------------------------------------------------------------------
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        intent = self.INTENT_OF.get(action)
-        if intent is not None and not can(intent, self.phantom.services.capabilities):
-            return False
-        return super().check_action(action, parameters)
-
     def action_logs(self) -> None:
         if self.pods_table.has_focus:
             key = self.pods_table.highlighted_key()
@@ -349,39 +322,15 @@ class WorkloadsScreen(FilteredScreen):
             return
         self.phantom.open_log(str(key))
 
-    def action_delete(self) -> None:
+    def selection(self) -> dict[Kind, str]:
+        """What a command run here acts on: the highlighted workload, and the slice of the
+        highlighted pod (its node pool)."""
+        out: dict[Kind, str] = {}
         name = self._highlighted_workload()
-        if not name:
-            self.notify("No workload highlighted.", severity="warning")
-            return
-        services = self.phantom.services
-        self.phantom.confirm(
-            f"Delete workload {name}?",
-            "Deletes the JobSet (or Job) and its pods, as `kubectl delete jobset` does; its "
-            "checkpoints stay in the bucket.",
-            "Delete",
-            lambda: self.phantom.run_service_action(
-                "Delete workload", lambda: services.delete_workload(name, actor="user")
-            ),
-        )
-
-    def action_preempt_slice(self) -> None:
+        if name:
+            out[Kind.NAME] = name
         p = self._highlighted_pod()
         pool = slice_of(self.state.pod, p) if p is not None else ""
-        if not pool:
-            self.notify(
-                "Highlight a scheduled pod: its node pool is the slice.", severity="warning"
-            )
-            return
-        pod = self.state.pod
-        nodes = sum(1 for h in pod.hosts if h.pool == pool) if pod else 0
-        services = self.phantom.services
-        self.phantom.confirm(
-            f"Preempt slice {pool}?",
-            f"Emulator: GKE reclaims the spot slice ({nodes} nodes) as it does in life: its "
-            "pods get DisruptionTarget, SIGTERM, exit 143, and the nodes go and come back.",
-            "Preempt",
-            lambda: self.phantom.run_service_action(
-                "Preempt slice", lambda: services.preempt_slice(pool, actor="user")
-            ),
-        )
+        if pool:
+            out[Kind.SLICE] = pool
+        return out

@@ -1,4 +1,4 @@
-"""The script language: one table of every action's signature, and its reference text.
+"""The script language: every command's verb, and its reference text.
 
     # comment                       blank lines and '#' comments are ignored
     pod up [--hosts N]              shell-style quoting (shlex); a line ending in '\\'
@@ -7,46 +7,40 @@
     ray-up --continue               per line: this step's failure does not stop the script
     finally                         directive: every later line runs even after a failure
 
-``ACTIONS`` is the script's view of ``console.services.action_table`` (its rows with a
-script verb, plus the two directives): the parser, the validator, the runner's dispatch and
-``usage_text()`` (``phantom --script-help``) all read it. Host arguments take an index
-(``2``), a name (``<node_name>-w2``) or, on the local emulator, an IP (``127.0.0.12``).
-``last`` (and an omitted job id) is the job of the latest ``submit``/``relaunch-sweep``/
-``workload create``. An action names what the cluster must be able to do (``needs``, a
-``Capability`` its backend declares: the pod emulator's verbs for ``pod``/``preempt``/
-``recreate``, the GKE emulator's for ``gke up|down`` and ``preempt-slice``, Ray's for
-``ray-up``); a script for a cluster that cannot is refused before anything runs.
+``ACTIONS`` is the script's view of ``console.commands`` (the commands a script offers, by
+their words, plus the two directives, which are the language's own syntax): the parser, the
+validator, the runner and ``usage_text()`` (``phantom --script-help``) all read it. Host
+arguments take an index (``2``), a name (``<node_name>-w2``) or, on the local emulator, an
+IP (``127.0.0.12``). ``last`` (and an omitted job id) is the job of the latest
+``submit``/``relaunch-sweep``/``workload create``. A command names what the cluster must be
+able to do (``needs``, a ``Capability`` its backend declares); a script for a cluster that
+cannot is refused before anything runs.
 """
 
 from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
-from console.services.action_table import (
-    ACTIONS as TABLE,
-)
-from console.services.action_table import (
+from console.commands import Command, Front, offered
+from console.commands.kit.params import (
     JOB_STATUSES,
     MAX_EMULATED_HOSTS,
     WORKLOAD_STATES,
-    Action,
     Arg,
-    Front,
+    Kind,
 )
 from console.services.capabilities import Capability
 
 ACTOR = "script"
 __all__ = ["JOB_STATUSES", "MAX_EMULATED_HOSTS", "WORKLOAD_STATES", "Arg"]
-# Emulated host i in its first zone: 127.0.<i // 200>.<10 + i % 200>.
-FIRST_LOCAL_OCTET = 10
-LOCAL_HOSTS_PER_BLOCK = 200
 
 
 @dataclass(frozen=True)
-class ActionDef:
-    """A verb as the script sees it: a table row's script name, arguments and capability,
-    or one of the language's own directives (``finally``, ``set``)."""
+class Verb:
+    """A verb as the script sees it: a command's words, arguments and capability, or one of
+    the language's own directives (``finally``, ``set``)."""
 
     name: str
     summary: str
@@ -54,7 +48,7 @@ class ActionDef:
     flags: tuple[Arg, ...] = ()
     sets_job: bool = False  # defines what `last` refers to
     needs: Capability | None = None  # what the cluster must be able to do (None: any cluster)
-    row: Action | None = None  # the table's row (None: a directive)
+    command: Command[Any] | None = None  # None: a directive
 
     def usage_parts(self) -> list[str]:
         parts = [self.name, *(a.usage() for a in self.positionals)]
@@ -67,42 +61,41 @@ class ActionDef:
         return next((f for f in self.flags if f.name == name), None)
 
 
-def _verb(row: Action) -> ActionDef:
-    assert row.script is not None
-    return ActionDef(
-        row.script, row.description, row.positionals, row.flags, row.sets_job, row.needs, row
+def _verb(command: Command[Any]) -> Verb:
+    return Verb(
+        command.words,
+        command.summary,
+        command.positionals,
+        command.flags,
+        command.sets_job,
+        command.needs,
+        command,
     )
 
 
 _DIRECTIVES = (
-    ActionDef(
+    Verb(
         "finally",
         "directive: the lines after it always run (cleanup), also after a failed step; "
         "each continues on error; there, teardown and pod down act only if this script "
         "started Ray / the pod",
     ),
-    ActionDef(
+    Verb(
         "set",
         "directive: set continue-on-error on|off (no step of its own)",
         positionals=(
-            Arg("setting", "choice", choices=("continue-on-error",)),
-            Arg("enabled", "onoff", "on|off"),
+            Arg("setting", Kind.CHOICE, choices=("continue-on-error",)),
+            Arg("enabled", Kind.ONOFF, "on|off"),
         ),
     ),
 )
-# The verbs: the table's script rows (in its order), then the directives.
-ACTIONS: dict[str, ActionDef] = {
-    a.name: a for a in (*(_verb(r) for r in TABLE if Front.SCRIPT in r.fronts), *_DIRECTIVES)
+# The verbs: the commands a script offers (in their order), then the directives.
+ACTIONS: dict[str, Verb] = {
+    v.name: v for v in (*(_verb(c) for c in offered(Front.SCRIPT)), *_DIRECTIVES)
 }
 # Every action accepts it: this line's failure does not stop the script.
-CONTINUE_FLAG = Arg("--continue", "bool", help="a failure of this step does not stop the script")
-TWO_WORD = {"pod", "gke", "workload"}
-DEFAULT_TIMEOUTS = {
-    "wait-job": 3600.0,
-    "wait-workload": 3600.0,
-    "recover": 1800.0,
-    "wait-event": 600.0,
-}
+CONTINUE_FLAG = Arg("--continue", Kind.FLAG, help="a failure of this step does not stop the script")
+TWO_WORD = {name.split(" ")[0] for name in ACTIONS if " " in name}
 
 
 def _wrap_units(units: list[str], width: int, first: str, rest: str) -> list[str]:

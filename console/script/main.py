@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from console import exit_codes
+from console.commands import GkeControl, PodControl
 from console.config import Config
-from console.script.handlers import GkeControl, PodControl
 from console.script.parse import ScriptError, parse_script
 from console.script.runner import ScriptRunner, ServicesFactory
 from console.secrets import Scrubber

@@ -24,19 +24,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
-from console.config import Config, ConfigError
-from console.script.feed import EventFeed
-from console.script.handlers import HANDLERS, GkeControl, PodControl, StepFailure
+from console.commands import CommandFailed, GkeControl, PodControl, Started, execute
+from console.commands.kit.feed import EventFeed
+from console.commands.kit.told import error_sentence, failure_sentence
+from console.config import Config
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
-from console.script.told import error_sentence
 from console.secrets import Scrubber
-from console.services.jobs.spec import SpecError
-from console.services.model import TERMINAL_JOBS, JobInfo, to_jsonable
-from console.wiring.settings import polling
+from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, Reason, to_jsonable
+from console.wiring.settings import polling, service_settings
 
 if TYPE_CHECKING:
-    from console.services.api import ConsoleServices
+    from console.services.api import ConsoleServices, ServiceSettings
 
 ServicesFactory = Callable[[Config], "ConsoleServices"]
 
@@ -57,6 +56,8 @@ class JsonLines:
 
 
 class ScriptRunner:
+    """Runs a script's lines; the ``Session`` its commands run in."""
+
     def __init__(
         self,
         script: Script,
@@ -73,8 +74,9 @@ class ScriptRunner:
         self.script = script
         self.config = config
         self.actor = ACTOR
-        self.pod = pod_control
-        self.gke: GkeControl = gke_control or _NoGke()
+        self.pod: PodControl | None = pod_control
+        self.gke: GkeControl | None = gke_control
+        self.settings: ServiceSettings = service_settings(config)
         self._factory = services_factory
         self._scrub = Scrubber([config.wandb.api_key_env])
         self._out = JsonLines(stdout, self._scrub)
@@ -85,14 +87,12 @@ class ScriptRunner:
         self._unsubscribe: Callable[[], None] | None = None
         self._submitted: list[str] = []
         self.last_job: str | None = None
-        self.pod_started = False
-        self.gke_started = False
-        self.ray_started = False
+        self.started: set[Started] = set()
         self._interrupted: str | None = None
         self._config_error = False
         self._cleaning_up = False
 
-    # -- what the action handlers use -------------------------------------------------------
+    # -- the session its commands use ---------------------------------------------------------
     def diag(self, message: str) -> None:
         self._err.write(self._scrub.text(message) + "\n")
         self._err.flush()
@@ -109,16 +109,19 @@ class ScriptRunner:
         if self._interrupted is not None and not self._cleaning_up:
             raise asyncio.CancelledError()
 
-    def set_last(self, info: JobInfo) -> None:
+    def made(self, info: JobInfo) -> None:
         self.last_job = info.job_id
         self._submitted.append(info.job_id)
         self.feed.observe_job(info)
 
-    def job_ref(self, args: Mapping[str, Any]) -> str:
-        ref = args.get("job") or "last"
+    def tell(self, text: str) -> None:
+        return None  # a script's steps say what they did in their result
+
+    def job_ref(self, ref: str | None) -> str:
+        ref = ref or "last"
         if ref == "last":
             if self.last_job is None:
-                raise StepFailure(
+                raise CommandFailed(
                     "`last`: no job was submitted (the submit step failed or was skipped)"
                 )
             ref = self.last_job
@@ -252,23 +255,22 @@ class ScriptRunner:
                 continue
             self.diag(f"phantom: [{n}/{total}] line {step.line}: {step.text}")
             t0 = time.monotonic()
-            ok = True
             try:
-                result = await self._dispatch(step)
-            except StepFailure as exc:
-                ok, result = False, {**exc.result, "error": str(exc)}
+                outcome = await self._dispatch(step)
             except asyncio.CancelledError:
                 elapsed = time.monotonic() - t0
                 self._emit_step(results, n, step, False, elapsed, {"error": "interrupted"})
                 raise
-            except ConfigError as exc:  # found only when the services are built
-                ok, result = False, {"error": exc.render()}
+            except Exception as exc:  # a bug of the runner's own: this step fails, not the run
+                outcome = ActionResult.failed(step.action, Reason.ERROR, error_sentence(exc))
+            ok = outcome.ok
+            result: dict[str, Any] = dict(outcome.data)
+            if not ok:
+                result["error"] = failure_sentence(outcome)
+            # a config found wrong when the services were built, or input only the cluster
+            # could judge (a workload spec refused: nothing made): exit 2, as a bad script
+            if outcome.reason in (Reason.BAD_CONFIG, Reason.BAD_INPUT):
                 self._config_error = True
-            except SpecError as exc:  # bad input only the cluster could judge: nothing made
-                ok, result = False, {"error": f"invalid input: {exc}", "problems": exc.problems}
-                self._config_error = True
-            except Exception as exc:  # a service error fails this step, not the runner
-                ok, result = False, {"error": error_sentence(exc)}
             self._emit_step(results, n, step, ok, time.monotonic() - t0, result)
             if not ok:
                 self.diag(
@@ -323,51 +325,39 @@ class ScriptRunner:
                         self.diag(f"phantom: could not stop job {job_id}: {res.message}")
                 except Exception as exc:
                     self.diag(f"phantom: could not stop job {job_id}: {exc}")
-        if self.ray_started and not self.pod_started and self._services is not None:
+        if Started.RAY in self.started and Started.POD not in self.started and self._services:
             try:  # Ray this run started on a pod it did not: stop it, leave the pod
                 async with asyncio.timeout(300):
                     res = await self._services.teardown(ACTOR)
                 done["teardown"] = res.ok
             except Exception as exc:
                 self.diag(f"phantom: teardown failed: {exc}")
-        if self.pod_started:
+        if Started.POD in self.started and self.pod is not None:
             await self.drop_services()
             try:
                 done["pod_down"] = await self.pod.down()
-                self.pod_started = False
+                self.started.discard(Started.POD)
             except Exception as exc:
                 self.diag(f"phantom: pod down failed: {exc}")
-        if self.gke_started:
+        if Started.GKE in self.started and self.gke is not None:
             await self.drop_services()
             try:
                 done["gke_down"] = await self.gke.down()
-                self.gke_started = False
+                self.started.discard(Started.GKE)
             except Exception as exc:
                 self.diag(f"phantom: gke down failed: {exc}")
         return done
 
-    async def _dispatch(self, line: ScriptLine) -> dict[str, Any]:
+    async def _dispatch(self, line: ScriptLine) -> ActionResult:
         # Cleanup after `finally` only undoes what this run did: a `pod up` that failed
         # because someone else's pod is running must not lead to taking theirs down.
-        if line.always and line.action == "pod down" and not self.pod_started:
-            return {"skipped": "this script did not bring a pod up"}
-        if line.always and line.action == "gke down" and not self.gke_started:
-            return {"skipped": "this script did not bring the GKE emulator up"}
-        if line.always and line.action == "teardown" and not self.ray_started:
-            return {"skipped": "this script did not start Ray"}
-        return await HANDLERS[line.action](self, line.args)
-
-
-class _NoGke:
-    """``gke up|down`` where no GKE emulator can be driven (parse refuses those lines)."""
-
-    async def is_up(self) -> bool:
-        return False
-
-    async def up(self, slices: int | None, quota_stall: bool = False) -> dict[str, Any]:
-        raise StepFailure(
-            "no GKE emulator for this config (cluster.provider = 'gke', no kubeconfig)"
-        )
-
-    async def down(self) -> bool:
-        return False
+        skipped = {
+            "pod down": (Started.POD, "this script did not bring a pod up"),
+            "gke down": (Started.GKE, "this script did not bring the GKE emulator up"),
+            "teardown": (Started.RAY, "this script did not start Ray"),
+        }.get(line.action)
+        if line.always and skipped is not None and skipped[0] not in self.started:
+            return ActionResult.done(line.action, "skipped", {"skipped": skipped[1]})
+        command = line.command
+        assert command is not None  # a directive makes no line
+        return await execute(command, self, command.make(line.args))

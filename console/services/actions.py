@@ -3,8 +3,8 @@ chaos on an emulator, and GKE workloads. One cluster-changing action at a time (
 recovery finishes first, and no automatic recovery starts meanwhile); every result is
 journaled through the sink, as the user's, the script's or the watchdog's.
 
-``ClusterActions`` is the facade's base; ``Facade`` adds polling, observing, jobs and
-recovery on top and owns every attribute this part reads.
+``ClusterActions`` is the facade's base: it is handed the parts it acts through
+(``__init__``); ``Facade`` composes them and adds polling, observing, jobs and recovery.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from console.config import RecoveryConfig
-from console.services.backends.base import Backend, Chaos, PodActions, SliceChaos, Workloads
+from console.services.backends.base import (
+    AsksForCheckpoints,
+    Backend,
+    Chaos,
+    PodActions,
+    SliceChaos,
+    Workloads,
+)
+from console.services.capabilities import Capability, refusal
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import ActionResult, JobInfo, UpdateBus
 from console.services.settings import ClusterIdentity
@@ -29,16 +37,29 @@ if TYPE_CHECKING:
 
 
 class ClusterActions:
-    cluster: ClusterIdentity
-    recovery: RecoveryConfig
-    backend: Backend
-    chaos: Chaos | None
-    bus: UpdateBus
-    sink: EventSink
-    journal: Journal
-    leases: PodLeases
-    watchdog: Watchdog
-    _action_lock: asyncio.Lock
+    def __init__(
+        self,
+        *,
+        cluster: ClusterIdentity,
+        recovery: RecoveryConfig,
+        backend: Backend,
+        chaos: Chaos | None,
+        bus: UpdateBus,
+        sink: EventSink,
+        journal: Journal,
+        leases: PodLeases,
+        watchdog: Watchdog,
+    ) -> None:
+        self.cluster = cluster
+        self.recovery = recovery
+        self.backend = backend
+        self.chaos = chaos
+        self.bus = bus
+        self.sink = sink
+        self.journal = journal
+        self.leases = leases
+        self.watchdog = watchdog
+        self._action_lock = asyncio.Lock()
 
     # -- cluster actions ------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -115,6 +136,23 @@ class ClusterActions:
                 f"{self.cluster.provider!r}" + (" with a kubeconfig" if self.cluster.gke else "")
             )
         return await self._record(await chaos.preempt_slice(slice_ref, grace_s), actor)
+
+    async def checkpoint(
+        self, job: str, actor: str = "user", timeout_s: float = 120.0
+    ) -> ActionResult:
+        """Ask every running trainer of ``job`` (``"all"``: of every job) for a checkpoint
+        now; they train on. Journaled with who asked and what each trainer wrote where."""
+        asker: AsksForCheckpoints | None = None
+        for part in (self.backend, self.chaos):
+            if isinstance(part, AsksForCheckpoints):
+                asker = part
+                break
+        if asker is None:
+            raise ValueError(
+                f"{refusal('checkpoint', Capability.CHECKPOINT)}; this console drives "
+                f"provider {self.cluster.provider!r}"
+            )
+        return await self._record(await asker.ask_checkpoint(job, timeout_s), actor)
 
     def _chaos(self, what: str) -> Chaos:
         if self.chaos is None or not isinstance(self.chaos, Chaos):

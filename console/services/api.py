@@ -58,7 +58,7 @@ class ConsoleServices(Protocol):
         """The services' slice of the config (never the whole ``Config``)."""
 
     #: What the cluster can do (its backend's declaration, plus an emulator's verbs): every
-    #: surface offers an action by this (``action_table.refusal_for``), never by the provider.
+    #: surface offers a command by this (``Command.refusal``), never by the provider.
     capabilities: frozenset[Capability]
 
     # lifecycle -----------------------------------------------------------------------------
@@ -119,6 +119,13 @@ class ConsoleServices(Protocol):
         recorded by whichever front end resubmitted it."""
 
     async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult: ...
+
+    async def checkpoint(
+        self, job: str, actor: str = "user", timeout_s: float = 120.0
+    ) -> ActionResult:
+        """Ask every running trainer of ``job`` (``"all"``: of every job) for a checkpoint
+        now, and wait for them (at most ``timeout_s``); they train on. ValueError naming why
+        where the cluster's trainers cannot be asked."""
 
     def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]: ...
 

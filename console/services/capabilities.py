@@ -2,9 +2,9 @@
 
 A backend declares its ``Capability`` set (``CAPABILITIES`` in its package, light to import);
 an emulator's chaos adds its own. The services expose the union as
-``ConsoleServices.capabilities``. Each action of ``console.services.action_table`` names the
-capability it needs; every front end (keys, palette, help, script, MCP) checks an action
-against this set through that table, and never asks which provider it is on. A new backend
+``ConsoleServices.capabilities``. Each command of ``console.commands`` names the
+capability it needs; every front end (keys, palette, help, script, MCP) checks a command
+against this set (``Command.refusal``), and never asks which provider it is on. A new backend
 is one declaration.
 """
 
@@ -23,6 +23,7 @@ class Capability(StrEnum):
     RAY_JOBS = "ray-jobs"  # Ray jobs and sweeps: submit, relaunch the sweep
     WORKLOADS = "workloads"  # GKE JobSets: create, delete, describe
     RECOVER = "recover"  # the recovery loop and its watchdog
+    CHECKPOINT = "checkpoint"  # ask a job's trainers for a checkpoint now (they train on)
     POD_EMULATOR = "pod-emulator"  # the local pod emulator: pod up/down, preempt/recreate a host
     GKE_EMULATOR = "gke-emulator"  # the local GKE emulator: gke up/down, preempt a slice
 
@@ -36,6 +37,11 @@ WHERE: dict[Capability, str] = {
     Capability.RAY_JOBS: "a TPU VM pod with Ray (cluster.provider = 'local' or 'gcp')",
     Capability.WORKLOADS: "cluster.provider = 'gke'",
     Capability.RECOVER: "a cluster the console recovers",
+    Capability.CHECKPOINT: (
+        "a cluster whose trainers the console can ask: a TPU VM pod (cluster.provider = "
+        "'local' or 'gcp'), or the local GKE emulator; on a real GKE cluster a pod's trainer "
+        "cannot be signalled from here (MaxText checkpoints on its own checkpoint_period)"
+    ),
     Capability.POD_EMULATOR: "the local emulator",
     Capability.GKE_EMULATOR: "the local GKE emulator",
 }

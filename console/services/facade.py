@@ -118,37 +118,35 @@ class Facade(ClusterActions):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.cluster = settings.cluster
-        self.recovery = rec = settings.recovery
+        rec = settings.recovery
         self.polling = settings.polling
         self._clock = clock
-        self.bus = UpdateBus()
-        self.journal = journal
-        self.sink = EventSink(journal, self.bus.publish, clock=clock)
+        bus = UpdateBus()
+        sink = EventSink(journal, bus.publish, clock=clock)
         self._reads = AsyncJournal(journal)
-        self.backend = make_backend(self.sink)
-        self.chaos = chaos(self.backend) if chaos is not None else None
-        self.capabilities: frozenset[Capability] = self.backend.capabilities | (
-            self.chaos.capabilities if self.chaos is not None else frozenset()
+        backend = make_backend(sink)
+        emulated = chaos(backend) if chaos is not None else None
+        self.capabilities: frozenset[Capability] = backend.capabilities | (
+            emulated.capabilities if emulated is not None else frozenset()
         )
         self.poll_budget_s = settings.polling.budget_s
         self.registry = registry
         self.outcomes = JobOutcomes(journal, clock=clock)  # final states outlive their head
         self.submitter = Submitter(
-            self.backend,
+            backend,
             registry,
-            self.sink,
-            self.bus.publish,
+            sink,
+            bus.publish,
             clock=clock,
             poll_budget_s=self.poll_budget_s,
-            advise=advise(self.backend) if advise is not None else None,
+            advise=advise(backend) if advise is not None else None,
         )
         self.retry_budget = RetryBudget(
-            registry, self.outcomes, self.sink, rec.max_error_retries, clock=clock
+            registry, self.outcomes, sink, rec.max_error_retries, clock=clock
         )
-        self.job_watcher = JobWatcher(self.backend.list_jobs)
+        self.job_watcher = JobWatcher(backend.list_jobs)
         self.cadence_tracker = CadenceTracker(
-            self.backend.cadence_sources(),
+            backend.cadence_sources(),
             rec.stall_factor,
             clock=clock,
             source_deadline_s=rec.cadence_deadline_s,
@@ -156,13 +154,13 @@ class Facade(ClusterActions):
         self._cadence: list[RunCadence] = []
         self._cadence_at = clock()  # when the last cadence poll finished
         self._cadence_polled = asyncio.Event()  # set by the first one
-        self.watchdog = Watchdog(
-            self.backend.recovery_plan(
+        watchdog = Watchdog(
+            backend.recovery_plan(
                 self.outcomes.skipping_ended(self.retry_budget.guard(self.submitter.resubmit))
             ),
             observe=self.observe,
-            sink=self.sink,
-            publish=self.bus.publish,
+            sink=sink,
+            publish=bus.publish,
             auto=rec.auto,
             poll_interval_s=settings.polling.interval_s,
             step_retries=rec.step_retries,
@@ -172,7 +170,17 @@ class Facade(ClusterActions):
             clock=clock,
             action_lease=leases.actions,
         )
-        self.leases = leases
+        super().__init__(
+            cluster=settings.cluster,
+            recovery=rec,
+            backend=backend,
+            chaos=emulated,
+            bus=bus,
+            sink=sink,
+            journal=journal,
+            leases=leases,
+            watchdog=watchdog,
+        )
         self.sharing = Sharing(journal, leases, self.watchdog, self.bus.publish, self.sink.own)
         self._was_owner = False
         self._snapshot = PodSnapshot(
@@ -187,7 +195,6 @@ class Facade(ClusterActions):
         for consumer in self.consumers:
             self.bus.subscribe(consumer.offer)
         self._tasks: list[asyncio.Task[None]] = []
-        self._action_lock = asyncio.Lock()
         self._started = False
         # The backend hears of some changes between polls (a preemption notice, the tunnel
         # dropping): it wakes the pod poller so detection does not wait for the interval,

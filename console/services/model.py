@@ -280,6 +280,7 @@ class Reason(StrEnum):
     DONE = "done"
     UNKNOWN_ACTION = "unknown_action"
     BAD_INPUT = "bad_input"  # an argument missing, of the wrong type or out of range
+    BAD_CONFIG = "bad_config"  # the config, found wrong only when the services were built
     UNSUPPORTED = "unsupported"  # this cluster's backend cannot (its capabilities)
     NOT_ALLOWED = "not_allowed"  # this front end was not allowed to act (MCP's --allow)
     STEP_FAILED = "step_failed"  # the action ran and failed (the service said why)
@@ -288,7 +289,13 @@ class Reason(StrEnum):
 
 # Reasons for which nothing was run: the call was refused, not failed.
 REFUSALS = frozenset(
-    {Reason.UNKNOWN_ACTION, Reason.BAD_INPUT, Reason.UNSUPPORTED, Reason.NOT_ALLOWED}
+    {
+        Reason.UNKNOWN_ACTION,
+        Reason.BAD_INPUT,
+        Reason.BAD_CONFIG,
+        Reason.UNSUPPORTED,
+        Reason.NOT_ALLOWED,
+    }
 )
 
 
@@ -327,10 +334,12 @@ class ActionResult:
         return cls(action, True, message=message, data=data)
 
     @classmethod
-    def refused(cls, action: str, reason: Reason, message: str) -> ActionResult:
+    def refused(
+        cls, action: str, reason: Reason, message: str, data: Mapping[str, Any] | None = None
+    ) -> ActionResult:
         if reason not in REFUSALS:
             raise ValueError(f"{action}: {reason} is not a refusal")
-        return cls(action, False, message=message, reason=reason)
+        return cls(action, False, message=message, data=data or {}, reason=reason)
 
     @classmethod
     def failed(

@@ -8,22 +8,26 @@ thread, says what it is doing on the bus meanwhile (a snapshot whose warning rea
 over. Reads answer from what is known (nothing, at first); actions wait for the build and
 then run, so a key pressed in the first second is not lost. A build that fails is shown
 as the pod's warning and re-raised by every action, with its message.
+
+Every coroutine of ``ConsoleServices`` is forwarded by construction (``_forwarding``): it
+waits for the build and calls the real services' method of the same name. What answers
+before the build (a snapshot, the recovery status, cadence, a job's successor, a preview)
+is written here; a member that is neither is a ``TypeError`` at import, so a method added
+to the interface is forwarded, or answered here, or the console does not start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.services.api import ConsoleServices, ServiceSettings
 from console.services.capabilities import Capability
-from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
-    ActionResult,
-    Event,
-    JobInfo,
     LogLine,
     LogStreamClosed,
     PodSnapshot,
@@ -36,10 +40,49 @@ from console.services.model import (
 
 Report = Callable[[str], None]
 Build = Callable[[Report], ConsoleServices]
+C = TypeVar("C", bound=type)
 
 
+def _interface() -> dict[str, Any]:
+    """The members ``ConsoleServices`` declares: its methods and properties."""
+    return {
+        name: member
+        for name, member in vars(ConsoleServices).items()
+        if not name.startswith("_") and (callable(member) or isinstance(member, property))
+    }
+
+
+def _forwarder(name: str) -> Callable[..., Any]:
+    async def forward(self: PendingServices, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(await self._services(), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    return forward
+
+
+def _forwarding(cls: C) -> C:
+    """Every coroutine of the interface that ``cls`` does not answer itself: wait for the
+    build, then the real services' own. Anything else ``cls`` must answer (``TypeError``)."""
+    for name, member in _interface().items():
+        if name in vars(cls):
+            continue
+        if inspect.iscoroutinefunction(member):
+            setattr(cls, name, _forwarder(name))
+            continue
+        raise TypeError(
+            f"{cls.__name__} neither forwards nor answers ConsoleServices.{name}: a coroutine "
+            "is forwarded once the services are built; anything else answers before that"
+        )
+    return cls
+
+
+@_forwarding
 class PendingServices:
     """``ConsoleServices`` that are still being built; then the real ones, by delegation."""
+
+    if TYPE_CHECKING:  # what ``_forwarding`` adds: every coroutine of the interface
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(
         self,
@@ -50,7 +93,7 @@ class PendingServices:
         capabilities: frozenset[Capability] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.settings = settings
+        self._settings = settings
         # Declared by the backend the build will make (the wiring knows which): the first
         # frame's keys and palette are the cluster's own before the services are up.
         self.capabilities = capabilities
@@ -65,6 +108,10 @@ class PendingServices:
         self._building: asyncio.Task[None] | None = None
         self._auto: bool | None = None
         self._snapshot = self._note(f"{what}…")
+
+    @property
+    def settings(self) -> ServiceSettings:
+        return self._settings
 
     @property
     def real(self) -> ConsoleServices | None:
@@ -148,9 +195,6 @@ class PendingServices:
     def snapshot(self) -> PodSnapshot:
         return self._real.snapshot() if self._real is not None else self._snapshot
 
-    async def refresh(self) -> PodSnapshot:
-        return await (await self._services()).refresh()
-
     def recovery_status(self) -> RecoveryStatus:
         if self._real is not None:
             return self._real.recovery_status()
@@ -160,80 +204,19 @@ class PendingServices:
     def cadence(self) -> list[RunCadence]:
         return self._real.cadence() if self._real is not None else []
 
-    async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
-        return await (await self._services()).cadence_now(deadline_s)
-
-    async def events(self, limit: int = 500, kinds: Sequence[str] | None = None) -> list[Event]:
-        return await (await self._services()).events(limit, kinds)
-
     # actions -------------------------------------------------------------------------------
-    async def journal_call(self, result: ActionResult, actor: str) -> ActionResult:
-        return await (await self._services()).journal_call(result, actor)
-
-    async def wait_ready(self, timeout_s: float, actor: str = "user") -> ActionResult:
-        return await (await self._services()).wait_ready(timeout_s, actor)
-
-    async def bootstrap(
-        self, hosts: Sequence[str] | None = None, actor: str = "user"
-    ) -> ActionResult:
-        return await (await self._services()).bootstrap(hosts, actor)
-
-    async def ray_up(self, actor: str = "user") -> ActionResult:
-        return await (await self._services()).ray_up(actor)
-
-    async def open_tunnel(self, actor: str = "user") -> ActionResult:
-        return await (await self._services()).open_tunnel(actor)
-
-    async def submit(self, spec: SubmitSpec, actor: str = "user") -> JobInfo:
-        return await (await self._services()).submit(spec, actor)
-
-    async def list_jobs(self) -> list[JobInfo]:
-        return await (await self._services()).list_jobs()
-
-    async def job_status(self, job_id: str) -> JobInfo:
-        return await (await self._services()).job_status(job_id)
-
     def successor(self, job_id: str) -> str:
         return self._real.successor(job_id) if self._real is not None else job_id
-
-    async def stop_job(self, job_id: str, actor: str = "user") -> ActionResult:
-        return await (await self._services()).stop_job(job_id, actor)
 
     async def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
         async for item in (await self._services()).follow_logs(job_id):
             yield item
-
-    async def job_logs(self, job_id: str) -> str:
-        return await (await self._services()).job_logs(job_id)
-
-    async def recover(self, actor: str = "user", timeout_s: float | None = None) -> RecoveryStatus:
-        return await (await self._services()).recover(actor, timeout_s)
 
     def set_auto_recovery(self, enabled: bool, actor: str = "user") -> None:
         if self._real is not None:
             self._real.set_auto_recovery(enabled, actor)
         else:
             self._auto = enabled  # applied when the real services exist
-
-    async def relaunch_sweep(self, actor: str = "user") -> JobInfo:
-        return await (await self._services()).relaunch_sweep(actor)
-
-    async def teardown(self, actor: str = "user") -> ActionResult:
-        return await (await self._services()).teardown(actor)
-
-    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
-        return await (await self._services()).trust_host(host, actor)
-
-    async def preempt(self, host: str, actor: str = "user") -> ActionResult:
-        return await (await self._services()).preempt(host, actor)
-
-    async def recreate(self, host: str, actor: str = "user") -> ActionResult:
-        return await (await self._services()).recreate(host, actor)
-
-    async def preempt_slice(
-        self, slice_ref: str, grace_s: float | None = None, actor: str = "user"
-    ) -> ActionResult:
-        return await (await self._services()).preempt_slice(slice_ref, grace_s, actor)
 
     # GKE workloads -------------------------------------------------------------------------
     def preview_workload(self, spec: WorkloadSpec) -> WorkloadPreview:
@@ -242,12 +225,3 @@ class PendingServices:
             why = f"cannot reach the cluster: {self._error}" if self._error else f"{self._what}…"
             raise ValueError(f"workload preview: {why}; try again once the console is up")
         return self._real.preview_workload(spec)
-
-    async def create_workload(self, spec: WorkloadSpec, actor: str = "user") -> JobInfo:
-        return await (await self._services()).create_workload(spec, actor)
-
-    async def delete_workload(self, name: str, actor: str = "user") -> ActionResult:
-        return await (await self._services()).delete_workload(name, actor)
-
-    async def describe(self, ref: str) -> str:
-        return await (await self._services()).describe(ref)

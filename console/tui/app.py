@@ -2,7 +2,8 @@
 
 ``PhantomApp`` takes its services, clock and settings in ``__init__`` (tests hand it a fake or
 the emulator-backed services); ``make_app(config)`` builds the real ones and ``run_tui`` is
-what bare ``phantom`` runs. The app never touches the network: every service call runs in a
+what bare ``phantom`` runs. Its keys come from the keymap (``screens.keys``, the user's
+``[keys]`` over the default) and run commands (``console.commands``) through ``tui.session``. The app never touches the network: every service call runs in a
 worker and a failure becomes a notification, never a crash. Updates arrive from any thread
 through ``UpdateBridge`` as Textual messages; the app folds them into ``ConsoleState`` and
 asks the visible screen to re-render what changed.
@@ -14,18 +15,24 @@ lazily by ``make_app``), so the first frame shows fast.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
-from collections.abc import Awaitable, Callable, Sequence
+import os
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from textual import work
 from textual.app import App
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
+from textual.worker import Worker
 
+from console.commands import Command, by_name, execute
+from console.commands.kit.params import Kind
 from console.screens.base import PhantomScreen
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
@@ -33,17 +40,16 @@ from console.screens.events import EventsScreen
 from console.screens.help import HelpScreen
 from console.screens.host import HostScreen
 from console.screens.jobs import JobsScreen
-from console.screens.keys import table_key
+from console.screens.keys import UserKeymap, bindings
 from console.screens.ledger import LedgerScreen
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.recovery import RecoveryScreen
-from console.screens.state import DEFAULT_LOG_RING, ConsoleState, result_text
+from console.screens.state import DEFAULT_LOG_RING, ConsoleState
 from console.screens.submit import SubmitScreen
 from console.screens.workload_form import WorkloadFormScreen
 from console.screens.workloads import WorkloadsScreen
-from console.services.action_table import can
 from console.services.api import ConsoleServices
 from console.services.capabilities import Capability
 from console.services.errors import JobsUnavailable
@@ -52,7 +58,6 @@ from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.workload import WorkloadSpec
 from console.services.ledger.book import read_book
 from console.services.model import (
-    ActionResult,
     JobInfo,
     JobStatus,
     LogLine,
@@ -72,11 +77,10 @@ from console.tui.messages import (
     RecoveryUpdated,
     UpdateBridge,
 )
-from console.tui.operations import ClusterOps
+from console.tui.session import TuiSession, selected_args, tell_result
 
 T = TypeVar("T")
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython default 700)
-SCREENS_GROUP = Binding.Group("screens", compact=True)
 
 
 @dataclass(frozen=True)
@@ -91,17 +95,8 @@ class TuiSettings:
     # pass over every widget and cache stalled frames by ~100 ms under a 10k lines/s log.
     # Process-wide, so off by default (tests run many apps in one process); run_tui sets it.
     gc_freeze: bool = False
-
-
-def _mode_binding(key: str, mode: str, label: str) -> Binding:
-    return Binding(
-        key,
-        f"switch_mode('{mode}')",
-        label,
-        id=f"app.screen.{mode}",
-        tooltip=f"Show the {label} screen",
-        group=SCREENS_GROUP,
-    )
+    keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The user's keymap (``[keys]``): a command or a key's id -> its keys."""
 
 
 class PhantomApp(App[int]):
@@ -118,35 +113,7 @@ class PhantomApp(App[int]):
         "workloads": WorkloadsScreen,
         "ledger": LedgerScreen,
     }
-    BINDINGS: ClassVar[list[BindingType]] = [
-        _mode_binding("1", "overview", "Overview"),
-        _mode_binding("2", "jobs", "Jobs"),
-        _mode_binding("3", "cadence", "Cadence"),
-        _mode_binding("4", "events", "Events"),
-        _mode_binding("5", "recovery", "Recovery"),
-        _mode_binding("6", "workloads", "Workloads"),
-        # Off the footer: its "123456 screens" fits 80 columns beside q, ?, s; the help
-        # screen, the palette and the Ledger's own tab name it.
-        Binding(
-            "7",
-            "switch_mode('ledger')",
-            "Ledger",
-            id="app.screen.ledger",
-            tooltip="Show the Ledger screen: goodput, badput by cause and cost",
-            show=False,
-        ),
-        Binding(
-            "question_mark",
-            "help",
-            "Help",
-            id="app.help",
-            tooltip="Every key of every screen",
-        ),
-        Binding(
-            "q", "quit", "Quit", id="app.quit", tooltip="Leave the console (the pod keeps running)"
-        ),
-        table_key("app.submit"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("app"))
 
     def __init__(
         self,
@@ -168,7 +135,14 @@ class PhantomApp(App[int]):
         self._services_stopped = False
         self._last_spec = SubmitSpec(runtime_env=dict(services.settings.runtime_env))
         self._last_workload = services.settings.workload
-        self.ops = ClusterOps(self)  # the cluster's operations, composed, not inherited
+        # The user's keys over the default keymap (a KeymapError names the problem: the
+        # entry point turns it into a config error before the app starts).
+        self.keymap = UserKeymap.check(self.settings.keys)
+        for key in self.keymap.added:  # a command of the console's with no key of its own
+            command = key.command
+            assert command is not None
+            self.bind(key.key, f"run('{command.name}')", description=command.title)
+        self.session = TuiSession(self)
 
     # workers: every service call runs off the key handler, errors become notifications --
 
@@ -180,17 +154,6 @@ class PhantomApp(App[int]):
         except Exception as exc:
             self.notify(f"{label} failed: {exc}", title=label, severity="error", timeout=10)
             return None
-
-    def _report(self, result: ActionResult | None) -> None:
-        if result is not None:
-            self.notify(result_text(result), severity="information" if result.ok else "error")
-
-    @work(group="action", exit_on_error=False)
-    async def run_service_action(
-        self, label: str, action: Callable[[], Awaitable[ActionResult]]
-    ) -> None:
-        """A screen's service action, off the key handler; its result becomes a notification."""
-        self._report(await self._call(label, action()))
 
     def confirm(self, title: str, body: str, label: str, then: Callable[[], object]) -> None:
         def done(ok: bool | None) -> None:
@@ -205,20 +168,59 @@ class PhantomApp(App[int]):
             return pod.dashboard_url
         return f"http://127.0.0.1:{self.services.settings.dashboard_port}"
 
-    # the table's intents with a key (``check_action`` offers them where the cluster can) --
+    # commands: a key or a palette entry runs one (``check_action`` offers it where the
+    # cluster can), with what the screen has selected ---------------------------------------
 
-    def action_recover(self) -> None:
-        self.ops.request_recover()
+    def action_run(self, name: str) -> None:
+        command = by_name(name)
+        if command is None:  # a keymap's name is checked when the app is made
+            self.notify(f"no command {name!r}", severity="error")
+            return
+        screen = self.screen
+        selection = screen.selection() if isinstance(screen, PhantomScreen | HostScreen) else {}
+        self.run_selected(command, selection)
 
-    def action_toggle_auto(self) -> None:
-        self.ops.toggle_auto()
+    def run_selected(self, command: Command[Any], selection: Mapping[Kind, str]) -> None:
+        """Run ``command`` on ``selection`` (what a screen has highlighted), after its
+        confirmation where it asks one."""
+        args = selected_args(self, command, selection)
+        if args is None:
+            return
+        ask = command.confirm(args, self.state.pod) if command.confirm is not None else None
+        if ask is None:
+            self.start_command(command, args)
+            return
+        self.confirm(ask.title, ask.body, ask.label, lambda: self.start_command(command, args))
 
-    def action_bring_up(self) -> None:
-        self.ops.request_bring_up()
+    def start_command(self, command: Command[Any], args: Any) -> Worker[None]:
+        """Run ``command`` now, in a worker of its own; what became of it is a notification."""
+        return self.run_worker(
+            self._run_command(command, args), group=command.name, exit_on_error=False
+        )
+
+    async def _run_command(self, command: Command[Any], args: Any) -> None:
+        result = await execute(command, self.session, args)
+        tell_result(self, command, result)
+        if any(a.kind == Kind.JOB for a in command.params):
+            self.refresh_jobs()  # a job's state changed: the list shows it
+
+    def action_open_dashboard(self) -> None:
+        url = self.dashboard_url()
+        # Only hand the URL to a browser when there is a desktop: in a bare tmux/ssh session
+        # `webbrowser` may start a text browser on this very terminal.
+        if (
+            sys.platform == "darwin"
+            or os.environ.get("DISPLAY")
+            or os.environ.get("WAYLAND_DISPLAY")
+        ):
+            self.open_url(url)
+        self.notify(url, title="Ray dashboard", timeout=15)
 
     # lifecycle -----------------------------------------------------------------------------
 
     async def on_mount(self) -> None:
+        if self.keymap.keymap:
+            self.set_keymap(dict(self.keymap.keymap))
         self._unsubscribe = self.services.subscribe(self._bridge)
         self._pull_local_state()
         await self.switch_mode(self.settings.initial_mode)
@@ -348,17 +350,11 @@ class PhantomApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A key is offered only where the cluster can do what it asks (its backend's
-        declaration, through ``action_table``); the footer and help follow."""
-        return can(action, self.services.capabilities)
-
-    def action_refresh_pod(self) -> None:
-        self.refresh_pod()
-
-    @work(exclusive=True, group="refresh", exit_on_error=False)
-    async def refresh_pod(self) -> None:
-        snapshot = await self._call("Refresh", self.services.refresh())
-        if snapshot is not None:
-            self.apply_pod(snapshot)
+        declaration: the command's capability); the footer and help follow."""
+        if action != "run" or not parameters:
+            return True
+        command = by_name(str(parameters[0]))
+        return command is not None and command.refusal(self.services.capabilities) is None
 
     @work(exclusive=True, group="jobs", exit_on_error=False)
     async def refresh_jobs(self) -> None:
@@ -457,19 +453,6 @@ class PhantomApp(App[int]):
             self.notify(done.format(job.job_id), title=label)
             self._sync_screen()
 
-    def request_stop_job(self, job_id: str) -> None:
-        self.confirm(
-            f"Stop job {job_id}?",
-            "Ray stops the job; its checkpoints stay in storage.",
-            "Stop job",
-            lambda: self.run_stop_job(job_id),
-        )
-
-    @work(group="stop-job", exit_on_error=False)
-    async def run_stop_job(self, job_id: str) -> None:
-        self._report(await self._call("Stop job", self.services.stop_job(job_id, actor="user")))
-        self.refresh_jobs()
-
     def open_host(self, name: str) -> None:
         self.push_screen(HostScreen(name))
 
@@ -517,4 +500,4 @@ class PhantomApp(App[int]):
     # help ----------------------------------------------------------------------------------
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.BINDINGS))
+        self.push_screen(HelpScreen(self.keymap))

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
-from console.config import Config
+from console import exit_codes
+from console.config import Config, ConfigError
 from console.config.listen import Listen
+from console.screens.keys import KeymapError, UserKeymap
 from console.services.capabilities import Capability
 from console.services.model import PodSnapshot
 from console.tui.app import PhantomApp, TuiSettings
@@ -17,14 +20,24 @@ def make_app(
     config: Config, *, settings: TuiSettings | None = None, metrics: Listen | None = None
 ) -> PhantomApp:
     """The app on the configured cluster (real services, imported only here, lazily, and
-    built behind the first frame); ``metrics``: the Prometheus series served there too."""
+    built behind the first frame); ``metrics``: the Prometheus series served there too.
+    ConfigError when the config's ``[keys]`` cannot be the console's keymap."""
     from console.wiring import deferred_services
 
+    try:  # before anything is built
+        UserKeymap.check(config.keys)
+    except KeymapError as exc:
+        raise ConfigError(config.source, exc.problems) from None
+    settings = replace(settings or TuiSettings(), keys=config.keys)
     return PhantomApp(deferred_services(config, metrics), clock=time.time, settings=settings)
 
 
 def run_tui(config: Config, metrics: Listen | None = None) -> int:
-    app = make_app(config, settings=TuiSettings(gc_freeze=True), metrics=metrics)
+    try:
+        app = make_app(config, settings=TuiSettings(gc_freeze=True), metrics=metrics)
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exit_codes.USAGE
     result = app.run()
     note = farewell(config, app.state.pod, app.services.capabilities)
     if note:

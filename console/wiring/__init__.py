@@ -337,10 +337,12 @@ def _gke_backend(
 
     g = config.gke
     chaos: Callable[[Backend], Chaos] | None = None
+    signal_container = None
     if not g.kubeconfig:
-        from console.wiring.gke import GkeChaos, ensure_gke, gke_access
+        from console.wiring.gke import GkeChaos, container_signaller, ensure_gke, gke_access
 
         access = gke_access(config, ensure_gke(config, autostart))
+        signal_container = container_signaller(config)
 
         def emulator_chaos(backend: Backend) -> Chaos:
             return GkeChaos(config)
@@ -359,7 +361,14 @@ def _gke_backend(
     gke_settings = slices.gke_settings(config, settings.polling)
 
     def backend(sink: EventSink) -> Backend:
-        return GkeBackend(gke_settings, access, sink=sink, clock=clock, environ=environ)
+        return GkeBackend(
+            gke_settings,
+            access,
+            sink=sink,
+            clock=clock,
+            environ=environ,
+            signal_container=signal_container,
+        )
 
     return backend, chaos
 

@@ -10,6 +10,7 @@ slice on command). A script's ``gke up`` / ``gke down`` use ``LocalGkeControl``.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,20 @@ class GkeChaos:
                 if host == s.name or host in s.nodes:
                     return s.name
         return host
+
+
+def container_signaller(config: Config) -> Callable[[str, str, int], Awaitable[None]]:
+    """How the GKE backend signals a pod's trainer on the emulator (its kubelet sends the
+    container's main process the signal): what a real cluster offers no call for."""
+    run_dir = gke_run_dir(config)
+
+    async def send(pod: str, container: str, sig: int) -> None:
+        try:
+            await _in_thread(gke_client.crash_container, run_dir, pod, container, sig)
+        except GkeError as exc:
+            raise ValueError(f"signal pod {pod}: {exc}") from None
+
+    return send
 
 
 async def _in_thread(fn: Any, *args: Any) -> Any:

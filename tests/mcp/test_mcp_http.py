@@ -22,12 +22,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from benchmarks.pods import pod_toml
-from console.services.action_table import ACTIONS, Front
+from console.commands import Front, offered
 from emulators.tpu_pod.client import PodInfo
 from tests.support import REPO
 from tests.support.mcp_client import FAKE_KEY, body, mcp_env, mcp_http_server
 
-MCP_TOOLS = {a.name for a in ACTIONS if Front.MCP in a.fronts}
+MCP_TOOLS = {a.name for a in offered(Front.MCP)}
 
 
 def _config(pod: PodInfo, tmp_path: Path) -> Path:

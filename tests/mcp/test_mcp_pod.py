@@ -22,13 +22,13 @@ import pytest
 from mcp import ClientSession
 
 from benchmarks.pods import pod_toml
-from console.services.action_table import ACTIONS, Front
+from console.commands import Front, offered
 from emulators.tpu_pod.client import PodInfo
 from tests.support import REPO
 from tests.support.mcp_client import FAKE_KEY, body, mcp_env, mcp_session
 from tests.support.waiting import until
 
-MCP_ROWS = {a.name: a for a in ACTIONS if Front.MCP in a.fronts}
+MCP_ROWS = {a.name: a for a in offered(Front.MCP)}
 
 
 def _config(pod: PodInfo, tmp_path: Path) -> Path:

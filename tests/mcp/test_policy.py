@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from console.commands import Effect, Front, by_name, offered
 from console.mcp.policy import Policy, PolicyError
-from console.services.action_table import ACTIONS, BY_NAME, Effect, Front
 
-MCP = [a for a in ACTIONS if Front.MCP in a.fronts]
+MCP = list(offered(Front.MCP))
 
 
 def test_read_only_by_default_reads_always() -> None:
@@ -25,8 +25,8 @@ def test_read_only_by_default_reads_always() -> None:
 def test_allow_names_tools_or_script_verbs() -> None:
     policy = Policy.parse(["preempt,recover", "ray-up"], False, False)
     assert policy.allowed == {"preempt", "recover", "ray_up"}
-    assert policy.refusal(BY_NAME["recover"]) is None
-    assert policy.refusal(BY_NAME["submit"]) is not None
+    assert policy.refusal(by_name("recover")) is None
+    assert policy.refusal(by_name("submit")) is not None
 
 
 def test_allow_all_stops_short_of_destroying() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.script.feed import EventFeed
+from console.commands.kit.feed import EventFeed
 from console.services.record.incidents import incident_of
 from tests.support.incident_rows import journaled_async, recorded
 

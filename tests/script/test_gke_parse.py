@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from console import exit_codes
+from console.commands.kit.workload_args import build_workload_spec
 from console.config import Config, parse_config
 from console.script.language import ACTIONS, usage_text
 from console.script.main import script_main
 from console.script.parse import parse_script
-from console.script.workload_args import build_workload_spec
+from console.wiring.settings import workload_defaults
 from tests.support.gke_services import FAKE_TOKEN, gke_config
 from tests.support.script_harness import Harness
 
@@ -135,7 +136,7 @@ def test_a_checkpoint_that_exists_passes(tmp_path: Path, gke_cfg: Config) -> Non
         gke_cfg,
         path_exists=lambda uri: (tmp_path / "gke" / "bucket" / uri[5:]).exists(),
     )
-    spec = build_workload_spec(script.lines[0].args, gke_cfg)
+    spec = build_workload_spec(script.lines[0].args, workload_defaults(gke_cfg))
     assert spec.env == {"STEPS": "3", "WANDB_API_KEY": "$WANDB_API_KEY"}
     assert spec.maxtext_ckpt_path == "gs://phantom-bucket/ckpt/0/items"
     assert spec.validate() == {}

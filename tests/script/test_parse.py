@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from console import exit_codes
+from console.commands.submit import COMMAND as SUBMIT
+from console.commands.submit import build_spec
 from console.config import ClusterConfig, Config, parse_config
 from console.script.language import ACTIONS, CONTINUE_FLAG, usage_text
 from console.script.main import script_main
-from console.script.parse import ScriptError, build_spec, parse_script, parse_seconds
+from console.script.parse import ScriptError, parse_script, parse_seconds
 from tests.support import REPO
 from tests.support.script_harness import Harness
 
@@ -289,7 +291,7 @@ def test_sweep_args_reach_the_sweep_command_line() -> None:
         "submit sweep --run-cap 4 --sweep-args '--trial-timesteps 3000 --max-failures 10'\n",
         Config(),
     )
-    spec = build_spec(s.lines[0].args, Config())
+    spec = build_spec(SUBMIT.make(s.lines[0].args), Config().runtime_env)
     assert spec.sweep_args == "--trial-timesteps 3000 --max-failures 10"
     assert spec.entrypoint().endswith(
         "--run-cap 4 --num-nodes 1 --agents-per-node 1 "

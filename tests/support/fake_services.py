@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from console.config import Config, parse_config
-from console.services.api import ServiceSettings
+from console.services.api import ConsoleServices, ServiceSettings
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
 from console.services.model import (
@@ -324,6 +324,18 @@ class FakeServices:
             self._walks[job_id] = ([JobStatus.STOPPED], 0)
         return self._result("stop_job")
 
+    async def checkpoint(
+        self, job: str, actor: str = "user", timeout_s: float = 120.0
+    ) -> ActionResult:
+        """Every running job asked (``all``), or the one named: a checkpoint each at step 512."""
+        await self._intent("checkpoint", job=job, actor=actor, timeout_s=timeout_s)
+        running = [j for j in self.jobs.values() if j.status in ACTIVE_JOBS]
+        asked = running if job == "all" else [j for j in running if j.job_id == job]
+        result = self._result("checkpoint", self._hosts()[:1])
+        uri = "file:///runs/{}/checkpoints/step-000000000512"
+        done = [{"run": j.job_id, "step": 512, "uri": uri.format(j.job_id)} for j in asked]
+        return replace(result, data={"job": job, "checkpoints": done})
+
     async def follow_logs(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
         self._record("follow_logs", job_id=job_id)
         for line in self._log_lines(job_id):
@@ -398,6 +410,10 @@ class FakeServices:
         await self._intent("teardown", actor=actor)
         return self._result("teardown", self._hosts())
 
+    async def trust_host(self, host: str, actor: str = "user") -> ActionResult:
+        await self._intent("trust_host", host=host, actor=actor)
+        return self._result("trust_host", [host])
+
     async def preempt(self, host: str, actor: str = "user") -> ActionResult:
         await self._intent("preempt", host=host, actor=actor)
         ev = Event(
@@ -449,3 +465,9 @@ class FakeServices:
     async def describe(self, ref: str) -> str:
         self._record("describe", ref=ref)
         return f"kind: Pod\nmetadata:\n  name: {ref}\n\nEvents:\n<none>\n"
+
+
+def _conforms(fake: FakeServices) -> ConsoleServices:
+    """``make typecheck`` checks the fake against the one interface here: a method added to
+    ``ConsoleServices`` and not to the fake fails it (tests/services/test_api.py shows it)."""
+    return fake

@@ -27,8 +27,13 @@ from tests.support.waiting import until
 FAKE_KEY = "phantom-mcp-test-wandb-key-0123456789abcdef"  # must never appear in any response
 
 
+# On the server's path: the script's parser raises there (``script_raises/sitecustomize.py``).
+SCRIPT_RAISES = REPO / "tests" / "support" / "script_raises"
+
+
 def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "PHANTOM_", "XDG_"))}
+    path = [str(SCRIPT_RAISES), *filter(None, [os.environ.get("PYTHONPATH")])]
     env.update(
         {
             "RAY_USAGE_STATS_ENABLED": "0",
@@ -41,6 +46,7 @@ def mcp_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "XDG_STATE_HOME": str(tmp_path / "state"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(path),
             **extra,
         }
     )

@@ -7,12 +7,14 @@ TPU VM pod (gcp) no emulator verb is.
 
 from __future__ import annotations
 
+from console.commands import Front
+from console.commands import offered as offered_on
 from console.config import parse_config
 from console.screens.help import HelpScreen
+from console.screens.keys import DEFAULT, UserKeymap
 from console.screens.overview import OverviewScreen
 from console.screens.palette import PhantomCommands
 from console.screens.workloads import WorkloadsScreen
-from console.services.action_table import ACTIONS, Front
 from console.services.capabilities import Capability
 from console.widgets.fast_table import FastTable
 from tests.support.fake_services import FakeServices
@@ -67,17 +69,27 @@ async def test_bring_up_is_a_key_only_where_there_are_vms_to_bring_up() -> None:
             await settle(pilot)
             await pilot.press("1")
             await settle(pilot)
-            assert app.check_action("bring_up", ()) is offered
+            assert app.check_action("run", ("bring_up",)) is offered
             assert ("u" in _footer_keys(app)) is offered
 
 
-def test_every_intent_has_a_unique_id_and_a_known_capability() -> None:
-    intents = [a.tui for a in ACTIONS if a.tui]
-    assert len(set(intents)) == len(intents)
-    assert all(a.needs is None or isinstance(a.needs, Capability) for a in ACTIONS)
-    handled = set(PhantomCommands.handled())
-    keys_only = {a.tui for a in ACTIONS if a.tui and Front.PALETTE not in a.fronts}
-    assert set(intents) == handled | keys_only
+async def test_every_command_of_the_console_has_a_key_or_a_palette_entry() -> None:
+    """What the console runs is reachable: each of its commands has a key on some screen, an
+    entry in the palette (on the cluster that can run it), or, when it acts on a highlighted
+    row and has no key of its own, one the user's [keys] gives it; and it needs a known
+    capability."""
+    commands = offered_on(Front.TUI)
+    assert all(c.needs is None or isinstance(c.needs, Capability) for c in commands)
+    keyed = {k.name for k in DEFAULT if not k.action}
+    reach: set[str] = set(keyed)
+    for fake in (FakeServices("healthy"), FakeServices("gke")):
+        titles = await _palette_titles(fake)
+        reach |= {
+            c.name for c in commands if any(t.startswith(c.title.split(" host")[0]) for t in titles)
+        }
+    for c in commands:
+        if c.name not in reach:  # a key of the user's keymap, on every screen
+            assert UserKeymap.check({c.name: "f12"}).added, c.name
 
 
 async def test_the_overview_on_gke_lists_nodes_apart_without_ray_or_ssh_columns() -> None:
@@ -106,6 +118,6 @@ async def test_help_on_gke_lists_only_what_gke_can_do() -> None:
             assert isinstance(shown, HelpScreen)
             listed = {b.action for b in shown.offered(OverviewScreen, OverviewScreen.BINDINGS)}
             workloads = {b.action for b in shown.offered(WorkloadsScreen, WorkloadsScreen.BINDINGS)}
-            assert ("app.bring_up" in listed) is tpu
-            assert ("preempt_slice" in workloads) is not tpu  # the GKE emulator's key
+            assert ("app.run('bring_up')" in listed) is tpu
+            assert ("app.run('preempt_slice')" in workloads) is not tpu  # the GKE emulator's key
             assert ("teardown" in shown.intro()) is tpu

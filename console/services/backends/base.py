@@ -115,6 +115,20 @@ class PodActions(Protocol):
 
 
 @runtime_checkable
+class AsksForCheckpoints(Protocol):
+    """A cluster whose trainers can be asked for a checkpoint now (they train on): the
+    engine's ``CheckpointAsk`` on a TPU VM pod, a workload that takes the ask on the GKE
+    emulator."""
+
+    async def ask_checkpoint(self, job: str, timeout_s: float) -> ActionResult:
+        """Ask every running trainer of ``job`` (``"all"``: of every job) and wait, at most
+        ``timeout_s``, for each one's checkpoint. The result names each trainer's host, run,
+        step and checkpoint URI (``data["checkpoints"]``); not ok when no trainer took the
+        ask or one did not answer in time. Raises ValueError naming why it cannot ask."""
+        ...
+
+
+@runtime_checkable
 class Chaos(Protocol):
     """Preempt and recreate on command: only an emulated cluster offers it."""
 

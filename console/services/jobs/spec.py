@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from console.config.runtime_env import validate_runtime_env
+from console.config.runtime_env import RuntimeEnvError, validate_runtime_env
 from console.secrets import mask_env
 from console.services.errors import ConsoleError
 
@@ -96,11 +96,18 @@ class SubmitSpec:
                 shlex.split(self.sweep_args)
             except ValueError as exc:
                 p["sweep_args"] = f"bad quoting: {exc}"
+        bad_env = self.runtime_env_problem()
+        if bad_env is not None:
+            p["runtime_env"] = str(bad_env)
+        return p
+
+    def runtime_env_problem(self) -> RuntimeEnvError | None:
+        """What is wrong with the runtime env (its ``part`` names the field), if anything."""
         try:
             validate_runtime_env(self.runtime_env)
-        except ValueError as exc:
-            p["runtime_env"] = str(exc)
-        return p
+        except RuntimeEnvError as exc:
+            return exc
+        return None
 
     def checked(self) -> SubmitSpec:
         problems = self.validate()

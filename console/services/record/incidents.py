@@ -71,6 +71,12 @@ OPENING_KINDS = frozenset(
     }
 )
 _ENDS = (RECOVERED, RECOVERY_FAILED)
+# A recovery's end row by its kind, for a row that does not say how it ended (none the
+# runner writes; a journal's older rows were given it when migrated).
+_ENDED: dict[str, IncidentOutcome] = {
+    RECOVERED: IncidentOutcome.RECOVERED,
+    RECOVERY_FAILED: IncidentOutcome.FAILED,
+}
 # Never part of an incident: what a user did (other than recovering), switches, summaries,
 # the alerts sent about it.
 _NOT_MEMBERS = frozenset({INCIDENT, EventKind.WATCHDOG, EventKind.ALERT})
@@ -163,14 +169,10 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
     failed_step = ""
     if end is None:
         outcome = IncidentOutcome.RECOVERING if started is not None else IncidentOutcome.NO_RECOVERY
-    elif end.kind == RECOVERED:
-        outcome = (
-            IncidentOutcome.RECOVERED
-            if _num(end.data.get("mttr_s")) is not None
-            else IncidentOutcome.NOTHING_TO_RECOVER
-        )
-    else:
-        outcome, failed_step = IncidentOutcome.FAILED, str(end.data.get("step") or "?")
+    else:  # the recovery runner writes how it ended (older rows got it when migrated)
+        outcome = IncidentOutcome(str(end.data.get("outcome", _ENDED[end.kind])))
+        if outcome is IncidentOutcome.FAILED:
+            failed_step = str(end.data.get("step") or "?")
     return {
         KEY: incident_id,
         "trigger": trigger,

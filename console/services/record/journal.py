@@ -45,7 +45,7 @@ from console.services.model import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 ACTION = EventKind.ACTION
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = EventKind.RECOVERY_STARTED
@@ -136,6 +136,20 @@ _MIGRATIONS[5] = f"""
         '$.cause', CASE json_extract(data, '$.trigger_kind') {_CAUSE_CASE}
             ELSE '{IncidentCause.OTHER}' END)
     WHERE kind = '{EventKind.INCIDENT}' AND json_valid(data)
+        AND json_type(data) = 'object' AND json_type(data, '$.outcome') IS NULL
+"""
+
+# Version 6: how a recovery ended is its end row's ``outcome`` (``IncidentOutcome``: recovered,
+# nothing to recover, failed), written by the recovery runner. Rows written before get it
+# here, once: a ``recovered`` row without an MTTR is the one the runner wrote when there was
+# nothing to bring back.
+_MIGRATIONS[6] = f"""
+    UPDATE events SET data = json_set(data, '$.outcome', CASE
+            WHEN kind = '{RECOVERY_FAILED}' THEN '{IncidentOutcome.FAILED}'
+            WHEN json_type(data, '$.mttr_s') IN ('integer', 'real')
+                THEN '{IncidentOutcome.RECOVERED}'
+            ELSE '{IncidentOutcome.NOTHING_TO_RECOVER}' END)
+    WHERE kind IN ('{RECOVERED}', '{RECOVERY_FAILED}') AND json_valid(data)
         AND json_type(data) = 'object' AND json_type(data, '$.outcome') IS NULL
 """
 
@@ -438,7 +452,7 @@ class Journal:
                 continue  # an end whose start fell outside the window
             ok = ev.kind == RECOVERED
             mttr = _num(ev.data.get("mttr_s"))
-            if ok and mttr is None and "nothing to recover" in ev.message:
+            if ev.data.get("outcome") == IncidentOutcome.NOTHING_TO_RECOVER:
                 open_ = None
                 continue
             detect = _num(ev.data.get("detect_s"))

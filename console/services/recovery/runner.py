@@ -34,6 +34,7 @@ from console.services.model import (
     Event,
     EventKind,
     HostResult,
+    IncidentOutcome,
     JobInfo,
     RecoveryOutcome,
     RecoveryStatus,
@@ -239,7 +240,12 @@ class RecoveryRunner:
                 raise
             run.outcome, run.failed_step = RecoveryOutcome.FAILED, "cancelled"
             self.publish_status()
-            await self._event(EventKind.RECOVERY_FAILED, "recovery cancelled", actor=run.actor)
+            await self._event(
+                EventKind.RECOVERY_FAILED,
+                "recovery cancelled",
+                actor=run.actor,
+                data={"outcome": IncidentOutcome.FAILED},
+            )
             raise
         except Exception as exc:  # a bug in a step must surface as a failed recovery
             log.exception("recovery crashed")
@@ -255,7 +261,7 @@ class RecoveryRunner:
                 EventKind.RECOVERY_FAILED,
                 f"recovery failed at {failed.step}: {failed}",
                 actor=run.actor,
-                data={"step": failed.step},
+                data={"step": failed.step, "outcome": IncidentOutcome.FAILED},
             )
             return False
         run.outcome = RecoveryOutcome.OK
@@ -263,16 +269,18 @@ class RecoveryRunner:
         start = run.detected_at if run.loss_at is None else min(run.detected_at, run.loss_at)
         run.mttr_s = self._clock() - start if run.did_something else None
         self.publish_status()
+        recovered = run.mttr_s is not None  # it did something to bring the cluster back
         msg = (
             f"cluster recovered in {run.mttr_s:.1f}s"
-            if run.mttr_s is not None
+            if recovered
             else "cluster healthy: nothing to recover"
         )
+        outcome = IncidentOutcome.RECOVERED if recovered else IncidentOutcome.NOTHING_TO_RECOVER
         await self._event(
             EventKind.RECOVERED,
             msg,
             actor=run.actor,
-            data={"mttr_s": run.mttr_s, "detect_s": run.detect_s},
+            data={"mttr_s": run.mttr_s, "detect_s": run.detect_s, "outcome": outcome},
         )
         return True
 

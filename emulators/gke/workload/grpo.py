@@ -7,6 +7,11 @@ writes (``<prefix>/<mode>/<name>``, see TUNIX_TAGS), checkpoints every
 ``checkpoint_period`` steps under ``.../checkpoints/<step>/`` (atomically), resumes from
 the latest complete checkpoint, and on SIGTERM saves the step it reached and exits 143
 (resumable) so a preemption with notice loses no step.
+
+It can be asked for a checkpoint now, and trains on, when its container names the signal that
+asks (``PHANTOM_CHECKPOINT_SIGNAL=SIGUSR2``): after the step in progress the coordinator saves
+a checkpoint at that step, and every process says so in one line (``ASKED_LINE``). Without
+the variable the signal keeps its default action, as a trainer that takes no asks would.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ TUNIX_TAGS = (
 )
 
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: in xpk's restart-on-exit-codes (42, 127-255)
+ASK_ENV = "PHANTOM_CHECKPOINT_SIGNAL"  # the signal that asks for a checkpoint now
+# After the log prefix; the console finds it in the pod's log (the path: the coordinator's).
+ASKED_LINE = "Asked for a checkpoint ({signal}): {what} at step {step}; training on"
 
 
 def log(msg: str) -> None:
@@ -139,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         stop["signal"] = signum
 
     signal.signal(signal.SIGTERM, on_term)
+    asked = {"signal": ""}
+    ask_name = os.environ.get(ASK_ENV, "")
+    if ask_name:
+
+        def on_ask(signum: int, _frame: FrameType | None) -> None:
+            asked["signal"] = signal.Signals(signum).name
+
+        signal.signal(signal.Signals[ask_name], on_ask)
     run_name = cfg.get("run_name") or "grpo-run"
     base = cfg.get("base_output_directory", "")
     steps = int(cfg.get("steps", "100"))
@@ -217,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
                 if step % period == 0 or step == steps:
                     path = write_checkpoint(ckpt_dir, step, {"step": step, "attempt": attempt})
                     log(f"Saved a checkpoint at step {step} to {path}")
+            if asked["signal"] and not stop["signal"]:
+                name, asked["signal"] = asked["signal"], ""
+                what = "the coordinator saves it"
+                if tb is not None:
+                    path = write_checkpoint(ckpt_dir, step, {"step": step, "attempt": attempt})
+                    what = f"saved a checkpoint to {path}"
+                log(ASKED_LINE.format(signal=name, what=what, step=step))
         if stop["signal"]:
             if tb is not None and step > start:
                 path = write_checkpoint(ckpt_dir, step, {"step": step, "attempt": attempt})

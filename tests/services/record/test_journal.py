@@ -101,7 +101,7 @@ def test_action_time_defaults_to_when_it_started(tmp_path: Path) -> None:
 
 
 def test_schema_is_versioned_and_wal(journal: Journal, tmp_path: Path) -> None:
-    assert journal.schema_version == SCHEMA_VERSION == 5
+    assert journal.schema_version == SCHEMA_VERSION == 6
     db = sqlite3.connect(journal.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -279,7 +279,7 @@ def _watchdog_rows(j: Journal) -> None:
             "recovered",
             "cluster healthy: nothing to recover",
             actor="user",
-            data={"mttr_s": None, "detect_s": None},
+            data={"mttr_s": None, "detect_s": None, "outcome": "nothing to recover"},
         )
     )
     j.record_event(
@@ -361,18 +361,27 @@ async def test_reads_for_the_event_loop(journal: Journal) -> None:
     sink.close()
 
 
+def _journal_of_version(path: Path, version: int, rows: list[tuple[object, ...]]) -> None:
+    """A journal as a phantom of schema ``version`` left it, holding ``rows``."""
+    db = sqlite3.connect(path)
+    for v in range(1, version + 1):
+        for statement in _MIGRATIONS[v].split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.executemany(
+        "INSERT INTO events (at, kind, actor, message, data) VALUES (?, ?, ?, ?, ?)", rows
+    )
+    db.commit()
+    db.close()
+
+
 def test_a_journal_written_before_triggers_were_fields_still_reads(tmp_path: Path) -> None:
     """A version-4 journal (an older phantom's): its recovery rows said their trigger only in
     the message, its incident summaries their end only in words. Opened now, it is migrated
     once: the trigger, the outcome, the failed step and the cause are fields, and nothing
     reads the words again."""
     path = tmp_path / "old.sqlite"
-    db = sqlite3.connect(path)
-    for version in range(1, 5):
-        for statement in _MIGRATIONS[version].split(";"):
-            if statement.strip():
-                db.execute(statement)
-    db.execute("PRAGMA user_version = 4")
     rows = [
         (100.0, "preempted", "watchdog", "host-2 preempted", "{}"),
         (101.0, "recovery_started", "watchdog", "recovery started: host-2 lost", '{"detect_s": 1.5}'),
@@ -384,11 +393,7 @@ def test_a_journal_written_before_triggers_were_fields_still_reads(tmp_path: Pat
         (300.0, "incident", "watchdog", "recovery started: failed at bootstrap",
          '{"incident": "inc-2", "trigger_kind": "recovery_started", "result": "failed at bootstrap"}'),
     ]  # fmt: skip
-    db.executemany(
-        "INSERT INTO events (at, kind, actor, message, data) VALUES (?, ?, ?, ?, ?)", rows
-    )
-    db.commit()
-    db.close()
+    _journal_of_version(path, 4, rows)
 
     with Journal(path) as j:
         assert j.schema_version == SCHEMA_VERSION
@@ -405,4 +410,33 @@ def test_a_journal_written_before_triggers_were_fields_still_reads(tmp_path: Pat
         assert [e.message for e in j.query(kinds=["recovery_started"])] == [
             "recovery started: host-2 lost",
             "recovery started: requested by user",
+        ]
+
+
+def test_a_journal_written_before_outcomes_were_fields_still_reads(tmp_path: Path) -> None:
+    """A version-5 journal: its recovery end rows said how the recovery ended only by an MTTR
+    or its absence. Opened now, each gets its ``outcome`` once, as the runner now writes it,
+    and the recoveries and incidents read that field."""
+    path = tmp_path / "v5.sqlite"
+    rows = [
+        (101.0, "recovery_started", "watchdog", "recovery started: host-2 lost", '{"trigger": "host-2 lost"}'),
+        (160.0, "recovered", "watchdog", "cluster recovered in 59.5s", '{"mttr_s": 59.5}'),
+        (200.0, "recovery_started", "user", "recovery started: requested by user", '{"trigger": "requested by user"}'),
+        (201.0, "recovered", "user", "cluster healthy: nothing to recover", '{"mttr_s": null}'),
+        (300.0, "recovery_started", "user", "recovery started: head lost", '{"trigger": "head lost"}'),
+        (420.0, "recovery_failed", "user", "recovery failed at bootstrap: ...", '{"step": "bootstrap"}'),
+    ]  # fmt: skip
+    _journal_of_version(path, 5, rows)
+
+    with Journal(path) as j:
+        assert j.schema_version == SCHEMA_VERSION
+        ends = [e.data["outcome"] for e in j.query(kinds=["recovered", "recovery_failed"])]
+        assert ends == [
+            IncidentOutcome.RECOVERED,
+            IncidentOutcome.NOTHING_TO_RECOVER,
+            IncidentOutcome.FAILED,
+        ]
+        assert [(r.trigger, r.ok) for r in j.recoveries()] == [
+            ("host-2 lost", True),
+            ("head lost", False),
         ]

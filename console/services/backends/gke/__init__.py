@@ -6,4 +6,5 @@ from console.services.capabilities import Capability
 # What a GKE cluster can do (light to import: the wiring and the script parser read it).
 CAPABILITIES = frozenset({Capability.WORKLOADS, Capability.RECOVER})
 # The local GKE emulator's own verbs, on top (console.wiring.gke's chaos).
-EMULATED = frozenset({Capability.GKE_EMULATOR})
+# The emulator also lets the console signal a pod's trainer: a checkpoint can be asked for.
+EMULATED = frozenset({Capability.GKE_EMULATOR, Capability.CHECKPOINT})

@@ -23,6 +23,13 @@ from console.services.backends.gke import CAPABILITIES
 from console.services.backends.gke import manifests as M
 from console.services.backends.gke import status as S
 from console.services.backends.gke.access import GkeAccess
+from console.services.backends.gke.ask import (
+    ASK_ENV,
+    NO_SIGNAL,
+    SignalContainer,
+    ask_workload,
+    askable,
+)
 from console.services.backends.gke.client import AsyncioKubeApi
 from console.services.backends.gke.informer import Informer
 from console.services.backends.gke.kube import (
@@ -79,8 +86,11 @@ class GkeBackend:
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
         api_factory: ApiFactory | None = None,
+        signal_container: SignalContainer | None = None,
     ) -> None:
         self.settings = settings
+        # How a pod's trainer is signalled (the local emulator's client; none on a real cluster)
+        self._signal_container = signal_container
         self.provider = settings.provider
         self.access = access
         self._sink = sink
@@ -219,6 +229,42 @@ class GkeBackend:
 
     async def stop_job(self, job_id: str) -> bool:
         return await self.delete_workload(job_id)
+
+    async def ask_checkpoint(self, job: str, timeout_s: float) -> ActionResult:
+        """``base.AsksForCheckpoints``: the workload's pods whose trainer names the signal
+        that asks (``gke.ask``), signalled where the console can (the emulator)."""
+        if self._signal_container is None:
+            raise ValueError(f"checkpoint: {NO_SIGNAL}")
+        api, caches, _ = await self._ensure()
+        await self._observed()
+        names = [job]
+        if job == "all":  # every workload whose trainer takes the ask
+            workloads = (await self.observe()).workloads
+            names = [w.name for w in workloads if askable(caches, w.name)[1]]
+            if not names:
+                raise ValueError(
+                    "checkpoint: no running workload's trainer offers a way to be asked "
+                    f"(none sets {ASK_ENV})"
+                )
+        results = [
+            await ask_workload(api, caches, name, self._signal_container, timeout_s)
+            for name in names
+        ]
+        if len(results) == 1:
+            return results[0]
+        return ActionResult(
+            action="checkpoint",
+            ok=all(r.ok for r in results),
+            elapsed_s=max(r.elapsed_s for r in results),
+            per_host={h: r for res in results for h, r in res.per_host.items()},
+            message="; ".join(r.message for r in results),
+            data={
+                "job": job,
+                "checkpoints": [c for r in results for c in r.data["checkpoints"]],
+                "late": [c for r in results for c in r.data["late"]],
+                "gone": [],
+            },
+        )
 
     async def job_logs(self, job_id: str) -> str:
         api, caches, _ = await self._ensure()

@@ -12,6 +12,7 @@ CAPABILITIES = frozenset(
         Capability.TUNNEL,
         Capability.RAY_JOBS,
         Capability.RECOVER,
+        Capability.CHECKPOINT,
     }
 )
 # The local pod emulator's own verbs, on top (console.wiring.pod's chaos).

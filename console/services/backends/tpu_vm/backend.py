@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from console.services.backends.tpu_vm import CAPABILITIES
+from console.services.backends.tpu_vm.ask import ask_command, asked_result
 from console.services.backends.tpu_vm.capacity import Attempt
 from console.services.backends.tpu_vm.doubt import Doubt
 from console.services.backends.tpu_vm.drain import let_noticed_hosts_go
@@ -365,6 +366,13 @@ class TpuVmBackend:
             if where is not None:  # the place record names the head front ends look for
                 where.head(self.parts.ray.head.name, self.parts.ray.gcs_address)
         return _result("start_head", {res.host: res}, time.monotonic() - t0)
+
+    async def ask_checkpoint(self, job: str, timeout_s: float) -> ActionResult:
+        """``base.AsksForCheckpoints``: every host asks its registered trainers of ``job``
+        and waits for their answers (``tpu_vm.ask``)."""
+        t0 = time.monotonic()
+        per_host = await self.parts.ssh.run(ask_command(job, timeout_s), timeout_s=timeout_s + 30)
+        return asked_result(job, per_host, time.monotonic() - t0)
 
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead

@@ -40,7 +40,7 @@ from console.services.model import (
     LogLine,
     LogStreamClosed,
 )
-from engine.contract import EX_PREEMPTED
+from engine.contract import EX_PREEMPTED, JOB_ID_ENV
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,9 @@ class JobService:
         runtime_env["working_dir"] = wd
         now = self._clock()
         submission_id = spec.submission_id or new_job_id(spec.mode, now)
+        # every process of the job knows it (its trainers register under it to be asked
+        # for a checkpoint: engine.contract)
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), JOB_ID_ENV: submission_id}
         meta = spec_metadata(spec, submitted_at=now)
         meta.update(metadata or {})
         entrypoint = spec.entrypoint()

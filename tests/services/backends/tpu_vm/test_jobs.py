@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from console.script.told import plain_lines
+from console.commands.kit.told import plain_lines
 from console.services.backends.tpu_vm.jobs import (
     EX_PREEMPTED,
     DashboardUnreachableError,

@@ -1,6 +1,6 @@
-"""What a script line's values must be, checked before the first line runs.
+"""What an argument's value must be, checked before anything runs.
 
-The parser (``parse``) binds each argument by its kind and calls these for the kinds whose
+Binding (``bind``) checks each argument by its kind and calls these for the kinds whose
 domain lives elsewhere: an event kind is one of the model's ``EventKind`` words, and
 ``--train-args`` are what ``engine.train``'s own argument parser accepts (imported from the
 engine: it needs neither torch nor SB3, so checking costs a tenth of a second). Each

@@ -1,9 +1,9 @@
-"""A ``workload create`` line's arguments: the spec they make and what is wrong with it.
+"""``workload create``'s arguments: the spec they make and what is wrong with it.
 
 Flags override a ``--spec`` file (TOML, JSON or YAML of ``WorkloadSpec`` fields), which
-overrides the config's ``[gke]`` workload defaults. Problems name the flag and the spec
-field; a checkpoint is checked where this machine can tell (``PathExists``), unless an
-earlier convert line of the same script is what makes it.
+overrides the config's ``[gke]`` workload defaults (the services' ``settings.workload``).
+Problems name the flag and the spec field; a checkpoint is checked where this machine can
+tell (``PathExists``), unless an earlier step of the same script is what makes it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from console.config import Config
 from console.config.validate import read_text_file, safe_yaml
 from console.services.jobs.workload import WorkloadSpec
-from console.wiring.settings import workload_defaults
 
 PathExists = Callable[[str], "bool | None"]
 
@@ -88,8 +86,8 @@ _WORKLOAD_FIELD = {
 _FIELD_FLAG = {v: k for k, v in _WORKLOAD_FIELD.items()}
 
 
-def build_workload_spec(args: Mapping[str, Any], config: Config) -> WorkloadSpec:
-    """A ``workload create`` line's spec: config defaults < --spec file < flags."""
+def build_workload_spec(args: Mapping[str, Any], defaults: WorkloadSpec) -> WorkloadSpec:
+    """``workload create``'s spec: the config's defaults < --spec file < flags."""
     fields: dict[str, Any] = dict(args.get("spec") or {})
     for key, value in args.items():
         if key in ("name", "spec", "dry_run", "env") or value is None:
@@ -97,7 +95,7 @@ def build_workload_spec(args: Mapping[str, Any], config: Config) -> WorkloadSpec
         fields[_WORKLOAD_FIELD.get(key, key)] = value
     if args.get("env"):
         fields["env"] = {**dict(fields.get("env") or {}), **dict(args["env"])}
-    return workload_defaults(config).but(args["name"], **fields)
+    return defaults.but(args["name"], **fields)
 
 
 def _workload_flag(field_name: str) -> str:
@@ -114,13 +112,13 @@ def _workload_flag(field_name: str) -> str:
 
 def workload_problems(
     args: Mapping[str, Any],
-    config: Config,
+    defaults: WorkloadSpec,
     path_exists: PathExists | None,
     produced: set[str],
 ) -> str:
-    """What is wrong with a ``workload create`` line ("" if nothing), naming each flag.
-    ``produced`` collects the checkpoints earlier convert lines make (and is added to)."""
-    spec = build_workload_spec(args, config)
+    """What is wrong with ``workload create``'s arguments ("" if nothing), naming each flag.
+    ``produced`` collects the checkpoints earlier convert steps make (and is added to)."""
+    spec = build_workload_spec(args, defaults)
     problems = spec.validate()
     if not problems and path_exists is not None:
         checks = {"maxtext_ckpt_path": spec.maxtext_ckpt_path}

@@ -1,9 +1,9 @@
-"""What a running script hears from the services: event lines, job states, resubmissions.
+"""What a session hears from the services: event lines, job states, resubmissions.
 
 The feed subscribes to the services' bus (any thread) and turns updates into deduplicated
-``{"type": "event", ...}`` lines on stdout, keeps each job's last known status, follows
+``{"type": "event", ...}`` lines (a script prints them on stdout), keeps each job's last known status, follows
 watchdog resubmissions (``old -> new`` job ids, so ``last`` follows a job through a head
-loss) and wakes the runner's waits. Journal rows carry their id, so each is one line however
+loss) and wakes a command's waits (``wait-job``, ``wait-event``). Journal rows carry their id, so each is one line however
 many ways it arrives; the runner's own step actions are not repeated as events. A row that
 belongs to an incident carries its id (``"incident"``), and the incident's summary is a line
 of kind ``incident`` of its own (``services.record.incidents``).

@@ -1,0 +1,133 @@
+"""An agent's tool call binds its JSON to the command's typed arguments and runs the command
+(no script line, no parser): every tool answers with the script's parser made to raise, a
+refusal or failure carries its typed reason, and the resources are the commands that stand
+as documents. Every `phantom mcp` the other MCP tests start runs with the parser made to
+raise too (``mcp_client.mcp_env``); the first test here shows that guard bites."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import console.script.parse
+from console.commands import Front, offered
+from console.mcp.calls import Calls, documents
+from console.mcp.policy import Policy
+from console.secrets import Scrubber
+from console.services.jobs.spec import SpecError
+from console.services.model import Reason
+from tests.support import REPO
+from tests.support.fake_services import FakeServices
+from tests.support.mcp_client import mcp_env
+
+# A value each argument kind takes (the fake's pod: phantom-pod, hosts 0..3).
+SAMPLE: dict[str, Any] = {
+    "host": "1",
+    "host_or_all": "all",
+    "job": "raysubmit_1",
+    "str": "x",
+    "slice": "x",
+    "name": "w1",
+    "onoff": True,
+    "int": 1,
+    "seconds": 1,
+    "choice": None,  # its first choice
+}
+
+
+def _calls(fake: FakeServices) -> Calls:
+    return Calls(fake, Policy.parse([], True, True), Scrubber([]))
+
+
+def _args(command: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in command.positionals:
+        if a.required:
+            out[a.dest] = a.choices[0] if a.kind == "choice" else SAMPLE[a.kind]
+    return out
+
+
+def test_the_guard_makes_the_script_parser_raise(tmp_path: Path) -> None:
+    """What every MCP test's server runs under: importing the script's parser fails."""
+    probe = "import console.script.parse"
+    got = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=mcp_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode != 0 and "reached for the script's parser" in got.stderr
+
+
+@pytest.fixture
+def parser_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("MCP went through the script's parser")
+
+    monkeypatch.setattr(console.script.parse, "parse_script", boom)
+    monkeypatch.setattr(console.script.parse, "_parse_line", boom)
+
+
+@pytest.mark.usefixtures("parser_raises")
+@pytest.mark.parametrize("scenario", ["healthy", "gke"])
+async def test_every_tool_runs_its_command_without_the_parser(scenario: str) -> None:
+    fake = FakeServices(scenario)
+    calls = _calls(fake)
+    for command in offered(Front.MCP):
+        result = await calls.call(command.name, _args(command))
+        if command.refusal(fake.capabilities) is not None:
+            assert result.reason is Reason.UNSUPPORTED, (command.name, result)
+            continue
+        assert result.reason in (Reason.DONE, Reason.STEP_FAILED), (command.name, result)
+    if scenario == "healthy":  # the binding is the command's: an index became a host's name
+        assert fake.called("preempt")[-1].args["host"] == "all"
+        assert fake.called("recreate")[-1].args["host"] == "phantom-pod-w1"
+    else:
+        assert fake.called("preempt_slice")[-1].args["slice_ref"] == "x"
+
+
+@pytest.mark.usefixtures("parser_raises")
+async def test_a_failure_keeps_its_typed_reason() -> None:
+    fake = FakeServices("healthy")
+    fake.b.fail.add("teardown")
+    fake.b.raise_in["ray_up"] = RuntimeError("head unreachable")
+    fake.b.raise_in["submit"] = SpecError({"num_nodes": "more than the pod has"})
+    calls = _calls(fake)
+    failed = await calls.call("teardown", {})
+    assert (failed.verdict, failed.reason) == ("failed", Reason.STEP_FAILED)
+    assert failed.message == "teardown failed on purpose" and failed.data["per_host"]
+    error = await calls.call("ray_up", {})
+    assert (error.reason, error.message) == (Reason.ERROR, "head unreachable")
+    refused = await calls.call("submit", {"mode": "single"})
+    assert (refused.verdict, refused.reason) == ("refused", Reason.BAD_INPUT)
+    assert refused.data["problems"] == {"num_nodes": "more than the pod has"}
+    bad_host = await calls.call("recreate", {"host": "w9"})
+    assert bad_host.reason is Reason.BAD_INPUT and "unknown host 'w9'" in bad_host.message
+    no_job = await calls.call("stop_job", {})
+    assert no_job.reason is Reason.BAD_INPUT and "give job" in no_job.message
+    assert not fake.called("stop_job") and not fake.called("recreate")
+
+
+@pytest.mark.usefixtures("parser_raises")
+async def test_the_resources_are_the_documents_read_as_commands() -> None:
+    fake = FakeServices("healthy")
+    calls = _calls(fake)
+    found = {d.uri: d for d in documents()}
+    assert set(found) == {
+        "phantom://status",
+        "phantom://events",
+        "phantom://incidents",
+        "phantom://ledger",
+    }
+    status = await calls.read(found["phantom://status"])
+    assert status["type"] == "status" and len(status["pod"]["hosts"]) == 4
+    events = await calls.read(found["phantom://events"])
+    assert fake.called("events")[-1].args["limit"] == 50 and "events" in events
+    fake.b.raise_in["events"] = OSError("journal gone")
+    assert await calls.read(found["phantom://incidents"]) == {"error": "journal gone"}
