@@ -40,6 +40,12 @@ CONVERT_COMMAND = "bash convert_checkpoint.sh"
 MAX_NAME = 40  # xpk's workload name limit: pod names add "-slice-job-<i>-<j>-<hash>"
 # Set by the console from the spec's own fields; a user's env must not shadow them.
 RESERVED_ENV = ("BASE_OUTPUT_DIRECTORY", "RUN_NAME", "MAXTEXT_CKPT_PATH", "WORKLOAD_NAME")
+# A trainer that checkpoints when signalled names the signal here (``checkpoint`` asks with
+# it). The signal reaches the container's main process, xpk's wrapper, which passes it on.
+ASK_ENV = "PHANTOM_CHECKPOINT_SIGNAL"
+# Signals a wrapper can pass on and a trainer can take as an ask: not those that kill or stop
+# (SIGKILL, SIGSTOP cannot be caught; SIGTERM is the preemption notice), nor the shell's own.
+ASK_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP")
 
 
 # The run name is a path component and a label value: at most 63, alphanumeric at both ends.
@@ -123,6 +129,12 @@ class WorkloadSpec:
     def plain_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if not v.startswith("$")}
 
+    @property
+    def ask_signal(self) -> str:
+        """The signal that asks the trainer for a checkpoint (``ASK_ENV``), "" if none."""
+        value = self.env.get(ASK_ENV, "")
+        return value if value in ASK_SIGNALS else ""
+
     def validate(self) -> dict[str, str]:
         """Every problem, keyed by field name (empty dict: valid)."""
         p: dict[str, str] = {}
@@ -201,6 +213,11 @@ class WorkloadSpec:
                 p[label] = f"must be a string, got {type(value).__name__}"
             elif key in RESERVED_ENV:
                 p[label] = "set by the console from the spec; use its own field instead"
+            elif key == ASK_ENV and value not in ASK_SIGNALS:
+                p[label] = (
+                    f"{value!r}: the signal that asks the trainer for a checkpoint, one of "
+                    f"{', '.join(ASK_SIGNALS)} (e.g. SIGUSR2)"
+                )
             elif value.startswith("$"):
                 if not _ENV_NAME.match(value[1:]):
                     p[label] = f"{value!r}: a reference is $NAME of a variable"

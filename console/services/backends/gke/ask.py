@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from console.services.backends.gke import status as S
-from console.services.backends.gke.kube import KubeApi, Obj
+from console.services.backends.gke.kube import KubeApi, NotFound, Obj
 from console.services.backends.gke.logs import read_log
 from console.services.backends.gke.observe import Caches
+from console.services.jobs.workload import ASK_ENV
 from console.services.model import ActionResult, HostResult
 
-ASK_ENV = "PHANTOM_CHECKPOINT_SIGNAL"
 ASKED_LINE_RE = re.compile(
     r"Asked for a checkpoint \((?P<signal>[A-Z0-9]+)\): (?:saved a checkpoint to "
     r"(?P<path>\S+)|the coordinator saves it) at step (?P<step>\d+); training on"
@@ -64,8 +64,13 @@ def askable(caches: Caches, workload: str) -> tuple[list[str], list[Askable]]:
 
 def _declared(container: Obj) -> str:
     for env in container.get("env") or []:
-        if env.get("name") == ASK_ENV and str(env.get("value") or "").startswith("SIG"):
-            return str(env["value"])
+        value = str(env.get("value") or "")
+        if (
+            env.get("name") == ASK_ENV
+            and value.startswith("SIG")
+            and value in signal.Signals.__members__
+        ):
+            return value
     return ""
 
 
@@ -78,7 +83,9 @@ async def ask_workload(
     *,
     poll_s: float = 0.5,
 ) -> ActionResult:
-    """Signal every askable pod of ``workload`` and wait for each one's answer."""
+    """Signal every askable pod of ``workload`` and wait for each one's answer. A pod that
+    goes away or whose container ends before it answers (a restart replaces every pod of
+    the workload; the replacements were not asked) is reported gone, saying why."""
     t0 = time.monotonic()
     running, asked = askable(caches, workload)
     if not running:
@@ -89,43 +96,98 @@ async def ask_workload(
             f"checkpoint (its containers do not set {ASK_ENV}; a trainer that checkpoints "
             "on a signal names it there)"
         )
-    before = {a.pod: await _answers(api, a) for a in asked}
+    gone: dict[str, str] = {}  # pod -> why it cannot answer
+    before: dict[str, int] = {}
     for a in asked:
-        await signal_container(a.pod, a.container, int(signal.Signals[a.signal]))
+        try:
+            before[a.pod] = len(await _answers(api, a))
+        except NotFound:
+            gone[a.pod] = _ended(caches, a) or DELETED
+    for a in asked:
+        if a.pod in gone:
+            continue
+        try:
+            await signal_container(a.pod, a.container, int(signal.Signals[a.signal]))
+        except ValueError as exc:  # it stopped running since the cache said it ran
+            gone[a.pod] = f"not signalled: {exc}"
     answers: dict[str, re.Match[str]] = {}
     deadline = time.monotonic() + timeout_s
-    while len(answers) < len(asked) and time.monotonic() < deadline:
+    while len(answers) + len(gone) < len(asked) and time.monotonic() < deadline:
         await asyncio.sleep(poll_s)
         for a in asked:
-            if a.pod not in answers:
+            if a.pod in answers or a.pod in gone:
+                continue
+            ended = _ended(caches, a)  # before the read: an answer it wrote is in the log
+            try:
                 found = await _answers(api, a)
-                if len(found) > len(before[a.pod]):
-                    answers[a.pod] = found[-1]
+            except NotFound:
+                gone[a.pod] = _ended(caches, a) or DELETED
+                continue
+            if len(found) > before[a.pod]:
+                answers[a.pod] = found[-1]
+            elif ended:
+                gone[a.pod] = ended
     per_host: dict[str, HostResult] = {}
     checkpoints = []
     for a in asked:
         m = answers.get(a.pod)
-        per_host[a.pod] = HostResult(
-            a.pod, m is not None, error="" if m is not None else "did not answer in time"
-        )
+        error = "" if m is not None else gone.get(a.pod, "did not answer in time")
+        per_host[a.pod] = HostResult(a.pod, m is not None, error=error)
         if m is not None and m["path"]:
             checkpoints.append(
                 {"host": a.pod, "run": workload, "step": int(m["step"]), "uri": m["path"]}
             )
-    late = [{"host": a.pod, "run": workload} for a in asked if a.pod not in answers]
-    ok = not late and bool(checkpoints)
+    late = [
+        {"host": a.pod, "run": workload}
+        for a in asked
+        if a.pod not in answers and a.pod not in gone
+    ]
+    lost = [{"host": a.pod, "run": workload, "why": gone[a.pod]} for a in asked if a.pod in gone]
+    ok = not late and not lost and bool(checkpoints)
     steps = ", ".join(f"{c['run']}@{c['step']}" for c in checkpoints)
     message = f"{len(asked)} pod(s) of workload {workload} asked; checkpointed: {steps or 'none'}"
     if late:
         message += f"; {len(late)} did not answer"
+    if lost:
+        message += f"; {len(lost)} gone before answering ({lost[0]['host']}: {lost[0]['why']})"
     return ActionResult(
         action="checkpoint",
         ok=ok,
         elapsed_s=time.monotonic() - t0,
         per_host=per_host,
         message=message,
-        data={"job": workload, "checkpoints": checkpoints, "late": late, "gone": []},
+        data={"job": workload, "checkpoints": checkpoints, "late": late, "gone": lost},
     )
+
+
+DELETED = (
+    "deleted before it answered (a restart replaces every pod of the workload; the new "
+    "pods were not asked)"
+)
+
+
+def _ended(caches: Caches, a: Askable) -> str:
+    """Why the asked pod can no longer answer, as its watch cache last saw it ("" while it
+    can): deleted, or its container ended (by the asking signal: the container's main
+    process did not pass it on to the trainer)."""
+    raw = caches.pods.get(a.pod)
+    if raw is None:
+        return DELETED
+    for cs in (raw.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != a.container:
+            continue
+        ended = (cs.get("state") or {}).get("terminated")
+        if not ended:
+            return ""
+        code = ended.get("exitCode")
+        if code == 128 + int(signal.Signals[a.signal]):
+            return (
+                f"its container ended by {a.signal} (exit {code}) before it answered: its "
+                f"main process does not pass {a.signal} on to the trainer (a workload "
+                "phantom makes has xpk's wrapper pass it on)"
+            )
+        return f"its container ended (exit {code}) before it answered"
+    return ""
 
 
 async def _answers(api: KubeApi, a: Askable) -> list[re.Match[str]]:

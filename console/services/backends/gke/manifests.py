@@ -50,6 +50,23 @@ echo XPK End: $(date);
 echo EXIT_CODE=$EXIT_CODE;
 exit $EXIT_CODE
 """
+# What the wrapper adds for a trainer that names the signal asking it for a checkpoint
+# (``ASK_ENV``): the signal reaches the container's main process, the wrapper, whose default
+# action for it is to die (exit 128+n, a restart code: the JobSet restarts, every pod
+# replaced); so the wrapper passes it on to the trainer as it passes on SIGTERM.
+ASK_FORWARD = """_ask() (kill -{signal} $! 2>/dev/null;);
+trap _ask {signal};
+"""
+
+
+def wrapped(spec: WorkloadSpec) -> str:
+    """The container's script: the command inside xpk's wrapper, which also passes on the
+    signal that asks for a checkpoint where the spec names one."""
+    script = XPK_WRAPPER.format(command=spec.command)
+    if not spec.ask_signal:
+        return script  # xpk's own, byte for byte
+    term = "trap _sigterm SIGTERM;\n"
+    return script.replace(term, term + ASK_FORWARD.format(signal=spec.ask_signal), 1)
 
 
 @dataclass(frozen=True)
@@ -222,7 +239,7 @@ def standard_jobset(spec: WorkloadSpec) -> Obj:
                                             "command": [
                                                 "bash",
                                                 "-c",
-                                                XPK_WRAPPER.format(command=spec.command),
+                                                wrapped(spec),
                                             ],
                                             "resources": {
                                                 "limits": {"google.com/tpu": tpu.chips_per_vm}
@@ -324,7 +341,7 @@ def pathways_jobset(spec: WorkloadSpec) -> Obj:
                                             "command": [
                                                 "bash",
                                                 "-c",
-                                                XPK_WRAPPER.format(command=spec.command),
+                                                wrapped(spec),
                                             ],
                                         }
                                     ],
