@@ -29,12 +29,13 @@ if TYPE_CHECKING:
     from console.services.backends.tpu_vm.capacity import CapacityHooks
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
-    from console.services.facade import BusConsumer, Facade, MakeConsumer
+    from console.services.facade import BusConsumer, Facade
     from console.services.jobs.registry import Advise
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
     from console.services.record.lease import FileLease
     from console.services.record.sink import EventSink
+    from console.wiring.compose import MakeConsumer
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
 
@@ -72,10 +73,10 @@ def make_services(
     """
     from console.secrets import Scrubber
     from console.services.backends.tpu_vm.backend import TpuVmBackend
-    from console.services.facade import Facade
     from console.services.jobs.registry import JobRegistry
     from console.services.record.journal import Journal
     from console.services.record.lease import PodLeases
+    from console.wiring.compose import compose
 
     sdir = Path(state_dir) if state_dir is not None else default_state_dir()
     try:
@@ -121,7 +122,7 @@ def make_services(
         clock=clock,
     )
     try:
-        facade = Facade(
+        facade = compose(
             settings,
             make_backend=backend,
             journal=journal,
