@@ -55,8 +55,8 @@ from console.services.model import (
     RecoveryStatus,
     RunCadence,
     Update,
-    UpdateBus,
 )
+from console.services.model.bus import UpdateBus
 from console.services.observation import Observation
 from console.services.record.journal import AsyncJournal, Journal
 from console.services.record.lease import PodLeases

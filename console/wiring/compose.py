@@ -19,7 +19,7 @@ from console.services.facade import BusConsumer, Facade, Observer, Parts
 from console.services.jobs.budget import RetryBudget
 from console.services.jobs.registry import Advise, JobRegistry, Submitter
 from console.services.jobs.watcher import JobWatcher
-from console.services.model import UpdateBus
+from console.services.model.bus import UpdateBus
 from console.services.record.journal import Journal
 from console.services.record.lease import PodLeases
 from console.services.record.outcomes import JobOutcomes
