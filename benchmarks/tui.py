@@ -58,8 +58,8 @@ from console.services.model import (
     RecoveryStatus,
     RunCadence,
     Update,
-    UpdateBus,
 )
+from console.services.model.bus import UpdateBus
 from console.tui.app import PhantomApp, TuiSettings
 from console.widgets.fast_table import FastTable
 from console.wiring import capabilities_for

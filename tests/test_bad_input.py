@@ -645,6 +645,7 @@ def test_every_config_key_refuses_its_class_of_bad_value(data: dict[str, Any]) -
 from console.config import Config  # noqa: E402
 from console.script.language import ACTIONS  # noqa: E402
 from console.script.parse import ScriptError, parse_script  # noqa: E402
+from console.wiring import unbuilt_services  # noqa: E402
 
 # What a valid value of each argument kind looks like, and bad ones of its class.
 _VALID = {"int": "1", "seconds": "1", "onoff": "on", "host": "0", "host_or_all": "all",
@@ -711,7 +712,7 @@ def test_every_script_argument_refuses_its_class_of_bad_value(
     for provider in ("local", "gke"):
         config = parse_config({"cluster": {"provider": provider}})
         try:
-            parse_script(text + _fill([line], files)[0] + "\n", config, name="s")
+            parse_script(text + _fill([line], files)[0] + "\n", unbuilt_services(config), name="s")
         except ScriptError as exc:
             issues = [i for i in exc.issues if i.line == text.count("\n") + 1]
             if issues and not any("provider" in i.message for i in issues):

@@ -35,6 +35,6 @@ COMMAND = Command(
     needs=Capability.RECOVER,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Toggle auto-recovery",
-    hint="Watchdog recovers on its own / only on r",
+    hint="Let the watchdog recover on its own, or only when you press r",
     told=told,
 )

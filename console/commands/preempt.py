@@ -37,6 +37,6 @@ COMMAND = Command(
     needs=Capability.POD_EMULATOR,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Preempt host (emulator)",
-    hint="Kill the emulated host like a spot reclaim (asks to confirm)",
+    hint="Kill the emulated host like a spot reclaim",
     confirm=confirm,
 )

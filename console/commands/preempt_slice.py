@@ -44,6 +44,6 @@ COMMAND = Command(
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     verb="preempt-slice",
     title="Preempt slice (emulator)",
-    hint="Reclaim the selected workload's TPU slice as GKE does (asks to confirm)",
+    hint="Reclaim the selected workload's TPU slice as GKE does",
     confirm=confirm,
 )

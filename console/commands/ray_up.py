@@ -32,6 +32,6 @@ COMMAND = Command(
     needs=Capability.RAY,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Restart Ray",
-    hint="Start the head and join every worker; restarts Ray (asks to confirm)",
+    hint="Start the head and join every worker; restarts Ray",
     confirm=confirm,
 )

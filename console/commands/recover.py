@@ -58,7 +58,7 @@ COMMAND = Command(
     needs=Capability.RECOVER,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Recover now",
-    hint="Run the whole recovery loop (asks to confirm)",
+    hint="Run the whole recovery loop now",
     confirm=confirm,
     told=told,
 )

@@ -37,6 +37,6 @@ COMMAND = Command(
     needs=Capability.POD_EMULATOR,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Recreate host (emulator)",
-    hint="Bring the emulated host back, bare (asks to confirm)",
+    hint="Bring the emulated host back, bare",
     confirm=confirm,
 )

@@ -35,5 +35,6 @@ COMMAND = Command(
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     verb="stop-job",
     title="Stop job",
+    hint="Stop the highlighted job",
     confirm=confirm,
 )

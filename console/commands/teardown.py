@@ -31,6 +31,6 @@ COMMAND = Command(
     needs=Capability.RAY,
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     title="Teardown: ray stop everywhere, close tunnel",
-    hint="Stops Ray on every host and closes the tunnel; VMs stay (asks to confirm)",
+    hint="Stops Ray on every host and closes the tunnel; VMs stay",
     confirm=confirm,
 )

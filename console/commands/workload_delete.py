@@ -39,6 +39,6 @@ COMMAND = Command(
     fronts=frozenset({Front.TUI, Front.SCRIPT, Front.MCP}),
     verb="workload delete",
     title="Delete workload",
-    hint="Delete the selected workload and its Secret (asks to confirm)",
+    hint="Delete the selected workload, its pods and its Secret",
     confirm=confirm,
 )

@@ -36,8 +36,8 @@ class Key:
     screen: str
     key: str
     name: str  # a command's name, or the console's own action
-    label: str = ""  # the footer's word (a command's default: its title)
-    tooltip: str = ""  # the help line (a command's default: its hint)
+    label: str = ""  # the footer's word where it is shorter than a command's title
+    tooltip: str = ""  # the help line of the console's own; a command's is its ``help``
     show: bool = True  # in the footer
     action: str = ""  # the console's own: its Textual action (a command: run it)
     id: str = ""  # default: "<screen>.<name>"
@@ -56,7 +56,7 @@ class Key:
     def binding(self) -> Binding:
         command = self.command
         label = self.label or (command.title if command else self.name)
-        tooltip = self.tooltip or (command.help if command else "")
+        tooltip = command.help if command else self.tooltip
         return Binding(
             self.key,
             self.action or f"app.run('{self.name}')",
@@ -129,13 +129,12 @@ DEFAULT: tuple[Key, ...] = (
         "Open the job submission form (single, distributed or sweep); on GKE, the new-workload "
         "form (a JobSet)", action="submit_form", id="app.submit"),
     _OVERVIEW_FILTER[0],
-    Key("overview", "r", "recover", "Recover", "Run the whole recovery loop now (asks to confirm)"),
-    Key("overview", "u", "bring_up", tooltip="Bootstrap every host, start the Ray head, join the "
-        "workers, open the tunnel"),
-    Key("overview", "ctrl+r", "refresh", "Refresh", "Poll TPU API, SSH and Ray now", show=False),
+    Key("overview", "r", "recover", "Recover"),
+    Key("overview", "u", "bring_up"),
+    Key("overview", "ctrl+r", "refresh", "Refresh", show=False),
     _OVERVIEW_FILTER[1],
     _JOBS_FILTER[0],
-    Key("jobs", "x", "stop_job", tooltip="Stop the highlighted job (asks to confirm)"),
+    Key("jobs", "x", "stop_job"),
     _refresh("jobs", "List jobs from the Ray head now"),
     _JOBS_FILTER[1],
     _CADENCE_FILTER[0],
@@ -147,26 +146,22 @@ DEFAULT: tuple[Key, ...] = (
         action="toggle_raw"),
     _refresh("events", "Reload the journal from the services", "Reload"),
     _EVENTS_FILTER[1],
-    Key("recovery", "r", "recover", "Recover now",
-        "Run detect → recreate → bootstrap → Ray → tunnel → relaunch now (confirms)"),
-    Key("recovery", "a", "auto_recovery", "Toggle auto",
-        "Let the watchdog recover on its own, or only when you press r"),
+    Key("recovery", "r", "recover"),
+    Key("recovery", "a", "auto_recovery", "Toggle auto"),
     _refresh("recovery", "Re-read the watchdog's status"),
     _WORKLOADS_FILTER[0],
     Key("workloads", "l", "logs", "Logs",
         "Follow the highlighted pod's log, or a workload's (its coordinator's)",
         action="logs", needs=Capability.WORKLOADS),
-    Key("workloads", "x", "workload_delete", "Delete",
-        "Delete the highlighted workload and its pods (asks to confirm)"),
-    Key("workloads", "p", "preempt_slice", "Preempt",
-        "GKE emulator: reclaim the highlighted pod's TPU slice (asks to confirm)"),
-    Key("workloads", "ctrl+r", "refresh", "Refresh", "Poll the cluster now", show=False),
+    Key("workloads", "x", "workload_delete", "Delete"),
+    Key("workloads", "p", "preempt_slice", "Preempt"),
+    Key("workloads", "ctrl+r", "refresh", "Refresh", show=False),
     _WORKLOADS_FILTER[1],
     _refresh("ledger", "Read the journal again and recount goodput and cost", show=True),
     Key("host", "escape,q", "close", "Close", "Back to the overview", action="close"),
-    Key("host", "b", "bootstrap", "Re-bootstrap", "Run the bootstrap command on this host again"),
-    Key("host", "p", "preempt", "Preempt", "Emulator only: preempt this host now (asks to confirm)"),
-    Key("host", "c", "recreate", "Recreate", "Emulator only: recreate this host (asks to confirm)"),
+    Key("host", "b", "bootstrap", "Re-bootstrap"),
+    Key("host", "p", "preempt", "Preempt"),
+    Key("host", "c", "recreate", "Recreate"),
     Key("log", "escape", "back", "Back", "Close the log and go back to the job list", action="back"),
     Key("log", "f", "pause", "Pause",
         "Freeze the view; lines keep arriving in the buffer and are counted", action="pause"),

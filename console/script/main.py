@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from console import exit_codes
 from console.commands import GkeControl, PodControl
@@ -18,10 +18,6 @@ from console.config import Config
 from console.script.parse import ScriptError, parse_script
 from console.script.runner import ScriptRunner, ServicesFactory
 from console.secrets import Scrubber
-
-if TYPE_CHECKING:
-    from console.services.api import ConsoleServices
-
 
 MAX_SCRIPT_BYTES = 1 << 20
 
@@ -68,13 +64,18 @@ def script_main(
     except ValueError as exc:
         print(scrub.text(f"phantom: cannot read script {path!r}: {exc}"), file=err)
         return exit_codes.USAGE
+    from console.wiring import unbuilt_services
+
+    # The services the script runs against, decided now and built at its first step that
+    # needs the cluster: what the script is checked against comes with them.
+    services = unbuilt_services(config, services_factory)
     path_exists = None
     if config.is_gke:
         from console.wiring import storage_probe
 
         path_exists = storage_probe(config)
     try:
-        script = parse_script(text, config, name=name, base_dir=base_dir, path_exists=path_exists)
+        script = parse_script(text, services, name=name, base_dir=base_dir, path_exists=path_exists)
     except ScriptError as exc:
         for issue in exc.issues:
             print(scrub.text(issue.render(exc.name)), file=err)
@@ -84,12 +85,6 @@ def script_main(
             file=err,
         )
         return exit_codes.USAGE
-
-    def lazy_factory(cfg: Config) -> ConsoleServices:
-        # Only a step that needs the cluster pays for importing it (grpc, asyncssh, ray).
-        from console.wiring import services_factory as real
-
-        return real()(cfg)
 
     if pod_control is None:
         from console.wiring import pod_control as make_pod_control
@@ -102,7 +97,7 @@ def script_main(
     runner = ScriptRunner(
         script,
         config,
-        services_factory=services_factory or lazy_factory,
+        services=services,
         pod_control=pod_control,
         stdout=out,
         stderr=err,

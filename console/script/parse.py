@@ -20,11 +20,8 @@ from typing import Any
 
 from console.commands import Command
 from console.commands.kit.bind import BadArgument, PathExists, Where, from_text, parse_seconds
-from console.config import Config
 from console.script.language import ACTIONS, CONTINUE_FLAG, TWO_WORD, Arg, Verb
-from console.wiring import capabilities_for
-from console.wiring.settings import service_settings
-from console.wiring.where import cluster_in_use
+from console.services.api import UnbuiltServices
 
 __all__ = ["ScriptError", "ScriptLine", "parse_script", "parse_seconds"]
 
@@ -70,7 +67,7 @@ _ArgError = BadArgument
 
 @dataclass
 class _Ctx:
-    config: Config
+    services: UnbuiltServices
     where: Where
     job_lines: list[int] = field(default_factory=list)
     continue_on_error: bool = False
@@ -79,7 +76,7 @@ class _Ctx:
 
 def parse_script(
     text: str,
-    config: Config,
+    services: UnbuiltServices,
     *,
     name: str = "<script>",
     base_dir: Path | None = None,
@@ -87,14 +84,17 @@ def parse_script(
 ) -> Script:
     """Parse and validate the whole script; raise ScriptError with every problem found.
 
-    ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot tell here)."""
+    ``services``: the ones the script will run against, not built yet (their settings and
+    capabilities). ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot tell
+    here)."""
+    settings = services.settings
     where = Where(
-        service_settings(config),
+        settings,
         base_dir=base_dir or Path.cwd(),
-        hosts=config.cluster.hosts,
+        hosts=settings.cluster.hosts,
         path_exists=path_exists,
     )
-    ctx = _Ctx(config=config, where=where)
+    ctx = _Ctx(services=services, where=where)
     steps: list[ScriptLine] = []
     issues: list[ScriptIssue] = []
     if "\x00" in text:
@@ -165,7 +165,7 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
     adef = ACTIONS.get(name)
     if adef is None:
         raise _ArgError(_unknown_action(name))
-    _check_provider(adef, ctx.config)
+    _check_provider(adef, ctx.services)
     args, cont = _bind(adef, rest, ctx)
     if name == "set":
         ctx.continue_on_error = args["enabled"]
@@ -183,15 +183,15 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
     return ScriptLine(lineno, name, args, cont, text, always, adef.command)
 
 
-def _check_provider(adef: Verb, config: Config) -> None:
+def _check_provider(adef: Verb, services: UnbuiltServices) -> None:
     """An action the configured cluster cannot do (what its backend declares) is refused:
     another kind of cluster's verbs, and emulator verbs on a real one."""
     if adef.command is None:  # a directive: every cluster
         return
-    why = adef.command.refusal(capabilities_for(config))
+    why = adef.command.refusal(services.capabilities)
     if why is None:
         return
-    raise _ArgError(f"{why}; this config ({config.source}) drives {cluster_in_use(config)}")
+    raise _ArgError(f"{why}; {services.drives()}")
 
 
 def _unknown_action(name: str) -> str:

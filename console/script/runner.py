@@ -31,8 +31,8 @@ from console.config import Config
 from console.script.language import ACTOR
 from console.script.parse import Script, ScriptLine
 from console.secrets import Scrubber
+from console.services.api import UnbuiltServices
 from console.services.model import TERMINAL_JOBS, ActionResult, JobInfo, Reason, to_jsonable
-from console.wiring.settings import polling, service_settings
 
 if TYPE_CHECKING:
     from console.services.api import ConsoleServices, ServiceSettings
@@ -63,7 +63,7 @@ class ScriptRunner:
         script: Script,
         config: Config,
         *,
-        services_factory: ServicesFactory,
+        services: UnbuiltServices,
         pod_control: PodControl,
         stdout: TextIO,
         stderr: TextIO,
@@ -76,12 +76,12 @@ class ScriptRunner:
         self.actor = ACTOR
         self.pod: PodControl | None = pod_control
         self.gke: GkeControl | None = gke_control
-        self.settings: ServiceSettings = service_settings(config)
-        self._factory = services_factory
+        self.settings: ServiceSettings = services.settings
+        self._unbuilt = services
         self._scrub = Scrubber([config.wandb.api_key_env])
         self._out = JsonLines(stdout, self._scrub)
         self._err = stderr
-        self.poll_s = poll_interval_s or polling(config).client_s
+        self.poll_s = poll_interval_s or self.settings.polling.client_s
         self.feed = EventFeed(self._out.emit, clock)
         self._services: ConsoleServices | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -130,7 +130,7 @@ class ScriptRunner:
 
     async def services(self) -> ConsoleServices:
         if self._services is None:
-            services = self._factory(self.config)
+            services = self._unbuilt.build()
             self._unsubscribe = services.subscribe(self.feed)
             try:
                 await services.start()

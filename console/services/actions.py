@@ -26,7 +26,8 @@ from console.services.backends.base import (
 )
 from console.services.capabilities import Capability, refusal
 from console.services.jobs.workload import WorkloadPreview, WorkloadSpec
-from console.services.model import ActionResult, JobInfo, UpdateBus
+from console.services.model import ActionResult, JobInfo
+from console.services.model.bus import UpdateBus
 from console.services.settings import ClusterIdentity
 
 if TYPE_CHECKING:

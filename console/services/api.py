@@ -52,6 +52,21 @@ class ServiceSettings:
     """The local end of the tunnel to Ray's dashboard."""
 
 
+@dataclass(frozen=True)
+class UnbuiltServices:
+    """The services a front end is handed before they exist, as the composition root decides
+    them: a script is checked whole before anything runs, and builds them only at its first
+    step that needs the cluster. What the front end reads before that (the settings, the
+    cluster's capabilities, the words naming what the config drives) is known here."""
+
+    settings: ServiceSettings
+    capabilities: frozenset[Capability]
+    drives: Callable[[], str]
+    """E.g. "this config (phantom.toml) drives provider 'local'": a refusal ends with it."""
+    build: Callable[[], ConsoleServices]
+    """The services themselves (``ValueError``/``ConfigError`` naming the setting to fix)."""
+
+
 class ConsoleServices(Protocol):
     @property
     def settings(self) -> ServiceSettings:

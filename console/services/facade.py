@@ -14,6 +14,9 @@ too: the pod's ``actions`` lease). Every action is journaled with its actor thro
 Several front ends may drive one pod (``sharing``): the one holding the ``watch`` lease
 journals what it detects and recovers; the others follow the journal, show the owner's
 recovery, and ask it to recover (``recover`` journals a request and waits for the result).
+
+The facade makes none of its parts: the composition root (``console.wiring.compose``) builds
+each one and hands them over as ``Parts``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from console.services.actions import ClusterActions
@@ -34,7 +37,7 @@ from console.services.cadence.tracker import CadenceTracker
 from console.services.capabilities import Capability
 from console.services.errors import JobsUnavailable
 from console.services.jobs.budget import RetryBudget
-from console.services.jobs.registry import Advise, JobRegistry, Submitter
+from console.services.jobs.registry import JobRegistry, Submitter
 from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.watcher import JobWatcher, env_event
@@ -52,8 +55,8 @@ from console.services.model import (
     RecoveryStatus,
     RunCadence,
     Update,
-    UpdateBus,
 )
+from console.services.model.bus import UpdateBus
 from console.services.observation import Observation
 from console.services.record.journal import AsyncJournal, Journal
 from console.services.record.lease import PodLeases
@@ -67,8 +70,6 @@ from console.services.snapshot import pod_snapshot
 log = logging.getLogger(__name__)
 
 SETTLING_POLL_S = 1.0  # the pod poll's interval at most while VMs come up or go
-
-MakeBackend = Callable[[EventSink], Backend]
 
 
 async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]], repeat_s: float = 1.0) -> None:
@@ -98,90 +99,97 @@ class BusConsumer(Protocol):
     async def stop(self) -> None: ...
 
 
-MakeConsumer = Callable[[EventSink], BusConsumer]
+class Observer:
+    """The backend's observation plus what only the console knows: which jobs are its own,
+    and which of its runs' metrics have stalled (the latest cadence, as the facade polled it).
+    The watchdog and the facade's pod poll observe through it; the newest observation is kept
+    for the news the backend hears between polls."""
+
+    def __init__(self, backend: Backend, registry: JobRegistry) -> None:
+        self._backend = backend
+        self._registry = registry
+        self.cadence: list[RunCadence] = []  # the cadence poll's latest
+        self.last: Observation | None = None  # the newest poll, as observe() made it
+
+    async def observe(self) -> Observation:
+        obs = await self._backend.observe()
+        jobs = obs.jobs
+        if jobs and not obs.jobs_owned:
+            mine = self._registry.ids()
+            jobs = tuple(j for j in obs.jobs if j.job_id in mine)
+        self.last = obs = replace(
+            obs,
+            jobs=jobs,
+            stalled_runs=tuple(c.run_id for c in self.cadence if c.stalled),
+            run_names={c.run_id: c.name or c.run_id for c in self.cadence},
+        )
+        return obs
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the facade runs on, each part built by the composition root
+    (``console.wiring.compose``) and handed over: the facade makes none of them."""
+
+    bus: UpdateBus
+    sink: EventSink
+    journal: Journal
+    backend: Backend
+    chaos: Chaos | None
+    registry: JobRegistry
+    leases: PodLeases
+    outcomes: JobOutcomes
+    submitter: Submitter
+    retry_budget: RetryBudget
+    job_watcher: JobWatcher
+    cadence_tracker: CadenceTracker
+    observer: Observer
+    watchdog: Watchdog
+    sharing: Sharing
+    consumers: Sequence[BusConsumer] = ()
 
 
 class Facade(ClusterActions):
-    """``api.ConsoleServices`` over ``backend``; ``chaos`` only on an emulated cluster."""
+    """``api.ConsoleServices`` over the ``parts`` it is handed (``chaos`` only on an emulated
+    cluster)."""
 
     def __init__(
         self,
         settings: ServiceSettings,
+        parts: Parts,
         *,
-        make_backend: MakeBackend,
-        journal: Journal,
-        registry: JobRegistry,
-        leases: PodLeases,
-        chaos: Callable[[Backend], Chaos] | None = None,
-        consumers: Sequence[MakeConsumer] = (),
-        advise: Callable[[Backend], Advise] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        rec = settings.recovery
         self.polling = settings.polling
         self._clock = clock
-        bus = UpdateBus()
-        sink = EventSink(journal, bus.publish, clock=clock)
-        self._reads = AsyncJournal(journal)
-        backend = make_backend(sink)
-        emulated = chaos(backend) if chaos is not None else None
+        self._reads = AsyncJournal(parts.journal)
+        backend, emulated = parts.backend, parts.chaos
         self.capabilities: frozenset[Capability] = backend.capabilities | (
             emulated.capabilities if emulated is not None else frozenset()
         )
         self.poll_budget_s = settings.polling.budget_s
-        self.registry = registry
-        self.outcomes = JobOutcomes(journal, clock=clock)  # final states outlive their head
-        self.submitter = Submitter(
-            backend,
-            registry,
-            sink,
-            bus.publish,
-            clock=clock,
-            poll_budget_s=self.poll_budget_s,
-            advise=advise(backend) if advise is not None else None,
-        )
-        self.retry_budget = RetryBudget(
-            registry, self.outcomes, sink, rec.max_error_retries, clock=clock
-        )
-        self.job_watcher = JobWatcher(backend.list_jobs)
-        self.cadence_tracker = CadenceTracker(
-            backend.cadence_sources(),
-            rec.stall_factor,
-            clock=clock,
-            source_deadline_s=rec.cadence_deadline_s,
-        )
-        self._cadence: list[RunCadence] = []
+        self.registry = parts.registry
+        self.outcomes = parts.outcomes  # final states outlive their head
+        self.submitter = parts.submitter
+        self.retry_budget = parts.retry_budget
+        self.job_watcher = parts.job_watcher
+        self.cadence_tracker = parts.cadence_tracker
+        self._observer = parts.observer
         self._cadence_at = clock()  # when the last cadence poll finished
         self._cadence_polled = asyncio.Event()  # set by the first one
-        watchdog = Watchdog(
-            backend.recovery_plan(
-                self.outcomes.skipping_ended(self.retry_budget.guard(self.submitter.resubmit))
-            ),
-            observe=self.observe,
-            sink=sink,
-            publish=bus.publish,
-            auto=rec.auto,
-            poll_interval_s=settings.polling.interval_s,
-            step_retries=rec.step_retries,
-            ready_timeout_s=rec.ready_timeout_s,
-            emit_stall_events=False,
-            backoff_s=settings.polling.retry_s,
-            clock=clock,
-            action_lease=leases.actions,
-        )
         super().__init__(
             cluster=settings.cluster,
-            recovery=rec,
+            recovery=settings.recovery,
             backend=backend,
             chaos=emulated,
-            bus=bus,
-            sink=sink,
-            journal=journal,
-            leases=leases,
-            watchdog=watchdog,
+            bus=parts.bus,
+            sink=parts.sink,
+            journal=parts.journal,
+            leases=parts.leases,
+            watchdog=parts.watchdog,
         )
-        self.sharing = Sharing(journal, leases, self.watchdog, self.bus.publish, self.sink.own)
+        self.sharing = parts.sharing
         self._was_owner = False
         self._snapshot = PodSnapshot(
             at=clock(),
@@ -191,7 +199,7 @@ class Facade(ClusterActions):
         )
         self._env_flags_loaded = False
         # What else lives off the bus with tasks of its own (alerts): started and stopped here.
-        self.consumers: list[BusConsumer] = [make(self.sink) for make in consumers]
+        self.consumers: list[BusConsumer] = list(parts.consumers)
         for consumer in self.consumers:
             self.bus.subscribe(consumer.offer)
         self._tasks: list[asyncio.Task[None]] = []
@@ -203,7 +211,6 @@ class Facade(ClusterActions):
         self._news = self.backend if isinstance(self.backend, HearsBetweenPolls) else None
         self._news_fed = 0  # the backend's news_count when an observation was last fed
         self._news_task: asyncio.Task[None] | None = None
-        self._observed: Observation | None = None  # the newest poll, as observe() made it
         self._feed = asyncio.Lock()  # one observation at a time into the snapshot and watchdog
         self.backend.set_wakeup(self._woken)
 
@@ -287,7 +294,7 @@ class Facade(ClusterActions):
         assert news is not None
         while news.news_count != self._news_fed:
             async with self._feed:
-                count, last = news.news_count, self._observed
+                count, last = news.news_count, self._observer.last
                 if last is None or count == self._news_fed:
                     return
                 self._news_fed = count
@@ -359,10 +366,10 @@ class Facade(ClusterActions):
                 await self.sink.emit(env_event(job, self._clock()))
 
     async def _poll_cadence(self) -> None:
-        self._cadence = await self.cadence_tracker.apoll()
+        cadence = self._observer.cadence = await self.cadence_tracker.apoll()
         self._cadence_at = self._clock()
         self._cadence_polled.set()
-        for cad in self._cadence:
+        for cad in cadence:
             self.bus.publish(cad)
         for metrics in self.cadence_tracker.metrics():
             self.bus.publish(metrics)
@@ -373,20 +380,8 @@ class Facade(ClusterActions):
 
     # -- observing ------------------------------------------------------------------------------
     async def observe(self) -> Observation:
-        """The backend's observation plus what only the console knows: which jobs are its
-        own, and which of its runs' metrics have stalled."""
-        obs = await self.backend.observe()
-        jobs = obs.jobs
-        if jobs and not obs.jobs_owned:
-            mine = self.registry.ids()
-            jobs = tuple(j for j in obs.jobs if j.job_id in mine)
-        self._observed = obs = replace(
-            obs,
-            jobs=jobs,
-            stalled_runs=tuple(c.run_id for c in self._cadence if c.stalled),
-            run_names={c.run_id: c.name or c.run_id for c in self._cadence},
-        )
-        return obs
+        """The backend's observation plus what only the console knows (``Observer``)."""
+        return await self._observer.observe()
 
     def snapshot(self) -> PodSnapshot:
         return self._snapshot
@@ -435,7 +430,7 @@ class Facade(ClusterActions):
         return self.sharing.status()
 
     def cadence(self) -> list[RunCadence]:
-        return list(self._cadence)
+        return list(self._observer.cadence)
 
     async def cadence_now(self, deadline_s: float | None = None) -> list[RunCadence]:
         """Cadence as of now, within ``deadline_s`` (``recovery.cadence_deadline_s``). With
@@ -456,7 +451,7 @@ class Facade(ClusterActions):
             late = self._clock() - self._cadence_at
             if late > self.polling.interval_s + deadline:
                 reasons[""] = f"the last cadence poll finished {late:.0f}s ago"
-            return mark_stale(self._cadence, reasons)
+            return mark_stale(self._observer.cadence, reasons)
         return await asyncio.to_thread(
             read_cadence,
             self.cadence_tracker.sources,

@@ -35,8 +35,8 @@ from console.services.model import (
     RecoveryStatus,
     RunCadence,
     Update,
-    UpdateBus,
 )
+from console.services.model.bus import UpdateBus
 
 Report = Callable[[str], None]
 Build = Callable[[Report], ConsoleServices]

@@ -92,15 +92,11 @@ async def _watch(
     exporter = None
     built: list[Facade] = []
     if options.metrics is not None:
-        from console.services.exporter.server import exporter_for
-        from console.wiring.settings import service_settings
+        from console.wiring import metrics_exporter
 
         # Bound before the services exist (a port in use stops here); its ledger reads their
         # journal once they do.
-        s = service_settings(config)
-        exporter = exporter_for(
-            s.cluster, s.polling, s.ledger, options.metrics, lambda n: built[0].events(limit=n)
-        )
+        exporter = metrics_exporter(config, options.metrics, lambda n: built[0].events(limit=n))
         try:
             await exporter.server.bind()
         except OSError as exc:

@@ -24,17 +24,19 @@ from console.config.listen import Listen
 from console.wiring import settings as slices
 
 if TYPE_CHECKING:
-    from console.services.api import ConsoleServices, ServiceSettings
+    from console.services.api import ConsoleServices, ServiceSettings, UnbuiltServices
     from console.services.backends.base import Backend, Chaos
     from console.services.backends.tpu_vm.capacity import CapacityHooks
     from console.services.backends.tpu_vm.parts import PodAccess
     from console.services.capabilities import Capability
-    from console.services.facade import BusConsumer, Facade, MakeConsumer
+    from console.services.exporter.server import Exporter, ReadRows
+    from console.services.facade import BusConsumer, Facade
     from console.services.jobs.registry import Advise
     from console.services.pending import PendingServices
     from console.services.record.journal import Journal
     from console.services.record.lease import FileLease
     from console.services.record.sink import EventSink
+    from console.wiring.compose import MakeConsumer
     from console.wiring.control import LocalPodControl
     from console.wiring.gke import LocalGkeControl
 
@@ -72,10 +74,10 @@ def make_services(
     """
     from console.secrets import Scrubber
     from console.services.backends.tpu_vm.backend import TpuVmBackend
-    from console.services.facade import Facade
     from console.services.jobs.registry import JobRegistry
     from console.services.record.journal import Journal
     from console.services.record.lease import PodLeases
+    from console.wiring.compose import compose
 
     sdir = Path(state_dir) if state_dir is not None else default_state_dir()
     try:
@@ -121,7 +123,7 @@ def make_services(
         clock=clock,
     )
     try:
-        facade = Facade(
+        facade = compose(
             settings,
             make_backend=backend,
             journal=journal,
@@ -175,6 +177,16 @@ def _metrics(
         return exporter_for(s.cluster, s.polling, s.ledger, listen, lambda n: reads.query(limit=n))
 
     return [exporter]
+
+
+def metrics_exporter(config: Config, listen: Listen, rows: ReadRows) -> Exporter:
+    """The Prometheus exporter for ``config``'s cluster, made before its services exist:
+    `phantom watch` binds it first (a port in use stops there) and its ledger reads the
+    journal (``rows``) once they do."""
+    from console.services.exporter.server import exporter_for
+
+    s = slices.service_settings(config)
+    return exporter_for(s.cluster, s.polling, s.ledger, listen, rows)
 
 
 def _notices(
@@ -417,6 +429,24 @@ def services_factory() -> ServicesFactory:
         return make_services(config, autostart_pod=False)
 
     return factory
+
+
+def unbuilt_services(config: Config, factory: ServicesFactory | None = None) -> UnbuiltServices:
+    """The services a script is handed, built at its first step that needs the cluster (by
+    ``factory``, or ``services_factory``'s, which never starts a pod); what the script checks
+    before that (the settings, the capabilities, what the config drives) comes with them."""
+    from console.services.api import UnbuiltServices
+    from console.wiring.where import cluster_in_use
+
+    def build() -> ConsoleServices:
+        return (factory or services_factory())(config)
+
+    return UnbuiltServices(
+        settings=slices.service_settings(config),
+        capabilities=capabilities_for(config),
+        drives=lambda: f"this config ({config.source}) drives {cluster_in_use(config)}",
+        build=build,
+    )
 
 
 def pod_control(config: Config) -> LocalPodControl:

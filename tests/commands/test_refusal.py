@@ -15,7 +15,7 @@ import pytest
 from console.commands import Command, Front, all_commands
 from console.config import Config, parse_config
 from console.script.parse import ScriptError, parse_script
-from console.wiring import capabilities_for
+from console.wiring import capabilities_for, unbuilt_services
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, settle
 
@@ -56,7 +56,7 @@ def test_every_front_end_refuses_the_same_commands(cluster: str, command: Comman
     if Front.SCRIPT not in command.fronts:
         return
     try:
-        parse_script(_line(command), config)
+        parse_script(_line(command), unbuilt_services(config))
         script_refusal = None
     except ScriptError as exc:
         script_refusal = next((i.message for i in exc.issues if "only for" in i.message), None)

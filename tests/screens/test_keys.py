@@ -22,7 +22,8 @@ from rich.console import Console
 from textual.binding import Binding
 from textual.widgets import Static
 
-from console.commands import Front, by_name, offered
+from console.commands import Front, all_commands, by_name, offered
+from console.commands.kit.base import ASKS
 from console.commands.kit.params import Kind
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import SCREENS as HELP_SECTIONS
@@ -93,6 +94,22 @@ def test_every_key_of_a_command_says_what_it_does() -> None:
         binding = key.binding()
         assert binding.description and binding.tooltip, key
         assert binding.action == f"app.run('{command.name}')"
+
+
+def test_a_commands_text_is_said_once_on_the_command() -> None:
+    """A key of a command restates nothing of it: its tooltip is the command's ``help`` (so
+    the palette and the help screen say the same), a label is there only to be shorter than
+    the title, and "asks to confirm" comes from the command's ``confirm``, never its words."""
+    for key in DEFAULT:
+        command = key.command
+        if command is None:
+            continue
+        assert not key.tooltip, key
+        assert key.label != command.title, key
+        assert key.binding().tooltip == command.help
+    for command in all_commands():
+        assert "confirm" not in (command.hint + command.summary).lower(), command.name
+        assert command.help.endswith(ASKS) == (command.confirm is not None), command.name
 
 
 async def test_the_palette_is_the_commands_that_need_nothing_highlighted() -> None:

@@ -22,6 +22,7 @@ import pytest
 from benchmarks.pods import free_ray_ports
 from console.config import load_config
 from console.script.parse import parse_script
+from console.wiring import unbuilt_services
 from emulators.tpu_pod.client import leftover_pids, pod_status, stop_pod
 from tests.support import REPO
 from tests.support.waiting import wait_until
@@ -124,7 +125,10 @@ def test_shipped_preemption_drill_runs_against_the_emulator(tmp_path: Path) -> N
 
 def check_drill_output(lines: list[dict[str, Any]]) -> None:
     expected = [
-        s.action for s in parse_script(EXAMPLE.read_text(), load_config(None, discover=False)).lines
+        s.action
+        for s in parse_script(
+            EXAMPLE.read_text(), unbuilt_services(load_config(None, discover=False))
+        ).lines
     ]
     steps = [x for x in lines if x["type"] == "step"]
     assert [s["action"] for s in steps] == expected

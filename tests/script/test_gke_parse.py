@@ -17,6 +17,7 @@ from console.config import Config, parse_config
 from console.script.language import ACTIONS, usage_text
 from console.script.main import script_main
 from console.script.parse import parse_script
+from console.wiring import unbuilt_services
 from console.wiring.settings import workload_defaults
 from tests.support.gke_services import FAKE_TOKEN, gke_config
 from tests.support.script_harness import Harness
@@ -133,7 +134,7 @@ def test_a_checkpoint_that_exists_passes(tmp_path: Path, gke_cfg: Config) -> Non
     script = parse_script(
         "workload create grpo --checkpoint gs://phantom-bucket/ckpt/0/items --env STEPS=3 "
         "--env WANDB_API_KEY=$WANDB_API_KEY\nlogs last\nwait-workload last COMPLETED\n",
-        gke_cfg,
+        unbuilt_services(gke_cfg),
         path_exists=lambda uri: (tmp_path / "gke" / "bucket" / uri[5:]).exists(),
     )
     spec = build_workload_spec(script.lines[0].args, workload_defaults(gke_cfg))
@@ -162,7 +163,10 @@ def test_emulator_verbs_are_refused_on_a_real_cluster(tmp_path: Path) -> None:
         err = invalid(tmp_path, f"status\n{line}\n", real)
         assert "only for the local GKE emulator" in err and f"kubeconfig {kubeconfig}" in err, err
     # the workload verbs themselves are for real clusters too
-    parse_script("workload create grpo\nwait-workload grpo RUNNING\nworkload delete grpo\n", real)
+    parse_script(
+        "workload create grpo\nwait-workload grpo RUNNING\nworkload delete grpo\n",
+        unbuilt_services(real),
+    )
 
 
 def test_a_refused_verb_names_the_kubeconfig_in_use(tmp_path: Path, gke_cfg: Config) -> None:
@@ -226,7 +230,9 @@ def test_the_shipped_gke_drill_parses_its_checkpoint_made_by_an_earlier_line(
     """The drill converts a checkpoint and then trains from it: at parse time the checkpoint
     does not exist yet, and the earlier convert line is what will make it."""
     example = Path(__file__).resolve().parents[2] / "examples" / "gke_preemption_drill.phantom"
-    script = parse_script(example.read_text(), gke_cfg, path_exists=lambda uri: False)
+    script = parse_script(
+        example.read_text(), unbuilt_services(gke_cfg), path_exists=lambda uri: False
+    )
     assert [s.action for s in script.lines][:4] == [
         "gke up",
         "workload create",

@@ -20,6 +20,7 @@ from console.config import ClusterConfig, Config, parse_config
 from console.script.language import ACTIONS, CONTINUE_FLAG, usage_text
 from console.script.main import script_main
 from console.script.parse import ScriptError, parse_script, parse_seconds
+from console.wiring import unbuilt_services
 from tests.support import REPO
 from tests.support.script_harness import Harness
 
@@ -230,7 +231,8 @@ def test_unreadable_script_and_stdin(tmp_path: Path) -> None:
 def test_host_references_resolve_to_canonical_names() -> None:
     cfg = Config(cluster=ClusterConfig(node_name="spot", hosts=4))
     script = parse_script(
-        "bootstrap 0 spot-w1 127.0.0.12\npreempt all\npreempt 3\nrecreate 127.0.0.13\n", cfg
+        "bootstrap 0 spot-w1 127.0.0.12\npreempt all\npreempt 3\nrecreate 127.0.0.13\n",
+        unbuilt_services(cfg),
     )
     assert script.lines[0].args["hosts"] == ["spot-w0", "spot-w1", "spot-w2"]
     assert script.lines[1].args["host"] == "all"
@@ -240,14 +242,15 @@ def test_host_references_resolve_to_canonical_names() -> None:
 
 def test_pod_up_hosts_widens_the_valid_hosts() -> None:
     script = parse_script(
-        "pod up --hosts 8\npreempt 7\nwait-event preempted --host 127.0.0.17\n", Config()
+        "pod up --hosts 8\npreempt 7\nwait-event preempted --host 127.0.0.17\n",
+        unbuilt_services(Config()),
     )
     assert script.lines[1].args["host"] == "phantom-pod-w7"
     assert script.lines[2].args["host"] == "phantom-pod-w7"
 
 
 def test_gcp_hosts_accept_index_name_and_runtime_ips() -> None:
-    script = parse_script("bootstrap 1 phantom-pod-w2 10.130.0.7\n", GCP)
+    script = parse_script("bootstrap 1 phantom-pod-w2 10.130.0.7\n", unbuilt_services(GCP))
     assert script.lines[0].args["hosts"] == ["phantom-pod-w1", "phantom-pod-w2", "10.130.0.7"]
 
 
@@ -266,7 +269,7 @@ def test_directives_comments_quoting_and_continuations(tmp_path: Path) -> None:
         "finally\n"
         "teardown\n"
     )
-    s = parse_script(text, Config())
+    s = parse_script(text, unbuilt_services(Config()))
     assert [(st.line, st.action) for st in s.lines] == [
         (3, "ray-up"),
         (4, "submit"),
@@ -289,7 +292,7 @@ def test_sweep_args_reach_the_sweep_command_line() -> None:
     """`--sweep-args` passes engine.sweep flags the other options do not name, word by word."""
     s = parse_script(
         "submit sweep --run-cap 4 --sweep-args '--trial-timesteps 3000 --max-failures 10'\n",
-        Config(),
+        unbuilt_services(Config()),
     )
     spec = build_spec(SUBMIT.make(s.lines[0].args), Config().runtime_env)
     assert spec.sweep_args == "--trial-timesteps 3000 --max-failures 10"
@@ -301,7 +304,9 @@ def test_sweep_args_reach_the_sweep_command_line() -> None:
 
 def test_runtime_env_file_is_relative_to_the_script(tmp_path: Path) -> None:
     (tmp_path / "env.json").write_text(json.dumps({"pip": ["gymnasium"], "env_vars": {"A": "1"}}))
-    s = parse_script("submit single --runtime-env env.json\n", Config(), base_dir=tmp_path)
+    s = parse_script(
+        "submit single --runtime-env env.json\n", unbuilt_services(Config()), base_dir=tmp_path
+    )
     assert s.lines[0].args["runtime_env"] == {"pip": ["gymnasium"], "env_vars": {"A": "1"}}
 
 
@@ -316,7 +321,7 @@ def test_durations() -> None:
 
 def test_parse_error_is_structured() -> None:
     with pytest.raises(ScriptError) as info:
-        parse_script("ray-up\nnope\n", Config(), name="x.phantom")
+        parse_script("ray-up\nnope\n", unbuilt_services(Config()), name="x.phantom")
     assert [(i.line, i.render("x.phantom").split(":")[0]) for i in info.value.issues] == [
         (2, "x.phantom")
     ]
@@ -333,7 +338,7 @@ def test_usage_text_comes_from_the_same_table() -> None:
 
 
 def test_shipped_example_is_valid_for_the_default_config() -> None:
-    s = parse_script(EXAMPLE.read_text(), Config(), name=str(EXAMPLE))
+    s = parse_script(EXAMPLE.read_text(), unbuilt_services(Config()), name=str(EXAMPLE))
     actions = [st.action for st in s.lines]
     for needed in (
         "pod up",

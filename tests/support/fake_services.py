@@ -37,8 +37,8 @@ from console.services.model import (
     RunCadence,
     RunMetrics,
     Update,
-    UpdateBus,
 )
+from console.services.model.bus import UpdateBus
 from console.wiring import capabilities_for
 from console.wiring.settings import service_settings
 from tests.support.fake_data import (

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 A = TypeVar("A")
 
+ASKS = "(asks to confirm)"  # a confirming command's help ends so (``Command.help``)
+
 
 class Effect(StrEnum):
     """What a command does to the cluster: an agent may read unless allowed more."""
@@ -159,7 +161,7 @@ class Command(Generic[A]):
     fronts: frozenset[Front] = frozenset()
     verb: str | None = None  # its words in a line (script); default: the name, dashed
     title: str = ""  # a short name for people (the palette's title)
-    hint: str = ""  # a longer line for people (default: the summary)
+    hint: str = ""  # a longer line for people (default: the summary); one per command
     confirm: Callable[[A, PodSnapshot | None], Confirm | None] | None = None
     check: Callable[[A, Where], str] | None = None  # cross-argument problems, bound already
     told: Callable[[ActionResult], str] | None = None  # the result for people (TUI)
@@ -189,7 +191,11 @@ class Command(Generic[A]):
 
     @property
     def help(self) -> str:
-        return self.hint or self.summary
+        """What it does for people (the palette's line, every key's tooltip): the hint, or
+        the summary; a command that confirms says so here, from ``confirm``, never in words
+        of its own."""
+        text = self.hint or self.summary
+        return f"{text} {ASKS}" if self.confirm is not None else text
 
     def input_schema(self) -> dict[str, Any]:
         return input_schema(cast("type", self.args))

@@ -22,7 +22,8 @@ from console.config import parse_config
 from console.config.alerts import notify_urls
 from console.secrets import Scrubber
 from console.services.alerts.notify import Alerter
-from console.services.model import Event, UpdateBus
+from console.services.model import Event
+from console.services.model.bus import UpdateBus
 from console.services.record.journal import RECOVERED, RECOVERY_STARTED, Journal
 from console.services.record.sink import EventSink
 from tests.support.waiting import until
