@@ -376,17 +376,42 @@ class TpuVmBackend:
 
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead
-        cluster, and a graceful stop would wait out its grace period on each of them."""
+        cluster, and a graceful stop would wait out its grace period on each of them. A
+        host noticed since the recovery began is left to checkpoint and go (``_noticed``)."""
         t0 = time.monotonic()
-        per_host = await self.parts.ray.stop(hosts)
-        self._no_ray |= {h for h, r in per_host.items() if r.ok}
+        rest, per_host = self._noticed(hosts)
+        if rest:
+            stopped = await self.parts.ray.stop(rest)
+            self._no_ray |= {h for h, r in stopped.items() if r.ok}
+            per_host |= stopped
         return _result("stop_orphans", per_host, time.monotonic() - t0)
+
+    def _noticed(self, hosts: Sequence[str]) -> tuple[list[str], dict[str, HostResult]]:
+        """``hosts`` split: those an op may act on, and a result for each with a preemption
+        notice. A notice heard after a recovery began puts that host's checkpoint first:
+        its trainers write it through the grace, and stopping its Ray (its workers go with
+        the raylet) or joining it (work placed on a VM that is going) would cut it short or
+        waste it. It is recreated once it has gone (``recreate`` waits for that)."""
+        notices = self.notices.notices
+        left = {
+            h: HostResult(
+                host=h,
+                ok=True,
+                stdout_tail="preemption notice: left to checkpoint and go; recreated after\n",
+            )
+            for h in hosts
+            if h in notices
+        }
+        return [h for h in hosts if h not in left], left
 
     async def join_workers(
         self, hosts: Sequence[str], parallelism: int | None = None
     ) -> ActionResult:
         p = self.parts
         t0 = time.monotonic()
+        hosts, left = self._noticed(hosts)
+        if left and not hosts:
+            return _result("join_workers", left, time.monotonic() - t0)
         eps = p.ssh.resolve(hosts)
         try:
             per_host = await p.ray.join_workers(
@@ -406,7 +431,7 @@ class TpuVmBackend:
                 message=str(exc),
             )
         self._no_ray -= set(per_host)  # a failed start may have left a raylet behind
-        return _result("join_workers", per_host, time.monotonic() - t0)
+        return _result("join_workers", per_host | left, time.monotonic() - t0)
 
     async def rejoin_workers(self, hosts: Sequence[str]) -> ActionResult:
         """A recovery's join: ``access.rejoin_parallelism`` at a time (see ``PodAccess``)."""
