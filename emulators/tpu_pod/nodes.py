@@ -8,7 +8,6 @@ as READY: the API says PREEMPTED only once the VM is gone, as on GCP.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -61,6 +60,12 @@ def host_key_for(node_name: str, zone: Zone, slot: int, index: int) -> tuple[str
     if zone.index == 0 and slot == 0:
         return name, f"w{index}"
     return f"{name}.{zone.name}.{slot}", f"{zone.index}.{slot}.w{index}"
+
+
+def project_number(project: str) -> str:
+    """The project's number (the emulator has none: derived from its id, the same in the
+    metadata server and the service account's email)."""
+    return str(int.from_bytes(project.encode()[:6].ljust(6, b"\0"), "big") % 10**12)
 
 
 @dataclass
@@ -207,13 +212,12 @@ class Node:
 
     def _service_account(self) -> cloud_tpu.ServiceAccount | None:
         """Faithful: the project's Compute Engine default service account, as a node created
-        without ``--service-account`` runs as (``PROJECT_NUMBER-compute@...``; the number is
-        derived from the project id: the emulator has no project numbers)."""
+        without ``--service-account`` runs as (``PROJECT_NUMBER-compute@...``, the number
+        its metadata server gives)."""
         if not self.faithful:
             return None
-        number = int.from_bytes(hashlib.sha256(self.project.encode()).digest()[:5], "big")
         return cloud_tpu.ServiceAccount(
-            email=f"{number:012d}-compute@developer.gserviceaccount.com",
+            email=f"{project_number(self.project)}-compute@developer.gserviceaccount.com",
             scope=["https://www.googleapis.com/auth/cloud-platform"],
         )
 
@@ -272,7 +276,7 @@ class Node:
 
     def metadata_tree(self, host: Host, metadata_port: int) -> dict[str, object]:
         """What ``/computeMetadata/v1/`` shows on ``host``."""
-        numeric = str(int.from_bytes(self.project.encode()[:6].ljust(6, b"\0"), "big") % 10**12)
+        numeric = project_number(self.project)
         interface: dict[str, object] = {"ip": host.ip, "network": "default"}
         if host.external_ip:
             interface["access-configs"] = {"0": {"external-ip": host.external_ip}}
