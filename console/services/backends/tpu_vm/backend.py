@@ -93,7 +93,10 @@ class TpuVmBackend:
         )
         self._wake: Callable[[], None] = _nothing
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
-        self.observer = PodObserver(self.parts, self.notices.notices)
+        # When each host's connection dropped from the far end (wall clock): on the gcp path
+        # the first word of an abrupt loss, and its date (the API gives the loss none).
+        self.dropped_at: dict[str, float] = {}
+        self.observer = PodObserver(self.parts, self.notices.notices, self.dropped_at)
         self.heard = Heard(self.notices.notices)  # hard news between polls
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
         self.job_env = {**settings.job_env, **access.job_env}
@@ -137,6 +140,10 @@ class TpuVmBackend:
         obs = await self.observer.observe(began)
         self.heard.polled(began)  # its API read stands for what was heard before it began
         self._last = obs = self.heard.over(obs)  # ... not for what was heard since
+        for h in obs.hosts:  # a drop the host came back from (a blip) dates no later loss
+            dropped = self.dropped_at.get(h.name)
+            if dropped is not None and dropped < began and h.ssh_ok:
+                del self.dropped_at[h.name]
         if self.settings.watch_notices:
             # A watcher starts on every host that is up and answering (a notice comes only
             # to a live VM; the replacement of a preempted one gets its own once it answers)
@@ -189,7 +196,8 @@ class TpuVmBackend:
                 for n in doubtful:
                     st = node.host_states.get(index[n], "") if n in index else ""
                     if st in LOST_STATES:  # the provider's word: news to journal at once
-                        self.heard.api_lost(n, HostState(st), node.symptom_time(index[n]), read_at)
+                        when = node.symptom_time(index[n]) or self.dropped_at.get(n)
+                        self.heard.api_lost(n, HostState(st), when, read_at)
             if node is None or any(
                 node.host_states.get(index[n], "") != HostState.READY
                 for n in doubtful
@@ -208,6 +216,7 @@ class TpuVmBackend:
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
+        self.dropped_at.setdefault(ep.name, self._clock())
         self.observer.probes.suspect(ep.name)
         self.doubt.dropped(ep.name)
         self._wake()
@@ -298,6 +307,7 @@ class TpuVmBackend:
         for name in names:
             self.notices.clear(name)
             self.heard.forget(name)
+            self.dropped_at.pop(name, None)
             p.forget(name)
         self._no_ray |= set(names)
         return _result(
