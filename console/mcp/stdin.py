@@ -38,10 +38,12 @@ class StdinLines:
 
 @contextlib.asynccontextmanager
 async def stdin_lines(fd: int = 0) -> AsyncIterator[StdinLines | None]:
-    """stdin's lines, read by the loop; None when it is a regular file (the loop cannot
-    watch one: the SDK's own reader serves it, and a file ends by itself)."""
+    """stdin's lines, read by the loop; None when the loop cannot watch it (a regular file,
+    /dev/null): the SDK's own reader serves it, and such input ends by itself."""
     mode = os.fstat(fd).st_mode
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+    # What epoll can watch: a pipe or socket (an agent host's), a terminal; not a regular
+    # file nor /dev/null (connect_read_pipe would take it and never read).
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
         yield None
         return
     wire = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -54,12 +56,13 @@ async def stdin_lines(fd: int = 0) -> AsyncIterator[StdinLines | None]:
         os.close(null)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    pipe = os.fdopen(wire, "rb", buffering=0)
     try:
         transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire, "rb", buffering=0)
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
         )
     except BaseException:
-        os.close(wire)
+        pipe.close()
         _restore(fd, saved, blocking)
         raise
     try:

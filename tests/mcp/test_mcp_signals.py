@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,3 +70,17 @@ async def test_sigterm_over_stdio_stops_the_services_and_exits_0(
     assert stderr[-1] == "phantom mcp: stopped", stderr[-40:]
     assert not any("Traceback" in s for s in stderr), stderr[-40:]
     assert _exited(pid)
+
+
+@pytest.mark.timeout(300)
+def test_stdin_at_eof_from_the_start_ends_the_server(quiet_pod: PodInfo, tmp_path: Path) -> None:
+    """stdin the loop cannot watch (/dev/null, a regular file) is read the SDK's way: its
+    EOF ends the session at once, services stopped, exit 0 (it must not wait forever)."""
+    config = _config(quiet_pod, tmp_path)
+    argv = [sys.executable, "-m", "console.cli", "--config", str(config), "mcp"]
+    done = subprocess.run(
+        argv, cwd=REPO, env=mcp_env(tmp_path), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == "phantom mcp: stopped", done.stderr
