@@ -1,6 +1,7 @@
 """Time to detect a preempted worker at the default 5 s poll, at 4 and 1,024 hosts.
 
     .venv/bin/python -m benchmarks.detect [--hosts 4,1024] [--rounds 3] [--poll 5]
+        [--provider local,gcp]
 
 For each size: an emulated pod (free ports, temp run dir, stopped at the end) and the
 console's services over it as `phantom` builds them (``make_services``, auto recovery off),
@@ -23,7 +24,12 @@ VM is gone). Once every host's notice watcher listens, ``--rounds`` times each:
   the first loss since the pod was last seen healthy, so without a recovery between
   rounds it also holds the earlier rounds' losses);
 
-the worker recreated between rounds (its watcher listening again before the next). Each
+each for one host (``host``: the last worker; on the gcp path, whose faithful emulator
+reclaims whole slices only, that takes the slice as well) and for the whole slice
+(``slice``), on the local provider and on the gcp path over the GCP-faithful emulator
+(``--provider``), with the ratio gcp/local per figure;
+
+the lost hosts recreated between rounds (their watchers listening again before the next). Each
 figure is a median, beside ``over_poll`` (the figure over the poll interval, the baseline an
 interval poll alone would give: detection at a uniformly random moment of the interval
 waits ``poll / 2`` on average). Goal: <= 0.2 s at the 5 s poll at every size.
@@ -45,7 +51,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.pods import MAX_HOSTS, PodInfo, pod_config, start_pod, stop_pod
+from benchmarks.pods import (
+    MAX_HOSTS,
+    PodInfo,
+    gcp_config,
+    gcp_user_key,
+    pod_config,
+    start_pod,
+    stop_pod,
+)
 from console.services.backends.tpu_vm.backend import TpuVmBackend
 from console.services.facade import Facade
 from console.services.model import Event, EventKind, Update
@@ -85,100 +99,122 @@ def _api_said(events: tuple[dict[str, Any], ...], host: str) -> float | None:
     return max(times) if times else None
 
 
-async def _recreate(svc: Facade, backend: TpuVmBackend, host: str, hosts: int) -> None:
+async def _recreate(svc: Facade, backend: TpuVmBackend, lost: list[str], hosts: int) -> None:
     for step in (
-        backend.recreate([host]),
-        backend.wait_hosts_ready([host], 300.0),
+        backend.recreate(lost),
+        backend.wait_hosts_ready(lost, 300.0),
     ):
         res = await step
         if not res.ok:
-            raise RuntimeError(f"recreate of {host} failed: {res.message}")
+            raise RuntimeError(f"recreate of {', '.join(lost)} failed: {res.message}")
     t0 = time.perf_counter()
     while True:  # the poll sees it answer, and starts its watcher
         await svc.refresh()
         if len(backend.notices.listening) >= hosts:
             return
         if time.perf_counter() - t0 > LISTEN_DEADLINE_S:
-            raise TimeoutError(f"{host}: recreated, its watcher never listened")
+            raise TimeoutError(f"{', '.join(lost)}: recreated, a watcher never listened")
         await asyncio.sleep(0.5)
 
 
-async def measure(hosts: int, rounds: int, poll_s: float) -> dict[str, Any]:
+LOSSES = ("host", "slice")
+MODES = ("notice", "abrupt")
+
+
+async def _pod_and_config(
+    provider: str, hosts: int, work: Path, poll_s: float
+) -> tuple[PodInfo, Any]:
+    """The pod and the config driving it: ``local`` the emulator through the local provider,
+    ``gcp`` the GCP-faithful emulator through the gcp path (Google's TPU client on its
+    loopback endpoint, a GCP user's SSH identity to the workers' external IPs)."""
+    recovery = {"poll_interval_s": poll_s, "auto": False, "notice_grace_s": 30}
+    if provider == "gcp":
+        key = gcp_user_key(work / "google_compute_engine")
+        pod = await start_pod(
+            work / "pod", hosts=hosts, ready_delay=0.0, timeout=600.0,
+            faithful=True, ssh_user="alice", ssh_key=key,
+        )  # fmt: skip
+        return pod, gcp_config(pod, work, recovery=recovery)
+    pod = await start_pod(work / "pod", hosts=hosts, ready_delay=0.0, timeout=600.0)
+    return pod, pod_config(pod, work, recovery=recovery)
+
+
+async def measure(
+    hosts: int, rounds: int, poll_s: float, provider: str = "local"
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="phantom-bench-detect-"))
-    pod: PodInfo = await start_pod(work / "pod", hosts=hosts, ready_delay=0.0, timeout=600.0)
+    pod, cfg = await _pod_and_config(provider, hosts, work, poll_s)
     rows: dict[str, Event] = {}
 
     def on_update(u: Update) -> None:
         if isinstance(u, Event) and u.kind in (EventKind.PREEMPTION_NOTICE, EventKind.PREEMPTED):
             rows.setdefault(f"{u.kind}/{u.host}", u)
 
+    # (loss, mode) -> figures: from the emulator's notice stamp to the notice row; from the
+    # TPU API turning PREEMPTED to the preempted row.
+    figures: dict[tuple[str, str], list[float]] = {(lo, m): [] for lo in LOSSES for m in MODES}
+    heard: list[float] = []  # of notice: the emulator's stamp -> the watcher's line here
+    abrupt_call: list[float] = []
+    detector: list[float] = []
     try:
-        cfg = pod_config(
-            pod, work, recovery={"poll_interval_s": poll_s, "auto": False, "notice_grace_s": 30}
-        )
         svc = make_services(cfg, state_dir=work / "state", autostart_pod=False)
         backend = svc.backend
         assert isinstance(backend, TpuVmBackend)
         svc.subscribe(on_update)
-        notice: list[float] = []
-        heard: list[float] = []  # of notice: the emulator's stamp -> the watcher's line here
-        abrupt: list[float] = []
-        abrupt_call: list[float] = []
-        detector: list[float] = []
         try:
             await svc.start()
-            listen_s = await _listening(backend, hosts, LISTEN_DEADLINE_S)
-            index = hosts - 1
+            listen_s = await _listening(backend, len(pod.hosts), LISTEN_DEADLINE_S)
+            index = len(pod.hosts) - 1
             worker = pod.hosts[index].name
             for i in range(rounds):
-                for mode in ("notice", "abrupt"):
-                    # A moment into the poll's interval, as a reclaim comes at any time.
-                    await asyncio.sleep(poll_s * (0.3 + 0.4 * (i % 2)))
-                    rows.clear()
-                    t_call = time.time()
-                    if mode == "notice":
-                        info = await pod_client.async_preempt(
-                            pod.run_dir, index, notice=30.0, wait=False
+                for loss in LOSSES:
+                    target: int | str = index if loss == "host" else "all"
+                    for mode in MODES:
+                        # A moment into the poll's interval, as a reclaim comes at any time.
+                        await asyncio.sleep(poll_s * (0.3 + 0.4 * (i % 2)))
+                        rows.clear()
+                        t_call = time.time()
+                        if mode == "notice":
+                            info = await pod_client.async_preempt(
+                                pod.run_dir, target, notice=30.0, wait=False
+                            )
+                            given = info.hosts[index].notice_at or t_call
+                            ev = await _row(rows, EventKind.PREEMPTION_NOTICE, worker, 60.0)
+                            figures[loss, mode].append(max(0.0, ev.at - given))
+                            heard.append(backend.notices.notices.get(worker, ev.at) - given)
+                            await _row(rows, EventKind.PREEMPTED, worker, 120.0)
+                        else:
+                            info = await pod_client.async_preempt(pod.run_dir, target)
+                            ev = await _row(rows, EventKind.PREEMPTED, worker, 60.0)
+                            said = _api_said(info.events, worker) or t_call
+                            figures[loss, mode].append(max(0.0, ev.at - said))
+                            abrupt_call.append(ev.at - t_call)
+                            detector.append(float(ev.data.get("detect_s", ev.at - t_call)))
+                        print(
+                            f"{provider:>5} {len(pod.hosts):>5} hosts round {i + 1} "
+                            f"{loss:>5} {mode:>6}: {figures[loss, mode][-1]:.3f}s",
+                            file=sys.stderr,
+                            flush=True,
                         )
-                        given = info.hosts[index].notice_at or t_call
-                        ev = await _row(rows, EventKind.PREEMPTION_NOTICE, worker, 60.0)
-                        notice.append(max(0.0, ev.at - given))
-                        heard.append(backend.notices.notices.get(worker, ev.at) - given)
-                        await _row(rows, EventKind.PREEMPTED, worker, 120.0)
-                    else:
-                        info = await pod_client.async_preempt(pod.run_dir, index)
-                        ev = await _row(rows, EventKind.PREEMPTED, worker, 60.0)
-                        said = _api_said(info.events, worker) or t_call
-                        abrupt.append(max(0.0, ev.at - said))
-                        abrupt_call.append(ev.at - t_call)
-                        detector.append(float(ev.data.get("detect_s", ev.at - t_call)))
-                    print(
-                        f"{hosts:>5} hosts round {i + 1} {mode:>6}: "
-                        f"{(notice if mode == 'notice' else abrupt)[-1]:.3f}s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    await _recreate(svc, backend, worker, hosts)
+                        lost = [worker] if loss == "host" else [h.name for h in pod.hosts]
+                        await _recreate(svc, backend, lost, len(pod.hosts))
         finally:
             await svc.stop()
             svc.close_journal()
     finally:
         await stop_pod(work / "pod")
         shutil.rmtree(work, ignore_errors=True)
-    med = {
-        "notice_s": statistics.median(notice),
-        "abrupt_s": statistics.median(abrupt),
-        "abrupt_call_s": statistics.median(abrupt_call),
-        "abrupt_detector_s": statistics.median(detector),
-    }
+    med = {f"{lo}_{m}_s": statistics.median(v) for (lo, m), v in figures.items()}
     return {
         **{k: round(v, 3) for k, v in med.items()},
-        "notice_all": [round(x, 3) for x in notice],
+        # The names of the figures before the slice and provider were measured too.
+        "notice_s": round(med["host_notice_s"], 3),
+        "abrupt_s": round(med["host_abrupt_s"], 3),
+        "abrupt_call_s": round(statistics.median(abrupt_call), 3),
+        "abrupt_detector_s": round(statistics.median(detector), 3),
+        **{f"{lo}_{m}_all": [round(x, 3) for x in v] for (lo, m), v in figures.items()},
         "notice_heard_all": [round(x, 3) for x in heard],
-        "abrupt_all": [round(x, 3) for x in abrupt],
-        "abrupt_call_all": [round(x, 3) for x in abrupt_call],
-        "notice_over_poll": round(med["notice_s"] / poll_s, 4),
-        "abrupt_over_poll": round(med["abrupt_s"] / poll_s, 4),
+        "worst_over_poll": round(max(med.values()) / poll_s, 4),
         "listen_s": round(listen_s, 1),
     }
 
@@ -188,11 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts", default="4,1024", help="comma-separated host counts")
     ap.add_argument("--rounds", type=int, default=3, help="preemptions of each kind per size")
     ap.add_argument("--poll", type=float, default=5.0, help="the poll interval, seconds")
+    ap.add_argument(
+        "--provider", default="local,gcp", help="local, gcp or both (the ratio needs both)"
+    )
     args = ap.parse_args(argv)
     try:
         sizes = sorted({int(x) for x in args.hosts.split(",") if x.strip()})
     except ValueError:
         print(f"bench_detect: --hosts {args.hosts!r}: comma-separated integers", file=sys.stderr)
+        return 2
+    providers = [p.strip() for p in args.provider.split(",") if p.strip()]
+    if not providers or any(p not in ("local", "gcp") for p in providers):
+        print(f"bench_detect: --provider {args.provider!r}: local, gcp or local,gcp",
+              file=sys.stderr)  # fmt: skip
         return 2
     if not sizes or sizes[0] < 2 or sizes[-1] > MAX_HOSTS or args.rounds < 1 or args.poll <= 0:
         print(
@@ -202,20 +246,41 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("NO_GCE_CHECK", "True")
 
-    async def run() -> dict[str, Any]:
-        return {str(n): await measure(n, args.rounds, args.poll) for n in sizes}
+    async def run() -> dict[str, dict[str, Any]]:
+        return {
+            f"{p}/{n}": await measure(n, args.rounds, args.poll, p)
+            for n in sizes
+            for p in providers
+        }
 
     result = asyncio.run(run())
-    print(
-        f"{'hosts':>5} {'notice s':>9} {'abrupt s':>9} {'from call':>9} {'detector':>9} {'/poll':>7}"
-    )
-    for n, row in result.items():
-        worst = max(row["notice_over_poll"], row["abrupt_over_poll"])
+    # Not abrupt_detector_s: it counts from the first loss since the pod was last healthy,
+    # which without a recovery between rounds holds the earlier rounds' losses.
+    keys = [f"{lo}_{m}_s" for lo in LOSSES for m in MODES]
+    print(f"{'provider/hosts':>14} " + " ".join(f"{k[:-2]:>13}" for k in keys) + f" {'/poll':>7}")
+    for name, row in result.items():
         print(
-            f"{n:>5} {row['notice_s']:>9.3f} {row['abrupt_s']:>9.3f} {row['abrupt_call_s']:>9.3f} "
-            f"{row['abrupt_detector_s']:>9.3f} {worst:>7.4f}"
+            f"{name:>14} "
+            + " ".join(f"{row[k]:>13.3f}" for k in keys)
+            + f" {row['worst_over_poll']:>7.4f}"
         )
-    print(json.dumps({"poll_s": args.poll, "rounds": args.rounds, **result}))
+    ratios: dict[str, dict[str, float | None]] = {}
+    for n in sizes:
+        gcp, local = result.get(f"gcp/{n}"), result.get(f"local/{n}")
+        if gcp is None or local is None:
+            continue
+        ratios[str(n)] = {
+            k[:-2]: round(gcp[k] / local[k], 2) if local[k] > 0 else None for k in keys
+        }
+        print(
+            f"{'gcp/local ' + str(n):>14} "
+            + " ".join(
+                f"{'-' if ratios[str(n)][k[:-2]] is None else ratios[str(n)][k[:-2]]:>13}"
+                for k in keys
+            )
+        )
+    print(json.dumps({"poll_s": args.poll, "rounds": args.rounds, **result,
+                      "gcp_over_local": ratios}))  # fmt: skip
     return 0
 
 

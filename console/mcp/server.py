@@ -2,7 +2,8 @@
 
     mcp_main(config, McpOptions(policy, http)) -> exit code
 
-Over stdio the server ends when the agent host closes its stdin. Over streamable HTTP
+Over stdio the server ends when the agent host closes its stdin, or on SIGTERM or SIGINT
+(services stopped, exit 0). Over streamable HTTP
 (``--http ADDR:PORT``, loopback only, port 0 picks a free one) it binds before anything else
 is built (an address in use is exit 2, nothing started), says
 ``phantom mcp: listening on http://ADDR:PORT/mcp`` on stderr once it accepts connections,
@@ -25,7 +26,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
@@ -39,6 +40,7 @@ from console.config import Config, ConfigError
 from console.config.listen import Listen
 from console.mcp.calls import Calls, documents
 from console.mcp.policy import Policy
+from console.mcp.stdin import stdin_lines
 from console.secrets import Scrubber
 
 if TYPE_CHECKING:
@@ -262,8 +264,7 @@ async def _serve(
             file=err,
         )
         if sock is None:
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+            await _serve_stdio(server)
         else:
             await _serve_http(server, sock, err)
     finally:
@@ -273,6 +274,39 @@ async def _serve(
             close()
     print("phantom mcp: stopped", file=err, flush=True)  # the services too
     return exit_codes.OK
+
+
+async def _serve_stdio(server: Server[Any]) -> None:
+    """The session on stdin/stdout until the agent host closes stdin, or SIGTERM/SIGINT
+    (an agent host stopping its servers sends SIGTERM): the session is cancelled and the
+    caller stops the services, as over HTTP. Without these handlers the signal's default
+    ended the process on the spot, its recovery, pollers and tunnel never stopped. stdin is
+    read by the loop (``stdin_lines``), so cancelling the session does not wait for the
+    agent's next line."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def session() -> None:
+        async with (
+            stdin_lines() as lines,
+            stdio_server(stdin=cast("Any", lines)) as (read, write),
+        ):
+            await server.run(read, write, server.create_initialization_options())
+
+    try:
+        serving = asyncio.create_task(session())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not serving.done():
+            serving.cancel()  # the whole session, its stdin reader included
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 def _bind(listen: Listen) -> socket.socket:

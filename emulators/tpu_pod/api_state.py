@@ -185,9 +185,10 @@ class PodState:
         the Cloud TPU API's message; no node is left behind. ``ignore_capacity``: the
         pod's first node, placed at start-up whatever the stockout schedule says.
         GCP-faithful: the type and runtime version are checked (INVALID_ARGUMENT), the
-        host count follows from the type, a full zone outside a stockout is a quota
-        refusal (RESOURCE_EXHAUSTED naming the quota) and only a stockout window is a
-        stockout. ``hosts``: the pod's first node, sized by ``--hosts``.
+        host count follows from the type, a create beyond ``--quota`` is refused at once
+        (RESOURCE_EXHAUSTED naming the quota), and a zone with no room for the type (its
+        capacity taken, or a stockout window) fails the operation with the stockout, as
+        the real API does. ``hosts``: the pod's first node, sized by ``--hosts``.
         """
         zone = self.zone_of(parent, allow_all=False)
         if not _NODE_ID.match(node_id):
@@ -211,9 +212,15 @@ class PodState:
                 "see `gcloud compute tpus versions list`",
             )
         used = self.used()[zone]
+        faithful = self.rt.cfg.faithful and shape is not None
+        if not ignore_capacity and faithful and shape is not None:
+            # The API admits the request against the project's quota first (a refusal at
+            # once, HTTP 429); a zone's capacity is found out while provisioning (the
+            # operation fails with the stockout).
+            self._check_quota(zone, shape, _is_spot(spec), target)
         full = (
-            self.capacity.in_stockout(zone)
-            if self.rt.cfg.faithful
+            self._no_room(zone, shape)
+            if faithful and shape is not None
             else (self.capacity.free(zone, used) <= 0)
         )
         if not ignore_capacity and full:
@@ -221,8 +228,6 @@ class PodState:
             return target, _fail(
                 ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, stockout_message(zone))
             )
-        if not ignore_capacity and self.rt.cfg.faithful and shape is not None:
-            self._check_quota(zone, shape, _is_spot(spec), target)
         node = self._new_node(zone, node_id, spec, queued_resource, shape, hosts)
         self._boot_all(node)
         self.rt.event("create", node=node.path, hosts=[h.name for h in node.hosts])
@@ -252,18 +257,31 @@ class PodState:
                 accelerators.not_found_message(shown, zone, secrets.token_hex(8)),
             ) from None
 
-    def quota_limit(self, zone: str, shape: Shape) -> int:
-        """``--quota`` for the zone and family, else the zone's capacity in slices of the
-        pod's own type (so by default a zone holds what it did before quotas)."""
+    def quota_limit(self, zone: str, shape: Shape) -> int | None:
+        """``--quota`` for the zone and family; None without one (no quota stands in the
+        way: a zone that is full is out of capacity, a stockout, as on the real API)."""
         family = shape.generation.name
         for key in ((zone, family), ("", family)):
             if key in self.rt.cfg.quota:
                 return self.rt.cfg.quota[key]
+        return None
+
+    def _no_room(self, zone: str, shape: Shape) -> bool:
+        """Faithful capacity: a stockout window, or the zone's ``--capacity`` (in slices of
+        the pod's own type, counted in the type's units, so four v4-8 fit where one v4-32
+        does) taken by the nodes in it, a PREEMPTED one included until deleted."""
+        if self.capacity.in_stockout(zone):
+            return True
         try:
             own = accelerators.parse(self.rt.cfg.accelerator_type).units
         except ValueError:
             own = shape.units
-        return self.capacity.zone(zone).capacity * own
+        taken = sum(
+            n.shape.units if n.shape is not None else own
+            for n in self.nodes.values()
+            if n.zone.name == zone
+        )
+        return taken + shape.units > self.capacity.zone(zone).capacity * own
 
     def _check_quota(self, zone: str, shape: Shape, spot: bool, target: str) -> None:
         used = sum(
@@ -275,7 +293,7 @@ class PodState:
             and (n.spot or n.preemptible) == spot
         )
         limit = self.quota_limit(zone, shape)
-        if used + shape.units > limit:
+        if limit is not None and used + shape.units > limit:
             metric = accelerators.quota_metric(shape, spot)
             self.rt.event("quota", zone=zone, node=target, metric=metric, used=used, limit=limit)
             raise ApiError(

@@ -62,6 +62,12 @@ def host_key_for(node_name: str, zone: Zone, slot: int, index: int) -> tuple[str
     return f"{name}.{zone.name}.{slot}", f"{zone.index}.{slot}.w{index}"
 
 
+def project_number(project: str) -> str:
+    """The project's number (the emulator has none: derived from its id, the same in the
+    metadata server and the service account's email)."""
+    return str(int.from_bytes(project.encode()[:6].ljust(6, b"\0"), "big") % 10**12)
+
+
 @dataclass
 class Node:
     name: str  # the node id
@@ -155,7 +161,8 @@ class Node:
         unhealthy = [h.name for h in self.hosts if h.state not in (READY, PREEMPTING)]
         return cloud_tpu.Node(
             name=self.path,
-            description=self.description or "phantom local spot pod emulator",
+            description=self.description
+            or ("" if self.faithful else "phantom local spot pod emulator"),
             accelerator_type=self.accelerator_type,
             accelerator_config=cloud_tpu.AcceleratorConfig(
                 type_=getattr(cloud_tpu.AcceleratorConfig.Type, self.shape.generation.config_type),
@@ -174,18 +181,44 @@ class Node:
             scheduling_config=cloud_tpu.SchedulingConfig(
                 spot=self.spot, preemptible=self.preemptible
             ),
-            network_config=cloud_tpu.NetworkConfig(
-                network="default",
-                subnetwork="default",
-                enable_external_ips=bool(self.hosts[0].external_ip),
-            ),
+            network_config=self._network_config(),
+            service_account=self._service_account(),
+            shielded_instance_config=cloud_tpu.ShieldedInstanceConfig() if self.faithful else None,
             network_endpoints=self._network_endpoints(ssh_port),
-            labels={"emulator": "phantom", **self.labels},
+            # Faithful: the labels as sent, none added (a real node carries only its own).
+            labels=dict(self.labels) if self.faithful else {"emulator": "phantom", **self.labels},
             metadata=self.metadata,
             id=self.node_id,
             api_version=cloud_tpu.Node.ApiVersion.V2,
             symptoms=symptoms,
             queued_resource=self.queued_resource,
+        )
+
+    def _network_config(self) -> cloud_tpu.NetworkConfig:
+        """Faithful: the full resource paths the real Node carries (``projects/P/global/
+        networks/default``, ``projects/P/regions/R/subnetworks/default``), not the short
+        names a create may send."""
+        external = bool(self.hosts[0].external_ip)
+        if not self.faithful:
+            return cloud_tpu.NetworkConfig(
+                network="default", subnetwork="default", enable_external_ips=external
+            )
+        region = self.zone.name.rsplit("-", 1)[0]
+        return cloud_tpu.NetworkConfig(
+            network=f"projects/{self.project}/global/networks/default",
+            subnetwork=f"projects/{self.project}/regions/{region}/subnetworks/default",
+            enable_external_ips=external,
+        )
+
+    def _service_account(self) -> cloud_tpu.ServiceAccount | None:
+        """Faithful: the project's Compute Engine default service account, as a node created
+        without ``--service-account`` runs as (``PROJECT_NUMBER-compute@...``, the number
+        its metadata server gives)."""
+        if not self.faithful:
+            return None
+        return cloud_tpu.ServiceAccount(
+            email=f"{project_number(self.project)}-compute@developer.gserviceaccount.com",
+            scope=["https://www.googleapis.com/auth/cloud-platform"],
         )
 
     def _network_endpoints(self, ssh_port: int) -> list[cloud_tpu.NetworkEndpoint]:
@@ -243,7 +276,7 @@ class Node:
 
     def metadata_tree(self, host: Host, metadata_port: int) -> dict[str, object]:
         """What ``/computeMetadata/v1/`` shows on ``host``."""
-        numeric = str(int.from_bytes(self.project.encode()[:6].ljust(6, b"\0"), "big") % 10**12)
+        numeric = project_number(self.project)
         interface: dict[str, object] = {"ip": host.ip, "network": "default"}
         if host.external_ip:
             interface["access-configs"] = {"0": {"external-ip": host.external_ip}}

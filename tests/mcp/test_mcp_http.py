@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -126,3 +127,29 @@ def test_http_off_loopback_or_on_a_busy_port_is_a_usage_error(
     assert taken.returncode == 2, taken.stderr
     assert f"--http 127.0.0.1:{port}: cannot listen there" in taken.stderr, taken.stderr
     assert "Traceback" not in taken.stderr and "serving" not in taken.stderr
+
+
+@pytest.mark.timeout(300)
+async def test_a_ping_after_the_server_stopped_fails_at_once(
+    quiet_pod: PodInfo, tmp_path: Path
+) -> None:
+    """The last notes had the SDK's ``send_ping()`` hang once the server was gone. With mcp
+    2.3 it does not, ours or the SDK's: the server ends its sessions and exits, the ping's
+    POST is refused, and the SDK tears its transport down (the ping cancelled, the
+    ``ConnectError`` raised out of ``streamable_http_client``). A hang here fails on the
+    test's timeout."""
+    config = _config(quiet_pod, tmp_path)
+    failed: list[BaseException] = []
+    async with mcp_http_server(config, mcp_env(tmp_path)) as server:
+        try:
+            async with (
+                streamable_http_client(server.url) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                await session.send_ping()
+                assert await server.stop(signal.SIGTERM) == 0, server.stderr[-40:]
+                await session.send_ping()
+        except* httpx2.ConnectError as group:
+            failed.extend(group.exceptions)
+    assert failed, "the ping after the server's exit answered"

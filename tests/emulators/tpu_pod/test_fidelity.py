@@ -235,6 +235,50 @@ def test_gcloud_quota_refusal_names_the_quota_and_a_stockout_keeps_its_words(
         client.set_zone(fpod.run_dir, "local-b", clear_stockouts=True)
 
 
+@needs_gcloud
+def test_gcloud_create_in_a_zone_without_room_is_a_stockout_not_a_quota_error(
+    fpod: PodInfo, tmp_path: Path
+) -> None:
+    """A zone whose capacity is taken answers as the real API does: the operation fails with
+    the stockout (code 8, "no more capacity in the zone"), never a quota error, which would
+    send the user to the quota page. Only ``--quota`` refuses with the quota's words."""
+    cfg = tmp_path / "gcloud"
+    args = ("--version=tpu-ubuntu2204-base", "--spot", "--accelerator-type=v4-8")
+    client.set_zone(fpod.run_dir, "local-c", capacity=0)
+    try:
+        res = gcloud(fpod, cfg, "tpu-vm", "create", "full", "--zone=local-c", *args)
+        assert res.returncode != 0
+        assert '"code": 8' in res.stderr and "no more capacity in the zone" in res.stderr
+        assert "Quota limit" not in res.stderr, res.stderr
+    finally:
+        client.set_zone(fpod.run_dir, "local-c", capacity=1)
+
+
+@needs_gcloud
+def test_gcloud_describes_the_real_node_fields_only(fpod: PodInfo, tmp_path: Path) -> None:
+    """What the real v2 Node carries (REST reference, projects.locations.nodes): the full
+    network paths, the service account it runs as and its shielded instance config; and
+    nothing the emulator made up (no label of its own, no description nobody sent)."""
+    cfg = tmp_path / "gcloud"
+    asyncio.run(create(fpod, "local-c", "seen", "v4-8"))
+    try:
+        node = gcloud_json(fpod, cfg, "compute", "tpus", "tpu-vm", "describe", "seen",
+                           "--zone=local-c")  # fmt: skip
+    finally:
+        asyncio.run(delete(fpod, "local-c", "seen"))
+    project, region = fpod.project, "local"
+    assert node["networkConfig"]["network"] == f"projects/{project}/global/networks/default"
+    assert node["networkConfig"]["subnetwork"] == (
+        f"projects/{project}/regions/{region}/subnetworks/default"
+    )
+    account = node["serviceAccount"]
+    assert account["email"].endswith("-compute@developer.gserviceaccount.com"), account
+    assert account["scope"] == ["https://www.googleapis.com/auth/cloud-platform"]
+    assert "shieldedInstanceConfig" in node, sorted(node)
+    assert "emulator" not in node.get("labels", {}), node.get("labels")
+    assert "emulator" not in node.get("description", ""), node.get("description")
+
+
 async def test_a_faithful_pod_of_a_type_has_that_types_hosts(tmp_path: Path) -> None:
     for kwargs, words in (
         ({"accelerator_type": "banana"}, "--accelerator-type 'banana': not a Cloud TPU type"),

@@ -93,7 +93,10 @@ class TpuVmBackend:
         )
         self._wake: Callable[[], None] = _nothing
         self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
-        self.observer = PodObserver(self.parts, self.notices.notices)
+        # When each host's connection dropped from the far end (wall clock): on the gcp path
+        # the first word of an abrupt loss, and its date (the API gives the loss none).
+        self.dropped_at: dict[str, float] = {}
+        self.observer = PodObserver(self.parts, self.notices.notices, self.dropped_at)
         self.heard = Heard(self.notices.notices)  # hard news between polls
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
         self.job_env = {**settings.job_env, **access.job_env}
@@ -137,6 +140,10 @@ class TpuVmBackend:
         obs = await self.observer.observe(began)
         self.heard.polled(began)  # its API read stands for what was heard before it began
         self._last = obs = self.heard.over(obs)  # ... not for what was heard since
+        for h in obs.hosts:  # a drop the host came back from (a blip) dates no later loss
+            dropped = self.dropped_at.get(h.name)
+            if dropped is not None and dropped < began and h.ssh_ok:
+                del self.dropped_at[h.name]
         if self.settings.watch_notices:
             # A watcher starts on every host that is up and answering (a notice comes only
             # to a live VM; the replacement of a preempted one gets its own once it answers)
@@ -189,7 +196,8 @@ class TpuVmBackend:
                 for n in doubtful:
                     st = node.host_states.get(index[n], "") if n in index else ""
                     if st in LOST_STATES:  # the provider's word: news to journal at once
-                        self.heard.api_lost(n, HostState(st), node.symptom_time(index[n]), read_at)
+                        when = node.symptom_time(index[n]) or self.dropped_at.get(n)
+                        self.heard.api_lost(n, HostState(st), when, read_at)
             if node is None or any(
                 node.host_states.get(index[n], "") != HostState.READY
                 for n in doubtful
@@ -208,6 +216,7 @@ class TpuVmBackend:
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
+        self.dropped_at.setdefault(ep.name, self._clock())
         self.observer.probes.suspect(ep.name)
         self.doubt.dropped(ep.name)
         self._wake()
@@ -298,6 +307,7 @@ class TpuVmBackend:
         for name in names:
             self.notices.clear(name)
             self.heard.forget(name)
+            self.dropped_at.pop(name, None)
             p.forget(name)
         self._no_ray |= set(names)
         return _result(
@@ -376,17 +386,42 @@ class TpuVmBackend:
 
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead
-        cluster, and a graceful stop would wait out its grace period on each of them."""
+        cluster, and a graceful stop would wait out its grace period on each of them. A
+        host noticed since the recovery began is left to checkpoint and go (``_noticed``)."""
         t0 = time.monotonic()
-        per_host = await self.parts.ray.stop(hosts)
-        self._no_ray |= {h for h, r in per_host.items() if r.ok}
+        rest, per_host = self._noticed(hosts)
+        if rest:
+            stopped = await self.parts.ray.stop(rest)
+            self._no_ray |= {h for h, r in stopped.items() if r.ok}
+            per_host |= stopped
         return _result("stop_orphans", per_host, time.monotonic() - t0)
+
+    def _noticed(self, hosts: Sequence[str]) -> tuple[list[str], dict[str, HostResult]]:
+        """``hosts`` split: those an op may act on, and a result for each with a preemption
+        notice. A notice heard after a recovery began puts that host's checkpoint first:
+        its trainers write it through the grace, and stopping its Ray (its workers go with
+        the raylet) or joining it (work placed on a VM that is going) would cut it short or
+        waste it. It is recreated once it has gone (``recreate`` waits for that)."""
+        notices = self.notices.notices
+        left = {
+            h: HostResult(
+                host=h,
+                ok=True,
+                stdout_tail="preemption notice: left to checkpoint and go; recreated after\n",
+            )
+            for h in hosts
+            if h in notices
+        }
+        return [h for h in hosts if h not in left], left
 
     async def join_workers(
         self, hosts: Sequence[str], parallelism: int | None = None
     ) -> ActionResult:
         p = self.parts
         t0 = time.monotonic()
+        hosts, left = self._noticed(hosts)
+        if left and not hosts:
+            return _result("join_workers", left, time.monotonic() - t0)
         eps = p.ssh.resolve(hosts)
         try:
             per_host = await p.ray.join_workers(
@@ -406,7 +441,7 @@ class TpuVmBackend:
                 message=str(exc),
             )
         self._no_ray -= set(per_host)  # a failed start may have left a raylet behind
-        return _result("join_workers", per_host, time.monotonic() - t0)
+        return _result("join_workers", per_host | left, time.monotonic() - t0)
 
     async def rejoin_workers(self, hosts: Sequence[str]) -> ActionResult:
         """A recovery's join: ``access.rejoin_parallelism`` at a time (see ``PodAccess``)."""

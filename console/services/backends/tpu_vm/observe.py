@@ -33,9 +33,17 @@ class _HostMemory:
 
 
 class PodObserver:
-    def __init__(self, parts: PodParts, notices: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        parts: PodParts,
+        notices: Mapping[str, float] | None = None,
+        dropped: Mapping[str, float] | None = None,
+    ) -> None:
         self.parts = parts
         self.notices = notices if notices is not None else {}
+        # When each host's SSH dropped from the far end: the loss's date where the API
+        # gives none (the real one reports a preempted slice without a time).
+        self.dropped = dropped if dropped is not None else {}
         self.tunnel_wanted = False  # from the first open on, a closed tunnel is a problem
         self.last_nodes: list[RayNodeInfo] = []
         # Node ids of raylets whose VM was recreated: dead, though the GCS may list them
@@ -144,7 +152,11 @@ class PodObserver:
             if ip in resources:
                 mem.resources = resources[ip]
             symptoms = tuple(symptoms_of.get(str(ep.index), ()))
-            preempted_at = node.symptom_time(ep.index) if node and st in LOST_STATES else None
+            preempted_at = (
+                node.symptom_time(ep.index) or self.dropped.get(name)
+                if node and st in LOST_STATES
+                else None
+            )
             key = (
                 ep,
                 st,
