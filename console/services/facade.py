@@ -428,7 +428,9 @@ class Facade(ClusterActions):
         trigger = self.sharing.interrupted()
         if trigger and not self.watchdog.running:
             self.watchdog.start_recovery(
-                actor="watchdog", trigger=f"resuming an interrupted recovery ({trigger})"
+                actor="watchdog",
+                trigger=f"resuming an interrupted recovery ({trigger})",
+                owed=self.sharing.owed(),  # the jobs it owed: in the journal, not in memory
             )
 
     def recovery_status(self) -> RecoveryStatus:

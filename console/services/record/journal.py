@@ -477,6 +477,22 @@ class Journal:
             out.append(_unfinished(open_))
         return out[-limit:] if limit else out
 
+    def owed(self, recovery: Recovery) -> dict[str, str]:
+        """What ``recovery`` owed as its rows last said (job id -> sweep id): the jobs to
+        resubmit should the head be lost, journaled before its steps act (``data.owed`` of
+        its start and of each DETECT), so the process that resumes it owes them too."""
+        if recovery.started_id is None:
+            return {}
+        rows = self.read(
+            "SELECT data FROM events WHERE id >= ? AND json_valid(data) "
+            "AND json_type(data, '$.owed') = 'object' ORDER BY id DESC LIMIT 1",
+            (recovery.started_id,),
+        )
+        if not rows:
+            return {}
+        owed = json.loads(rows[0][0]).get("owed", {})
+        return {str(k): str(v or "") for k, v in owed.items()}
+
     def mttr_summary(self) -> MttrSummary:
         recs = self.recoveries()
         done = [r for r in recs if r.ok]
