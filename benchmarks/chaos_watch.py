@@ -152,6 +152,7 @@ class WatchDrill:
         self.problems: list[str] = []
         self.watchers: list[WatchProcess] = []
         self.counted: list[float] = []  # each watcher life's last preemption count
+        self.down = False  # the drill killed the watcher and has not started it again
         self.metrics_port = free_port()
         self.config = work / "phantom.toml"
         self.state = work / "state" / "phantom"
@@ -191,6 +192,15 @@ class WatchDrill:
         ]
         self.watchers.append(WatchProcess(argv, self.env(), self.work / f"watch-{n}.out"))
 
+    def watcher_alive(self) -> None:
+        """Raise when the watcher exited on its own (not killed by the drill)."""
+        if self.watchers and not self.down and not self.watchers[-1].alive():
+            w = self.watchers[-1]
+            err = w.out.with_suffix(".err").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"phantom watch exited ({w.proc.returncode}): {err[-1] if err else ''}"
+            )
+
     def scrape(self) -> float | None:
         """The current watcher's phantom_preemptions_total, summed over its labels."""
         try:
@@ -219,6 +229,7 @@ class WatchDrill:
     async def until(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not await asyncio.to_thread(check):
+            self.watcher_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {what} within {timeout_s:.0f}s")
             await asyncio.sleep(0.5)
@@ -358,11 +369,13 @@ class WatchDrill:
             f"recovery started after kill {first.index}",
         )
         await asyncio.sleep(self.rng.uniform(1.0, 6.0))
+        self.down = True
         await self.end_watcher_life(kill=True)
         first.watcher_killed = True
         self._say(f"watcher SIGKILLed in the recovery of kill {first.index}")
         await asyncio.sleep(self.rng.uniform(0.0, 3.0))
         self.start_watcher()
+        self.down = False
         self._say("watcher started again")
 
     async def wait_sweep(self) -> None:
