@@ -499,3 +499,25 @@ def test_no_string_in_a_row_grows_without_bound() -> None:
     (raw,) = journal.read("SELECT message, data FROM events WHERE id = ?", (ev.id,))
     assert len(raw[0]) < 5_000 and len(raw[1]) < 5_000
     assert raw[0].endswith("m" * 100) and "characters cut" in raw[0]
+
+
+def test_what_an_unfinished_recovery_owes_is_its_newest_row_s() -> None:
+    """The start says what it owed then; a later DETECT (a round later, after a resubmission)
+    says what it owes now: the process that resumes it reads the newest."""
+    journal = Journal(":memory:")
+    journal.record_event(
+        Event(at=1.0, kind="recovery_started", message="recovery started: x", data={"owed": {}})
+    )
+    journal.record_event(
+        Event(
+            at=1.5, kind="recovery_started", message="recovery started: y", data={"owed": {"a": ""}}
+        )
+    )
+    journal.record_result(
+        ActionResult("recovery.detect", True, 0.1, data={"owed": {"b": "sweep-1"}}), "watchdog"
+    )
+    journal.record_event(Event(at=3.0, kind="watchdog", message="auto recovery on", data={}))
+    (last,) = journal.recoveries(limit=1)
+    assert last.ok is None and journal.owed(last) == {"b": "sweep-1"}
+    first = journal.recoveries()[0]
+    assert first.ended_at is None
