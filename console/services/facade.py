@@ -431,6 +431,7 @@ class Facade(ClusterActions):
                 actor="watchdog",
                 trigger=f"resuming an interrupted recovery ({trigger})",
                 owed=self.sharing.owed(),  # the jobs it owed: in the journal, not in memory
+                resumed_since=self.sharing.interrupted_since(),
             )
 
     def recovery_status(self) -> RecoveryStatus:

@@ -231,6 +231,11 @@ class Sharing:
             return last[-1].trigger
         return ""
 
+    def interrupted_since(self) -> float | None:
+        """When the interrupted recovery began (its ``recovery_started`` row), or None."""
+        last = self.journal.recoveries(limit=1)
+        return last[-1].started_at if last and last[-1].ok is None else None
+
     def owed(self) -> dict[str, str]:
         """What the interrupted recovery owed (job id -> sweep id; ``Journal.owed``)."""
         last = self.journal.recoveries(limit=1)

@@ -656,3 +656,20 @@ async def test_a_worker_lost_during_a_head_recovery_joins_it_rather_than_failing
     assert len([j for j in pod.jobs if j != job]) == 1  # resubmitted once
     failed = [e for e in journal.events if e.kind == "recovery_failed"]
     assert failed == []
+
+
+async def test_a_resumed_recovery_that_finds_the_work_done_ends_recovered_from_its_start(
+    pod: FakePod, clock: Clock
+) -> None:
+    """The killed watcher had brought the host back before it died; its successor finds
+    nothing left to do. That incident was recovered (in two processes), not 'nothing to
+    recover', and its MTTR runs from the first process's start."""
+    wd, journal, _ = make_watchdog(pod, clock)
+    began = clock() - 30.0
+    wd.start_recovery("watchdog", trigger="resuming an interrupted recovery", resumed_since=began)
+    status = await wait_done(wd)
+    assert status.ok and status.mttr_s is not None and status.mttr_s >= 30.0
+    (end,) = [e for e in journal.events if e.kind == "recovered"]
+    assert end.data["outcome"] == "recovered"
+    (rec,) = journal.journal.recoveries()
+    assert rec.ok and rec.mttr_s == status.mttr_s
