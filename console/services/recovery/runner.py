@@ -16,6 +16,12 @@ the hosts that failed), then reported failed, which ends the recovery with
 (every host READY, one live Ray node each, tunnel up, resubmitted jobs running, no new metric
 stall); a new loss seen meanwhile starts another round, up to ``max_rounds``.
 
+What the recovery owes (the jobs active on the lost head, with their sweep ids) is journaled
+with its start and with every DETECT, before any step acts (``data.owed``): a process killed
+at any instant leaves them to the next owner, which resumes the recovery owing them too. A
+step that fails on a host the provider now says is gone ends the round (``NewLoss``): the
+next round takes that loss in, so a loss during a recovery joins it instead of failing it.
+
 MTTR runs from the loss (the provider's preemption time when it reports one, else the first
 sighting) to a verified cluster.
 """
