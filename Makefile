@@ -53,7 +53,7 @@ CHAOS_COUNT ?= 6
 CHAOS_ARGS ?=
 CHAOS_GKE_ARGS ?=
 
-.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-gke clean tools-tunix lock upgrade image docs
+.PHONY: run setup test test-slow test-all test-latest coverage lint typecheck bench chaos chaos-watch chaos-gke clean tools-tunix lock upgrade image docs
 
 $(UV_STAMP): requirements/uv.txt
 	@test -x $(TOOLS)/uv/bin/python || $(PYTHON) -m venv $(TOOLS)/uv
@@ -113,6 +113,11 @@ coverage: $(STAMP) $(XPK_STAMP)
 # Ray Tune sweep on the local emulator, the watchdog alone recovering; exit 1 if a check fails.
 chaos: $(STAMP)
 	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos --seed $(CHAOS_SEED) --count $(CHAOS_COUNT) $(CHAOS_ARGS)
+
+# The real `phantom watch` as the only watchdog, itself SIGKILLed mid-recovery and restarted:
+# seeded worker, head and whole-slice kills, some overlapping, during a Ray Tune sweep.
+chaos-watch: $(STAMP)
+	$(PYTEST_ENV) $(BIN)/python -m benchmarks.chaos_watch --seed $(CHAOS_SEED) $(CHAOS_WATCH_ARGS)
 
 # The same on GKE: seeded slice preemptions (with and without the pods' grace), node failures
 # and container crashes during a GRPO workload on the GKE emulator; exit 1 if a check fails.

@@ -113,6 +113,9 @@ ALIAS_BOMB = (
     )
 ).encode()
 HEX_KEY = "0123456789abcdef0123456789abcdef01234567"  # a W&B key's shape
+SLACK_SECRET = "Xq7pLm2Rt9Vw4Zk8Nb3Hc6Jd"  # a Slack webhook's token part
+SLACK_HOOK = f"https://hooks.slack.com/services/T0A1B2C3D/B4E5F6G7H/{SLACK_SECRET}"
+HF_TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 
 
 CASES = [
@@ -164,6 +167,55 @@ CASES = [
     Case("pod up with 0 hosts", argv("pod", "up", "--hosts", "0"), 2, ("--hosts",)),
     Case("init into a directory", argv("init", "{tmp}"), 2, ("is a directory",)),
     Case("init unwritable", argv("init", "/proc/nope/c.toml"), 1, ("cannot write",)),
+    # -- issue 45: every key that holds a secret's variable name refuses a secret unechoed ----
+    Case(
+        "api_key_env holds a key",
+        cfg(f'[wandb]\napi_key_env = "{HEX_KEY}"\n'),
+        2,
+        ("wandb.api_key_env", "NAME"),
+        hidden=HEX_KEY,
+    ),
+    Case(
+        "api_key_env holds a URL",
+        cfg(f'[wandb]\napi_key_env = "{SLACK_HOOK}"\n'),
+        2,
+        ("wandb.api_key_env", "NAME"),
+        hidden=SLACK_SECRET,
+    ),
+    Case(
+        "hf_token_env holds a token",
+        cfg(f'[gke]\nhf_token_env = "{HF_TOKEN}"\n'),
+        2,
+        ("gke.hf_token_env", "NAME"),
+        hidden=HF_TOKEN,
+    ),
+    Case(
+        "old webhook url_env holds the URL",
+        cfg(f'[[alerts.webhooks]]\nname = "ops"\nurl_env = "{SLACK_HOOK}"\n'),
+        2,
+        ("alerts.webhooks[0].url_env", 'url = "${PHANTOM_ALERT_URL}"'),
+        hidden=SLACK_SECRET,
+    ),
+    Case(
+        "old webhook url_env names its variable",
+        cfg('[[alerts.webhooks]]\nname = "ops"\nurl_env = "OPS_HOOK_URL"\n'),
+        2,
+        ("url_env", 'url = "${OPS_HOOK_URL}"'),
+    ),
+    Case(
+        "notify url with a secret in ${}",
+        cfg(f'[[alerts.notify]]\nname = "ops"\nurl = "${{{SLACK_HOOK}}}"\n'),
+        2,
+        ("alerts.notify[0] (ops).url", "${NAME}"),
+        hidden=SLACK_SECRET,
+    ),
+    Case(
+        "runtime env var holds a key",
+        cfg(f'[runtime_env]\nenv_vars = {{ WANDB_API_KEY = "{HEX_KEY}" }}\n'),
+        2,
+        ("runtime_env.env_vars.WANDB_API_KEY", "$WANDB_API_KEY"),
+        hidden=HEX_KEY,
+    ),
     # -- issue 36: each defect the field found, refused at the door ---------------------------
     Case(
         "gke run dir under a file",

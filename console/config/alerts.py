@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from console.config.names import ENV_NAME_RE
+from console.config.validate import is_env_var_name, looks_secret
 
 
 class AlertKind(StrEnum):
@@ -135,24 +136,49 @@ def parse_alerts(
 
 
 def _migration(value: Any) -> str:
-    """What replaces an old [[alerts.webhooks]] table, written out."""
+    """What replaces an old [[alerts.webhooks]] table, written out. Each ``url_env`` named
+    the variable holding the webhook URL: the hint shows that name, never a value that is
+    not one (a URL written there is the secret itself)."""
     rows = value if isinstance(value, list) else []
-    blocks = []
+    blocks, notes = [], []
     for i, row in enumerate(rows):
         row = row if isinstance(row, Mapping) else {}
-        name = str(row.get("name") or f"hook{i}")
-        env = str(row.get("url_env") or "PHANTOM_ALERT_URL")
-        blocks.append(f'    [[alerts.notify]]\n    name = "{name}"\n    url = "${{{env}}}"')
+        raw_name = row.get("name")
+        name = raw_name if is_env_var_name(raw_name) or _plain(raw_name) else f"hook{i}"
+        given = row.get("url_env")
+        env = given if is_env_var_name(given) else "PHANTOM_ALERT_URL"
+        if given is not None and not is_env_var_name(given):
+            notes.append(
+                f"  alerts.webhooks[{i}].url_env: the value given is not the name of an "
+                "environment variable (not shown: it looks like the webhook URL itself, a "
+                f"secret); export {env}=<the URL> and write its name"
+            )
+        blocks.append(
+            f'    [[alerts.notify]]\n    name = "{name}"\n    url = "${{{env}}}"'
+            f"  # was url_env = {env}"
+        )
     new = (
         "\n\n".join(blocks)
         or '    [[alerts.notify]]\n    name = "ops"\n    url = "${PHANTOM_ALERT_URL}"'
     )
     return (
-        "alerts.webhooks: the webhook sender was replaced by apprise; write instead:\n"
+        "alerts.webhooks: the webhook sender was replaced by apprise; write instead "
+        "(each url_env becomes the ${NAME} in url):\n"
         f"{new}\n"
-        "  and make the variable hold an apprise URL: a Slack or Discord webhook URL works as "
+        + "".join(n + "\n" for n in notes)
+        + "  and make the variable hold an apprise URL: a Slack or Discord webhook URL works as "
         "it is; a generic JSON receiver's http(s)://HOST/PATH becomes json(s)://HOST/PATH "
         f"({APPRISE_DOCS})"
+    )
+
+
+def _plain(value: object) -> bool:
+    """A receiver's name a message may repeat (short words, never token-shaped)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 40
+        and not looks_secret(value)
+        and all(c.isalnum() or c in " _-." for c in value)
     )
 
 
@@ -195,9 +221,11 @@ def _check_url(where: str, url: str, problems: list[str], env: Mapping[str, str]
     refs = SECRET_REF.findall(url)
     for ref in refs:
         if not ENV_NAME_RE.match(ref):
+            # Not repeated: what sits between ${ and } is often the secret itself.
             problems.append(
-                f"{where}.url: ${{{ref}}} is not an environment variable name; write "
-                "${NAME} where the secret goes, e.g. ${PHANTOM_SLACK_TOKENS}"
+                f"{where}.url: a ${{...}} holds something that is not an environment "
+                "variable's name (not shown: it may be the secret); write ${NAME} where the "
+                "secret goes, e.g. ${PHANTOM_SLACK_TOKENS}"
             )
             return
         if not env.get(ref):

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from console.config.names import ENV_NAME_RE
+from console.config.validate import is_env_var_name
 
 if TYPE_CHECKING:
     from console.config import GkeConfig
@@ -37,13 +37,14 @@ def gke_value_problems(key: str, value: Any) -> list[str]:
             ]
     elif key == "gke.hf_token_env" and value and not _env_name(value):
         return [
-            f"{key}: the NAME of an environment variable (e.g. HF_TOKEN), never the token itself"
+            f"{key}: the NAME of an environment variable (e.g. HF_TOKEN), never the token "
+            "itself (the value given is not shown: it may be the token)"
         ]
     return []
 
 
 def _env_name(value: str) -> bool:
-    return bool(ENV_NAME_RE.match(value)) and not _HF_TOKEN_RE.match(value)
+    return is_env_var_name(value) and not _HF_TOKEN_RE.match(value)
 
 
 def gke_cross_problems(gke: GkeConfig) -> list[str]:

@@ -113,12 +113,20 @@ def choice(label: str, value: str, choices: Iterable[str], *, what: str = "") ->
 
 def env_var_name(label: str, value: str) -> str:
     """The NAME of an environment variable (``WANDB_API_KEY``), never a secret itself."""
-    if ENV_NAME_RE.match(value) and not looks_secret(value):
+    if is_env_var_name(value):
         return value
     raise Invalid(
-        f"{label}: {shown(value)} is not the name of an environment variable; give the "
-        "variable's NAME (letters, digits and '_', e.g. WANDB_API_KEY), never the key itself"
+        f"{label}: the value given is not the name of an environment variable (not shown: "
+        "a value written here is often the secret itself); give the variable's NAME "
+        "(letters, digits and '_', e.g. WANDB_API_KEY), never the key itself"
     )
+
+
+def is_env_var_name(value: object) -> bool:
+    """``value`` names an environment variable and does not look like a key or token: the
+    one test of every config key that holds a secret's variable name (a message may quote
+    such a value; any other is never repeated: it may be the secret)."""
+    return isinstance(value, str) and bool(ENV_NAME_RE.match(value)) and not looks_secret(value)
 
 
 # -- TPU accelerator types ---------------------------------------------------------------------

@@ -423,7 +423,10 @@ class Facade(ClusterActions):
         trigger = self.sharing.interrupted()
         if trigger and not self.watchdog.running:
             self.watchdog.start_recovery(
-                actor="watchdog", trigger=f"resuming an interrupted recovery ({trigger})"
+                actor="watchdog",
+                trigger=f"resuming an interrupted recovery ({trigger})",
+                owed=self.sharing.owed(),  # the jobs it owed: in the journal, not in memory
+                resumed_since=self.sharing.interrupted_since(),
             )
 
     def recovery_status(self) -> RecoveryStatus:

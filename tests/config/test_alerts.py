@@ -50,7 +50,9 @@ def test_every_problem_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "alerts.notify[1] (b).url: this slack:// URL carries its token in the file" in text
     assert "alerts.notify[2] (c).url: apprise does not accept this nosuchservice:// URL" in text
     assert "alerts.notify[3].name = 'c': used twice" in text
-    assert "${not a name} is not an environment variable name" in text
+    # What sits in ${...} may be the secret itself: named, never repeated (issue 45).
+    assert "url: a ${...} holds something that is not an environment variable" in text
+    assert "not a name" not in text
     assert "alerts.notify[4] (e).format: unknown key" in text
     assert "alerts.per_minute = 0" in text
     assert TOKENS not in text
@@ -61,7 +63,8 @@ def test_an_old_webhook_table_shows_the_lines_to_write() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config({"alerts": old})
     text = exc.value.render()
-    assert "the webhook sender was replaced by apprise; write instead:" in text
+    assert "the webhook sender was replaced by apprise; write instead" in text
+    assert "each url_env becomes the ${NAME} in url" in text
     assert '[[alerts.notify]]\n    name = "ops"\n    url = "${PHANTOM_SLACK_WEBHOOK}"' in text
 
 

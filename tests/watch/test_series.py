@@ -153,3 +153,35 @@ async def test_metrics_and_healthz_over_http() -> None:
         assert status == 200 and families == NAMES
     finally:
         await exporter.stop()
+
+
+async def test_a_restarted_watcher_binds_the_port_its_killed_one_was_scraped_on() -> None:
+    """Issue 45: `phantom watch` SIGKILLed just after a Prometheus scrape, started again by
+    systemd on the same --metrics port, exited with `address already in use`: the scrape's
+    connection, closed by the server, sat in TIME_WAIT on that port. A port a live process
+    listens on is still refused."""
+    series = WatchSeries(zone="z", hosts_total=4, alive_within_s=30.0)
+    first = MetricsServer(series, Listen("127.0.0.1", 0))
+    await first.bind()
+    port = first.port
+
+    def scrape() -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            r.read()
+            return int(r.status)
+
+    assert await asyncio.to_thread(scrape) == 200
+    second = MetricsServer(series, Listen("127.0.0.1", port))
+    try:
+        await second.bind()
+    except OSError:
+        pass
+    else:
+        raise AssertionError("two live watchers listen on one port")
+    await first.close()
+    again = MetricsServer(series, Listen("127.0.0.1", port))
+    await again.bind()  # was: OSError address already in use
+    try:
+        assert again.port == port and await asyncio.to_thread(scrape) == 200
+    finally:
+        await again.close()

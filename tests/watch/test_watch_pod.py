@@ -201,6 +201,18 @@ def test_watch_recovers_a_worker_then_finishes_a_head_recovery_after_sigterm(
         wait_until(lambda: preemptions(metrics) == 1, 30, "the preemption counted")
         assert got[("phantom_recovery_seconds_count", (("kind", "worker"),))] == 1.0
 
+        # -- a cron monitor beside the watcher sees the jobs (issue 45) --------------------
+        beside = subprocess.run(
+            phantom_argv("--config", str(config), "status", "--json"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        report = json.loads(beside.stdout)
+        assert "jobs_error" not in report, report.get("jobs_error")  # was: no tunnel to the head
+        assert report["ray"]["alive_nodes"] == 2 and report["jobs"] == []
+
         # -- the head is preempted; the watcher is stopped mid-recovery ---------------------
         pod_client.preempt(pod.run_dir, 0)
         head = w.event("preempted", 60, host=pod.hosts[0].name)

@@ -76,7 +76,12 @@ class MetricsServer:
         app.router.add_get("/healthz", self._healthz)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.listen.host, self.listen.port, reuse_address=False)
+        # SO_REUSEADDR: a watcher restarted right after a crash binds the port its scraped
+        # predecessor left in TIME_WAIT; a port another process listens on is still refused
+        # (that is SO_REUSEPORT, never set).
+        site = web.TCPSite(
+            runner, self.listen.host, self.listen.port, reuse_address=True, reuse_port=False
+        )
         try:
             await site.start()
         except BaseException:

@@ -319,13 +319,25 @@ class Submitter:
         )
 
     async def _replacement(self, sub: SubmittedJob) -> str:
-        if sub.superseded_by:
+        """The job carrying ``sub`` on now: the newest of its resubmission chain when that
+        one is still on the cluster, else a new submission of it. A recovery runs this only
+        when the head was lost, so a replacement the head no longer knows went down with an
+        earlier head (a head lost again, or a watcher killed after resubmitting, whose
+        successor rebuilt the head): it is submitted again, never taken as done."""
+        first = sub
+        seen = {sub.job_id}
+        while sub.superseded_by and sub.superseded_by not in seen:
             new = self.registry.get(sub.superseded_by)
-            if new is None or new.state == SubmissionState.SUBMITTED:
+            if new is None:
                 return sub.superseded_by
-            info = await self._send(new.spec)  # recorded, never confirmed: same id again
-            await self._recorded(info, new.spec, "watchdog", sub.job_id, 0.0)
-            return info.job_id
+            if new.state != SubmissionState.SUBMITTED:
+                info = await self._send(new.spec)  # recorded, never confirmed: same id again
+                await self._recorded(info, new.spec, "watchdog", sub.job_id, 0.0)
+                return info.job_id
+            seen.add(new.job_id)
+            sub = new
+        if sub is not first and await self._on_cluster(sub.job_id) is not None:
+            return sub.job_id  # sent to this head already (an earlier attempt of this step)
         info = await self.submit(sub.relaunch_spec(), "watchdog", resubmitted_from=sub.job_id)
         return info.job_id
 

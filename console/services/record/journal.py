@@ -10,6 +10,10 @@ Secrets never reach the file: every row goes through the one ``console.secrets.S
 (values of secret-looking variables anywhere in text, ``key=value`` secrets, secret-named
 data keys; host/public key fingerprints are kept).
 
+Rows stay small (``record.bounds``): each host's output in an action row is kept as an
+ANSI-free tail of a few KB, the whole text in a side file the row names
+(``<journal>.output/``); any other long string is cut to its tail.
+
 Thread-safe: one connection guarded by a lock; calls take well under a millisecond to a few
 ms. The services write through ``events.EventSink`` (journal first, then publish the stored
 row) and read through ``AsyncJournal``, both off the event loop.
@@ -42,6 +46,7 @@ from console.services.model import (
     IncidentCause,
     IncidentOutcome,
 )
+from console.services.record.bounds import STRING_TAIL, OutputFiles, bounded
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +215,10 @@ class Journal:
         self.scrub = scrubber or Scrubber()
         self._lock = threading.RLock()
         memory = str(path) == ":memory:"
+        # A host's whole output, when its row keeps the tail (``record.bounds``).
+        self.outputs = OutputFiles(
+            None if memory else self.path.with_name(self.path.name + ".output")
+        )
         if not memory:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -280,10 +289,10 @@ class Journal:
         """Store one event (secrets masked); returns it as stored, with its ``id``."""
         clean = replace(
             event,
-            message=self.scrub.text(event.message),
+            message=bounded(self.scrub.text(event.message), STRING_TAIL),
             host=self.scrub.text(event.host),
             actor=self.scrub.text(event.actor),
-            data=self.scrub.data(dict(event.data)),
+            data=bounded(self.scrub.data(dict(event.data)), STRING_TAIL),
             id=None,
         )
         payload = json.dumps(clean.data, separators=(",", ":"), default=str)
@@ -323,7 +332,11 @@ class Journal:
             action=action,
             ok=bool(ok),
             duration_s=round(float(duration_s), 3),
-            per_host={h: asdict(r) for h, r in per_host.items()},
+            # Each host's output as a short tail, the whole of it in a side file.
+            per_host={
+                h: self.outputs.host_output(asdict(r), action, started, self.scrub.text)
+                for h, r in per_host.items()
+            },
         )
         failed_hosts = [h for h, r in per_host.items() if not r.ok]
         host = failed_hosts[0] if len(failed_hosts) == 1 else ""
@@ -476,6 +489,22 @@ class Journal:
         if open_ is not None:
             out.append(_unfinished(open_))
         return out[-limit:] if limit else out
+
+    def owed(self, recovery: Recovery) -> dict[str, str]:
+        """What ``recovery`` owed as its rows last said (job id -> sweep id): the jobs to
+        resubmit should the head be lost, journaled before its steps act (``data.owed`` of
+        its start and of each DETECT), so the process that resumes it owes them too."""
+        if recovery.started_id is None:
+            return {}
+        rows = self.read(
+            "SELECT data FROM events WHERE id >= ? AND json_valid(data) "
+            "AND json_type(data, '$.owed') = 'object' ORDER BY id DESC LIMIT 1",
+            (recovery.started_id,),
+        )
+        if not rows:
+            return {}
+        owed = json.loads(rows[0][0]).get("owed", {})
+        return {str(k): str(v or "") for k, v in owed.items()}
 
     def mttr_summary(self) -> MttrSummary:
         recs = self.recoveries()

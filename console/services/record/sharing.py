@@ -231,6 +231,18 @@ class Sharing:
             return last[-1].trigger
         return ""
 
+    def interrupted_since(self) -> float | None:
+        """When the interrupted recovery began (its ``recovery_started`` row), or None."""
+        last = self.journal.recoveries(limit=1)
+        return last[-1].started_at if last and last[-1].ok is None else None
+
+    def owed(self) -> dict[str, str]:
+        """What the interrupted recovery owed (job id -> sweep id; ``Journal.owed``)."""
+        last = self.journal.recoveries(limit=1)
+        if last and last[-1].ok is None:
+            return self.journal.owed(last[-1])
+        return {}
+
     def request(self, actor: str, at: float) -> Event:
         return Event(
             at=at,

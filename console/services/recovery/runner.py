@@ -16,6 +16,12 @@ the hosts that failed), then reported failed, which ends the recovery with
 (every host READY, one live Ray node each, tunnel up, resubmitted jobs running, no new metric
 stall); a new loss seen meanwhile starts another round, up to ``max_rounds``.
 
+What the recovery owes (the jobs active on the lost head, with their sweep ids) is journaled
+with its start and with every DETECT, before any step acts (``data.owed``): a process killed
+at any instant leaves them to the next owner, which resumes the recovery owing them too. A
+step that fails on a host the provider now says is gone ends the round (``NewLoss``): the
+next round takes that loss in, so a loss during a recovery joins it instead of failing it.
+
 MTTR runs from the loss (the provider's preemption time when it reports one, else the first
 sighting) to a verified cluster.
 """
@@ -36,6 +42,7 @@ from console.services.model import (
     HostResult,
     IncidentOutcome,
     JobInfo,
+    JobStatus,
     RecoveryOutcome,
     RecoveryStatus,
     RecoveryStep,
@@ -122,6 +129,18 @@ class StepFailed(Exception):
         super().__init__(f"{step}: {message}")
 
 
+class NewLoss(Exception):
+    """A step failed on hosts the provider now says are gone: a loss that came during the
+    recovery. The round ends and the next one takes the new loss in (it joins the recovery,
+    it does not fail it)."""
+
+    def __init__(self, step: str, observation: Observation, diagnosis: cx.Diagnosis) -> None:
+        self.step = step
+        self.observation = observation
+        self.diagnosis = diagnosis
+        super().__init__(f"{step}: new loss during recovery: {diagnosis.summary()}")
+
+
 @dataclass
 class Run:
     """Mutable bookkeeping of one recovery (the published view is ``RecoveryStatus``)."""
@@ -137,6 +156,11 @@ class Run:
     mttr_s: float | None = None
     did_something: bool = False
     loss_at: float | None = None  # the provider's time of the loss being recovered
+    # What the recovery owes: the jobs to resubmit should the head be lost (job id -> its
+    # sweep id, "" for a plain job). Journaled with the start and with every DETECT, before
+    # any step acts, so a process killed at any instant leaves them to the next owner.
+    owed: dict[str, str] = field(default_factory=dict)
+    replaced: dict[str, str] = field(default_factory=dict)  # old job id -> its resubmission
 
 
 @dataclass(frozen=True)
@@ -147,6 +171,9 @@ class RunnerSettings:
     poll_interval_s: float = 5.0
     backoff_s: float = 1.0
     max_rounds: int = 3
+    # Losses that may join one recovery (a host lost while a step works on it), beside the
+    # rounds VERIFY starts.
+    max_joined_losses: int = 10
     # VERIFY looks again this often, at most: the cluster is coming back right now, and
     # waiting out a long idle poll between checks would only add to the MTTR.
     verify_interval_s: float = 0.5
@@ -184,7 +211,14 @@ class RecoveryRunner:
         # finish (``Watchdog.close(resumable=True)``): a cancel then ends nothing.
         self.leave_resumable = False
 
-    def new_run(self, actor: str, trigger: str, detected_at: float, detect_s: float | None) -> Run:
+    def new_run(
+        self,
+        actor: str,
+        trigger: str,
+        detected_at: float,
+        detect_s: float | None,
+        owed: Mapping[str, str] | None = None,
+    ) -> Run:
         run = Run(
             actor=actor,
             trigger=trigger or "requested",
@@ -192,6 +226,7 @@ class RecoveryRunner:
             detected_at=detected_at,
             detect_s=detect_s,
             steps={s: RecoveryStep(name=s) for s in self.plan.names},
+            owed=dict(owed or {}),
         )
         self._run = run
         self.publish_status()
@@ -201,27 +236,43 @@ class RecoveryRunner:
         """Run the recovery to its end; True when verified. Cancellation propagates."""
         failed: StepFailed | None = None
         try:
+            self._owe(run, self._detector.active_jobs)
             await self._event(
                 EventKind.RECOVERY_STARTED,
                 f"recovery started: {run.trigger}",
                 actor=run.actor,
                 # The trigger as a field: followers and the journal read it, never the message.
-                data={"trigger": run.trigger}
+                data={"trigger": run.trigger, "owed": dict(run.owed)}
                 | ({"detect_s": run.detect_s} if run.detect_s is not None else {}),
             )
-            for rnd in range(1, self.settings.max_rounds + 1):
-                if rnd > 1:
-                    run.steps = {
-                        s: RecoveryStep(name=s, message=f"round {rnd}") for s in self.plan.names
-                    }
+            rnd, joined, seen_now, fresh = 0, 0, seen, False
+            while True:
+                rnd += 1
+                if rnd > 1 or fresh:
+                    note = "a loss joined the recovery" if fresh else f"round {rnd}"
+                    run.steps = {s: RecoveryStep(name=s, message=note) for s in self.plan.names}
                     self.publish_status()
-                again = await self._round(run, seen if rnd == 1 else None)
+                try:
+                    again = await self._round(run, seen_now)
+                except NewLoss as loss:
+                    # A host lost while a step worked on it: the round ends and the next one
+                    # takes the loss in. Such rounds have their own allowance, so a pod
+                    # losing hosts faster than it gets them back still ends (failed).
+                    joined += 1
+                    if joined > self.settings.max_joined_losses:
+                        raise StepFailed(loss.step, str(loss)) from None
+                    # The next round looks again: the loss was seen when the step failed,
+                    # and the steps after it (alongside) may have changed the cluster since.
+                    seen_now, fresh = None, True
+                    rnd -= 1  # a joined loss does not use up a round
+                    continue
+                seen_now, fresh = None, False
                 if not again:
                     break
-            else:
-                raise StepFailed(
-                    VERIFY, f"cluster not stable after {self.settings.max_rounds} rounds"
-                )
+                if rnd >= self.settings.max_rounds:
+                    raise StepFailed(
+                        VERIFY, f"cluster not stable after {self.settings.max_rounds} rounds"
+                    )
         except StepFailed as exc:
             failed = exc
         except asyncio.CancelledError:
@@ -301,7 +352,8 @@ class RecoveryRunner:
             run.loss_at = loss if run.loss_at is None else min(run.loss_at, loss)
         if diag.hard and run.detect_s is None:
             run.detect_s = self._detector.detect_delay(observation, diag)
-        rnd = Round(observation, diag, dict(self._detector.active_jobs))
+        self._owe(run, self._detector.active_jobs)
+        rnd = Round(observation, diag, self._jobs_owed(run))
         await self._end_step(
             run,
             DETECT,
@@ -318,6 +370,7 @@ class RecoveryRunner:
                     for h, c in diag.conditions.items()
                 },
                 message=diag.summary(),
+                data={"owed": dict(run.owed)},
             ),
         )
         stalled_at_start = set(diag.stalled_runs)
@@ -334,7 +387,7 @@ class RecoveryRunner:
                     await self._skip(run, step.name, chosen.reason)
                     continue
                 if step.overlap_until:
-                    task = asyncio.create_task(self._attempts(run, step, list(chosen)))
+                    task = asyncio.create_task(self._attempts(run, step, list(chosen), rnd))
                     overlapping.append((step.overlap_until, task))
                     continue
                 await self._step(run, rnd, step, chosen)
@@ -345,13 +398,33 @@ class RecoveryRunner:
                 task.cancel()
         return await self._verify(run, len(rnd.all_hosts), rnd.resubmitted, stalled_at_start)
 
+    def _owe(self, run: Run, jobs: Mapping[str, JobInfo]) -> None:
+        """Add ``jobs`` (active on the head as last seen) to what the recovery owes."""
+        for job_id, info in jobs.items():
+            if job_id not in run.replaced and (job_id not in run.owed or info.sweep_id):
+                run.owed[job_id] = info.sweep_id
+
+    def _jobs_owed(self, run: Run) -> dict[str, JobInfo]:
+        """The jobs a lost head takes with it: those seen active, and those the recovery
+        owes from before (a round or a process ago), which the head may no longer list."""
+        jobs = {j: i for j, i in self._detector.active_jobs.items() if j not in run.replaced}
+        for job_id, sweep_id in run.owed.items():
+            jobs.setdefault(
+                job_id, JobInfo(job_id=job_id, status=JobStatus.LOST, sweep_id=sweep_id)
+            )
+        return jobs
+
     async def _step(self, run: Run, rnd: Round, step: StepDef, chosen: Sequence[str]) -> None:
         before = dict(rnd.resubmitted)
-        res = await self._attempts(run, step, list(chosen))
+        res = await self._attempts(run, step, list(chosen), rnd)
         if step.after is not None:
             step.after(rnd, list(chosen), res)
         for old, new in rnd.resubmitted.items():
             if before.get(old) != new:
+                # The replacement is owed from now on: a head lost again takes it along.
+                if old in run.owed and old != new:
+                    run.owed[new] = run.owed.pop(old)
+                run.replaced[old] = new
                 await self._event(
                     EventKind.JOB_RESUBMITTED,
                     dx.resubmitted_text(old, new),
@@ -425,7 +498,27 @@ class RecoveryRunner:
         await self._record_step_end(run, step, ok=False)
         raise StepFailed(step, last)
 
-    async def _attempts(self, run: Run, step: StepDef, hosts: list[str]) -> ActionResult:
+    async def _new_loss(self, step: str, rnd: Round) -> None:
+        """After a failed attempt: when the provider now says a host is gone that this round
+        did not know lost (or lost again once recreated), raise ``NewLoss``: the failure is
+        that loss, which the next round recovers, not a reason to retry or fail."""
+        try:
+            obs = await self._observe()
+        except Exception:  # no answer: the attempt's own retries go on
+            return
+        diag = dx.diagnose(obs)
+        known = set(rnd.diagnosis.to_recreate) - set(rnd.recreated)
+        new = [
+            h
+            for h in diag.hosts_in(cx.HostCondition.LOST, cx.HostCondition.NOTICE)
+            if h not in known
+        ]
+        if new:
+            raise NewLoss(step, obs, diag)
+
+    async def _attempts(
+        self, run: Run, step: StepDef, hosts: list[str], rnd: Round | None = None
+    ) -> ActionResult:
         name = step.name
         host_states = {h: "running" for h in hosts}
         self._set(
@@ -486,6 +579,31 @@ class RecoveryRunner:
                 hosts=dict(host_states),
                 message=f"attempt {attempt}/{attempts} failed: {reason}",
             )
+            if rnd is not None:
+                try:
+                    await self._new_loss(name, rnd)
+                except NewLoss as loss:
+                    self._set(
+                        run,
+                        name,
+                        state=StepState.FAILED,
+                        elapsed_s=self._elapsed(run, name),
+                        message=str(loss),
+                    )
+                    await self._end_step(
+                        run,
+                        name,
+                        replace(
+                            res,
+                            ok=False,
+                            elapsed_s=self._elapsed(run, name),
+                            message=str(loss),
+                            per_host=per_host,
+                            data=merged,
+                        ),
+                        publish_state=False,
+                    )
+                    raise
             if attempt < attempts:
                 await self._sleep(self.settings.backoff_s * 2 ** (attempt - 1))
         result = ActionResult(

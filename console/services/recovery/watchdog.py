@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 
 from console.services.model import Event, EventKind, JobInfo, RecoveryStatus, Update
@@ -184,8 +184,14 @@ class Watchdog:
         trigger: str = "",
         observation: Observation | None = None,
         diagnosis: Diagnosis | None = None,
+        owed: Mapping[str, str] | None = None,
+        resumed_since: float | None = None,
     ) -> asyncio.Task[RecoveryStatus]:
-        """Start the loop, or return the running one (one recovery at a time)."""
+        """Start the loop, or return the running one (one recovery at a time). ``owed``:
+        the jobs an interrupted recovery owed (job id -> sweep id), read from the journal by
+        the process that resumes it. ``resumed_since``: when that recovery began (it acted in its
+        own process: the resumed one ends recovered, its MTTR from then, even when nothing is
+        left to do)."""
         if self._task is not None and not self._task.done():
             return self._task
         det = self.detector
@@ -198,7 +204,10 @@ class Watchdog:
             detected_at = observation.at
             diag = diag if diag is not None else diagnose(observation)
             detect_s = det.detect_delay(observation, diag)
-        run = self.runner.new_run(actor, trigger, detected_at, detect_s)
+        if resumed_since is not None:
+            detected_at = min(detected_at, resumed_since)
+        run = self.runner.new_run(actor, trigger, detected_at, detect_s, owed)
+        run.did_something = run.did_something or resumed_since is not None
         seen = (observation, diag) if observation is not None else None
         self._task = asyncio.create_task(self._recover(run, seen))
         return self._task

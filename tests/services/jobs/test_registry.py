@@ -180,3 +180,26 @@ async def test_a_resubmission_cut_short_by_a_crash_is_sent_once_under_its_record
     assert cluster.jobs[replacement.submission_id].sweep_id == "s-1"  # the same sweep
     job = sub.registry.get(replacement.submission_id)
     assert job is not None and job.state == "submitted"
+
+
+async def test_a_replacement_lost_with_a_later_head_is_resubmitted_not_taken_as_done(
+    tmp_path: Path,
+) -> None:
+    """Issue 45: a watcher resubmitted the sweep, was SIGKILLed, and its successor rebuilt the
+    head: the replacement went down with that head. Resubmitting the job the recovery owed
+    must send the sweep again (same sweep id), not answer with the dead replacement."""
+    sub, cluster, _ = _submitter(tmp_path)
+    first = await sub.submit(SubmitSpec(mode="sweep", sweep_id="s-1", run_cap=4), "user")
+    res = await sub.resubmit([first.job_id])  # the first head lost: X -> Y
+    second = res.data["resubmitted"][first.job_id]
+    assert second != first.job_id and second in cluster.jobs
+    cluster.jobs.clear()  # the next head knows nothing of Y
+    res = await sub.resubmit([first.job_id])  # the recovery owed X: the chain goes on
+    third = res.data["resubmitted"][first.job_id]
+    assert res.ok and third not in (first.job_id, second)
+    assert list(cluster.jobs) == [third] and cluster.jobs[third].sweep_id == "s-1"
+    y = sub.registry.get(second)
+    assert y is not None and y.superseded_by == third
+    # Asked again on the same head (a retried step), nothing more is sent.
+    again = await sub.resubmit([first.job_id, second])
+    assert set(again.data["resubmitted"].values()) == {third} and len(cluster.jobs) == 1

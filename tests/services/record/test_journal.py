@@ -440,3 +440,84 @@ def test_a_journal_written_before_outcomes_were_fields_still_reads(tmp_path: Pat
             ("host-2 lost", True),
             ("head lost", False),
         ]
+
+
+# -- rows stay bounded (issue 45) -----------------------------------------------------------------
+
+
+def _ray_stop_output(size: int) -> str:
+    """What `ray stop` prints on a host with many workers, coloured, about ``size`` chars."""
+    lines, n = [], 0
+    while sum(map(len, lines)) < size:
+        n += 1
+        lines.append(f"\x1b[32mStopped\x1b[0m raylet worker pid=\x1b[1m{100000 + n}\x1b[22m\n")
+    lines.append("\x1b[1m\x1b[32mStopped all 4096 Ray processes.\x1b[39m\x1b[22m\n")
+    return "".join(lines)
+
+
+def test_a_megabyte_of_ray_stop_output_keeps_the_row_small_and_the_text_aside(
+    tmp_path: Path,
+) -> None:
+    """`recovery.orphans` kept each host's whole `ray stop` stdout, ANSI escapes and all: a
+    90 KB row. Now each host keeps a short plain tail; the full text is in a side file the
+    row names; the row stays well under 16 KB."""
+    journal = Journal(tmp_path / "journal.sqlite")
+    out = _ray_stop_output(1_000_000)
+    hosts = [f"pod-w{i}" for i in range(1, 4)]
+    ev = journal.record_result(
+        ActionResult(
+            action="recovery.orphans",
+            ok=True,
+            elapsed_s=3.0,
+            per_host={
+                h: HostResult(host=h, ok=True, exit_status=0, stdout_tail=out) for h in hosts
+            },
+            data={"state": "ok"},
+        ),
+        "watchdog",
+    )
+    (raw,) = journal.read("SELECT data FROM events WHERE id = ?", (ev.id,))
+    assert len(raw[0]) < 16_000, len(raw[0])
+    assert "\x1b" not in raw[0] and "\\u001b" not in raw[0]
+    (stored,) = journal.query(limit=1)
+    for h in hosts:
+        one = stored.data["per_host"][h]
+        assert one["stdout_tail"].endswith("Stopped all 4096 Ray processes.\n")
+        assert len(one["stdout_tail"]) < 2_200
+        side = Path(one["stdout_file"])
+        assert side.parent == tmp_path / "journal.sqlite.output"
+        text = side.read_text(encoding="utf-8")
+        assert "\x1b" not in text and text.count("Stopped raylet worker") == out.count("raylet")
+    assert ev.data["per_host"] == stored.data["per_host"]  # what is published is the row
+
+
+def test_no_string_in_a_row_grows_without_bound() -> None:
+    journal = Journal(":memory:")
+    ev = journal.record_event(
+        Event(at=1.0, kind="watchdog", message="m" * 100_000, data={"why": ["x" * 50_000]})
+    )
+    (raw,) = journal.read("SELECT message, data FROM events WHERE id = ?", (ev.id,))
+    assert len(raw[0]) < 5_000 and len(raw[1]) < 5_000
+    assert raw[0].endswith("m" * 100) and "characters cut" in raw[0]
+
+
+def test_what_an_unfinished_recovery_owes_is_its_newest_row_s() -> None:
+    """The start says what it owed then; a later DETECT (a round later, after a resubmission)
+    says what it owes now: the process that resumes it reads the newest."""
+    journal = Journal(":memory:")
+    journal.record_event(
+        Event(at=1.0, kind="recovery_started", message="recovery started: x", data={"owed": {}})
+    )
+    journal.record_event(
+        Event(
+            at=1.5, kind="recovery_started", message="recovery started: y", data={"owed": {"a": ""}}
+        )
+    )
+    journal.record_result(
+        ActionResult("recovery.detect", True, 0.1, data={"owed": {"b": "sweep-1"}}), "watchdog"
+    )
+    journal.record_event(Event(at=3.0, kind="watchdog", message="auto recovery on", data={}))
+    (last,) = journal.recoveries(limit=1)
+    assert last.ok is None and journal.owed(last) == {"b": "sweep-1"}
+    first = journal.recoveries()[0]
+    assert first.ended_at is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -581,3 +582,94 @@ async def test_a_notice_starts_the_recovery_at_once_and_times_it_from_the_notice
     assert notice.host == "pod-w1" and notice.data["notice_at"] == heard
     status = await wait_done(wd)
     assert status.ok and status.detect_s == pytest.approx(2.0)
+
+
+# -- a watcher killed mid-recovery, a loss joining one (issue 45) --------------------------------
+
+
+async def test_what_a_recovery_owes_is_journaled_so_a_killed_watcher_s_successor_resubmits(
+    pod: FakePod, clock: Clock, tmp_path: Path
+) -> None:
+    """The watcher is SIGKILLed in the head's recovery, before it resubmitted the sweep; the
+    next one, which never saw the job (its head is gone), resumes from the journal and
+    resubmits it, rather than journaling `SKIPPED: no job was active on the lost head`."""
+    path = tmp_path / "journal.sqlite"
+    wd1, journal1, _ = make_watchdog(pod, clock, journal_path=path)
+    job = pod.submit("sweep --sweep-id abc")
+    await poll(wd1, pod)
+    stuck, reached = asyncio.Event(), asyncio.Event()
+    orig = pod.start_head
+
+    async def killed_here() -> ActionResult:
+        if not reached.is_set():  # the first watcher dies in this step: never returns
+            reached.set()
+            await stuck.wait()
+        return await orig()
+
+    pod.start_head = killed_here  # type: ignore[method-assign]
+    pod.preempt("pod-w0")
+    await poll(wd1, pod)
+    await asyncio.wait_for(reached.wait(), 10)
+    await journal1.flush()  # what reached the journal before the kill (no end row, no note)
+    dead = wd1._task
+
+    wd2, journal2, _ = make_watchdog(pod, clock, journal_path=path)
+    (open_,) = [r for r in journal2.journal.recoveries() if r.ok is None]
+    owed = journal2.journal.owed(open_)
+    assert owed == {job: ""}
+    wd2.start_recovery("watchdog", trigger="resuming an interrupted recovery", owed=owed)
+    status = await wait_done(wd2)
+    assert dead is not None
+    dead.cancel()
+
+    assert status.ok, steps(status)
+    assert steps(status)["resubmit"][0] == "ok"
+    assert ("resubmit", (job,)) in pod.calls
+    (new,) = [j for j in pod.jobs if j != job]
+    assert pod.jobs[new] == "RUNNING" and pod.submitted[new] == "sweep --sweep-id abc"
+
+
+async def test_a_worker_lost_during_a_head_recovery_joins_it_rather_than_failing_it(
+    pod: FakePod, clock: Clock
+) -> None:
+    """`failed at orphans`: a worker preempted while its orphaned raylet was being stopped.
+    The loss joins the recovery: the next round recreates that worker, the recovery ends ok."""
+    orig = pod.stop_orphans
+
+    async def worker_lost_meanwhile(hosts: Sequence[str]) -> ActionResult:
+        if pod.host("pod-w2").tpu_state == "READY":
+            pod.preempt("pod-w2")
+            pod.always_fail["stop_orphans"] = {"pod-w2"}  # ssh to a gone VM fails, always
+        return await orig(hosts)
+
+    pod.stop_orphans = worker_lost_meanwhile  # type: ignore[method-assign]
+    wd, journal, _ = make_watchdog(pod, clock)  # the plan binds the op now
+    job = pod.submit("train")
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+    await poll(wd, pod)
+    status = await wait_done(wd)
+
+    assert status.ok, (status.failed_step, steps(status))
+    assert ("recreate", ("pod-w2",)) in pod.calls, [c for c in pod.calls if c[0] != "observe"]
+    assert all(h.tpu_state == "READY" and h.ray == 1 for h in pod.hosts)
+    assert len([j for j in pod.jobs if j != job]) == 1  # resubmitted once
+    failed = [e for e in journal.events if e.kind == "recovery_failed"]
+    assert failed == []
+
+
+async def test_a_resumed_recovery_that_finds_the_work_done_ends_recovered_from_its_start(
+    pod: FakePod, clock: Clock
+) -> None:
+    """The killed watcher had brought the host back before it died; its successor finds
+    nothing left to do. That incident was recovered (in two processes), not 'nothing to
+    recover', and its MTTR runs from the first process's start."""
+    wd, journal, _ = make_watchdog(pod, clock)
+    began = clock() - 30.0
+    wd.start_recovery("watchdog", trigger="resuming an interrupted recovery", resumed_since=began)
+    status = await wait_done(wd)
+    assert status.ok and status.mttr_s is not None and status.mttr_s >= 30.0
+    (end,) = [e for e in journal.events if e.kind == "recovered"]
+    assert end.data["outcome"] == "recovered"
+    (rec,) = journal.journal.recoveries()
+    assert rec.ok and rec.mttr_s == status.mttr_s

@@ -111,7 +111,7 @@ class TpuVmBackend:
     # -- the seam ---------------------------------------------------------------------------
     async def start(self) -> None:
         # A console restarted over a running cluster re-opens its window onto the head.
-        if any(n.alive and n.is_head for n in self.observer.last_nodes):
+        if self._head_alive():
             with contextlib.suppress(Exception):
                 await self._open_tunnel()
 
@@ -255,6 +255,11 @@ class TpuVmBackend:
         return replace(spec, runtime_env=env)
 
     async def list_jobs(self) -> list[JobInfo]:
+        if not self.parts.tunnel.is_up and self._head_alive():
+            # A process that did not open the tunnel itself (`phantom status --json` beside
+            # a `phantom watch` holding its own): open one, on another local port if the
+            # watcher has the configured one, rather than report no jobs.
+            await self.open_tunnel()
         self._need_jobs_api()
         try:
             jobs = await self.parts.jobs.list()
@@ -273,6 +278,10 @@ class TpuVmBackend:
 
     async def job_logs(self, job_id: str) -> str:
         return await self.parts.jobs.logs(job_id)
+
+    def _head_alive(self) -> bool:
+        """The last observation saw a live Ray head."""
+        return any(n.alive and n.is_head for n in self.observer.last_nodes)
 
     def _need_jobs_api(self) -> None:
         if not self.parts.tunnel.is_up:

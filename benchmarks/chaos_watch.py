@@ -1,0 +1,589 @@
+"""Chaos drill with the real `phantom watch` as the only watchdog, itself SIGKILLed.
+
+    .venv/bin/python -m benchmarks.chaos_watch [--seed 1] [--kills 8] [--overlaps 2]
+        [--watcher-kills 1] [--slices 1] [--run-cap 4] [--keep]
+    make chaos-watch [CHAOS_SEED=1] [CHAOS_WATCH_ARGS="--kills 50 --slices 10 ..."]
+
+Against the local pod emulator with real Ray: a user's session forms the cluster and submits
+a Ray Tune sweep, then exits; `phantom watch` runs as a separate process (as in a container,
+with its /metrics) and nothing else recovers. Seeded kills: a worker's VM, the head's, or the
+whole slice (every host at once), each once the cluster is back; some followed by a second
+kill 2-8 s later (an overlap: a host lost while the first loss is recovered); some with the
+watcher SIGKILLed 1-6 s into the recovery and started again 0-3 s later, as systemd would.
+
+Printed per run (last line one JSON object): kills by kind, overlaps, watcher kills, MTTR by
+kind (the journal's), trials final, trials restarted from zero, steps lost past the last
+checkpoint (an attempt resumed before its predecessor's last checkpoint), kills with no
+journal row, incidents left open, the Prometheus preemption counters (each watcher's last
+scrape, summed) against the hosts killed, and the longest journal row. Checks (exit 1 with
+each failure named): every trial final, none restarted from zero, no step lost past a
+checkpoint, every kill journaled, no incident left open, no recovery ended failed, the
+longest row under 16 KB, nothing left running. Exit 2 for usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.chaos_report import brief, trial_restarts
+from benchmarks.pods import (
+    PodInfo,
+    daemon_pid,
+    free_port,
+    leftovers,
+    pod_toml,
+    preempt_host,
+    start_pod,
+    stop_pod,
+)
+from console.services.jobs.spec import SubmitSpec
+from console.services.model import EventKind
+from console.services.record.journal import Journal
+from engine.sweep_tune import read_status
+
+WORKER, HEAD, SLICE = "worker", "head", "slice"
+ROW_LIMIT = 16_000
+# What counts as a recovery's end in the journal.
+_ENDS = (EventKind.RECOVERED, EventKind.RECOVERY_FAILED)
+
+
+@dataclass(frozen=True)
+class WatchDrillSettings:
+    seed: int = 1
+    kills: int = 8  # first kills (an overlap's second kill comes on top)
+    overlaps: int = 2  # of them followed by a second kill within 2-8 s
+    watcher_kills: int = 1  # of them with the watcher SIGKILLed 1-6 s into the recovery
+    slices: int = 1  # of them taking the whole slice
+    run_cap: int = 4
+    hosts: int = 4
+    poll_s: float = 0.5
+    trial_interval: int = 2048
+    recovery_timeout_s: float = 600.0
+
+    def trial_total(self) -> int:
+        # the sweep trains through every kill: about one interval per kill, and margin
+        # measured on a 2-core box: a kill and its recovery take about 2.5 intervals of a
+        # trial's training; the trials must still be training at the last kill
+        return self.trial_interval * (5 * (self.kills + self.overlaps) // 2 + 4)
+
+
+@dataclass
+class Kill:
+    index: int
+    kind: str
+    hosts: list[str]
+    at: float
+    overlap_of: int | None = None  # the kill this one overlaps
+    watcher_killed: bool = False
+
+
+@dataclass
+class WatchDrillResult:
+    figures: dict[str, Any]
+    problems: list[str]
+    kills: list[Kill] = field(default_factory=list)
+
+
+def schedule(s: WatchDrillSettings) -> list[tuple[str, bool, bool]]:
+    """The seeded plan: for each first kill, its kind, whether a second kill overlaps it and
+    whether the watcher is killed in its recovery (the counts as asked, in a drawn order)."""
+    rng = random.Random(s.seed)
+    kinds = [SLICE] * s.slices
+    rest = s.kills - len(kinds)
+    kinds += [HEAD if rng.random() < 0.3 else WORKER for _ in range(rest)]
+    rng.shuffle(kinds)
+    overlaps = set(rng.sample(range(s.kills), min(s.overlaps, s.kills)))
+    watcher = set(rng.sample(range(s.kills), min(s.watcher_kills, s.kills)))
+    return [(kinds[i], i in overlaps, i in watcher) for i in range(s.kills)]
+
+
+class WatchProcess:
+    """One `phantom watch` life: its process, its output in files, its /metrics."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], out: Path) -> None:
+        self.out = out
+        with open(out, "w") as stdout, open(out.with_suffix(".err"), "w") as stderr:
+            self.proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(180)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+
+class WatchDrill:
+    def __init__(
+        self, s: WatchDrillSettings, work: Path, say: Callable[[str], None] | None = None
+    ) -> None:
+        self.s = s
+        self.work = work
+        self.say = say or (lambda msg: None)
+        self.t0 = time.monotonic()
+        self.rng = random.Random(s.seed * 7919 + 1)
+        self.pod: PodInfo | None = None
+        self.kills: list[Kill] = []
+        self.problems: list[str] = []
+        self.watchers: list[WatchProcess] = []
+        self.counted: list[float] = []  # each watcher life's last preemption count
+        self.down = False  # the drill killed the watcher and has not started it again
+        self.metrics_port = free_port()
+        self.config = work / "phantom.toml"
+        self.state = work / "state" / "phantom"
+        self.journal_path = self.state / "journal.sqlite"
+        self.sweep_id = f"chaos-watch-s{s.seed}"
+
+    def _say(self, msg: str) -> None:
+        self.say(f"[chaos-watch {time.monotonic() - self.t0:7.1f}s] {msg}")
+
+    # -- processes ---------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
+        env.update(
+            RAY_USAGE_STATS_ENABLED="0",
+            WANDB_MODE="offline",
+            WANDB_SILENT="true",
+            WANDB_DIR=str(self.work / "wandb"),
+            PHANTOM_NO_CONFIG_DISCOVERY="1",
+            NO_GCE_CHECK="True",
+            XDG_STATE_HOME=str(self.work / "state"),
+            XDG_CONFIG_HOME=str(self.work / "config"),
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def start_watcher(self) -> None:
+        n = len(self.watchers)
+        argv = [
+            sys.executable,
+            "-m",
+            "console.cli",
+            "--config",
+            str(self.config),
+            "watch",
+            "--metrics",
+            f"127.0.0.1:{self.metrics_port}",
+        ]
+        self.watchers.append(WatchProcess(argv, self.env(), self.work / f"watch-{n}.out"))
+
+    def watcher_alive(self) -> None:
+        """Raise when the watcher exited on its own (not killed by the drill)."""
+        if self.watchers and not self.down and not self.watchers[-1].alive():
+            w = self.watchers[-1]
+            err = w.out.with_suffix(".err").read_text(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"phantom watch exited ({w.proc.returncode}): {err[-1] if err else ''}"
+            )
+
+    def scrape(self) -> float | None:
+        """The current watcher's phantom_preemptions_total, summed over its labels."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return None
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("phantom_preemptions_total")
+        )
+
+    async def end_watcher_life(self, kill: bool) -> None:
+        w = self.watchers[-1]
+        count = await asyncio.to_thread(self.scrape)
+        self.counted.append(count or 0.0)
+        await asyncio.to_thread(w.kill if kill else w.stop)
+
+    # -- the journal -------------------------------------------------------------------------
+    def rows(self, after: float = 0.0, kinds: Sequence[str] | None = None) -> list[Any]:
+        with Journal(self.journal_path) as j:
+            return [e for e in j.query(limit=1_000_000, kinds=kinds) if e.at >= after]
+
+    async def until(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not await asyncio.to_thread(check):
+            self.watcher_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {what} within {timeout_s:.0f}s")
+            await asyncio.sleep(0.5)
+
+    def settled(self, since: float) -> bool:
+        """A recovery ended after ``since`` and none is open (every start has its end)."""
+        # One recovery runs at a time: the newest start-or-end row being an end means none
+        # is open (a killed watcher's start is followed by its successor's own).
+        rows = self.rows(since, kinds=(EventKind.RECOVERY_STARTED, *_ENDS))
+        return bool(rows) and rows[-1].kind in _ENDS
+
+    # -- the drill ---------------------------------------------------------------------------
+    async def run(self) -> WatchDrillResult:
+        run_dir = self.work / "pod"
+        daemon: int | None = None
+        try:
+            self.pod = await start_pod(run_dir, hosts=self.s.hosts, ready_delay=0.2, timeout=180.0)
+            daemon = daemon_pid(run_dir)
+            self.config.write_text(pod_toml(self.pod, self.work, self.s.poll_s))
+            await self.form_and_submit()
+            self.start_watcher()
+            try:
+                await self.until(lambda: self.started_once(), 120, "watcher start")
+                await self.wait_trials_running()
+                await self.drill()
+                await self.wait_sweep()
+            except Exception as exc:  # the drill's own failure: named, still cleaned up
+                self.problems.append(f"aborted: {type(exc).__name__}: {exc}")
+            finally:
+                if self.watchers and self.watchers[-1].alive():
+                    await self.end_watcher_life(kill=False)
+        finally:
+            await stop_pod(run_dir)
+        await self.nothing_left(run_dir, daemon)
+        return self.result()
+
+    def started_once(self) -> bool:
+        out = self.watchers[-1].out
+        return out.exists() and '"started"' in out.read_text(errors="replace")
+
+    async def form_and_submit(self) -> None:
+        """A user's session: bootstrap, Ray up, the sweep submitted; then it exits."""
+        from console.config import load_config
+        from console.wiring import make_services
+
+        os.environ.update({k: v for k, v in self.env().items() if k.startswith("WANDB_")})
+        cfg = load_config(str(self.config), discover=False)
+        svc = make_services(cfg, state_dir=self.state, autostart_pod=False)
+        try:
+            await svc.start()
+            for step in (svc.bootstrap, svc.ray_up):
+                res = await step(actor="chaos")
+                if not res.ok:
+                    raise RuntimeError(f"bring-up: {res.action}: {res.message}")
+            s = self.s
+            job = await svc.submit(
+                SubmitSpec(
+                    mode="sweep",
+                    sweep_kind="ppo_rl_study",
+                    sweep_method="random",
+                    run_cap=s.run_cap,
+                    num_nodes=s.hosts,
+                    agents_per_node=1,
+                    tpu_per_task=0,
+                    sweep_id=self.sweep_id,
+                    sweep_args=(
+                        f"--trial-timesteps {s.trial_total()} --checkpoint-every "
+                        f"{s.trial_interval} --max-failures 100 --wandb offline"
+                    ),
+                ),
+                actor="chaos",
+            )
+            self._say(f"sweep {self.sweep_id} submitted as {job.job_id}; the session exits")
+        finally:
+            await svc.stop()
+            svc.close_journal()
+
+    def trials(self) -> dict[str, dict[str, Any]]:
+        assert self.pod is not None
+        return read_status(f"{self.pod.bucket_uri}/sweeps", self.sweep_id)
+
+    async def wait_trials_running(self) -> None:
+        def started() -> bool:
+            return any((t.get("step") or 0) > 0 for t in self.trials().values())
+
+        await self.until(started, 600, "trial past its first checkpoint")
+
+    async def fire(self, kind: str, overlap_of: int | None = None) -> Kill:
+        assert self.pod is not None
+        hosts = self.pod.hosts
+        if kind == SLICE:
+            target: int | str = "all"
+            names = [h.name for h in hosts]
+        elif kind == HEAD:
+            target, names = 0, [hosts[0].name]
+        else:
+            i = self.rng.randrange(1, len(hosts))
+            target, names = i, [hosts[i].name]
+        kill = Kill(len(self.kills) + 1, kind, names, time.time(), overlap_of)
+        self.kills.append(kill)
+        await preempt_host(self.pod.run_dir, target)
+        self._say(
+            f"kill {kill.index}: {kind} {','.join(names)}"
+            + (f" (overlapping kill {overlap_of})" if overlap_of else "")
+        )
+        return kill
+
+    async def drill(self) -> None:
+        for kind, overlap, watcher in schedule(self.s):
+            first = await self.fire(kind)
+            tasks = []
+            if overlap:
+                tasks.append(asyncio.create_task(self.overlap(first)))
+            if watcher:
+                tasks.append(asyncio.create_task(self.kill_watcher(first)))
+            for t in tasks:
+                await t
+            since = self.kills[-1].at  # the recovery that ends after the last kill
+            await self.until(
+                functools.partial(self.settled, since),
+                self.s.recovery_timeout_s,
+                f"recovery after kill {first.index}",
+            )
+            await self.wait_trials_running()
+
+    async def overlap(self, first: Kill) -> None:
+        await asyncio.sleep(self.rng.uniform(2.0, 8.0))
+        kind = WORKER if first.kind != WORKER or self.rng.random() < 0.7 else HEAD
+        await self.fire(kind, overlap_of=first.index)
+
+    async def kill_watcher(self, first: Kill) -> None:
+        await self.until(
+            lambda: bool(self.rows(first.at, kinds=(EventKind.RECOVERY_STARTED,))),
+            120,
+            f"recovery started after kill {first.index}",
+        )
+        await asyncio.sleep(self.rng.uniform(1.0, 6.0))
+        self.down = True
+        await self.end_watcher_life(kill=True)
+        first.watcher_killed = True
+        self._say(f"watcher SIGKILLed in the recovery of kill {first.index}")
+        await asyncio.sleep(self.rng.uniform(0.0, 3.0))
+        self.start_watcher()
+        self.down = False
+        self._say("watcher started again")
+
+    async def wait_sweep(self) -> None:
+        total = self.s.trial_total()
+
+        def done() -> bool:
+            trials = self.trials()
+            return len(trials) >= self.s.run_cap and all(
+                t.get("final") and t.get("step") == total for t in trials.values()
+            )
+
+        try:
+            await self.until(done, 1800, "sweep's end")
+        except TimeoutError as exc:
+            self.problems.append(f"{exc}: {brief(self.trials())}")
+
+    async def nothing_left(self, run_dir: Path, daemon: int | None) -> None:
+        left: list[int] = []
+        for _ in range(60):
+            left = leftovers(run_dir, daemon)
+            if not left:
+                return
+            await asyncio.sleep(0.5)
+        self.problems.append(f"left running after the drill: pids {left}")
+
+    # -- figures -----------------------------------------------------------------------------
+    def result(self) -> WatchDrillResult:
+        figs: dict[str, Any] = {"seed": self.s.seed}
+        figs["wall_s"] = round(time.monotonic() - self.t0, 1)
+        by_kind = {k: sum(1 for x in self.kills if x.kind == k) for k in (WORKER, HEAD, SLICE)}
+        figs["kills"] = len(self.kills)
+        figs["kills_by_kind"] = by_kind
+        figs["overlaps"] = sum(1 for x in self.kills if x.overlap_of is not None)
+        figs["watcher_kills"] = sum(1 for x in self.kills if x.watcher_killed)
+        hosts_killed = sum(len(x.hosts) for x in self.kills)
+        figs["hosts_killed"] = hosts_killed
+        try:
+            self.journal_figures(figs)
+        except Exception as exc:  # named, never a traceback instead of the figures
+            self.problems.append(f"journal: cannot read it: {type(exc).__name__}: {exc}")
+        trials = self.trials() if self.pod is not None else {}
+        total = self.s.trial_total()
+        final = [t for t in trials.values() if t.get("final") and t.get("step") == total]
+        figs["run_cap"] = self.s.run_cap
+        figs["trials_final"] = len(final)
+        restarts = trial_restarts(trials)
+        figs["trials_restarted_from_zero"] = len(restarts)
+        figs["steps_lost_past_checkpoint"] = steps_lost(trials)
+        figs["prometheus_preemptions_summed"] = sum(self.counted)
+        if len(final) != self.s.run_cap:
+            self.problems.append(f"{len(final)} of {self.s.run_cap} trials final: {brief(trials)}")
+        self.problems += restarts
+        if figs["steps_lost_past_checkpoint"]:
+            self.problems.append(
+                f"{figs['steps_lost_past_checkpoint']} steps lost past a checkpoint"
+            )
+        return WatchDrillResult(figs, self.problems, self.kills)
+
+    def journal_figures(self, figs: dict[str, Any]) -> None:
+        with Journal(self.journal_path) as j:
+            rows = j.query(limit=1_000_000)
+            recs = j.recoveries()
+            longest = j.read("SELECT MAX(LENGTH(message) + LENGTH(data)) FROM events")[0][0]
+        figs["journal_rows"] = len(rows)
+        figs["longest_row_bytes"] = int(longest or 0)
+        if figs["longest_row_bytes"] >= ROW_LIMIT:
+            self.problems.append(f"the longest journal row is {longest} bytes (>= {ROW_LIMIT})")
+        # every kill has a row naming each host it took (preempted, host_lost, or a notice)
+        lost_kinds = {EventKind.PREEMPTED, EventKind.HOST_LOST, "head_lost"}
+        unjournaled = 0
+        for i, k in enumerate(self.kills):
+            end = self.kills[i + 1].at if i + 1 < len(self.kills) else float("inf")
+            seen = {e.host for e in rows if e.kind in lost_kinds and k.at <= e.at < end}
+            if not set(k.hosts) & seen and not any(
+                e.kind in lost_kinds and k.at <= e.at < end for e in rows
+            ):
+                unjournaled += 1
+                self.problems.append(f"journal: no loss row for kill {k.index} ({k.kind})")
+        figs["kills_not_journaled"] = unjournaled
+        figs["preempted_rows"] = sum(1 for e in rows if e.kind == EventKind.PREEMPTED)
+        failed = [r for r in recs if r.ok is False]
+        figs["recoveries"] = len(recs)
+        figs["recoveries_failed"] = len(failed)
+        for r in failed:
+            self.problems.append(f"a recovery ended failed at {r.failed_step}: {r.trigger}")
+        # incidents: each incident id seen on a row has its summary row
+        ids = {str(e.data.get("incident")) for e in rows if e.data.get("incident")}
+        summed = {str(e.data.get("incident")) for e in rows if e.kind == EventKind.INCIDENT}
+        figs["incidents"] = len(ids)
+        figs["incidents_left_open"] = len(ids - summed)
+        if ids - summed:
+            self.problems.append(f"incidents left open: {sorted(ids - summed)}")
+        mttr: dict[str, list[float]] = {}
+        for r in recs:
+            if not r.ok or r.mttr_s is None:
+                continue
+            kill = next((k for k in reversed(self.kills) if k.at <= r.started_at), None)
+            if kill is not None:
+                mttr.setdefault(kill.kind, []).append(r.mttr_s)
+        figs["mttr_s_by_kind"] = {
+            k: {"n": len(v), "median": round(sorted(v)[len(v) // 2], 1), "max": round(max(v), 1)}
+            for k, v in mttr.items()
+        }
+
+
+def steps_lost(trials: dict[str, dict[str, Any]]) -> int:
+    """Steps an attempt redid before its predecessor's last checkpoint (0 when each resume
+    starts at the last checkpoint)."""
+    lost = 0
+    for trial in trials.values():
+        attempts = sorted(trial.get("attempts", []), key=lambda a: a.get("started_unix", 0))
+        best = 0
+        for a in attempts:
+            resumed = a.get("resumed_from_step") or 0
+            lost += max(0, best - resumed)
+            best = max(best, a.get("last_step") or 0)
+    return lost
+
+
+def table(figs: dict[str, Any]) -> str:
+    keys = [
+        "kills",
+        "kills_by_kind",
+        "overlaps",
+        "watcher_kills",
+        "hosts_killed",
+        "mttr_s_by_kind",
+        "run_cap",
+        "trials_final",
+        "trials_restarted_from_zero",
+        "steps_lost_past_checkpoint",
+        "kills_not_journaled",
+        "incidents",
+        "incidents_left_open",
+        "recoveries",
+        "recoveries_failed",
+        "preempted_rows",
+        "prometheus_preemptions_summed",
+        "longest_row_bytes",
+        "journal_rows",
+        "wall_s",
+    ]
+    return "\n".join(f"{k:32} {json.dumps(figs.get(k))}" for k in keys)
+
+
+async def run_watch_drill(
+    s: WatchDrillSettings, work: Path | None = None, say: Callable[[str], None] | None = None
+) -> WatchDrillResult:
+    own = work is None
+    path = Path(tempfile.mkdtemp(prefix="phantom-chaos-watch-")) if work is None else work
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return await WatchDrill(s, path, say).run()
+    finally:
+        if own:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="benchmarks.chaos_watch", description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kills", type=int, default=8, help="first kills (default 8)")
+    ap.add_argument("--overlaps", type=int, default=2, help="of them overlapped (default 2)")
+    ap.add_argument("--watcher-kills", type=int, default=1, help="watcher SIGKILLs (default 1)")
+    ap.add_argument("--slices", type=int, default=1, help="whole-slice kills (default 1)")
+    ap.add_argument("--run-cap", type=int, default=4, help="the sweep's run cap (default 4)")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir")
+    args = ap.parse_args(argv)
+    bad = [
+        f"{flag} must be {rule}"
+        for flag, ok, rule in (
+            ("--kills", args.kills >= 1, ">= 1"),
+            ("--overlaps", 0 <= args.overlaps <= args.kills, "between 0 and --kills"),
+            ("--watcher-kills", 0 <= args.watcher_kills <= args.kills, "between 0 and --kills"),
+            ("--slices", 0 <= args.slices <= args.kills, "between 0 and --kills"),
+            ("--run-cap", args.run_cap >= 1, ">= 1"),
+        )
+        if not ok
+    ]
+    if bad:
+        print(f"benchmarks.chaos_watch: {'; '.join(bad)}", file=sys.stderr)
+        return 2
+    for name, value in (("RAY_USAGE_STATS_ENABLED", "0"), ("NO_GCE_CHECK", "True")):
+        os.environ.setdefault(name, value)
+    s = WatchDrillSettings(
+        seed=args.seed,
+        kills=args.kills,
+        overlaps=args.overlaps,
+        watcher_kills=args.watcher_kills,
+        slices=args.slices,
+        run_cap=args.run_cap,
+    )
+    work = Path(tempfile.mkdtemp(prefix="phantom-chaos-watch-")) if args.keep else None
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    result = asyncio.run(run_watch_drill(s, work, say))
+    for problem in result.problems:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    if work is not None:
+        print(f"kept {work}", file=sys.stderr)
+    print(table(result.figures))
+    print(json.dumps(result.figures))
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    return 1 if result.problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
