@@ -37,6 +37,18 @@ SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def default_signals() -> None:
+    """Every signal at its default action, as a container runtime starts a container's first
+    process: a disposition the kubelet inherited (a signal its parent ignored) is not the
+    container's. Without this, a wrapper started by an emulator whose parent ignored SIGUSR2
+    could never trap it (a shell cannot trap what it was started ignoring), so a checkpoint
+    ask never reached its trainer. Runs in the child, between fork and exec."""
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class Container:
     spec: Obj
@@ -439,6 +451,7 @@ class Kubelet:
                 cwd=str(rt.workdir),
                 env=env,
                 start_new_session=True,
+                preexec_fn=default_signals,
             )
         except OSError as exc:
             logfile.close()

@@ -27,6 +27,7 @@ from console.services.backends.gke.ask import ASKED_LINE_RE, NO_SIGNAL, askable
 from console.services.jobs.workload import WorkloadSpec
 from console.wiring.settings import workload_defaults
 from emulators.gke import client as gke_client
+from emulators.gke.kubelet import default_signals
 from emulators.gke.workload.grpo import ASKED_LINE
 from tests.support.fixtures_gke import gke, xpk_jobset
 from tests.support.gke_services import gke_config, gke_services
@@ -126,7 +127,21 @@ def test_the_wrapper_of_a_workload_that_takes_asks_passes_the_signal_on() -> Non
         "spec"
     ]["containers"][0]["command"]
     assert script[:2] == ["bash", "-c"]
-    proc = subprocess.Popen(script, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    # Started as the kubelet starts a container: every signal at its default. The test's
+    # process ignores SIGUSR2 meanwhile, as a pytest worker can after in-process engine code
+    # (the ask's `installed()` leaves it ignored): a shell cannot trap a signal it was started
+    # ignoring, so without the reset the ask never reached the trainer (this test timed out).
+    previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(
+            script,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=default_signals,
+        )
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
     seen: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     out = proc.stdout
