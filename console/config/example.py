@@ -29,7 +29,7 @@ RUNTIME_ENV_EXAMPLE = {
 }
 # Top-level settings written as one-key tables, as users write them.
 _TABLES = {"bootstrap_command": ("bootstrap", "command"), "storage": ("storage", "uri")}
-_SKIP = {"source"}
+_SKIP = {"source", "name"}
 
 
 @cache
