@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"config file (default: {default_config_path()}, if it exists)",
     )
     parser.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="the cluster to act on, by its [[clusters]] name (needed when the config has "
+        "several; with `pod`/`gke`: that cluster's emulator)",
+    )
+    parser.add_argument(
         "--script",
         metavar="FILE",
         help="run console actions from FILE ('-' for stdin) without a screen",
@@ -247,7 +253,11 @@ class _Version(argparse.Action):
 
 
 def _load(args: argparse.Namespace) -> Config:
-    return load_config(args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY"))
+    return load_config(
+        args.config,
+        discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY"),
+        cluster=args.cluster,
+    )
 
 
 def cmd_init(path_arg: str | None, force: bool) -> int:
@@ -355,11 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from console.serve.main import ServeOptions, serve_main
 
         return serve_main(ServeOptions(args.bind, args.token_env, args.config))
-    if args.command in ("pod", "gke", "wandb"):
-        from console.wiring import emulator_cli
-
-        return emulator_cli(args.command, list(getattr(args, f"{args.command}_args")))
     try:
+        if args.command in ("pod", "gke", "wandb"):
+            from console.wiring import emulator_cli, emulator_cli_args
+
+            argv = list(getattr(args, f"{args.command}_args"))
+            if args.cluster is not None and args.command != "wandb":
+                argv = emulator_cli_args(args.command, argv, _load(args))
+            return emulator_cli(args.command, argv)
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)

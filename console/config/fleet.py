@@ -39,7 +39,7 @@ CLUSTER_SECTIONS = (
 )
 NAME_FIX = (
     f"a cluster name is lower-case letters, digits and '-', starts with a letter, "
-    f"at most {MAX_NAME} characters (e.g. name = \"pod-a\")"
+    f'at most {MAX_NAME} characters (e.g. name = "pod-a")'
 )
 
 
@@ -96,12 +96,12 @@ def parse_fleet(data: Mapping[str, Any], *, source: str = "<memory>") -> Fleet:
     if "cluster" in data:
         problems.append(
             "[cluster] and [[clusters]] together: a fleet names each cluster in its own "
-            "[[clusters]] entry; move [cluster] into one (with a name = \"...\")"
+            '[[clusters]] entry; move [cluster] into one (with a name = "...")'
         )
     if not isinstance(entries, list) or not entries:
         problems.append(
             "clusters must be a list of tables ([[clusters]] entries, each with a "
-            f"name = \"...\"), got {entries!r}"
+            f'name = "..."), got {entries!r}'
         )
         raise ConfigError(source, problems)
     shared = {k: v for k, v in data.items() if k != "clusters"}
@@ -128,7 +128,7 @@ def _parse_entry(
 ) -> Config | None:
     where = f"clusters[{index}]"
     if not isinstance(entry, Mapping):
-        problems.append(f"{where} must be a table with a name = \"...\", got {entry!r}")
+        problems.append(f'{where} must be a table with a name = "...", got {entry!r}')
         return None
     name = entry.get("name")
     if not isinstance(name, str) or not name:
