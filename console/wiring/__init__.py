@@ -508,11 +508,9 @@ def emulator_cli_args(which: str, argv: list[str], config: Config) -> list[str]:
 
     wanted = config.is_local if which == "pod" else (config.is_gke and config.is_emulated)
     if not wanted:
-        what = (
-            "a GKE cluster with a kubeconfig (a real one)"
-            if config.is_gke
-            else f"a {config.cluster.provider!r} cluster"
-        )
+        what = f"a {config.cluster.provider!r} cluster"
+        if config.is_gke and config.gke.kubeconfig:
+            what += " with a kubeconfig (a real one)"
         needs = 'provider = "local"' if which == "pod" else 'provider = "gke", no kubeconfig'
         raise ClusterChoiceError(
             config.source,
