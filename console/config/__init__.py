@@ -283,7 +283,7 @@ class Config:
     e.g. recover = "R") or a key's id ("jobs.refresh" = "f5") = one key or several, comma
     separated. A command of the console's without a key gets one on every screen. A name
     that is neither, or a key that would do two things on one screen, is refused at start."""
-    name: str = ""
+    name: str = field(default="", compare=False)
     """The cluster's name in its fleet: a [[clusters]] entry's name, or for a [cluster]
     config its node's (GKE: its cluster's) name (``console.config.fleet``)."""
     source: str = "<defaults>"
