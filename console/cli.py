@@ -9,6 +9,7 @@
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
     phantom --version            the installed version (CHANGELOG.md says what changed)
+    phantom --cluster NAME ...   act on one cluster of a [[clusters]] fleet (docs/fleet.md)
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
     phantom wandb up|status|down                  the local W&B server (the wandb SDK and CLI work on it)

@@ -19,7 +19,7 @@ from emulators.tpu_pod.client import PodInfo, pod_status
 from tests.script.test_e2e import phantom_argv
 from tests.support import REPO
 from tests.support.emulator_helpers import alive, tpu
-from tests.support.fixtures_gke import FAST, stop_cluster
+from tests.support.fixtures_gke import FAST, kubectl, stop_cluster
 from tests.support.fixtures_pod import ssh_run, stop_test_pod
 
 FLEET = REPO / "examples" / "fleet.toml"
@@ -101,10 +101,17 @@ def test_two_pods_and_a_gke_cluster_run_side_by_side(fleet_state: Path) -> None:
             done = ssh_run(info, host.index, "echo $HOME")
             assert done.returncode == 0, done.stderr
             assert done.stdout.strip() == host.sandbox
-    # the GKE cluster answers kubectl's API with its own slice's nodes
-    nodes = phantom(fleet_state, "--cluster", "grpo", "gke", "status", "--json")
-    assert nodes.returncode == 0, nodes.stderr
+    # the GKE cluster answers the real kubectl with its own slice's nodes (v5p-64: 8)
     assert gke.tpu_type == "v5p-64" and len(gke.slices) == 1
+    listed = subprocess.run(
+        [kubectl("1.28"), "--kubeconfig", str(gke.kubeconfig), "get", "nodes", "-o", "name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    names = {line.removeprefix("node/") for line in listed.stdout.split()}
+    assert set(gke.slices[0].nodes) <= names and len(gke.slices[0].nodes) == 8
 
     # `phantom --cluster NAME pod status` reads that cluster's emulator, not the other's
     for name, info in (("pod-a", a), ("pod-b", b)):
