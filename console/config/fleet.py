@@ -23,6 +23,7 @@ from typing import Any
 
 from console.config import Config, ConfigError, default_state_dir, parse_config
 from console.config.names import NAME_RE
+from console.config.validate import shown
 
 MAX_NAME = 40
 # What an entry of [[clusters]] may hold besides its name: a cluster's own sections.
@@ -101,7 +102,7 @@ def parse_fleet(data: Mapping[str, Any], *, source: str = "<memory>") -> Fleet:
     if not isinstance(entries, list) or not entries:
         problems.append(
             "clusters must be a list of tables ([[clusters]] entries, each with a "
-            f'name = "..."), got {entries!r}'
+            f'name = "..."), got {shown(entries)}'
         )
         raise ConfigError(source, problems)
     shared = {k: v for k, v in data.items() if k != "clusters"}
@@ -128,7 +129,7 @@ def _parse_entry(
 ) -> Config | None:
     where = f"clusters[{index}]"
     if not isinstance(entry, Mapping):
-        problems.append(f'{where} must be a table with a name = "...", got {entry!r}')
+        problems.append(f'{where} must be a table with a name = "...", got {shown(entry)}')
         return None
     name = entry.get("name")
     if not isinstance(name, str) or not name:
