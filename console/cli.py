@@ -365,7 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":  # the tabs' consoles load the config themselves
         from console.serve.main import ServeOptions, serve_main
 
-        return serve_main(ServeOptions(args.bind, args.token_env, args.config))
+        if args.cluster is not None:  # a fleet's cluster: checked here, not in every tab
+            try:
+                _load(args)
+            except ConfigError as exc:
+                print(exc.render(), file=sys.stderr)
+                return exit_codes.USAGE
+        return serve_main(ServeOptions(args.bind, args.token_env, args.config, args.cluster))
     try:
         if args.command in ("pod", "gke", "wandb"):
             from console.wiring import emulator_cli, emulator_cli_args

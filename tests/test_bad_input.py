@@ -329,6 +329,17 @@ CASES = [
         ("--cluster 'pod-c'", "no such cluster", "pod-a"),
     ),
     Case(
+        "fleet unknown --cluster to serve",
+        lambda tmp: [
+            "--cluster",
+            "pod-c",
+            *cfg('[[clusters]]\nname = "pod-a"\n')(tmp)[:2],
+            "serve",
+        ],
+        2,
+        ("--cluster 'pod-c'", "no such cluster", "pod-a"),
+    ),
+    Case(
         "fleet --cluster of the wrong emulator",
         lambda tmp: [
             "--cluster",
