@@ -9,6 +9,7 @@
     phantom report [--since DATE] --format md|html|json   the ledger: goodput, badput, cost
     phantom init [PATH]          write a commented example config
     phantom --version            the installed version (CHANGELOG.md says what changed)
+    phantom --cluster NAME ...   act on one cluster of a [[clusters]] fleet (docs/fleet.md)
     phantom pod up|status|preempt|recreate|down   the local spot-pod emulator
     phantom gke up|status|preempt|down            the local GKE emulator (kubectl works on it)
     phantom wandb up|status|down                  the local W&B server (the wandb SDK and CLI work on it)
@@ -59,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         metavar="PATH",
         help=f"config file (default: {default_config_path()}, if it exists)",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="the cluster to act on, by its [[clusters]] name (needed when the config has "
+        "several; with `pod`/`gke`: that cluster's emulator)",
     )
     parser.add_argument(
         "--script",
@@ -247,7 +254,11 @@ class _Version(argparse.Action):
 
 
 def _load(args: argparse.Namespace) -> Config:
-    return load_config(args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY"))
+    return load_config(
+        args.config,
+        discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY"),
+        cluster=args.cluster,
+    )
 
 
 def cmd_init(path_arg: str | None, force: bool) -> int:
@@ -354,12 +365,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":  # the tabs' consoles load the config themselves
         from console.serve.main import ServeOptions, serve_main
 
-        return serve_main(ServeOptions(args.bind, args.token_env, args.config))
-    if args.command in ("pod", "gke", "wandb"):
-        from console.wiring import emulator_cli
-
-        return emulator_cli(args.command, list(getattr(args, f"{args.command}_args")))
+        if args.cluster is not None:  # a fleet's cluster: checked here, not in every tab
+            try:
+                _load(args)
+            except ConfigError as exc:
+                print(exc.render(), file=sys.stderr)
+                return exit_codes.USAGE
+        return serve_main(ServeOptions(args.bind, args.token_env, args.config, args.cluster))
     try:
+        if args.command in ("pod", "gke", "wandb"):
+            from console.wiring import emulator_cli, emulator_cli_args
+
+            argv = list(getattr(args, f"{args.command}_args"))
+            if args.cluster is not None and args.command != "wandb":
+                argv = emulator_cli_args(args.command, argv, _load(args))
+            return emulator_cli(args.command, argv)
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)

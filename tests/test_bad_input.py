@@ -347,6 +347,63 @@ CASES = [
         ("not a phantom config",),
     ),
     Case(
+        "fleet duplicate name",
+        cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-a"\n'),
+        2,
+        ("clusters[1] 'pod-a'", "already used by clusters[0]"),
+    ),
+    Case(
+        "fleet unsafe name",
+        cfg('[[clusters]]\nname = "Pod A"\n'),
+        2,
+        ("clusters[0] 'Pod A'", "safe identifier", "lower-case"),
+    ),
+    Case("fleet nameless entry", cfg("[[clusters]]\n"), 2, ("clusters[0]", "no name")),
+    Case(
+        "fleet two clusters on one run dir",
+        cfg(
+            '[[clusters]]\nname = "a"\n[clusters.cluster]\nrun_dir = "/tmp/x"\n'
+            '[[clusters]]\nname = "b"\n[clusters.cluster]\nrun_dir = "/tmp/x"\n'
+        ),
+        2,
+        ("clusters[1] 'b'", "run dir", "clusters[0] 'a'"),
+    ),
+    Case(
+        "fleet of several without --cluster",
+        cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-b"\n'),
+        2,
+        ("2 clusters (pod-a, pod-b)", "--cluster NAME"),
+    ),
+    Case(
+        "fleet unknown --cluster",
+        lambda tmp: ["--cluster", "pod-c", *cfg('[[clusters]]\nname = "pod-a"\n')(tmp)],
+        2,
+        ("--cluster 'pod-c'", "no such cluster", "pod-a"),
+    ),
+    Case(
+        "fleet unknown --cluster to serve",
+        lambda tmp: [
+            "--cluster",
+            "pod-c",
+            *cfg('[[clusters]]\nname = "pod-a"\n')(tmp)[:2],
+            "serve",
+        ],
+        2,
+        ("--cluster 'pod-c'", "no such cluster", "pod-a"),
+    ),
+    Case(
+        "fleet --cluster of the wrong emulator",
+        lambda tmp: [
+            "--cluster",
+            "grpo",
+            *cfg('[[clusters]]\nname = "grpo"\n[clusters.cluster]\nprovider = "gke"\n')(tmp)[:2],
+            "pod",
+            "up",
+        ],
+        2,
+        ("--cluster 'grpo'", "`phantom pod`", 'provider = "local"'),
+    ),
+    Case(
         "state dir unwritable",
         argv("status"),
         2,
@@ -387,6 +444,7 @@ def test_bad_input_is_named_refused_and_starts_nothing(case: Case, tmp_path: Pat
     assert len(said) < 20_000, f"{len(said):,} characters of error"  # the alias bomb's 39 MB
     for emulator in ("pod", "gke", "wandb"):
         assert not (home / "state" / "phantom" / emulator).exists(), f"{emulator} was started"
+    assert not (home / "state" / "phantom" / "fleet").exists(), "a fleet's emulator was started"
     journal = home / "state" / "phantom" / "journal.sqlite"
     if case.name != "init over the journal":
         assert not journal.exists(), "something was run"

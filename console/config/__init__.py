@@ -17,11 +17,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from console.config.alerts import AlertsConfig, parse_alerts
 from console.config.prices import PricesConfig
 from console.config.runtime_env import parse_runtime_env
+
+if TYPE_CHECKING:
+    from console.config.fleet import Fleet
 
 PROVIDERS = ("local", "gcp", "gke")
 MAX_CONFIG_BYTES = 1 << 20
@@ -280,6 +283,9 @@ class Config:
     e.g. recover = "R") or a key's id ("jobs.refresh" = "f5") = one key or several, comma
     separated. A command of the console's without a key gets one on every screen. A name
     that is neither, or a key that would do two things on one screen, is refused at start."""
+    name: str = field(default="", compare=False)
+    """The cluster's name in its fleet: a [[clusters]] entry's name, or for a [cluster]
+    config its node's (GKE: its cluster's) name (``console.config.fleet``)."""
     source: str = "<defaults>"
 
     def __post_init__(self) -> None:
@@ -330,14 +336,40 @@ def default_state_dir() -> Path:
     return Path(base) / "phantom"
 
 
-def load_config(path: str | os.PathLike[str] | None = None, *, discover: bool = True) -> Config:
-    """Load and validate. ``path=None`` with ``discover`` looks in the XDG location."""
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    discover: bool = True,
+    cluster: str | None = None,
+) -> Config:
+    """Load and validate; the one cluster named ``cluster`` (None: the only one; a fleet of
+    several raises ``fleet.ClusterChoiceError``, a ConfigError naming them).
+    ``path=None`` with ``discover`` looks in the XDG location."""
+    return load_fleet(path, discover=discover).select(cluster)
+
+
+def load_fleet(path: str | os.PathLike[str] | None = None, *, discover: bool = True) -> Fleet:
+    """Every cluster of the config (a ``fleet.Fleet``): ``[[clusters]]`` entries, or the one
+    cluster of a ``[cluster]`` config (or of no config at all)."""
+    from console.config.fleet import parse_fleet
+
+    source = str(Path(path)) if path is not None else _discovered(discover)
+    return parse_fleet(_read(path, discover), source=source)
+
+
+def _discovered(discover: bool) -> str:
+    candidate = default_config_path()
+    return str(candidate) if discover and candidate.exists() else "<defaults>"
+
+
+def _read(path: str | os.PathLike[str] | None, discover: bool) -> Mapping[str, Any]:
+    """The TOML document at ``path`` (or the discovered one; none: empty)."""
     if path is None:
         if not discover:
-            return Config()
+            return {}
         candidate = default_config_path()
         if not candidate.exists():
-            return Config()
+            return {}
         path = candidate
     p = Path(path)
     if not p.exists():
@@ -356,10 +388,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, discover: bool = 
     except OSError as exc:
         raise ConfigError(str(p), [f"cannot be read ({exc.strerror or exc})"]) from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), [f"not valid TOML: {exc}"]) from None
-    return parse_config(data, source=str(p))
 
 
 def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config:

@@ -29,7 +29,26 @@ RUNTIME_ENV_EXAMPLE = {
 }
 # Top-level settings written as one-key tables, as users write them.
 _TABLES = {"bootstrap_command": ("bootstrap", "command"), "storage": ("storage", "uri")}
-_SKIP = {"source"}
+_SKIP = {"source", "name"}
+# [[clusters]]: the fleet form (console/config/fleet.py), shown commented out: a file has it
+# or [cluster], never both.
+FLEET_EXAMPLE = [
+    "",
+    "# A fleet: instead of [cluster], one [[clusters]] entry per cluster, each a name (lower-case",
+    "# letters, digits and '-', unique) and its cluster's own sections (cluster, ssh, ray,",
+    "# capacity, gke, prices, storage, bootstrap, runtime_env), laid over the top-level ones.",
+    "# `phantom --cluster NAME ...` picks one (docs/fleet.md).",
+    "# [[clusters]]",
+    '# name = "pod-a"',
+    "# [clusters.cluster]",
+    '# provider = "local"',
+    '# zone = "local-a"',
+    "#",
+    "# [[clusters]]",
+    '# name = "grpo"',
+    "# [clusters.cluster]",
+    '# provider = "gke"',
+]
 
 
 @cache
@@ -99,7 +118,7 @@ def example_config() -> str:
             lines += [f"{k} = {_toml(v)}" for k, v in RUNTIME_ENV_EXAMPLE.items()]
         elif f.name == "keys":
             lines += ["", "[keys]", *_comment(docs["Config"][f.name]), '# recover = "R"']
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + FLEET_EXAMPLE) + "\n"
 
 
 def _section_class(f: Any) -> type | None:

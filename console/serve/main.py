@@ -37,13 +37,18 @@ class ServeOptions:
     bind: Listen
     token_env: str = TOKEN_ENV
     config_path: str | None = None
+    cluster: str | None = None
+    """A fleet's cluster every tab opens on (``--cluster``); None: the config's only one."""
 
 
-def tui_command(config_path: str | None) -> str:
-    """The command each browser tab runs: this Python's `phantom` on the same config."""
+def tui_command(config_path: str | None, cluster: str | None = None) -> str:
+    """The command each browser tab runs: this Python's `phantom` on the same config (and
+    the same cluster of a fleet)."""
     argv = [sys.executable, "-m", "console.cli"]
     if config_path:
         argv += ["--config", os.path.abspath(config_path)]
+    if cluster is not None:
+        argv += ["--cluster", cluster]
     return shlex.join(argv)
 
 
@@ -101,7 +106,7 @@ def serve_main(
             "machine; only a browser with the token gets in",
             file=err,
         )
-    cmd = command or tui_command(options.config_path)
+    cmd = command or tui_command(options.config_path, options.cluster)
     try:
         return asyncio.run(_serve(options.bind, cmd, token, err, ready))
     except KeyboardInterrupt:

@@ -495,3 +495,47 @@ def emulator_cli(which: str, argv: list[str]) -> int:
     from emulators.tpu_pod.cli import pod_main
 
     return pod_main(argv)
+
+
+def emulator_cli_args(which: str, argv: list[str], config: Config) -> list[str]:
+    """`phantom --cluster NAME pod|gke VERB ...`: ``argv`` with that cluster's emulator
+    flags put first after the verb (its run dir; for ``up`` its size and place), so a flag
+    the user gives still wins. ConfigError (exit 2) when the cluster is not that emulator's."""
+    from console.config.fleet import ClusterChoiceError
+    from console.wiring.control import run_dir_of
+    from console.wiring.gke import gke_run_dir
+    from console.wiring.pod import pod_placement
+
+    wanted = config.is_local if which == "pod" else (config.is_gke and config.is_emulated)
+    if not wanted:
+        what = f"a {config.cluster.provider!r} cluster"
+        if config.is_gke and config.gke.kubeconfig:
+            what += " with a kubeconfig (a real one)"
+        needs = 'provider = "local"' if which == "pod" else 'provider = "gke", no kubeconfig'
+        raise ClusterChoiceError(
+            config.source,
+            [
+                f"--cluster {config.name!r} is {what}; `phantom {which}` drives the emulator "
+                f"of a cluster with {needs}: name one of those"
+            ],
+        )
+    if not argv or argv[0].startswith("-"):
+        return argv  # --help, or no verb: the emulator's parser says what it needs
+    verb, rest = argv[0], argv[1:]
+    if which == "pod":
+        ours = ["--run-dir", str(run_dir_of(config))]
+        if verb == "up":
+            ours += [
+                "--hosts",
+                str(config.cluster.hosts),
+                "--accelerator-type",
+                config.cluster.accelerator_type,
+            ]
+            zone, zones = pod_placement(config)
+            ours += ["--zone", zone, "--node-name", config.cluster.node_name]
+            ours += ["--zones", ",".join(zones)] if zones else []
+    else:
+        ours = ["--run-dir", str(gke_run_dir(config))]
+        if verb == "up":
+            ours += ["--slices", str(config.gke.slices), "--tpu-type", config.gke.tpu_type]
+    return [verb, *ours, *rest]  # every verb of both emulators takes --run-dir

@@ -29,6 +29,7 @@ from console.services.model import ActionResult, HostResult
 from console.wiring.control import LOCAL_POD_NICE, run_dir_of
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodError, PodInfo
+from emulators.tpu_pod.layout import DEFAULT_NODE_NAME, DEFAULT_ZONE, DEFAULT_ZONES
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,14 @@ def ensure_pod(
             )
         if progress is not None:
             progress(f"starting the local pod emulator ({config.cluster.hosts} hosts)")
+        zone, zones = pod_placement(config)
+        placed = [] if zone == DEFAULT_ZONE else ["--zone", zone]
+        if config.cluster.node_name != DEFAULT_NODE_NAME:
+            placed += ["--node-name", config.cluster.node_name]
         info = pod_client.start_pod(
             run_dir,
+            zones=zones or None,
+            extra_args=placed or None,
             hosts=config.cluster.hosts,
             ssh_port=0,
             api_port=0,
@@ -95,6 +102,17 @@ def ensure_pod(
             config.cluster.hosts,
         )
     return info
+
+
+def pod_placement(config: Config) -> tuple[str, tuple[str, ...]]:
+    """Where a local pod starts: ``cluster.zone``, among ``capacity.zones`` (empty: the
+    emulator's own zones; a zone that is not one of them: that zone alone). The zone's
+    place in the list picks the hosts' 127.x addresses, so pods of a fleet in different
+    zones sit on different addresses. Returns (zone, zones to pass; empty: the default)."""
+    zone = config.cluster.zone or DEFAULT_ZONE
+    if config.capacity.zones:
+        return zone, tuple(config.capacity.zones)
+    return zone, (() if zone in DEFAULT_ZONES else (zone,))
 
 
 def pod_access(config: Config, pod: PodInfo, state_dir: Path) -> PodAccess:

@@ -228,6 +228,16 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
         help="seconds to wait for READY (on failure the daemon is stopped)",
     )
     up.add_argument("--json", action="store_true", help="print the status as JSON")
+    up.add_argument(
+        "--zone",
+        default=DEFAULT_ZONE,
+        help=f"the zone the node starts in, one of --zones (default {DEFAULT_ZONE}); its "
+        "place in --zones picks the hosts' addresses (the 2nd zone: 127.1.0.10, ...), so "
+        "pods started in different zones sit side by side",
+    )
+    up.add_argument(
+        "--node-name", default=DEFAULT_NODE_NAME, help=f"the node's name ({DEFAULT_NODE_NAME})"
+    )
     st = sub.add_parser("status", help="show node and hosts")
     _add_run_dir(st)
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -398,6 +408,14 @@ def pod_main(argv: list[str]) -> int:
                 )
             )
         if args.cmd == "up":
+            if args.zone not in zones:
+                raise client.PodUsageError(
+                    f"--zone {args.zone!r} is not one of --zones {','.join(zones)}; pick one "
+                    "of them (or add it to --zones)"
+                )
+            placed = [] if args.zone == DEFAULT_ZONE else ["--zone", args.zone]
+            if args.node_name != DEFAULT_NODE_NAME:
+                placed += ["--node-name", args.node_name]
             info = client.start_pod(
                 run_dir,
                 hosts=args.hosts,
@@ -424,6 +442,7 @@ def pod_main(argv: list[str]) -> int:
                 ssh_key=args.ssh_key,
                 accelerator_type=args.accelerator_type,
                 nice=args.nice,
+                extra_args=placed or None,
             )
             return _print_status(run_dir, args.json) if info else 1
         if args.cmd == "status":

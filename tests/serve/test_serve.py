@@ -9,7 +9,9 @@ playwright is absent (`.ci/run` installs both)."""
 
 from __future__ import annotations
 
+import os
 import queue
+import shlex
 import shutil
 import socket
 import subprocess
@@ -170,3 +172,11 @@ def _running_with(needle: str) -> list[int]:
         if needle in cmdline and "console.cli" in cmdline:
             pids.append(int(entry.name))
     return pids
+
+
+def test_each_tab_opens_the_same_cluster_of_a_fleet() -> None:
+    from console.serve.main import tui_command
+
+    argv = shlex.split(tui_command("fleet.toml", "pod-b"))
+    assert argv[-4:] == ["--config", os.path.abspath("fleet.toml"), "--cluster", "pod-b"]
+    assert "--cluster" not in shlex.split(tui_command("fleet.toml"))

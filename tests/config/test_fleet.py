@@ -1,0 +1,126 @@
+"""A fleet in the config: [[clusters]] entries, or today's [cluster] as a fleet of one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console.config import ConfigError, load_config, load_fleet, parse_config
+from console.config.fleet import ClusterChoiceError, parse_fleet
+from tests.support import REPO
+
+TWO = {
+    "ray": {"num_cpus": 2},
+    "clusters": [
+        {"name": "pod-a", "cluster": {"zone": "local-a", "node_name": "pod-a"}},
+        {"name": "pod-b", "cluster": {"zone": "local-b"}, "ray": {"object_store_mb": 100}},
+    ],
+}
+
+
+def problems(data: dict) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse_fleet(data, source="f.toml")
+    return err.value.problems
+
+
+def test_a_cluster_config_is_a_fleet_of_one_named_from_its_node() -> None:
+    data = {"cluster": {"node_name": "my-v4", "hosts": 2}}
+    fleet = parse_fleet(data)
+    assert fleet.names == ("my-v4",)
+    only = fleet.select(None)
+    assert only == fleet.select("my-v4")
+    # the same cluster as before fleets, with its name; run dirs keep today's defaults
+    assert only == parse_config(data)  # the name is a label: same settings, same cluster
+    assert only.cluster.run_dir == "" and only.gke.run_dir == ""
+
+
+def test_a_gke_config_is_named_from_its_cluster_or_provider() -> None:
+    named = parse_fleet({"cluster": {"provider": "gke"}, "gke": {"cluster": "grpo-1"}})
+    assert named.names == ("grpo-1",)
+    assert parse_fleet({"cluster": {"provider": "gke"}}).names == ("gke",)
+
+
+def test_no_config_at_all_is_the_default_pod() -> None:
+    assert load_fleet(None, discover=False).names == ("phantom-pod",)
+    assert load_config(None, discover=False).name == "phantom-pod"
+
+
+def test_entries_share_top_level_sections_and_lay_their_own_over_them() -> None:
+    fleet = parse_fleet(TWO)
+    a, b = fleet.members
+    assert (a.name, b.name) == ("pod-a", "pod-b")
+    assert a.ray.num_cpus == b.ray.num_cpus == 2
+    assert (a.ray.object_store_mb, b.ray.object_store_mb) == (0, 100)
+    assert (a.cluster.zone, b.cluster.zone) == ("local-a", "local-b")
+
+
+def test_emulated_members_get_run_dirs_of_their_own() -> None:
+    data = {**TWO, "clusters": [*TWO["clusters"], {"name": "grpo", "cluster": {"provider": "gke"}}]}
+    a, b, grpo = parse_fleet(data).members
+    dirs = {a.cluster.run_dir, b.cluster.run_dir, grpo.gke.run_dir}
+    assert len(dirs) == 3
+    assert a.cluster.run_dir.endswith("fleet/pod-a/pod")
+    assert grpo.gke.run_dir.endswith("fleet/grpo/gke")
+
+
+def test_several_clusters_need_a_name_and_the_error_lists_them() -> None:
+    fleet = parse_fleet(TWO, source="f.toml")
+    with pytest.raises(ClusterChoiceError) as err:
+        fleet.select(None)
+    text = err.value.render()
+    assert "2 clusters (pod-a, pod-b)" in text and "--cluster NAME" in text
+    with pytest.raises(ClusterChoiceError) as err:
+        fleet.select("pod-c")
+    assert "'pod-c'" in err.value.render() and "pod-a, pod-b" in err.value.render()
+    assert fleet.select("pod-b").cluster.zone == "local-b"
+
+
+@pytest.mark.parametrize(
+    ("entries", "says"),
+    [
+        ([{"name": "a"}, {"name": "a"}], "clusters[1] 'a': name already used by clusters[0]"),
+        ([{"name": ""}], "clusters[0]: no name"),
+        ([{}], "clusters[0]: no name"),
+        ([{"name": 7}], "clusters[0]: no name"),
+        ([{"name": "Pod_A"}], "clusters[0] 'Pod_A': name is not a safe identifier"),
+        ([{"name": "a" * 41}], "is not a safe identifier"),
+        ([{"name": "../x"}], "is not a safe identifier"),
+        ([{"name": "a", "wandb": {}}], "'wandb' is the console's (top level only)"),
+        ([{"name": "a", "nodes": 3}], "'nodes' is unknown in a [[clusters]] entry"),
+        ([{"name": "a", "cluster": {"hosts": 0}}], "clusters[0] 'a': cluster.hosts"),
+        (["a"], "clusters[0] must be a table"),
+        ([], "clusters must be a list of tables"),
+    ],
+)
+def test_bad_entries_are_named(entries: list, says: str) -> None:
+    found = problems({"clusters": entries})
+    assert any(says in p for p in found), found
+
+
+def test_every_bad_entry_is_reported_at_once() -> None:
+    found = problems({"clusters": [{"name": "A"}, {"name": "b", "cluster": {"hosts": -1}}]})
+    assert len(found) == 2
+
+
+def test_cluster_and_clusters_together_are_refused() -> None:
+    found = problems({"cluster": {}, "clusters": [{"name": "a"}]})
+    assert any("[cluster] and [[clusters]] together" in p for p in found)
+
+
+def test_two_clusters_on_one_run_dir_are_refused(tmp_path: Path) -> None:
+    same = str(tmp_path / "pod")
+    entries = [
+        {"name": "a", "cluster": {"run_dir": same}},
+        {"name": "b", "cluster": {"run_dir": same + "/"}},
+    ]
+    found = problems({"clusters": entries})
+    assert any("clusters[1] 'b': run dir" in p and "clusters[0] 'a'" in p for p in found)
+
+
+def test_the_example_fleet_loads() -> None:
+    fleet = load_fleet(REPO / "examples" / "fleet.toml")
+    assert fleet.names == ("pod-a", "pod-b", "grpo")
+    providers = [c.cluster.provider for c in fleet.members]
+    assert providers == ["local", "local", "gke"]
