@@ -33,6 +33,7 @@ from console.services.model import (
     HostState,
     IncidentCause,
     IncidentOutcome,
+    JobStatus,
 )
 from console.services.record.journal import (
     ACTION,
@@ -241,6 +242,32 @@ def summary_event(incident_id: str, rows: Sequence[Event], at: float | None = No
     )
 
 
+def healed_summary(incident_id: str, rows: Sequence[Event], at: float) -> Event:
+    """The summary of an incident that healed itself at ``at`` (no recovery ran): recovered,
+    its MTTR from its first row to the workload running again."""
+    ev = summary_event(incident_id, rows, at=at)
+    opened = _num(ev.data.get("opened_at"))
+    data = {
+        **ev.data,
+        "outcome": IncidentOutcome.RECOVERED,
+        "result": result_text(IncidentOutcome.RECOVERED),
+        "ended_at": at,
+        "mttr_s": round(at - opened, 3) if opened is not None else None,
+    }
+    return replace(ev, data=data, message=summary_text(data))
+
+
+def _healed(cur: _Open, event: Event) -> bool:
+    """``event`` says the workload a self-healing incident's pod belonged to runs again."""
+    if cur.opened_by not in SELF_HEALING or cur.recovering or event.kind != EventKind.JOB_STATE:
+        return False
+    if event.data.get("new_status") != JobStatus.RUNNING:
+        return False
+    workloads = {str(e.data.get("workload") or "") for e in cur.rows if e.kind in SELF_HEALING}
+    workloads.discard("")
+    return not workloads or str(event.data.get("job_id") or "") in workloads
+
+
 # -- the writer's side -----------------------------------------------------------------------------
 @dataclass
 class _Open:
@@ -301,6 +328,13 @@ class IncidentTracker:
         cur.last_at = max(cur.last_at, event.at)
         if event.kind == RECOVERY_STARTED:
             cur.recovering = True
+        if _healed(cur, event):
+            # A pod's own failure its JobSet restarted by itself: over once the workload
+            # runs again. Before, no summary was ever written (the incident "passed" only
+            # when the next loss came or LAPSE_S later): every crash, OOM kill or eviction
+            # stayed an open incident to readers, without an MTTR.
+            self._close(cur.id)
+            return healed_summary(cur.id, cur.rows, event.at)
         if event.kind not in _ENDS:
             return None
         self._close(cur.id)
