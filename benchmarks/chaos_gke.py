@@ -307,9 +307,9 @@ class Drill:
         target = min(target, self.s.total() - 1)
         await self._until(lambda: self._current().reached >= target, 120, f"step {target}")
         t0, first = time.monotonic(), time.time()
-        rec = await self._send(shot)
         assert self.watcher is not None
-        mark = len(self.watcher.snapshot())
+        mark = len(self.watcher.snapshot())  # the recovery this shot opens: a line after it
+        rec = await self._send(shot)
         if shot.overlap is not None:
             await asyncio.sleep(shot.overlap_after)  # the plan's gap, 2-8 s
             second = await self._send(shot.overlap)
