@@ -242,17 +242,22 @@ def summary_event(incident_id: str, rows: Sequence[Event], at: float | None = No
     )
 
 
-def healed_summary(incident_id: str, rows: Sequence[Event], at: float) -> Event:
+def healed_summary(
+    incident_id: str, rows: Sequence[Event], at: float, superseded: bool = False
+) -> Event:
     """The summary of an incident that healed itself at ``at`` (no recovery ran): recovered,
-    its MTTR from its first row to the workload running again."""
+    its MTTR from its first row to the workload running again. ``superseded``: a loss of
+    the pod's node or slice came first and opened its own incident: it ended there, with no
+    recovery of its own (the loss's recovery covers it)."""
     ev = summary_event(incident_id, rows, at=at)
     opened = _num(ev.data.get("opened_at"))
+    outcome = IncidentOutcome.NO_RECOVERY if superseded else IncidentOutcome.RECOVERED
     data = {
         **ev.data,
-        "outcome": IncidentOutcome.RECOVERED,
-        "result": result_text(IncidentOutcome.RECOVERED),
+        "outcome": outcome,
+        "result": result_text(outcome),
         "ended_at": at,
-        "mttr_s": round(at - opened, 3) if opened is not None else None,
+        "mttr_s": None if superseded or opened is None else round(at - opened, 3),
     }
     return replace(ev, data=data, message=summary_text(data))
 
@@ -288,6 +293,7 @@ class IncidentTracker:
         self.lapse_s = lapse_s
         self._open: _Open | None = None
         self._closed: collections.deque[str] = collections.deque(maxlen=64)
+        self._superseded: list[Event] = []  # summaries to journal with the next stored row
 
     @property
     def current(self) -> str:
@@ -309,6 +315,10 @@ class IncidentTracker:
         ):
             # A pod's own failure that no recovery followed (its JobSet restarted by itself)
             # has passed once a loss of the pod's node or slice arrives: that is its own one.
+            # It ends here, summarised (no recovery of its own: the loss's covers it); before,
+            # it was dropped unsummarised and stayed open to readers for ever.
+            self._superseded.append(healed_summary(cur.id, cur.rows, event.at, superseded=True))
+            self._closed.append(cur.id)
             cur = self._open = None
         if cur is None:
             if not opens(event.kind, event.data):
@@ -320,7 +330,14 @@ class IncidentTracker:
         return replace(event, data={**event.data, KEY: cur.id})
 
     def stored(self, event: Event) -> Event | None:
-        """Note a stored row; returns the summary to journal when it closed its incident."""
+        """Note a stored row; returns the summary to journal when it closed its incident (or
+        when an earlier one was superseded)."""
+        out = self._stored(event)
+        if out is None and self._superseded:
+            return self._superseded.pop(0)
+        return out
+
+    def _stored(self, event: Event) -> Event | None:
         cur = self._open
         if cur is None or incident_of(event) != cur.id or event.kind == INCIDENT:
             return None

@@ -277,3 +277,23 @@ def test_a_pod_failure_its_jobset_healed_is_summarised_recovered_when_it_runs_ag
     assert summary.data["outcome"] == "recovered" and summary.data["mttr_s"] == 8.5
     assert summary.data["cause"] == IncidentCause.OOM_KILLED
     assert tracker.current == ""
+
+
+def test_a_pod_failure_a_loss_supersedes_is_summarised_not_left_open() -> None:
+    """An OOM kill, then the pod's node fails before the JobSet ran again (the GKE chaos
+    drill's overlap): the loss opens its own incident, and the OOM kill's ends, summarised
+    with no recovery of its own. Before, it was dropped unsummarised: open for ever."""
+    from console.services.record.incidents import IncidentTracker
+
+    tracker = IncidentTracker()
+    oom = tracker.stamp(
+        Event(at=100.0, kind="pod_oom_killed", host="n-1", message="oom", data={"workload": "g"})
+    )
+    assert tracker.stored(oom) is None
+    lost = tracker.stamp(Event(at=105.0, kind="host_lost", host="np-0", message="lost"))
+    assert incident_of(lost) and incident_of(lost) != incident_of(oom)
+    summary = tracker.stored(lost)
+    assert summary is not None and summary.kind == INCIDENT
+    assert incident_of(summary) == incident_of(oom)
+    assert summary.data["outcome"] == "no recovery" and summary.data["ended_at"] == 105.0
+    assert tracker.current == incident_of(lost)
