@@ -475,7 +475,10 @@ class Drill:
             # an overlapped disruption shares its window with the one that follows it
             shared = nxt is not None and nxt.overlapping
             want: list[tuple[EventKind, str]] = []
-            if not shared:
+            # A restart while no watcher ran is not journaled by the next one (it starts from
+            # the JobSet as it finds it): only a window the watcher lived through must hold it.
+            dead = rec.watcher_killed or (i > 0 and self.records[i - 1].watcher_killed)
+            if not shared and not dead:
                 want.append((EventKind.JOBSET_RESTARTED, NAME))
             if rec.shot.kind in (PREEMPT_GRACE, PREEMPT_ABRUPT):
                 want.append((EventKind.PREEMPTED, rec.victim))
