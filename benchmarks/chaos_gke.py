@@ -490,8 +490,14 @@ class Drill:
             if shared:  # to the end of the overlapping one's window
                 after = self.records[i + 2].at if i + 2 < len(self.records) else float("inf")
                 scope = [e for e in rows if rec.at <= e.at < after]
+            # The pair restarts the JobSet at least once, not once each: a preemption or
+            # node failure that lands while the pods of the restart the first one caused
+            # are still Pending (the old ones Terminating in their grace) fails no Job, so
+            # the JobSet has nothing to restart again. Its row may lie in the pair's span.
+            pair = [e for e in rows if self.records[i - 1].at <= e.at < end] if i else window
             for kind, host in want:
-                if not any(e.kind == kind and (not host or e.host == host) for e in scope):
+                where = pair if rec.overlapping and kind == EventKind.JOBSET_RESTARTED else scope
+                if not any(e.kind == kind and (not host or e.host == host) for e in where):
                     self.problems.append(
                         f"journal: no {kind} row{f' ({host})' if host else ''} for "
                         f"#{rec.shot.index} {rec.shot.kind}"
