@@ -206,7 +206,8 @@ class RecoveryRunner:
                 f"recovery started: {run.trigger}",
                 actor=run.actor,
                 # The trigger as a field: followers and the journal read it, never the message.
-                data={"trigger": run.trigger}
+                # detected_at: where a takeover that finishes it counts its MTTR from.
+                data={"trigger": run.trigger, "detected_at": run.detected_at}
                 | ({"detect_s": run.detect_s} if run.detect_s is not None else {}),
             )
             for rnd in range(1, self.settings.max_rounds + 1):

@@ -184,8 +184,12 @@ class Watchdog:
         trigger: str = "",
         observation: Observation | None = None,
         diagnosis: Diagnosis | None = None,
+        resumed_since: float | None = None,
     ) -> asyncio.Task[RecoveryStatus]:
-        """Start the loop, or return the running one (one recovery at a time)."""
+        """Start the loop, or return the running one (one recovery at a time).
+        ``resumed_since``: this finishes a recovery a process that died mid-way started,
+        its trouble first seen then: a real loss, recovered (with its MTTR from then) even
+        when the cluster is back by the time this one looks."""
         if self._task is not None and not self._task.done():
             return self._task
         det = self.detector
@@ -198,7 +202,12 @@ class Watchdog:
             detected_at = observation.at
             diag = diag if diag is not None else diagnose(observation)
             detect_s = det.detect_delay(observation, diag)
+        if resumed_since is not None:
+            detected_at = min(detected_at, resumed_since)
         run = self.runner.new_run(actor, trigger, detected_at, detect_s)
+        # Before, a takeover that found the nodes back (GKE repaired them while no watcher
+        # ran) closed the incident "nothing to recover", without an MTTR.
+        run.did_something = resumed_since is not None
         seen = (observation, diag) if observation is not None else None
         self._task = asyncio.create_task(self._recover(run, seen))
         return self._task
