@@ -780,7 +780,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in result.problems:
         print(f"FAILED: {problem}", file=sys.stderr)
     if work is not None:
-        print(f"kept {work} (journal: {work / 'state' / 'journal.sqlite'})", file=sys.stderr)
+        print(
+            f"kept {work} (journal: {work / 'state' / 'phantom' / 'journal.sqlite'})",
+            file=sys.stderr,
+        )
     print(result.table)
     print(json.dumps(result.figures))
     return 1 if result.problems else 0
