@@ -420,13 +420,13 @@ class Facade(ClusterActions):
         if self._was_owner:
             return
         self._was_owner = True
-        trigger = self.sharing.interrupted()
-        if trigger and not self.watchdog.running:
+        left = self.sharing.interrupted()
+        if left is not None and not self.watchdog.running:
             self.watchdog.start_recovery(
                 actor="watchdog",
-                trigger=f"resuming an interrupted recovery ({trigger})",
+                trigger=f"resuming an interrupted recovery ({left.trigger})",
                 owed=self.sharing.owed(),  # the jobs it owed: in the journal, not in memory
-                resumed_since=self.sharing.interrupted_since(),
+                resumed_since=left.detected_at or left.started_at,
             )
 
     def recovery_status(self) -> RecoveryStatus:

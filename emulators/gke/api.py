@@ -87,6 +87,8 @@ class Api:
         verb = request.method
         if path.sub == "log" and path.res.name == "pods" and verb == "GET":
             return await self._log(request, path)
+        if path.sub == "eviction" and path.res.name == "pods" and path.name and verb == "POST":
+            return await self.writes.evict(request, path)
         if path.sub and path.sub != "status":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if verb == "GET" and path.name:

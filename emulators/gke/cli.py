@@ -178,6 +178,11 @@ def build_parser(prog: str = "phantom gke") -> argparse.ArgumentParser:
         "--signal", type=kit.count(1, 64), default=9, help="signal number (default 9)"
     )
     crash.add_argument("--json", action="store_true")
+    oom = sub.add_parser("oom", help="the OOM killer takes a running pod's container (137)")
+    _run_dir(oom)
+    oom.add_argument("pod", metavar="POD", help="pod name")
+    oom.add_argument("--container", default="", help="container name (default: the first)")
+    oom.add_argument("--json", action="store_true")
     down = sub.add_parser("down", help="stop the emulator; no process is left behind")
     _run_dir(down)
     serve = sub.add_parser("serve", help="run the daemon in the foreground (used by `up`)")
@@ -282,13 +287,16 @@ def gke_main(argv: list[str]) -> int:
                     f"(grace {result['grace']:g}s)"
                 )
             return 0
-        if args.cmd in ("fail-node", "crash"):
+        if args.cmd in ("fail-node", "crash", "oom"):
             if args.cmd == "fail-node":
                 result = client.fail_node(run_dir, args.node, args.repair_after)
                 text = (
                     f"node {result['node']}: down, {len(result['pods'])} pods lost; slice "
                     f"{result['slice']} repaired in {result['repair_after']:g}s"
                 )
+            elif args.cmd == "oom":
+                result = client.oom_kill(run_dir, args.pod, args.container)
+                text = f"pod {result['pod']}: container {result['container']} OOM-killed"
             else:
                 result = client.crash_container(run_dir, args.pod, args.container, args.signal)
                 text = (

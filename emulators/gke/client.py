@@ -281,6 +281,14 @@ def crash_container(
     return result
 
 
+def oom_kill(run_dir: Path | str | None, pod: str, container: str = "") -> dict[str, Any]:
+    """The OOM killer takes a running pod's container (its main process): exit 137, reason
+    ``OOMKilled``. Returns ``{"pod", "container", "signal", "pid", "at"}``."""
+    payload = {"op": "oom", "pod": pod, "container": container}
+    result: dict[str, Any] = request(run_dir, payload)["crash"]
+    return result
+
+
 def restore_slice(run_dir: Path | str | None, slice_ref: str | int) -> GkeInfo:
     """Bring a deleted slice's nodes back now (ends a quota stall for it)."""
     return GkeInfo.from_json(request(run_dir, {"op": "restore", "slice": str(slice_ref)})["status"])

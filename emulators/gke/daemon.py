@@ -353,6 +353,10 @@ class Cluster:
                     str(req.get("container", "")),
                     int(req.get("signal", signal.SIGKILL)),
                 )
+            elif op == "oom":
+                extra["crash"] = faults.oom_kill(
+                    self, str(req.get("pod", "")), str(req.get("container", ""))
+                )
             elif op == "restore":
                 self.restore(str(req.get("slice", "")))
             elif op == "quota":

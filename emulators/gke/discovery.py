@@ -34,7 +34,8 @@ READ = ("get", "list", "watch")
 WRITE = ("create", "delete", "update", "patch")
 RESOURCES = (
     Resource("pods", "pod", "Pod", "", "v1", True, (*READ, *WRITE), ("po",), ("all",)),
-    Resource("nodes", "node", "Node", "", "v1", False, READ, ("no",)),
+    # patch/update: `kubectl cordon`, `uncordon` and `drain` (spec.unschedulable)
+    Resource("nodes", "node", "Node", "", "v1", False, (*READ, "patch", "update"), ("no",)),
     Resource("events", "event", "Event", "", "v1", True, READ, ("ev",)),
     Resource("namespaces", "namespace", "Namespace", "", "v1", False, (*READ, "create"), ("ns",)),
     Resource(
@@ -144,6 +145,17 @@ SUBRESOURCES = {
             "namespaced": True,
             "kind": "Pod",
             "verbs": ["get"],
+        },
+        # The Eviction API (policy/v1), which `kubectl drain` finds by this entry's group,
+        # version and kind and posts to (pods/NAME/eviction).
+        {
+            "name": "pods/eviction",
+            "singularName": "",
+            "namespaced": True,
+            "group": "policy",
+            "version": "v1",
+            "kind": "Eviction",
+            "verbs": ["create"],
         },
         {
             "name": "pods/status",

@@ -9,9 +9,16 @@
   graceful node shutdown, each pod's grace), every node of the slice is deleted, the pod
   GC fails and removes the pods left on them (``DeletionByPodGC``), and the slice comes
   back after the recreate delay.
-* ``crash``: a container's main process dies of a signal (SIGKILL by default, as the
-  OOM killer does): exit 128 + signal, the rest of the container goes with it, and the
-  pod's restart policy and the Job's rules decide what follows.
+* ``crash``: a container's main process dies of a signal (SIGKILL by default): exit 128 +
+  signal, the rest of the container goes with it, and the pod's restart policy and the
+  Job's rules decide what follows.
+* ``oom_kill``: the kernel's OOM killer takes a container's main process (its memory
+  cgroup over its limit): SIGKILL, exit 137, the container terminated with reason
+  ``OOMKilled`` (as containerd reports it), and the node's problem detector posts an
+  ``OOMKilling`` Warning event on the node, as GKE's node-problem-detector does.
+
+Evictions and drains go through the API (`kubectl cordon` / `kubectl drain`: PATCH
+``spec.unschedulable``, POST ``pods/NAME/eviction``; writes.py), as they do in a cluster.
 """
 
 from __future__ import annotations
@@ -101,3 +108,26 @@ def crash(cluster: Cluster, pod: str, container: str, sig: int) -> dict[str, Any
             + " (a running pod's name in any namespace)"
         )
     return {"pod": pod, "container": cname, "signal": signame, "pid": pid, "at": time.time()}
+
+
+def oom_kill(cluster: Cluster, pod: str, container: str) -> dict[str, Any]:
+    pid, cname = cluster.kubelet.crash(pod, container, signal.SIGKILL, oom=True)
+    if pid is None:
+        raise FaultError(
+            f"pod {pod!r} has no running container"
+            + (f" {container!r}" if container else "")
+            + " (a running pod's name in any namespace)"
+        )
+    obj = next((p for p in cluster.store.list("pods") if p["metadata"]["name"] == pod), None)
+    node = cluster.store.get("nodes", "", str((obj or {}).get("spec", {}).get("nodeName", "")))
+    if node is not None:
+        cluster.recorder.emit(
+            node,
+            "Node",
+            "Warning",
+            "OOMKilling",
+            f"Memory cgroup out of memory: Killed process {pid} (python) "
+            f"total-vm:0kB, anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+            "kernel-monitor",
+        )
+    return {"pod": pod, "container": cname, "signal": "SIGKILL", "pid": pid, "at": time.time()}

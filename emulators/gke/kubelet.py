@@ -62,6 +62,7 @@ class Container:
     cgroup: Path | None = None
     container_id: str = ""
     exit_code: int | None = None
+    oom_killed: bool = False  # the kernel's OOM killer took its main process (faults.oom_kill)
 
     @property
     def name(self) -> str:
@@ -487,14 +488,16 @@ class Kubelet:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pumps, 5.0)
         logfile.close()
+        oom = c.oom_killed or _cgroup_oom_kills(c.cgroup) > 0
         remove_cgroup(c.cgroup)
-        c.proc = None
+        c.proc, c.oom_killed = None, False
         code = 128 - rc if rc < 0 else rc
         c.exit_code = code
         c.state = {
             "terminated": {
                 "exitCode": code,
-                "reason": "Completed" if code == 0 else "Error",
+                # containerd's reason: the cgroup's OOM kill, else by the exit code
+                "reason": "OOMKilled" if oom and code else "Completed" if code == 0 else "Error",
                 "startedAt": started,
                 "finishedAt": now_iso(),
                 "containerID": c.container_id,
@@ -551,14 +554,18 @@ class Kubelet:
         if rt is not None:
             self.request_stop(rt, 0, LOST)
 
-    def crash(self, pod: str, container: str, sig: int) -> tuple[int | None, str]:
+    def crash(
+        self, pod: str, container: str, sig: int, oom: bool = False
+    ) -> tuple[int | None, str]:
         """Send ``sig`` to the main process of ``container`` (default: the first running
-        one) of the running pod named ``pod``: (its pid, the container), or (None, "")."""
+        one) of the running pod named ``pod``: (its pid, the container), or (None, "").
+        ``oom``: the OOM killer's SIGKILL, so the container ends reason ``OOMKilled``."""
         for rt in self.pods.values():
             if rt.name != pod or rt.stop.is_set():
                 continue
             for c in rt.main:
                 if c.proc is not None and (not container or c.name == container):
+                    c.oom_killed = oom
                     with contextlib.suppress(ProcessLookupError):
                         c.proc.send_signal(sig)
                         return c.proc.pid, c.name
@@ -630,6 +637,21 @@ async def _pump(stream: asyncio.StreamReader, logfile: LogFile, name: str) -> No
             logfile.write(name, line)
     if partial:
         logfile.write(name, partial)
+
+
+def _cgroup_oom_kills(cgroup: Path | None) -> int:
+    """How many processes the kernel's OOM killer took in ``cgroup`` (memory.events)."""
+    if cgroup is None:
+        return 0
+    try:
+        text = (cgroup / "memory.events").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return 0
 
 
 def _kill_quietly(prefix: str, cgroup: Path | None) -> None:

@@ -25,7 +25,8 @@ from emulators.gke import discovery as D
 from emulators.gke import layout as L
 from emulators.gke import validate as V
 from emulators.gke.admission import ApiError
-from emulators.gke.jobs import delete_pod, label_job
+from emulators.gke.events import condition, set_condition
+from emulators.gke.jobs import TERMINAL, delete_pod, label_job
 from emulators.gke.merge import merge_patch, strategic_merge
 from emulators.gke.priority import UnknownPriorityClass, resolve_priority
 from emulators.gke.store import Obj, now_iso
@@ -356,6 +357,59 @@ class Writes:
             }
         )
 
+    # --- the Eviction API ----------------------------------------------------------------
+
+    async def evict(self, request: web.Request, path: Path) -> web.Response:
+        """POST pods/NAME/eviction (policy/v1 Eviction), as `kubectl drain` sends it: the
+        pod gets DisruptionTarget (EvictionByEvictionAPI) and is deleted gracefully (the
+        Eviction's deleteOptions.gracePeriodSeconds, else the pod's own). The cluster has
+        no PodDisruptionBudgets, so every eviction is allowed (201); one of a pod already
+        being deleted is answered the same and changes nothing."""
+        body = await read_body(request)
+        if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
+            raise ApiError(400, "BadRequest", "the body of the request was not an Eviction")
+        name = (body.get("metadata") or {}).get("name")
+        if name and name != path.name:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"name in URL does not match name in Eviction object: {path.name} != {name}",
+            )
+        pod = self.store.get("pods", path.namespace, path.name)
+        if pod is None:
+            raise not_found(path.res, path.name)
+        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        dry = dry_run(request) or "All" in ((body.get("deleteOptions") or {}).get("dryRun") or [])
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        if not dry and not deleting:
+            if (pod.get("status") or {}).get("phase") not in TERMINAL:
+
+                def disrupted(p: Obj) -> None:
+                    conds = p.setdefault("status", {}).setdefault("conditions", [])
+                    set_condition(
+                        conds,
+                        condition(
+                            "DisruptionTarget",
+                            "True",
+                            "EvictionByEvictionAPI",
+                            "Eviction API: evicting",
+                            True,
+                        ),
+                    )
+
+                pod = self.store.mutate("pods", pod, disrupted)
+            delete_pod(self.store, pod, None if grace is None else float(grace))
+        return web.json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+            status=201,
+        )
+
     # --- update and patch ---------------------------------------------------------------
 
     async def patch(self, request: web.Request, path: Path) -> web.Response:
@@ -436,6 +490,8 @@ class Writes:
                 admission.immutable_fields(res, obj, new)
             elif res.name in ("pods", "jobs"):
                 admission.immutable_fields(res, obj, new)
+            elif res.name == "nodes":
+                _cordon_taint(new)
             elif res.name != "namespaces":
                 raise ApiError(
                     405,
@@ -446,3 +502,23 @@ class Writes:
             raise admission.invalid(exc) from exc
         if new.get("spec") != obj.get("spec"):
             new["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
+
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def _cordon_taint(node: Obj) -> None:
+    """What the node lifecycle controller keeps beside ``spec.unschedulable`` (`kubectl
+    cordon`): the ``node.kubernetes.io/unschedulable:NoSchedule`` taint, on while cordoned."""
+    spec = node.setdefault("spec", {})
+    old = spec.get("taints") or []
+    taints = [t for t in old if t.get("key") != UNSCHEDULABLE_TAINT]
+    if spec.get("unschedulable"):
+        had = [t for t in old if t.get("key") == UNSCHEDULABLE_TAINT]
+        taints += had[:1] or [
+            {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": now_iso()}
+        ]
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)

@@ -169,7 +169,7 @@ async def test_gke_with_a_kubeconfig_has_no_chaos_and_no_pod_actions(tmp_path: P
             await svc.preempt_slice("0")
         with pytest.raises(ValueError, match=r"provider 'gke' has no TPU VMs or Ray"):
             await svc.teardown()
-        assert [s.name for s in svc.watchdog.runner.plan.steps] == ["nodes", "resubmit"]
+        assert [s.name for s in svc.watchdog.runner.plan.steps] == ["nodes", "release", "resubmit"]
     finally:
         svc.close_journal()
 

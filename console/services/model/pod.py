@@ -157,6 +157,10 @@ class WorkloadStatus:
     failed_reason: str = ""  # e.g. ReachedMaxRestarts
     message: str = ""
     owned: bool = False  # created by this console (it resubmits it when it fails)
+    # Pods of an earlier attempt stuck Terminating past their grace, their containers gone,
+    # held by finalizers: each "pod (finalizer, ...)". A JobSet cannot recreate its Jobs
+    # until they go (the recovery's "release" step takes their finalizers off).
+    held: tuple[str, ...] = ()
     run_name: str = ""
     console_url: str = ""  # Cloud Console workload page (shown, never opened)
     logs_url: str = ""  # Cloud Logging query of the coordinator's logs

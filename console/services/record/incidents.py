@@ -33,6 +33,7 @@ from console.services.model import (
     HostState,
     IncidentCause,
     IncidentOutcome,
+    JobStatus,
 )
 from console.services.record.journal import (
     ACTION,
@@ -241,6 +242,37 @@ def summary_event(incident_id: str, rows: Sequence[Event], at: float | None = No
     )
 
 
+def healed_summary(
+    incident_id: str, rows: Sequence[Event], at: float, superseded: bool = False
+) -> Event:
+    """The summary of an incident that healed itself at ``at`` (no recovery ran): recovered,
+    its MTTR from its first row to the workload running again. ``superseded``: a loss of
+    the pod's node or slice came first and opened its own incident: it ended there, with no
+    recovery of its own (the loss's recovery covers it)."""
+    ev = summary_event(incident_id, rows, at=at)
+    opened = _num(ev.data.get("opened_at"))
+    outcome = IncidentOutcome.NO_RECOVERY if superseded else IncidentOutcome.RECOVERED
+    data = {
+        **ev.data,
+        "outcome": outcome,
+        "result": result_text(outcome),
+        "ended_at": at,
+        "mttr_s": None if superseded or opened is None else round(at - opened, 3),
+    }
+    return replace(ev, data=data, message=summary_text(data))
+
+
+def _healed(cur: _Open, event: Event) -> bool:
+    """``event`` says the workload a self-healing incident's pod belonged to runs again."""
+    if cur.opened_by not in SELF_HEALING or cur.recovering or event.kind != EventKind.JOB_STATE:
+        return False
+    if event.data.get("new_status") != JobStatus.RUNNING:
+        return False
+    workloads = {str(e.data.get("workload") or "") for e in cur.rows if e.kind in SELF_HEALING}
+    workloads.discard("")
+    return not workloads or str(event.data.get("job_id") or "") in workloads
+
+
 # -- the writer's side -----------------------------------------------------------------------------
 @dataclass
 class _Open:
@@ -261,6 +293,7 @@ class IncidentTracker:
         self.lapse_s = lapse_s
         self._open: _Open | None = None
         self._closed: collections.deque[str] = collections.deque(maxlen=64)
+        self._superseded: list[Event] = []  # summaries to journal with the next stored row
 
     @property
     def current(self) -> str:
@@ -282,6 +315,10 @@ class IncidentTracker:
         ):
             # A pod's own failure that no recovery followed (its JobSet restarted by itself)
             # has passed once a loss of the pod's node or slice arrives: that is its own one.
+            # It ends here, summarised (no recovery of its own: the loss's covers it); before,
+            # it was dropped unsummarised and stayed open to readers for ever.
+            self._superseded.append(healed_summary(cur.id, cur.rows, event.at, superseded=True))
+            self._closed.append(cur.id)
             cur = self._open = None
         if cur is None:
             if not opens(event.kind, event.data):
@@ -293,7 +330,14 @@ class IncidentTracker:
         return replace(event, data={**event.data, KEY: cur.id})
 
     def stored(self, event: Event) -> Event | None:
-        """Note a stored row; returns the summary to journal when it closed its incident."""
+        """Note a stored row; returns the summary to journal when it closed its incident (or
+        when an earlier one was superseded)."""
+        out = self._stored(event)
+        if out is None and self._superseded:
+            return self._superseded.pop(0)
+        return out
+
+    def _stored(self, event: Event) -> Event | None:
         cur = self._open
         if cur is None or incident_of(event) != cur.id or event.kind == INCIDENT:
             return None
@@ -301,6 +345,13 @@ class IncidentTracker:
         cur.last_at = max(cur.last_at, event.at)
         if event.kind == RECOVERY_STARTED:
             cur.recovering = True
+        if _healed(cur, event):
+            # A pod's own failure its JobSet restarted by itself: over once the workload
+            # runs again. Before, no summary was ever written (the incident "passed" only
+            # when the next loss came or LAPSE_S later): every crash, OOM kill or eviction
+            # stayed an open incident to readers, without an MTTR.
+            self._close(cur.id)
+            return healed_summary(cur.id, cur.rows, event.at)
         if event.kind not in _ENDS:
             return None
         self._close(cur.id)

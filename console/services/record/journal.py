@@ -182,6 +182,9 @@ class Recovery:
     failed_step: str = ""
     started_id: int | None = None
     ended_id: int | None = None
+    # When the watchdog first saw the trouble (rows before it journaled none): a takeover
+    # finishing an interrupted recovery counts its MTTR from here.
+    detected_at: float | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -483,6 +486,7 @@ class Journal:
                     failed_step="" if ok else str(ev.data.get("step", "")),
                     started_id=open_.id,
                     ended_id=ev.id,
+                    detected_at=_num(open_.data.get("detected_at")),
                 )
             )
             open_ = None
@@ -542,6 +546,7 @@ def _unfinished(ev: Event) -> Recovery:
         mttr_s=None,
         detect_s=_num(ev.data.get("detect_s")),
         started_id=ev.id,
+        detected_at=_num(ev.data.get("detected_at")),
     )
 
 

@@ -33,6 +33,7 @@ from console.services.record.journal import (
     RECOVERY_FAILED,
     RECOVERY_STARTED,
     Journal,
+    Recovery,
     trigger_of,
 )
 from console.services.record.lease import PodLeases
@@ -223,18 +224,13 @@ class Sharing:
             return self.watchdog.status
         return replace(self.view.status, auto=self.watchdog.auto, owner=self.owner_name())
 
-    def interrupted(self) -> str:
-        """The trigger of a recovery the journal shows started and never ended (its process
-        died mid-way), or ""."""
+    def interrupted(self) -> Recovery | None:
+        """A recovery the journal shows started and never ended (its process died mid-way),
+        or None."""
         last = self.journal.recoveries(limit=1)
         if last and last[-1].ok is None:
-            return last[-1].trigger
-        return ""
-
-    def interrupted_since(self) -> float | None:
-        """When the interrupted recovery began (its ``recovery_started`` row), or None."""
-        last = self.journal.recoveries(limit=1)
-        return last[-1].started_at if last and last[-1].ok is None else None
+            return last[-1]
+        return None
 
     def owed(self) -> dict[str, str]:
         """What the interrupted recovery owed (job id -> sweep id; ``Journal.owed``)."""

@@ -80,6 +80,7 @@ class WorkloadCondition(StrEnum):
     FAILED = "failed"
     CAPACITY = "capacity"
     HEAD_FAILED = EventKind.HEAD_FAILED
+    HELD = "held"  # its restart held by pods stuck Terminating (finalizers)
 
 
 class HeadLoss(StrEnum):
@@ -122,6 +123,11 @@ class Diagnosis:
         return self.workloads_in(WorkloadCondition.FAILED)
 
     @property
+    def to_release(self) -> tuple[str, ...]:
+        """Workloads of this console whose restart pods stuck Terminating hold."""
+        return self.workloads_in(WorkloadCondition.HELD)
+
+    @property
     def blocked(self) -> tuple[str, ...]:
         """Workloads waiting for capacity no recovery step can create."""
         return self.workloads_in(WorkloadCondition.CAPACITY)
@@ -142,6 +148,7 @@ class Diagnosis:
             or self.tunnel_down
             or any(c in bad for c in self.conditions.values())
             or bool(self.to_resubmit)
+            or bool(self.to_release)
         )
 
     @property
@@ -213,6 +220,8 @@ def classify_workload(w: WorkloadStatus, obs: Observation) -> WorkloadCondition:
         and obs.at - w.unschedulable_since > obs.capacity_wait_s
     ):
         return WorkloadCondition.CAPACITY
+    if w.held and w.owned:
+        return WorkloadCondition.HELD
     if w.head_failed:
         return WorkloadCondition.HEAD_FAILED
     if w.status == JobStatus.PENDING and w.restarts > 0 and w.message == "restarting":

@@ -105,6 +105,13 @@ def workload_text(cond: WorkloadCondition, w: WorkloadStatus, obs: Observation) 
         )
     if cond is WorkloadCondition.HEAD_FAILED:
         return f"{name}: head failing: {w.head_failed}"
+    if cond is WorkloadCondition.HELD:
+        return (
+            f"{name}: restart held by {len(w.held)} pod(s) stuck Terminating, their "
+            f"containers gone, held by finalizers: {'; '.join(w.held)}; recovery releases "
+            "them (by hand: kubectl patch pod POD --type merge -p "
+            """'{"metadata":{"finalizers":null}}')"""
+        )
     if cond is WorkloadCondition.RESTARTING:
         return (
             f"{name}: JobSet restarting itself (restart {w.restarts}, "

@@ -189,9 +189,10 @@ class Watchdog:
     ) -> asyncio.Task[RecoveryStatus]:
         """Start the loop, or return the running one (one recovery at a time). ``owed``:
         the jobs an interrupted recovery owed (job id -> sweep id), read from the journal by
-        the process that resumes it. ``resumed_since``: when that recovery began (it acted in its
-        own process: the resumed one ends recovered, its MTTR from then, even when nothing is
-        left to do)."""
+        the process that resumes it. ``resumed_since``: this finishes a recovery that a
+        process which died mid-way started, its trouble first seen then: a real loss,
+        recovered (with its MTTR from then) even when the cluster is back by the time this
+        one looks (a takeover that found the nodes back closed it "nothing to recover")."""
         if self._task is not None and not self._task.done():
             return self._task
         det = self.detector

@@ -119,22 +119,35 @@ def metric_values(step: int, attempt: int, step_time: float) -> dict[str, float]
 class TensorBoard:
     """tensorboard's own EventFileWriter; one new event file per process, as in life."""
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, flush_steps: int = 1) -> None:
+        """``flush_steps``: the steps a metrics logger buffers before it writes and flushes
+        them (1: each step at once). Between flushes the newest steps are on no disk; a
+        SIGKILL loses them, a SIGTERM's close writes them."""
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         logdir.mkdir(parents=True, exist_ok=True)
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
-        self._writer = EventFileWriter(str(logdir), flush_secs=1)
+        self._writer = EventFileWriter(str(logdir), flush_secs=3600)
+        self._every = max(1, flush_steps)
+        self._held: list[object] = []
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         summary = self._summary(
             value=[self._summary.Value(tag=t, simple_value=float(v)) for t, v in values.items()]
         )
-        self._writer.add_event(self._event(wall_time=time.time(), step=step, summary=summary))
+        self._held.append(self._event(wall_time=time.time(), step=step, summary=summary))
+        if len(self._held) >= self._every:
+            self.flush()
+
+    def flush(self) -> None:
+        for event in self._held:
+            self._writer.add_event(event)
+        self._held.clear()
         self._writer.flush()
 
     def close(self) -> None:
+        self.flush()
         self._writer.close()
 
 
@@ -207,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if writer:
         remove_stale_tmp(ckpt_dir)
         ckpt_dir.mkdir(parents=True, exist_ok=True)
-        tb = TensorBoard(out / "tensorboard")
+        tb = TensorBoard(out / "tensorboard", int(cfg.get("tb_flush_steps") or 1))
         log(f"TensorBoard logs: {out / 'tensorboard'}")
     step = start
     try:

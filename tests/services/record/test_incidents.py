@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from console.services.model import Event
+from console.services.model import Event, IncidentCause
 from console.services.record.incidents import (
     INCIDENT,
     LAPSE_S,
@@ -241,3 +241,59 @@ def test_an_incident_opened_in_the_second_the_last_one_ended_gets_an_id_of_its_o
         iids.append(lost.data["incident"])
     base = iids[0]
     assert iids == [base, f"{base}-2", f"{base}-3"]
+
+
+def test_a_pod_failure_its_jobset_healed_is_summarised_recovered_when_it_runs_again() -> None:
+    """A crash (or OOM kill, or eviction) whose JobSet restarted by itself ends once the
+    workload runs again: a summary, recovered, with its MTTR. Before, none was ever written
+    (the GKE chaos drill under `phantom watch`: every such incident left open)."""
+    from console.services.record.incidents import IncidentTracker
+
+    tracker = IncidentTracker()
+    crash = tracker.stamp(
+        Event(at=100.0, kind="pod_oom_killed", host="n-1", message="oom", data={"workload": "g"})
+    )
+    assert tracker.stored(crash) is None
+    other = tracker.stamp(
+        Event(
+            at=101.0, kind="job_state", message="x", data={"job_id": "h", "new_status": "RUNNING"}
+        )
+    )
+    assert tracker.stored(other) is None  # another workload running says nothing of this one
+    pending = tracker.stamp(
+        Event(
+            at=102.0, kind="job_state", message="p", data={"job_id": "g", "new_status": "PENDING"}
+        )
+    )
+    assert tracker.stored(pending) is None
+    running = tracker.stamp(
+        Event(
+            at=108.5, kind="job_state", message="r", data={"job_id": "g", "new_status": "RUNNING"}
+        )
+    )
+    summary = tracker.stored(running)
+    assert summary is not None and summary.kind == INCIDENT
+    assert incident_of(summary) == incident_of(crash) == incident_of(running)
+    assert summary.data["outcome"] == "recovered" and summary.data["mttr_s"] == 8.5
+    assert summary.data["cause"] == IncidentCause.OOM_KILLED
+    assert tracker.current == ""
+
+
+def test_a_pod_failure_a_loss_supersedes_is_summarised_not_left_open() -> None:
+    """An OOM kill, then the pod's node fails before the JobSet ran again (the GKE chaos
+    drill's overlap): the loss opens its own incident, and the OOM kill's ends, summarised
+    with no recovery of its own. Before, it was dropped unsummarised: open for ever."""
+    from console.services.record.incidents import IncidentTracker
+
+    tracker = IncidentTracker()
+    oom = tracker.stamp(
+        Event(at=100.0, kind="pod_oom_killed", host="n-1", message="oom", data={"workload": "g"})
+    )
+    assert tracker.stored(oom) is None
+    lost = tracker.stamp(Event(at=105.0, kind="host_lost", host="np-0", message="lost"))
+    assert incident_of(lost) and incident_of(lost) != incident_of(oom)
+    summary = tracker.stored(lost)
+    assert summary is not None and summary.kind == INCIDENT
+    assert incident_of(summary) == incident_of(oom)
+    assert summary.data["outcome"] == "no recovery" and summary.data["ended_at"] == 105.0
+    assert tracker.current == incident_of(lost)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from console.services.model import (
     Event,
     HostState,
+    IncidentOutcome,
     JobInfo,
     JobStatus,
     PodFailure,
@@ -67,7 +68,15 @@ async def test_a_pod_failure_is_one_row_by_its_cause_and_counts_say_pods() -> No
         with_pods(nodes(HostState.PREEMPTED), pod("p4"), pod("p5")),
     )
     kinds = [e.kind for e in evs]
-    assert kinds == ["pod_crashed", "pod_oom_killed", "pod_evicted", "state_change", "preempted"]
+    assert kinds[:5] == [
+        "pod_crashed",
+        "pod_oom_killed",
+        "pod_evicted",
+        "state_change",
+        "preempted",
+    ]
+    # the slice's loss supersedes the pods' incident: that one ends summarised, no recovery
+    assert kinds[5:] == ["incident"] and evs[5].data["outcome"] == IncidentOutcome.NO_RECOVERY
     assert evs[0].data["exit_code"] == 3 and evs[0].data["restartable"] is False
     assert evs[0].message == (
         "pod p1 on np-0-n1: crashed (exit 3); not restartable: its workload fails"

@@ -19,6 +19,7 @@ import pytest
 from console.services.model import (
     ActionResult,
     Event,
+    IncidentOutcome,
     RecoveryOutcome,
     RecoveryStatus,
     StepState,
@@ -487,6 +488,46 @@ async def test_a_resumable_close_leaves_the_recovery_for_the_next_owner(
     assert rows[-1].kind == "watchdog" and rows[-1].data == {"interrupted": True}
     (last,) = journal.journal.recoveries(limit=1)
     assert last.ok is None  # what the next owner's takeover resumes
+
+
+async def test_a_takeover_finishing_an_interrupted_recovery_counts_it_recovered(
+    pod: FakePod, clock: Clock, tmp_path: Path
+) -> None:
+    """The watcher SIGKILLed mid-recovery, the cluster back (GKE repaired its node) before
+    the next one takes over: the incident is a loss recovered, its MTTR from the first
+    watcher's detection. Before, the takeover closed it "nothing to recover", no MTTR (the
+    GKE chaos drill's watcher kill during a node failure)."""
+    path = tmp_path / "journal.sqlite"
+    wd, journal, _ = make_watchdog(pod, clock, journal_path=path)
+    reached = asyncio.Event()
+
+    async def stuck(hosts: Sequence[str], timeout_s: float) -> ActionResult:
+        reached.set()
+        await asyncio.Event().wait()  # the process dies here
+        raise AssertionError
+
+    pod.wait_hosts_ready = stuck  # type: ignore[method-assign]
+    pod.preempt("pod-w1")
+    detected = clock()
+    wd.start_recovery("watchdog")
+    await asyncio.wait_for(reached.wait(), 10)
+    await wd.close(resumable=True)
+    await journal.flush()
+    (left,) = journal.journal.recoveries(limit=1)
+    assert left.ok is None and left.detected_at == detected
+
+    clock.t += 5.0  # no watcher runs; the node comes back by itself
+    h = pod.host("pod-w1")
+    h.tpu_state, h.installed, h.ssh_ok, h.preempted_at = "READY", True, True, None
+    h.ray, h.ray_head_gen = 1, pod.head_gen
+    wd2, journal2, _ = make_watchdog(pod, clock, journal_path=path)
+    wd2.start_recovery("watchdog", trigger="resuming", resumed_since=left.detected_at)
+    status = await wait_done(wd2)
+    await journal2.flush()
+    end = [e for e in journal2.events if e.kind == "recovered"][-1]
+    assert status.outcome is RecoveryOutcome.OK
+    assert end.data["outcome"] == IncidentOutcome.RECOVERED
+    assert end.data["mttr_s"] == pytest.approx(end.at - detected) and end.data["mttr_s"] >= 5.0
 
 
 async def test_user_action_suspends_auto_recovery(pod: FakePod, clock: Clock) -> None:

@@ -555,6 +555,38 @@ class GkeBackend:
             data={"resubmitted": mapping},
         )
 
+    async def release_held(self, names: Sequence[str]) -> ActionResult:
+        """Take the finalizers off the named workloads' pods held Terminating (their
+        containers gone): the Job's deletion ends and the JobSet recreates it."""
+        t0 = time.monotonic()
+        api, _, _ = await self._ensure()
+        obs = await self.observe()
+        per: dict[str, HostResult] = {}
+        for w in obs.workloads:
+            if w.name not in names:
+                continue
+            for held in w.held:
+                pod = held.split(" ", 1)[0]
+                try:
+                    await api.drop_finalizers(R.PODS, pod)
+                except NotFound:
+                    per[pod] = HostResult(host=pod, ok=True, stdout_tail="already gone")
+                    continue
+                except Exception as exc:
+                    per[pod] = HostResult(host=pod, ok=False, error=str(exc))
+                    continue
+                per[pod] = HostResult(host=pod, ok=True, stdout_tail=f"released {held}")
+        done = [p for p, r in per.items() if r.ok]
+        return _result(
+            "release",
+            per,
+            t0,
+            f"released {len(done)} pod(s) held Terminating: {', '.join(done)}"
+            if done
+            else "no pod held Terminating",
+            data={"released": done},
+        )
+
     async def _recreate(self, api: KubeApi, caches: Caches, rec: RecordedWorkload) -> None:
         kind = R.JOBS if rec.spec.template == "convert" else R.JOBSETS
         informer = caches.jobs if kind is R.JOBS else caches.jobsets

@@ -234,6 +234,19 @@ class AsyncioKubeApi:
             raise KubeError(405, "MethodNotAllowed", f"the backend does not delete {resource}")
         await self._json(call, f"delete {resource} {name!r}")
 
+    async def drop_finalizers(self, resource: Resource, name: str) -> Obj:
+        if resource is not Resource.PODS:
+            raise KubeError(405, "MethodNotAllowed", f"the backend does not patch {resource}")
+        call = self._core.patch_namespaced_pod(
+            name,
+            self.namespace,
+            {"metadata": {"finalizers": None}},
+            _preload_content=False,
+            _request_timeout=self.timeout_s,
+        )
+        result: Obj = await self._json(call, f"patch {resource} {name!r}")
+        return result
+
     async def log(self, request: LogRequest) -> AsyncIterator[str]:
         kwargs: dict[str, Any] = {
             "_preload_content": False,

@@ -171,6 +171,10 @@ class KubeApi(Protocol):
         """Delete with background propagation (children are garbage-collected). Raises
         ``NotFound``."""
 
+    async def drop_finalizers(self, resource: Resource, name: str) -> Obj:
+        """Patch the object's ``metadata.finalizers`` away (a pod held Terminating). Raises
+        ``NotFound``."""
+
     def log(self, request: LogRequest) -> AsyncIterator[str]:
         """The pod's log lines (without their newline) until the server ends the stream."""
 

@@ -22,7 +22,9 @@ tracker's worker thread.
 
 from __future__ import annotations
 
+import collections
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -46,6 +48,8 @@ DOC_TAGS: dict[str, str] = {
 TAG_DOCS = {tag: doc for doc, tag in DOC_TAGS.items()}
 SERIES_LEN = 120  # values per metric published for a sparkline
 EVENT_FILE_MARK = "events.out.tfevents."
+LAG_WINDOW = 50  # polls whose flush delays are remembered
+MAX_FLUSH_LAG_S = 300.0  # beyond tensorboard's default flush period (120 s), with room
 # Workload status -> the run state the cadence rule reads: only a running workload stalls.
 RUN_STATES: dict[str, str] = {
     JobStatus.RUNNING: "running",
@@ -96,7 +100,16 @@ def _value(v: Any) -> float | None:
 
 
 class RunReader:
-    """One run's event files; ``poll`` reads what was appended since the last call."""
+    """One run's event files; ``poll`` reads what was appended since the last call.
+
+    ``flush_lag_s``: how long the newest steps stay unseen, as observed. A metrics logger
+    buffers its events (tensorboard's writer flushes every ``flush_secs``, 120 s by default),
+    so the steps of the last flush period are on no disk yet: a healthy run looks silent for
+    up to that long, and the stall rule must allow it. Each poll after the first (the first
+    reads the backlog) notes the span of writer time its new events cover: a flush brings a
+    whole period's steps at once, so the span is the flush period, read on the writer's own
+    clock (no skew to our clock enters). The longest of the recent ones is the lag, capped
+    at ``MAX_FLUSH_LAG_S``."""
 
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir
@@ -104,6 +117,12 @@ class RunReader:
         self.values: dict[str, dict[int, tuple[float, float]]] = {t: {} for t in TAG_DOCS}
         self.step_at: dict[int, float] = {}  # step -> newest wall time any tag logged it
         self.events_read = 0
+        self._polls = 0
+        self._spans: collections.deque[float] = collections.deque(maxlen=LAG_WINDOW)
+
+    @property
+    def flush_lag_s(self) -> float:
+        return min(max(self._spans, default=0.0), MAX_FLUSH_LAG_S)
 
     def files(self) -> list[str]:
         gfile = _gfile()
@@ -117,6 +136,7 @@ class RunReader:
     def poll(self) -> list[HistoryPoint]:
         """Steps new (or logged again, later) since the last poll, oldest first."""
         fresh: dict[int, float] = {}
+        oldest_new, newest_new = math.inf, -math.inf
         for path in self.files():
             loader = self._loaders.get(path)
             if loader is None:
@@ -126,6 +146,7 @@ class RunReader:
                 if not event.HasField("summary"):
                     continue
                 step, wall = int(event.step), float(event.wall_time)
+                oldest_new, newest_new = min(oldest_new, wall), max(newest_new, wall)
                 for v in event.summary.value:
                     series = self.values.get(v.tag)
                     if series is None:
@@ -139,6 +160,9 @@ class RunReader:
                     if wall > self.step_at.get(step, float("-inf")):
                         self.step_at[step] = wall
                         fresh[step] = wall
+        if self._polls and math.isfinite(oldest_new):
+            self._spans.append(newest_new - oldest_new)
+        self._polls += 1
         return sorted(
             (HistoryPoint(step=s, timestamp=t) for s, t in fresh.items()),
             key=lambda p: (p.timestamp, p.step),
@@ -159,7 +183,12 @@ class TensorBoardSource:
 
     kind = "tensorboard"
 
-    def __init__(self, runs: Callable[[], Sequence[TbRun]], *, lag_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        runs: Callable[[], Sequence[TbRun]],
+        *,
+        lag_s: float = 30.0,
+    ) -> None:
         self._runs = runs
         self.lag_s = lag_s
         self._readers: dict[str, RunReader] = {}
@@ -184,7 +213,8 @@ class TensorBoardSource:
             with self._lock:
                 self._readers[run.run_id] = reader
                 self._names[run.run_id] = run.name
-            out.append(_observe(run, points, self.lag_s))
+            # the configured lag, or the writer's own flush lag where it was seen longer
+            out.append(_observe(run, points, max(self.lag_s, reader.flush_lag_s)))
         return out
 
     def prepare(self) -> None:

@@ -44,6 +44,7 @@ from console.services.observation import HostObservation, Observation
 HEAD_JOB = "pathways-head"
 WORKER_JOB = "worker"
 _BAD_HEAD = ("CrashLoopBackOff", "Error", "OOMKilled", "ContainerStatusUnknown")
+HELD_AFTER_S = 10.0  # a deleted pod, its containers gone, still there this long: held
 MAX_POD_FAILURES = 512  # pod failures remembered for the detector (it journals each once)
 
 
@@ -98,6 +99,7 @@ class GkeObserver:
         self._recorded = recorded
         self.accelerator = accelerator
         self._mem = _Memory()
+        self._now = 0.0  # the observation's time, for a pod's time held
         # Every node event, also between two polls: a slice whose pods exit at once on
         # SIGTERM is deleted within a poll, and its shutdown notice must not be missed.
         caches.nodes.add_listener(self._on_node)
@@ -256,6 +258,7 @@ class GkeObserver:
         recorded: Mapping[str, RecordedWorkload],
         at: float,
     ) -> list[WorkloadStatus]:
+        self._now = at
         by_workload: dict[str, list[PodStatus]] = {}
         raw_by_name = {str(S.meta(p).get("name", "")): p for p in raw_pods}
         for p in pods:
@@ -352,6 +355,7 @@ class GkeObserver:
         since = [t for t in (self._unsched_since(p) for p in unschedulable) if t is not None]
         rec = recorded.get(name)
         jobset = self.caches.jobsets.get(name) if kind == "JobSet" else None
+        held = tuple(h for h in (self._held(p) for p in pods) if h)
         return WorkloadStatus(
             name=name,
             status=status,
@@ -369,10 +373,27 @@ class GkeObserver:
             failed_reason=reason,
             message=message,
             owned=rec is not None,
+            held=held,
             console_url=workload_url(name, template, self.ref),
             logs_url=logs_url(name, template, self.ref, jobset),
             **fields,
         )
+
+    def _held(self, p: PodStatus) -> str:
+        """ "pod (finalizer, ...)" when the pod is held Terminating: deleted more than
+        ``HELD_AFTER_S`` ago, its containers gone (a terminal phase), finalizers still on.
+        The Job controller's own tracking finalizer goes within a second of its count; one
+        still there, or another's (a log shipper's, a webhook's), holds the pod for ever
+        and with it the Job's foreground deletion: the JobSet cannot recreate that Job."""
+        raw = self.caches.pods.get(p.name)
+        if raw is None or p.phase not in ("Succeeded", "Failed"):
+            return ""
+        m = S.meta(raw)
+        deleted = S.ts(m.get("deletionTimestamp"))
+        finalizers = [str(f) for f in m.get("finalizers") or []]
+        if deleted is None or not finalizers or self._now - deleted < HELD_AFTER_S:
+            return ""
+        return f"{p.name} ({', '.join(finalizers)})"
 
     def _unsched_since(self, p: PodStatus) -> float | None:
         raw = self.caches.pods.get(p.name)

@@ -1,12 +1,16 @@
 """Seed 004's recovery on GKE, as a table of steps: the JobSet restarts itself; the console
 waits for the slice, resubmits what failed and reports what it cannot fix.
 
-    nodes -> resubmit
+    nodes -> release -> resubmit
 
 * ``nodes``: a preempted slice's nodes are recreated by GKE (a spot slice comes back when
   there is capacity): wait until they are Ready. When the workloads' pods stay
   unschedulable past the capacity wait, no step can help: the step fails at once with the
   diagnosis' words (quota or capacity, and the fix) instead of waiting out its timeout;
+* ``release``: pods of the console's workloads stuck Terminating, their containers gone,
+  held by finalizers (a log shipper's, a webhook's, a stuck Job controller's) past
+  ``HELD_AFTER_S``: their finalizers are taken off, so the Job's foreground deletion ends
+  and the JobSet recreates its Jobs (it cannot while a Job of the same name remains);
 * ``resubmit``: a JobSet of this console that is Failed (ReachedMaxRestarts, or a failure
   policy) is deleted and created again from its recorded spec, under the same name and run
   name, so it resumes from its last checkpoint.
@@ -30,6 +34,8 @@ class GkeOps(Protocol):
 
     async def resubmit_workloads(self, names: Sequence[str]) -> ActionResult: ...
 
+    async def release_held(self, names: Sequence[str]) -> ActionResult: ...
+
 
 def gke_plan(ops: GkeOps, *, ready_timeout_s: float) -> Plan:
     def resubmitted(rnd: Round, chosen: Sequence[str], res: ActionResult) -> None:
@@ -41,6 +47,7 @@ def gke_plan(ops: GkeOps, *, ready_timeout_s: float) -> Plan:
     return Plan(
         (
             StepDef("nodes", _slices_down, wait_nodes),
+            StepDef("release", _held_workloads, ops.release_held, per_host=False),
             StepDef(
                 "resubmit",
                 _failed_workloads,
@@ -56,6 +63,11 @@ def _slices_down(rnd: Round) -> Sequence[str] | Skip:
     down = rnd.diagnosis.hosts_in(HostCondition.LOST, HostCondition.NOT_READY)
     pools = sorted({h.pool for h in rnd.observation.hosts if h.name in down and h.pool})
     return pools or Skip("every slice's nodes are Ready")
+
+
+def _held_workloads(rnd: Round) -> Sequence[str] | Skip:
+    held = rnd.diagnosis.to_release
+    return list(held) if held else Skip("no pod held Terminating")
 
 
 def _failed_workloads(rnd: Round) -> Sequence[str] | Skip:

@@ -111,7 +111,7 @@ async def test_seed_004_loop_through_the_services(gke: gke_client.GkeInfo, tmp_p
         assert restart.data["restarts"] == 1 and restart.host == "grpo"
         rec = svc.recovery_status()
         assert rec.ok and rec.mttr_s is not None and rec.detect_s is not None
-        assert [s.name for s in rec.steps] == ["detect", "nodes", "resubmit", "verify"]
+        assert [s.name for s in rec.steps] == ["detect", "nodes", "release", "resubmit", "verify"]
         w = next(w for w in svc.snapshot().workloads if w.name == "grpo")
         assert (w.terminal_state, w.restarts, w.completed, w.owned) == (
             "Completed",

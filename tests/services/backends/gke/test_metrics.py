@@ -159,3 +159,57 @@ def test_a_one_shot_read_judges_each_run_and_marks_a_hung_one_stale(tmp_path: Pa
     assert grpo.verdict == CadenceVerdict.OK and grpo.job == "grpo"
     assert by_id["hung"].verdict == CadenceVerdict.STALE and by_id["hung"].job == "hung"
     assert "no answer within 2s" in by_id["hung"].stale
+
+
+def test_a_writer_that_flushes_in_batches_is_no_stall_and_a_real_stall_still_is(
+    tmp_path: Path,
+) -> None:
+    """Tunix's metrics logger buffers (tensorboard's writer flushes every ``flush_secs``):
+    the newest steps are on no disk for up to that long, so a healthy run looks silent.
+    Before, the stall rule allowed only the configured lag (the emulator's 1 s): a run whose
+    writer flushed every 10 steps was called stalled between flushes. Now the reader learns
+    the flush lag from what it sees (the age of the oldest step each poll finds new), and a
+    silence longer than that is still a stall."""
+    now = [5000.0]
+    logdir = tmp_path / "run" / "tensorboard"
+    writer = EventFileWriter(str(logdir), flush_secs=3600)
+    held: list[event_pb2.Event] = []  # the logger's buffer: on no disk until flushed
+
+    def log(step: int) -> None:
+        value = [summary_pb2.Summary.Value(tag=t, simple_value=0.5) for t in DOC_TAGS.values()]
+        summary = summary_pb2.Summary(value=value)
+        held.append(event_pb2.Event(wall_time=now[0], step=step, summary=summary))
+
+    def flush() -> None:
+        for event in held:
+            writer.add_event(event)
+        held.clear()
+        writer.flush()
+
+    source = TensorBoardSource(
+        lambda: (TbRun("grpo", "grpo-run", str(logdir), "RUNNING"),),
+        lag_s=0.5,
+    )
+    tracker = CadenceTracker([source], stall_factor=5.0, clock=lambda: now[0])
+    step = 0
+    for _batch in range(4):  # 10 steps of 1 s each, then one flush; polled every second
+        for _ in range(10):
+            step += 1
+            log(step)
+            now[0] += 1.0
+            (cad,) = tracker.poll()
+            assert not cad.stalled, f"a false stall at step {step} (silence {cad.seconds_since})"
+        flush()
+    (cad,) = tracker.poll()
+    assert cad.median_interval_s == 1.0 and not cad.stalled
+    assert (cad.seconds_since or 0.0) <= 1.0  # the flush brought the run up to date
+    # the run stops: beyond 5 x 1 s + the 9 s a flush's batch spans, it is stalled
+    now[0] += 12.0
+    (cad,) = tracker.poll()
+    assert not cad.stalled  # within one flush period of the last flush: may be healthy
+    now[0] += 3.0
+    (cad,) = tracker.poll()
+    assert cad.stalled
+    (metrics,) = tracker.metrics()
+    assert metrics.last_step == 40  # every step counted, none lost to the lag
+    writer.close()
