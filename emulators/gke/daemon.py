@@ -28,7 +28,7 @@ from emulators.gke import faults
 from emulators.gke import layout as L
 from emulators.gke.api import Api
 from emulators.gke.dns import RESOLVER_DIR, HostsFile
-from emulators.gke.events import Recorder, condition, set_condition
+from emulators.gke.events import Recorder, disruption_target
 from emulators.gke.jobs import JobController
 from emulators.gke.jobset import JobSetController
 from emulators.gke.kubelet import SHUTDOWN_MESSAGE, SYSTEM_PATH, Kubelet
@@ -211,21 +211,8 @@ class Cluster:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
         for pod in pods:
-
-            def disrupt(p: Obj) -> None:
-                conds = p.setdefault("status", {}).setdefault("conditions", [])
-                set_condition(
-                    conds,
-                    condition(
-                        "DisruptionTarget",
-                        "True",
-                        "TerminationByKubelet",
-                        SHUTDOWN_MESSAGE,
-                        probe=True,
-                    ),
-                )
-
-            pod = self.store.mutate("pods", pod, disrupt)
+            shutdown = disruption_target("TerminationByKubelet", SHUTDOWN_MESSAGE)
+            pod = self.store.mutate("pods", pod, shutdown)
             pgrace = min(float(pod["spec"].get("terminationGracePeriodSeconds", 30)), cap)
             if self.kubelet.is_running(pod["metadata"]["uid"]):
                 stops.append(self.kubelet.stop_pod(pod["metadata"]["uid"], pgrace, "shutdown"))

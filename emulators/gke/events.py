@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from emulators.gke.layout import NAMESPACE
@@ -120,6 +121,18 @@ def get_condition(obj: Obj, type_: str) -> Obj | None:
         if c.get("type") == type_:
             return c
     return None
+
+
+def disruption_target(reason: str, message: str) -> Callable[[Obj], None]:
+    """A store mutation marking a pod as Kubernetes does before it goes for a disruption:
+    the ``DisruptionTarget`` condition with ``reason`` (the kubelet's node shutdown, the
+    Eviction API, ...)."""
+
+    def mark(pod: Obj) -> None:
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        set_condition(conds, condition("DisruptionTarget", "True", reason, message, probe=True))
+
+    return mark
 
 
 def condition_true(obj: Obj, type_: str) -> bool:

@@ -25,7 +25,7 @@ from emulators.gke import discovery as D
 from emulators.gke import layout as L
 from emulators.gke import validate as V
 from emulators.gke.admission import ApiError
-from emulators.gke.events import condition, set_condition
+from emulators.gke.events import disruption_target
 from emulators.gke.jobs import TERMINAL, delete_pod, label_job
 from emulators.gke.merge import merge_patch, strategic_merge
 from emulators.gke.priority import UnknownPriorityClass, resolve_priority
@@ -383,21 +383,8 @@ class Writes:
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
         if not dry and not deleting:
             if (pod.get("status") or {}).get("phase") not in TERMINAL:
-
-                def disrupted(p: Obj) -> None:
-                    conds = p.setdefault("status", {}).setdefault("conditions", [])
-                    set_condition(
-                        conds,
-                        condition(
-                            "DisruptionTarget",
-                            "True",
-                            "EvictionByEvictionAPI",
-                            "Eviction API: evicting",
-                            True,
-                        ),
-                    )
-
-                pod = self.store.mutate("pods", pod, disrupted)
+                evicting = disruption_target("EvictionByEvictionAPI", "Eviction API: evicting")
+                pod = self.store.mutate("pods", pod, evicting)
             delete_pod(self.store, pod, None if grace is None else float(grace))
         return web.json_response(
             {

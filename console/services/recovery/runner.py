@@ -243,7 +243,11 @@ class RecoveryRunner:
                 actor=run.actor,
                 # The trigger as a field: followers and the journal read it, never the message.
                 # detected_at: where a takeover that finishes it counts its MTTR from.
-                data={"trigger": run.trigger, "owed": dict(run.owed), "detected_at": run.detected_at}
+                data={
+                    "trigger": run.trigger,
+                    "owed": dict(run.owed),
+                    "detected_at": run.detected_at,
+                }
                 | ({"detect_s": run.detect_s} if run.detect_s is not None else {}),
             )
             rnd, joined, seen_now, fresh = 0, 0, seen, False
