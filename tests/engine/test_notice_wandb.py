@@ -282,8 +282,10 @@ DEAD_CORE = textwrap.dedent(
     import os, signal, sys, wandb
     from engine.metrics import WandbWriter
     run = wandb.init(project="p", mode="offline", settings=wandb.Settings(console="off"))
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+    # This process's own children, from its threads' lists: scanning all of /proc races
+    # with any other process of the machine exiting between the listing and the read.
+    children = [int(c) for t in os.listdir("/proc/self/task")
+                for c in open(f"/proc/self/task/{t}/children").read().split()]
     for pid in children:
         os.kill(pid, signal.SIGTERM)
     for pid in children:
