@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,6 +23,7 @@ from console.services.model import (
     PodSnapshot,
     RunCadence,
 )
+from console.services.record.journal import Journal
 from tests.support.clock import Clock
 
 NAMES = {
@@ -185,3 +187,34 @@ async def test_a_restarted_watcher_binds_the_port_its_killed_one_was_scraped_on(
         assert again.port == port and await asyncio.to_thread(scrape) == 200
     finally:
         await again.close()
+
+
+async def test_a_restarted_watcher_does_not_count_again_what_its_predecessor_counted(
+    tmp_path: Path,
+) -> None:
+    """Issue 45's GKE drill (50 disruptions, 6 watcher SIGKILLs): the watchers' counters
+    summed over their lives said 33 preemptions where the journal had 31. A watcher started
+    mid-recovery writes rows about the hosts its predecessor had already counted (the same
+    incident); it starts knowing the journal's losses."""
+    with Journal(tmp_path / "journal.sqlite") as journal:
+        journal.record_event(
+            Event(at=1.0, kind=EventKind.PREEMPTED, message="lost", host="phantom-pod-w2",
+                  data={"incident": "inc-1"})
+        )  # fmt: skip
+
+        async def rows(n: int) -> list[Event]:
+            return journal.query(limit=n)
+
+        series = WatchSeries(zone="z", hosts_total=4, alive_within_s=30.0)
+        exporter = Exporter(series, MetricsServer(series, Listen("127.0.0.1", 0)), history=rows)
+        await exporter.start()
+        try:
+            for host, incident in (("phantom-pod-w2", "inc-1"), ("phantom-pod-w3", "inc-1")):
+                exporter.offer(
+                    Event(at=2.0, kind=EventKind.HOST_LOST, message="lost", host=host,
+                          data={"incident": incident})
+                )  # fmt: skip
+        finally:
+            await exporter.stop()
+    counted = _samples(series)
+    assert counted[("phantom_preemptions_total", (("kind", "worker"), ("zone", "z")))] == 1.0

@@ -13,7 +13,9 @@
 
 Counted from the rows as they are journaled and published (a restarted watcher starts its
 counters again, which Prometheus' ``rate``/``increase`` read as a reset). A preemption is
-counted once per host and incident, whichever rows (notice, preempted, lost) report it.
+counted once per host and incident, whichever rows (notice, preempted, lost) report it, and
+once across a watcher's restarts: a successor that resumes a recovery writes rows about
+hosts its predecessor already counted, so it starts knowing the journal's (``counted``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ _LOST = frozenset({EventKind.PREEMPTED, EventKind.HOST_LOST})
 RECOVERY_BUCKETS = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 DETECT_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 _SEEN = 4096  # (incident, host) pairs remembered for the once-per-host count
+
+
+def _loss_key(ev: Event) -> tuple[str, str]:
+    """What a preemption is counted once per: its incident (else its row) and host."""
+    return (incident_of(ev) or f"row:{ev.id}", ev.host or "")
 
 
 def incident_kind(data: Mapping[str, Any], hosts_total: int) -> str:
@@ -126,15 +133,28 @@ class WatchSeries(Collector):
         elif isinstance(update, Event):
             self._event(update)
 
+    def counted(self, rows: Iterable[Event]) -> None:
+        """Losses counted before this process (the journal's rows, oldest first): a row
+        published later about the same host and incident is not counted again."""
+        with self._lock:
+            for ev in rows:
+                if ev.kind in _LOST and ev.host:
+                    self._remember(_loss_key(ev))
+
+    def _remember(self, key: tuple[str, str]) -> bool:
+        """False if ``key`` was counted already (the caller holds the lock)."""
+        if key in self._counted:
+            return False
+        self._counted[key] = None
+        if len(self._counted) > _SEEN:
+            del self._counted[next(iter(self._counted))]
+        return True
+
     def _event(self, ev: Event) -> None:
         if ev.kind in _LOST and ev.host:
-            key = (incident_of(ev) or f"row:{ev.id}", ev.host)
             with self._lock:
-                if key in self._counted:
+                if not self._remember(_loss_key(ev)):
                     return
-                self._counted[key] = None
-                if len(self._counted) > _SEEN:
-                    del self._counted[next(iter(self._counted))]
                 kind = "head" if self._is_head(ev.host) else "worker"
             zone = str(ev.data.get("zone") or self.zone)
             self.preemptions.labels(kind=kind, zone=zone).inc()

@@ -28,6 +28,9 @@ from console.services.settings import ClusterIdentity, Polling
 
 log = logging.getLogger(__name__)
 
+# The journal's newest rows a restarted watcher reads for the losses already counted (the
+# recovery it may resume is among the newest).
+SEEN_ROWS = 4096
 LedgerRead = Callable[[], Awaitable[Mapping[str, Any]]]
 ReadRows = Callable[[int], Awaitable[Sequence[Event]]]
 
@@ -45,7 +48,9 @@ def exporter_for(
     series = WatchSeries(
         zone=cluster.zone, hosts_total=cluster.hosts, alive_within_s=polling.alive_s
     )
-    return Exporter(series, MetricsServer(series, listen), ledger=journal_ledger(ledger, rows))
+    return Exporter(
+        series, MetricsServer(series, listen), ledger=journal_ledger(ledger, rows), history=rows
+    )
 
 
 def journal_ledger(settings: LedgerSettings, rows: ReadRows) -> LedgerRead:
@@ -121,10 +126,12 @@ class Exporter:
         *,
         ledger: LedgerRead | None = None,
         ledger_every_s: float = 60.0,
+        history: ReadRows | None = None,
     ) -> None:
         self.series = series
         self.server = server
         self._ledger = ledger
+        self._history = history  # the journal's newest rows: losses counted before us
         self._every = ledger_every_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -143,6 +150,11 @@ class Exporter:
         if self.server._runner is None:
             await self.server.bind()
         self._loop = asyncio.get_running_loop()
+        if self._history is not None:
+            try:
+                self.series.counted(await self._history(SEEN_ROWS))
+            except Exception as exc:  # the journal is busy or broken: count from now on
+                log.info("metrics: the journal's losses not read (%s)", exc)
         if self._ledger is not None and self._task is None:
             self._task = asyncio.create_task(self._refresh(), name="phantom-metrics-ledger")
 
