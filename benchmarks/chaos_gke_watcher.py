@@ -73,13 +73,14 @@ class Watcher:
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         eof = self._eof
-        for raw in proc.stdout:
-            try:
-                line = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            with self._lock:
-                self.lines.append((time.time(), line))
+        with proc.stdout:  # closed at the life's end (each life has its own pipe)
+            for raw in proc.stdout:
+                try:
+                    line = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue
+                with self._lock:
+                    self.lines.append((time.time(), line))
         eof.set()
 
     def alive(self) -> bool:
