@@ -18,7 +18,9 @@ journal row, incidents left open, the Prometheus preemption counters (each watch
 scrape, summed) against the hosts killed, and the longest journal row. Checks (exit 1 with
 each failure named): every trial final, none restarted from zero, no step lost past a
 checkpoint, every kill journaled, no incident left open, no recovery ended failed, the
-longest row under 16 KB, nothing left running. Exit 2 for usage.
+watchers' preemption counters (summed over their lives) equal to the journal's lost hosts
+(each host once per incident), the longest row under 16 KB, nothing left running. Exit 2
+for usage.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from benchmarks.pods import (
 )
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import EventKind
+from console.services.record.incidents import incident_of
 from console.services.record.journal import Journal
 from engine.sweep_tune import read_status
 
@@ -153,7 +156,7 @@ class WatchDrill:
         self.kills: list[Kill] = []
         self.problems: list[str] = []
         self.watchers: list[WatchProcess] = []
-        self.counted: list[float] = []  # each watcher life's last preemption count
+        self.counted: list[float | None] = []  # each life's last count (None: no scrape)
         self.down = False  # the drill killed the watcher and has not started it again
         self.metrics_port = free_port()
         self.config = work / "phantom.toml"
@@ -219,8 +222,7 @@ class WatchDrill:
 
     async def end_watcher_life(self, kill: bool) -> None:
         w = self.watchers[-1]
-        count = await asyncio.to_thread(self.scrape)
-        self.counted.append(count or 0.0)
+        self.counted.append(await asyncio.to_thread(self.scrape))
         await asyncio.to_thread(w.kill if kill else w.stop)
 
     # -- the journal -------------------------------------------------------------------------
@@ -424,7 +426,16 @@ class WatchDrill:
         restarts = trial_restarts(trials)
         figs["trials_restarted_from_zero"] = len(restarts)
         figs["steps_lost_past_checkpoint"] = steps_lost(trials)
-        figs["prometheus_preemptions_summed"] = sum(self.counted)
+        figs["prometheus_preemptions_summed"] = sum(c or 0.0 for c in self.counted)
+        unread = sum(c is None for c in self.counted)
+        if unread:
+            self.problems.append(f"/metrics not read at the end of {unread} watcher lives")
+        elif figs["prometheus_preemptions_summed"] != figs.get("preemptions_journaled"):
+            self.problems.append(
+                f"/metrics phantom_preemptions_total summed over the watchers: "
+                f"{figs['prometheus_preemptions_summed']:g}, the journal: "
+                f"{figs.get('preemptions_journaled')}"
+            )
         if len(final) != self.s.run_cap:
             self.problems.append(f"{len(final)} of {self.s.run_cap} trials final: {brief(trials)}")
         self.problems += restarts
@@ -456,6 +467,14 @@ class WatchDrill:
                 self.problems.append(f"journal: no loss row for kill {k.index} ({k.kind})")
         figs["kills_not_journaled"] = unjournaled
         figs["preempted_rows"] = sum(1 for e in rows if e.kind == EventKind.PREEMPTED)
+        # what the exporter counts: each host once per incident, whichever rows report it
+        figs["preemptions_journaled"] = len(
+            {
+                (incident_of(e) or f"row:{e.id}", e.host)
+                for e in rows
+                if e.kind in (EventKind.PREEMPTED, EventKind.HOST_LOST) and e.host
+            }
+        )
         failed = [r for r in recs if r.ok is False]
         figs["recoveries"] = len(recs)
         figs["recoveries_failed"] = len(failed)
@@ -514,6 +533,7 @@ def table(figs: dict[str, Any]) -> str:
         "recoveries_failed",
         "preempted_rows",
         "prometheus_preemptions_summed",
+        "preemptions_journaled",
         "longest_row_bytes",
         "journal_rows",
         "wall_s",
