@@ -197,7 +197,7 @@ class CachedProgram:
 
     def _cache_size(self) -> int:
         """Programs this process holds: ``jax.jit``'s own plus those loaded or compiled here."""
-        return int(self._jit._cache_size()) + len(self._loaded)
+        return int(self._jit._cache_size()) + len(self._loaded)  # type: ignore[attr-defined]
 
     def _load(self, path: Path) -> Any:
         from jax.experimental import serialize_executable
