@@ -14,7 +14,7 @@ SHA-256 of
   * the code: the source of every module of this package (any edit here invalidates
     every stored program; what the traced functions call inside JAX is covered by the
     version below);
-  * the JAX and jaxlib versions;
+  * the JAX, jaxlib and NumPy versions;
   * the backend: platform, platform version (the PJRT plugin, e.g. libtpu), device
     kind, device count, process count, the default device;
   * every JAX config value but the cache's own settings (x64, matmul precision, the
@@ -56,6 +56,7 @@ from typing import Any
 
 import jax
 import jaxlib
+import numpy as np
 
 from engine.jax_profiles import compile_cache
 
@@ -94,6 +95,7 @@ def _environment() -> dict[str, Any]:
         "code": code_version(),
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,  # host constants folded in at trace time
         "platform": device.platform,
         "platform_version": device.client.platform_version,
         "device_kind": device.device_kind,

@@ -110,6 +110,9 @@ def test_key_changes_with_the_code_and_the_environment(monkeypatch: pytest.Monke
         m.setattr(jax, "__version__", "0.0.1")
         assert _key(X, Y, scale=2.0) != base
     with monkeypatch.context() as m:
+        m.setattr(np, "__version__", "1.0.0")
+        assert _key(X, Y, scale=2.0) != base
+    with monkeypatch.context() as m:
         m.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
         assert _key(X, Y, scale=2.0) != base
     with jax.default_matmul_precision("highest"):  # a JAX setting that changes lowering
