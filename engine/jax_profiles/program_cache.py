@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -167,14 +168,17 @@ class CachedProgram:
     def __init__(self, fun: Callable[..., Any], *, static_argnames: Iterable[str] = ()) -> None:
         self._static = tuple(static_argnames)
         self._jit = jax.jit(fun, static_argnames=self._static)
+        params = list(inspect.signature(fun).parameters)
+        # a static argument passed by position is jit's to handle: not cached
+        self._positional = min((params.index(n) for n in self._static), default=len(params))
         self.name = f"{fun.__module__}.{fun.__qualname__}"
         self._loaded: dict[str, Any] = {}
         functools.update_wrapper(self, fun)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         statics = {k: v for k, v in kwargs.items() if k in self._static}
-        if len(statics) != len(kwargs):
-            return self._jit(*args, **kwargs)  # dynamic keywords: not cached
+        if len(statics) != len(kwargs) or len(args) > self._positional:
+            return self._jit(*args, **kwargs)  # dynamic keywords, positional statics
         key = program_key(self.name, args, statics)
         if key is None:
             return self._jit(*args, **kwargs)

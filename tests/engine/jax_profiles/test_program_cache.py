@@ -162,6 +162,19 @@ def test_a_second_holder_loads_the_stored_program(tmp_path: Path, events: _Event
     assert active_cache_dir() is None
 
 
+def test_arguments_it_cannot_key_go_to_jit(tmp_path: Path, events: _Events) -> None:
+    def positional(x: jax.Array, n: int) -> jax.Array:
+        return x[:n]
+
+    prog = PC.CachedProgram(positional, static_argnames=("n",))
+    with compilation_cache(tmp_path):
+        np.testing.assert_array_equal(np.asarray(prog(X, 2)), X[:2])  # a static by position
+        np.testing.assert_array_equal(np.asarray(_fresh()(X, y=Y, scale=2.0)), X * 2 + Y)
+        assert (events.misses, events.hits) == (0, 0)
+        np.testing.assert_array_equal(np.asarray(prog(X, n=3)), X[:3])
+        assert (events.misses, events.hits) == (1, 0)
+
+
 def test_outside_a_cache_block_it_is_jit(tmp_path: Path, events: _Events) -> None:
     prog = _fresh()
     np.testing.assert_array_equal(np.asarray(prog(X, Y, scale=2.0)), X * 2 + Y)
