@@ -296,3 +296,32 @@ def test_the_bank_build_from_a_stored_program_is_the_same_bank(tmp_path: Path) -
             jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got), strict=True
         ):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_selection_from_a_stored_program_is_the_same_selection(
+    tmp_path: Path, events: _Events
+) -> None:
+    from engine.jax_profiles import alpha as AL
+    from engine.jax_profiles import bank as B
+
+    rng = np.random.default_rng(5)
+    humans = rng.random((2, 3, 4, 5)).astype(np.float32)
+    humans /= humans.sum(-1, keepdims=True)
+    bank = B.build_bank(humans, np.ones((3, 4), bool), key=jax.random.PRNGKey(1))
+    agents = rng.random((3, 3, 4, 5)).astype(np.float32)
+    agents /= agents.sum(-1, keepdims=True)
+    args = (bank, np.linspace(0, 1, 3, dtype=np.float32), agents, np.ones(3, np.float32), None)
+    want = AL.select_alpha(*args, metric="js")
+    got = []
+    with compilation_cache(tmp_path):
+        for _ in range(2):  # compiled and stored, then loaded as a new process would
+            AL._selection_jit._loaded.clear()
+            AL._robust_set._loaded.clear()
+            got.append(AL.select_alpha(*args, metric="js"))
+    assert len(_stored(tmp_path)) == 2  # the robust set and the pass
+    assert (events.misses, events.hits) == (2, 2)
+    for sel in got:
+        for a, b in zip(
+            jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(sel), strict=True
+        ):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
