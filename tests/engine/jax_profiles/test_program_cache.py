@@ -277,7 +277,9 @@ def test_a_stored_program_checks_its_arguments_itself(tmp_path: Path) -> None:
         compiled(X[:5], Y[:5])
 
 
-def test_the_bank_build_from_a_stored_program_is_the_same_bank(tmp_path: Path) -> None:
+def test_the_bank_build_from_a_stored_program_is_the_same_bank(
+    tmp_path: Path, events: _Events
+) -> None:
     from engine.jax_profiles import bank as B
 
     rng = np.random.default_rng(3)
@@ -291,6 +293,7 @@ def test_the_bank_build_from_a_stored_program_is_the_same_bank(tmp_path: Path) -
         first = B.build_bank(humans, mask, key=key, epsilons=(0.1, 0.3), n_biased=2)
         B._assemble._loaded.clear()  # as a new process: load it from disk
         loaded = B.build_bank(humans, mask, key=key, epsilons=(0.1, 0.3), n_biased=2)
+    assert (events.misses, events.hits) == (1, 1)
     for got in (first, loaded):
         for a, b in zip(
             jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got), strict=True
