@@ -12,6 +12,8 @@ Modules (each documents its formulas):
 * ``pallas_kernels`` -- JS / TV as Pallas TPU (Mosaic) kernels, a tile of the bank read
   once for a block of agents (interpreted on CPU in the tests).
 * ``compile_cache`` -- JAX's persistent compilation cache, scoped (``compilation_cache()``).
+* ``program_cache`` -- inside that scope, the compiled programs kept on disk: a second
+  process neither traces, lowers nor compiles them (``CachedProgram``).
 * ``alpha``      -- robust alpha selection over a contamination set; online dual update.
 * ``sharding``   -- the bank sharded along profiles (``jax.shard_map``, ``NamedSharding``),
   multi-process with ``jax.distributed``; PRNG ``fold_in(fold_in(key, process), step)``.

@@ -47,6 +47,7 @@ import numpy as np
 
 from engine.jax_profiles.bank import CONTAMINATION, HUMAN, ProfileBank
 from engine.jax_profiles.divergence import total_divergences, validate_agents
+from engine.jax_profiles.program_cache import CachedProgram
 
 __all__ = [
     "ALPHA_MAX",
@@ -76,9 +77,17 @@ class AlphaSelection(NamedTuple):
     in_set: jax.Array  # bool [P]: the robust set R
 
 
+def _robust_set_program(bank_kinds: jax.Array, kinds: tuple[int, ...]) -> jax.Array:
+    return jnp.isin(bank_kinds, jnp.asarray(kinds, jnp.int32))
+
+
+# one program (kept compiled on disk, program_cache.py), not isin's eager ops one by one
+_robust_set = CachedProgram(_robust_set_program, static_argnames=("kinds",))
+
+
 def robust_set(bank: ProfileBank, kinds: Sequence[int] = (HUMAN, CONTAMINATION)) -> jax.Array:
     """Boolean ``[P]`` mask of profiles whose kind is in ``kinds``."""
-    return jnp.isin(bank.kinds, jnp.asarray(list(kinds), jnp.int32))
+    return _robust_set(bank.kinds, kinds=tuple(int(k) for k in kinds))  # type: ignore[no-any-return]
 
 
 def masked_worst(d_pc: jax.Array, in_set: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -139,7 +148,8 @@ def selection_pass(
     return finish_selection(alphas, returns, lam, d_pc, in_set, worst, idx)
 
 
-_selection_jit = jax.jit(selection_pass, static_argnames=("metric", "impl", "precision"))
+# kept on disk compiled inside a compilation_cache() block (program_cache.py)
+_selection_jit = CachedProgram(selection_pass, static_argnames=("metric", "impl", "precision"))
 
 
 def _check_candidates(alphas: Any, returns: Any, n_agents: int) -> None:
@@ -172,7 +182,7 @@ def select_alpha(
     mask = robust_set(bank) if in_set is None else jnp.asarray(in_set, bool)
     if mask.shape != (bank.n_profiles,):
         raise ValueError(f"in_set must be a bool mask over the {bank.n_profiles} profiles")
-    if not bool(mask.any()):
+    if not np.asarray(mask).any():  # on the host: the answer is needed there anyway
         raise ValueError("the robust set is empty: the bank has no human/contamination profiles")
     if lam < 0:
         raise ValueError(f"lam must be >= 0, got {lam}")
@@ -184,7 +194,7 @@ def select_alpha(
         jnp.asarray(returns, jnp.float32),
         v,
         mask,
-        jnp.float32(lam),
+        np.float32(lam),  # not jnp.float32: that is an eager program of its own
         metric=metric,
         impl=impl,
         precision=precision,

@@ -43,7 +43,6 @@ Log kernels and the KL floor
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +50,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from engine.jax_profiles.program_cache import CachedProgram
 
 __all__ = [
     "AGENT",
@@ -435,8 +436,7 @@ def _contaminate_slots(
 _contaminate_batch = jax.jit(_contaminate_slots)
 
 
-@jax.jit
-def _assemble(
+def _assemble_program(
     key: jax.Array,
     humans: jax.Array,
     agents: jax.Array,
@@ -454,6 +454,10 @@ def _assemble(
     mixed = per_human(keys, humans, state_mask, codes, eps, bias_temperature)
     kernels = jnp.concatenate([humans, agents, mixed.reshape(-1, *humans.shape[1:])])
     return kernels, jnp.log(jnp.maximum(kernels, floor))
+
+
+# kept on disk compiled inside a compilation_cache() block (program_cache.py)
+_assemble = CachedProgram(_assemble_program)
 
 
 def contamination_kernels(
@@ -532,8 +536,8 @@ def build_bank(
     contamination profiles of every human, placed on ``device`` (or a sharding) once.
 
     Profile order: humans, agents, then the contaminations of human 0, 1, ...
-    The device work is one jitted program (``_assemble``), compiled once per shape; with
-    the persistent compilation cache (``compile_cache.py``) a new process loads it.
+    The device work is one jitted program (``_assemble``), compiled once per shape; inside
+    a ``compilation_cache()`` block a new process loads it compiled (``program_cache.py``).
     """
     humans = np.asarray(human_kernels, np.float32)
     if humans.ndim == 3:
@@ -617,8 +621,7 @@ def pad_profiles(bank: ProfileBank, multiple: int) -> ProfileBank:
     )
 
 
-@functools.partial(jax.jit, static_argnames=("n",))
-def _first(bank: ProfileBank, n: int) -> ProfileBank:
+def _first_program(bank: ProfileBank, n: int) -> ProfileBank:
     return dataclasses.replace(
         bank,
         kernels=bank.kernels[:n],
@@ -629,12 +632,15 @@ def _first(bank: ProfileBank, n: int) -> ProfileBank:
     )
 
 
+_first = CachedProgram(_first_program, static_argnames=("n",))
+
+
 def first_profiles(bank: ProfileBank, n: int) -> ProfileBank:
     """The bank's first ``n`` profiles, sliced where the bank is (one small program, no
     round trip through the host)."""
     if not 1 <= n <= bank.n_profiles:
         raise ValueError(f"n must be in [1, {bank.n_profiles}], got {n}")
-    return bank if n == bank.n_profiles else _first(bank, n)
+    return bank if n == bank.n_profiles else _first(bank, n=n)
 
 
 def to_device(bank: ProfileBank, device: Any = None) -> ProfileBank:

@@ -14,12 +14,17 @@ pytest) never leaves the process writing to the user's cache; tests point it at 
 temporary directory. Every compile is cached (``min_compile_time_secs = 0``): the bank
 build is several small programs on CPU and each costs a compile.
 
+Inside the block ``program_cache`` also keeps the compiled programs themselves under
+``programs/`` (a second process skips tracing and lowering too; ``program_cache.py``).
+
 The cache is trusted code (JAX's warning): it lives in the user's own cache dir.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +32,29 @@ from pathlib import Path
 import jax
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
-__all__ = ["ENV_VAR", "OFF", "compilation_cache", "default_cache_dir", "resolve_cache_dir"]
+__all__ = [
+    "ENV_VAR",
+    "OFF",
+    "active_cache_dir",
+    "compilation_cache",
+    "default_cache_dir",
+    "resolve_cache_dir",
+]
+
+log = logging.getLogger(__name__)
 
 ENV_VAR = "PHANTOM_JAX_CACHE_DIR"
 OFF = "off"
 _SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+_ACTIVE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "phantom_jax_cache_dir", default=None
+)
+
+
+def active_cache_dir() -> Path | None:
+    """The directory of the innermost ``compilation_cache()`` block now open, or ``None``
+    (no block, or the cache is off): where ``program_cache`` keeps its executables."""
+    return _ACTIVE.get()
 
 
 def default_cache_dir() -> Path:
@@ -58,16 +81,31 @@ def compilation_cache(directory: str | os.PathLike[str] | None = None) -> Iterat
     """
     path = resolve_cache_dir(directory)
     if path is None:
-        yield None
+        token = _ACTIVE.set(None)
+        try:
+            yield None
+        finally:
+            _ACTIVE.reset(token)
         return
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a cache that cannot be made never fails the run: no cache
+        log.debug("compile cache: cannot create %s (%s); compiling without it", path, exc)
+        token = _ACTIVE.set(None)
+        try:
+            yield None
+        finally:
+            _ACTIVE.reset(token)
+        return
     before = {name: getattr(jax.config, name) for name in _SETTINGS}
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _jax_cache.reset_cache()  # JAX opens its cache once; make it open this directory
+    token = _ACTIVE.set(path)
     try:
         yield path
     finally:
+        _ACTIVE.reset(token)
         for name, value in before.items():
             jax.config.update(name, value)
         _jax_cache.reset_cache()

@@ -38,6 +38,7 @@ from engine.jax_profiles.alpha import ALPHA_MAX, ALPHA_MIN, dual_update, masked_
 from engine.jax_profiles.bank import ProfileBank, build_bank
 from engine.jax_profiles.compile_cache import compilation_cache
 from engine.jax_profiles.divergence import METRICS, total_divergences
+from engine.jax_profiles.program_cache import CachedProgram
 
 __all__ = ["AutoAlphaCallback", "worst_case"]
 
@@ -48,7 +49,8 @@ def _worst_case(
     return masked_worst(total_divergences(bank, agents, visitation, metric), in_set)
 
 
-worst_case = jax.jit(_worst_case, static_argnames=("metric",))
+# kept on disk compiled inside a compilation_cache() block (program_cache.py)
+worst_case = CachedProgram(_worst_case, static_argnames=("metric",))
 worst_case.__doc__ = "Jitted ``(max_{p in R} D[p, j], argmax)`` for agents ``[J, L, S, A]``."
 
 
