@@ -33,6 +33,11 @@ from console.services.backends.tpu_vm.ray import RayError
 from console.services.backends.tpu_vm.raycmd import JOB_STOP_WAIT_S
 from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.settings import TpuVmSettings
+from console.services.backends.tpu_vm.stragglers import (
+    merge_stopped,
+    read_stragglers,
+    stragglers_command,
+)
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
@@ -396,13 +401,25 @@ class TpuVmBackend:
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead
         cluster, and a graceful stop would wait out its grace period on each of them. A
-        host noticed since the recovery began is left to checkpoint and go (``_noticed``)."""
+        host noticed since the recovery began is left to checkpoint and go (``_noticed``).
+
+        Then the lost jobs' trainers that outlive their raylet (``stragglers``) get SIGTERM,
+        ``notice_grace_s`` to write their checkpoint, and SIGKILL by pid, each confirmed
+        gone: the step ends (and the resubmission, which waits for it, starts) only once no
+        old trainer writes into the runs the new jobs resume."""
         t0 = time.monotonic()
         rest, per_host = self._noticed(hosts)
         if rest:
             stopped = await self.parts.ray.stop(rest)
             self._no_ray |= {h for h, r in stopped.items() if r.ok}
-            per_host |= stopped
+            done = [h for h, r in stopped.items() if r.ok]
+            grace = self.settings.notice_grace_s
+            swept = (
+                await self.parts.ssh.run(stragglers_command(grace), done, timeout_s=grace + 30)
+                if done
+                else {}
+            )
+            per_host |= merge_stopped(stopped, {h: read_stragglers(h, r) for h, r in swept.items()})
         return _result("stop_orphans", per_host, time.monotonic() - t0)
 
     def _noticed(self, hosts: Sequence[str]) -> tuple[list[str], dict[str, HostResult]]:
