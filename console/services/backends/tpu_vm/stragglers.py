@@ -29,9 +29,18 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from enum import StrEnum
 
 from console.services.model import HostResult
 from engine.contract import ASK_DIR_ENV
+
+class Went(StrEnum):
+    """How a straggler ended: the script's words (its own vocabulary, not a host state)."""
+
+    EXITED = "EXITED"
+    KILLED = "KILLED"
+    ALIVE = "ALIVE"
+
 
 # $1: seconds a straggler gets between SIGTERM and SIGKILL.
 STRAGGLER_SCRIPT = r"""limit=$1
@@ -75,7 +84,7 @@ def read_stragglers(host: str, res: HostResult) -> HostResult:
     """One host's result: ok when every straggler is gone (or there was none)."""
     if not res.ok:
         return res
-    went: dict[str, list[str]] = {"EXITED": [], "KILLED": [], "ALIVE": []}
+    went: dict[str, list[str]] = {w: [] for w in Went}
     for line in res.stdout_tail.splitlines():
         words = line.split()
         if len(words) == 3 and words[0] in went:
@@ -83,11 +92,11 @@ def read_stragglers(host: str, res: HostResult) -> HostResult:
     if not any(went.values()):
         return HostResult(host=host, ok=True, stdout_tail="no straggler\n")
     parts = []
-    if went["EXITED"]:
-        parts.append(f"{len(went['EXITED'])} straggler(s) exited after SIGTERM")
-    if went["KILLED"]:
-        parts.append(f"{len(went['KILLED'])} killed by pid: {', '.join(went['KILLED'])}")
-    alive = went["ALIVE"]
+    exited, killed, alive = went[Went.EXITED], went[Went.KILLED], went[Went.ALIVE]
+    if exited:
+        parts.append(f"{len(exited)} straggler(s) exited after SIGTERM")
+    if killed:
+        parts.append(f"{len(killed)} killed by pid: {', '.join(killed)}")
     return HostResult(
         host=host,
         ok=not alive,

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from benchmarks.pods import pod_config
 from console.services.backends.tpu_vm.backend import TpuVmBackend
+from console.services.backends.tpu_vm.stragglers import read_stragglers
+from console.services.model import HostResult
 from console.wiring import make_services
 from emulators.tpu_pod.client import PodInfo
 from tests.support import REPO
@@ -97,3 +99,13 @@ async def test_orphans_end_the_lost_jobs_stragglers_and_confirm_them_gone(
         for pid in pids:  # only if the test failed before the op ended them
             if _running(pid):
                 await asyncio.to_thread(ssh_run, pod, 2, f"kill -9 {pid}")
+
+
+def test_a_straggler_that_outlives_sigkill_fails_its_host() -> None:
+    """A process in uninterruptible sleep (a hung mount) survives SIGKILL for a while: the
+    host's result says so, and the step retries that host rather than resubmitting."""
+    said = HostResult(host="w1", ok=True, stdout_tail="KILLED 41 run-a\nALIVE 42 run-b\n")
+    res = read_stragglers("w1", said)
+    assert not res.ok and res.error == "still alive after SIGKILL: run-b (pid 42)"
+    assert res.stdout_tail == "1 killed by pid: run-a (pid 41)\n"
+    assert read_stragglers("w1", HostResult(host="w1", ok=True)).ok
