@@ -34,6 +34,7 @@ from enum import StrEnum
 from console.services.model import HostResult
 from engine.contract import ASK_DIR_ENV
 
+
 class Went(StrEnum):
     """How a straggler ended: the script's words (its own vocabulary, not a host state)."""
 
