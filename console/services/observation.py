@@ -27,6 +27,9 @@ class HostObservation:
     ray_known: bool = False  # Ray has a record (alive or dead) of a node on this IP
     preempted_at: float | None = None  # the provider's event time, when it reports one
     notice_at: float | None = None  # when the VM's preemption notice was heard
+    # what the notice was, when not metadata `preempted`: "maintenance-event
+    # TERMINATE_ON_HOST_MAINTENANCE" (a host maintenance that terminates the VM)
+    notice_reason: str = ""
     index: int = 0
     last_seen: float | None = None  # last time SSH or Ray saw it alive
     resources: Mapping[str, float] = field(default_factory=dict)

@@ -8,7 +8,10 @@ Faults (``phantom pod fault HOST KIND``), each reproducing a report of spot-VM u
   up (READY);
 - ``stale-api``: the API keeps reporting the node as it was for ``--seconds``;
 - ``slow-api``: every API call (gRPC and REST) takes ``--seconds`` longer, until
-  cleared or ``--duration`` passes.
+  cleared or ``--duration`` passes;
+- ``drop-forwards``: every forwarded TCP connection (``ssh -L``) of the host is closed at
+  once, its SSH connections staying up, as a NAT or proxy that times out a long-lived
+  connection does: a ``ray job logs -f`` through the tunnel ends, new ones open.
 """
 
 from __future__ import annotations
@@ -36,7 +39,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("phantom.pod.chaos")
 
-DEFAULT_FAULT_SECONDS = {"hang": math.inf, "silent-death": 0.0, "stale-api": 30.0, "slow-api": 5.0}
+DEFAULT_FAULT_SECONDS = {
+    "hang": math.inf,
+    "silent-death": 0.0,
+    "stale-api": 30.0,
+    "slow-api": 5.0,
+    "drop-forwards": 0.0,
+}
 
 
 def chaos_schedule(seed: int | None, interval: float, n_hosts: int) -> Iterator[tuple[float, str]]:
@@ -215,6 +224,8 @@ async def inject(
         async with rt.lock:
             detail["killed"] = await pod.life.kill_processes(hosts)
             await asyncio.to_thread(allow_forks, [h.cgroup for h in hosts])
+    elif kind == "drop-forwards":
+        detail["dropped"] = sum(h.ssh.drop_forwards() for h in hosts if h.ssh is not None)
     elif kind == "stale-api":
         pod.faults.set_stale(node.path, pod.node_pb(node), secs)
     elif kind == "slow-api":

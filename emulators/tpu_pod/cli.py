@@ -290,6 +290,18 @@ def build_parser(prog: str = "phantom pod") -> argparse.ArgumentParser:
         help="slow-api: how long (default: until cleared)",
     )
     f.add_argument("--json", action="store_true", help="print the status as JSON")
+    m = sub.add_parser(
+        "maintenance", help="set HOST's (or all) metadata instance/maintenance-event"
+    )
+    _add_run_dir(m)
+    m.add_argument("host", metavar="HOST", help="index, name, IP or 'all'")
+    m.add_argument(
+        "event",
+        metavar="EVENT",
+        choices=["NONE", "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE"],
+        help="NONE, MIGRATE_ON_HOST_MAINTENANCE or TERMINATE_ON_HOST_MAINTENANCE",
+    )
+    m.add_argument("--json", action="store_true", help="print the status as JSON")
     z = sub.add_parser("zone", help="change a zone's capacity or stockouts now")
     _add_run_dir(z)
     z.add_argument("zone", metavar="ZONE")
@@ -459,6 +471,9 @@ def pod_main(argv: list[str]) -> int:
                 client.clear_faults(run_dir, args.host)
             else:
                 client.fault(run_dir, args.host, args.kind, args.seconds, args.duration)
+            return _print_status(run_dir, args.json)
+        if args.cmd == "maintenance":
+            client.maintenance(run_dir, args.host, args.event)
             return _print_status(run_dir, args.json)
         if args.cmd == "zone":
             client.set_zone(run_dir, args.zone, args.capacity, args.stockout, args.clear_stockouts)

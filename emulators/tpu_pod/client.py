@@ -52,6 +52,7 @@ __all__ = [
     "ZoneInfo",
     "clear_faults",
     "fault",
+    "maintenance",
     "pod_status",
     "preempt",
     "recreate",
@@ -348,6 +349,19 @@ def fault(
         {k: v for k, v in (("seconds", seconds), ("duration", duration)) if v is not None}
     )
     return PodInfo.from_json(request(run_dir, payload)["status"])
+
+
+def maintenance(run_dir: Path | str, host: int | str, event: str) -> PodInfo:
+    """Set ``instance/maintenance-event`` on ``host`` (or "all"): ``NONE``,
+    ``MIGRATE_ON_HOST_MAINTENANCE`` or ``TERMINATE_ON_HOST_MAINTENANCE`` (GCE's values, set
+    about 60 s before a host maintenance). Only the metadata changes: a termination that
+    follows is a ``preempt``."""
+    reply = request(run_dir, {"op": "maintenance", "host": str(host), "event": event})
+    return PodInfo.from_json(reply["status"])
+
+
+async def async_maintenance(run_dir: Path | str, host: int | str, event: str) -> PodInfo:
+    return await asyncio.to_thread(maintenance, run_dir, host, event)
 
 
 def clear_faults(run_dir: Path | str, host: int | str = "all") -> PodInfo:

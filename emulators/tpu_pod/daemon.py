@@ -54,6 +54,9 @@ from emulators.tpu_pod.zones import Capacity, seeded_windows
 
 log = logging.getLogger("phantom.pod")
 
+# GCE's values of instance/maintenance-event (compute/docs/metadata/getting-live-migration-notice)
+MAINTENANCE_EVENTS = ("NONE", "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE")
+
 __all__ = ["DaemonConfig", "PodDaemon", "StartupError", "chaos_schedule", "run_daemon"]
 
 
@@ -272,6 +275,20 @@ class PodDaemon:
             raise ApiError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         await chaos.inject(self.pod, node, hosts, kind, seconds, duration)
 
+    async def maintenance(self, ref: str, event: str) -> None:
+        """Set ``instance/maintenance-event`` of ``ref``'s hosts (GCE sets it about 60 s
+        before a host maintenance: the VM is live-migrated, or terminated; NONE after)."""
+        if event not in MAINTENANCE_EVENTS:
+            raise ApiError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"maintenance event {event!r}: use one of {', '.join(MAINTENANCE_EVENTS)}",
+            )
+        node, hosts = self._resolve(ref)
+        for h in hosts:
+            h.maintenance_event = event
+        self.rt.event("maintenance", node=node.path, hosts=[h.name for h in hosts], value=event)
+        await self.rt.notify(hosts)
+
     def zone_control(self, req: dict[str, Any]) -> None:
         zone = str(req.get("zone", ""))
         if zone not in self.capacity.zones:
@@ -309,6 +326,8 @@ class PodDaemon:
                 await self.recreate(str(req.get("host", "")))
             elif op == "fault":
                 await self.fault(req)
+            elif op == "maintenance":
+                await self.maintenance(str(req.get("host", "")), str(req.get("event", "")))
             elif op == "zone":
                 self.zone_control(req)
             elif op == "shutdown":

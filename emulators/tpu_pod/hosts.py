@@ -74,6 +74,9 @@ class Host:
     ready_task: asyncio.Task[None] | None = None
     preempted_at: float | None = None
     notice_at: float | None = None  # when instance/preempted turned TRUE
+    # instance/maintenance-event: NONE, or (about 60 s before a host maintenance)
+    # MIGRATE_ON_HOST_MAINTENANCE / TERMINATE_ON_HOST_MAINTENANCE, as on GCE
+    maintenance_event: str = "NONE"
     cgroup: Path | None = None
     authorized: Mapping[str, frozenset[bytes]] = field(default_factory=dict)
     faults: dict[str, float] = field(default_factory=dict)  # kind -> expiry (monotonic)
@@ -208,6 +211,7 @@ class HostLifecycle:
             self.wipe(host)
         host.preempted_at = None
         host.notice_at = None
+        host.maintenance_event = "NONE"
         host.faults.clear()
         host.authorized = authorized
         remove_cgroup(host.cgroup)

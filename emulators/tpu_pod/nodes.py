@@ -290,7 +290,7 @@ class Node:
                 "hostname": f"{host.name}.{self.zone.name}.c.{self.project}.internal",
                 "zone": f"projects/{numeric}/zones/{self.zone.name}",
                 "preempted": "TRUE" if host.notice_at is not None else "FALSE",
-                "maintenance-event": "NONE",
+                "maintenance-event": host.maintenance_event,
                 "scheduling": {"preemptible": "TRUE" if self.spot or self.preemptible else "FALSE"},
                 "network-interfaces": {"0": interface},
                 "attributes": {

@@ -17,6 +17,7 @@ import logging
 import shlex
 import signal
 import socket
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,14 @@ class _ServerConn(asyncssh.SSHServer):
                 asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
                 f"the emulator only forwards to loopback addresses, not {dest_host}",
             )
-        return self._conn.forward_connection(dest, dest_port)
+        return self._forward(self._conn, dest, dest_port)
+
+    async def _forward(
+        self, conn: asyncssh.SSHServerConnection, dest: str, port: int
+    ) -> asyncssh.SSHForwarder:
+        forwarder = await conn.forward_connection(dest, port)
+        self._host.forwards.add(forwarder)  # weak: a closed one goes by itself
+        return forwarder
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         return False
@@ -161,6 +169,7 @@ class HostSSH:
     def __init__(self, ctx: HostContext) -> None:
         self.ctx = ctx
         self.connections: set[asyncssh.SSHServerConnection] = set()
+        self.forwards: weakref.WeakSet[asyncssh.SSHForwarder] = weakref.WeakSet()
         self._acceptors: list[asyncssh.SSHAcceptor] = []
         self._tarpits: list[asyncio.Server] = []
         self._held: set[asyncio.StreamWriter] = set()
@@ -217,6 +226,15 @@ class HostSSH:
         self.connections.clear()
 
     # --- the "hang" fault -------------------------------------------------------
+
+    def drop_forwards(self) -> int:
+        """Close every forwarded connection (both ends), the SSH connections staying up;
+        how many were open."""
+        open_now = list(self.forwards)
+        for forwarder in open_now:
+            forwarder.close()
+        self.forwards.clear()
+        return len(open_now)
 
     async def hang(self) -> None:
         """Accept TCP connections and never answer; open sessions stop being served.

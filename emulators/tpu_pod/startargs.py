@@ -12,7 +12,7 @@ from emulators.tpu_pod.layout import DEFAULT_ZONES, host_ip
 from emulators.tpu_pod.podinfo import PodUsageError, PortInUse
 from emulators.tpu_pod.zones import parse_capacity, parse_stockout, parse_zones
 
-FAULT_KINDS = ("hang", "silent-death", "stale-api", "slow-api")  # as chaos.FAULT_KINDS
+FAULT_KINDS = ("hang", "silent-death", "stale-api", "slow-api", "drop-forwards")
 
 
 def _port_free(ip: str, port: int) -> bool:

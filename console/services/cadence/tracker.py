@@ -58,6 +58,7 @@ class StallTransition:
     silence_s: float | None
     median_interval_s: float | None
     threshold_s: float | None
+    state: str = "running"  # the run's state then: a stall ends by logging again, or by its end
 
     def to_event(self) -> Event:
         data = {
@@ -74,6 +75,9 @@ class StallTransition:
                 f"limit {_fmt(self.threshold_s)})"
             )
             return Event(at=self.at, kind=EventKind.STALLED, message=msg, data=data)
+        if self.state not in RUNNING_STATES:  # no row came: the run ended (or restarts)
+            msg = f"run {self.name} ({self.run_id}) {self.state}: no longer a stall"
+            return Event(at=self.at, kind=EventKind.CADENCE_RESUMED, message=msg, data=data)
         msg = f"run {self.name} ({self.run_id}) logging again"
         return Event(at=self.at, kind=EventKind.CADENCE_RESUMED, message=msg, data=data)
 
@@ -281,6 +285,7 @@ class CadenceTracker:
                         threshold_s=stall_threshold(
                             cad.median_interval_s, self.stall_factor, st.lag_s
                         ),
+                        state=st.state,
                     )
                 )
                 st.stalled = cad.stalled

@@ -18,6 +18,9 @@ class EventKind(StrEnum):
     # a host or node, as detection sees it
     PREEMPTION_NOTICE = "preemption_notice"
     PREEMPTED = "preempted"
+    # a host maintenance coming (metadata maintenance-event): a live migration, which the VM
+    # survives (a terminating one is a notice), or its end
+    MAINTENANCE = "maintenance"
     HOST_LOST = "host_lost"
     HOST_UNREACHABLE = "host_unreachable"
     HOST_UNKNOWN = "host_unknown"

@@ -100,6 +100,7 @@ class LogStreamClosed:
     job_id: str
     job_status: JobStatus
     at: float
+    refollows: int = 0  # times the stream ended while the job ran and was taken up again
 
     def __post_init__(self) -> None:
         if not isinstance(self.job_status, JobStatus):

@@ -148,6 +148,9 @@ class WorkloadStatus:
     pods_total: int = 0
     pods_running: int = 0
     pods_pending: int = 0
+    # Pods of the current attempt that exited 0: the program is ending (the processes of one
+    # JAX program end together), so its metrics stop without it being stalled.
+    pods_succeeded: int = 0
     unschedulable: int = 0  # Pending pods the scheduler cannot place
     unschedulable_since: float | None = None
     scheduler_message: str = ""  # the latest FailedScheduling message

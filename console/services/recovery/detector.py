@@ -243,6 +243,8 @@ class Detector:
                 data["symptoms"] = list(h.symptoms)
             if cond is HostCondition.NOTICE:
                 data["notice_at"] = h.notice_at
+                if h.notice_reason:
+                    data["reason"] = h.notice_reason
             if cond is HostCondition.LOST:
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:

@@ -196,8 +196,9 @@ def condition_text(cond: HostCondition, h: HostObservation) -> str:
         when = f" at {_clock(h.preempted_at)}" if h.preempted_at else ""
         return f"VM lost ({h.ip}, TPU state {h.tpu_state}{when})"
     if cond is HostCondition.NOTICE:
+        what = f"{h.notice_reason} notice" if h.notice_reason else "preemption notice"
         return (
-            f"preemption notice at {_clock(h.notice_at)} ({h.ip}): shutting down within "
+            f"{what} at {_clock(h.notice_at)} ({h.ip}): shutting down within "
             "its grace period, jobs checkpointing"
         )
     seen = f" ({h.ssh_error})" if h.ssh_error else ""

@@ -78,6 +78,9 @@ class Round:
     observation: Observation
     diagnosis: cx.Diagnosis
     jobs_at_start: dict[str, JobInfo]
+    # Owed jobs the live head does not list: lost with a head that an earlier round (or the
+    # process before) already replaced, before it resubmitted them. They are owed still.
+    owed_elsewhere: dict[str, JobInfo] = field(default_factory=dict)
     recreated: list[str] = field(default_factory=list)
     resubmitted: dict[str, str] = field(default_factory=dict)
 
@@ -359,6 +362,9 @@ class RecoveryRunner:
             run.detect_s = self._detector.detect_delay(observation, diag)
         self._owe(run, self._detector.active_jobs)
         rnd = Round(observation, diag, self._jobs_owed(run))
+        if observation.ray_reachable and observation.jobs_read and not diag.head_lost:
+            listed = {j.job_id for j in observation.jobs}
+            rnd.owed_elsewhere = {j: i for j, i in rnd.jobs_at_start.items() if j not in listed}
         await self._end_step(
             run,
             DETECT,
@@ -381,11 +387,13 @@ class RecoveryRunner:
         stalled_at_start = set(diag.stalled_runs)
         if diag.needs_recovery:
             run.did_something = True
-        overlapping: list[tuple[str, asyncio.Task[ActionResult]]] = []
+        overlapping: list[tuple[str, str, asyncio.Task[ActionResult]]] = []
         try:
             for step in self.plan.steps:
-                for until, task in [o for o in overlapping if o[0] == step.name]:
-                    overlapping.remove((until, task))
+                for until, name, task in [o for o in overlapping if o[0] == step.name]:
+                    overlapping.remove((until, name, task))
+                    if not task.done():  # shown: the step waits for the one alongside
+                        self._set(run, step.name, message=f"waiting for {name} to end")
                     await task
                 chosen = step.select(rnd)
                 if isinstance(chosen, Skip):
@@ -393,13 +401,13 @@ class RecoveryRunner:
                     continue
                 if step.overlap_until:
                     task = asyncio.create_task(self._attempts(run, step, list(chosen), rnd))
-                    overlapping.append((step.overlap_until, task))
+                    overlapping.append((step.overlap_until, step.name, task))
                     continue
                 await self._step(run, rnd, step, chosen)
             while overlapping:
-                await overlapping.pop(0)[1]
+                await overlapping.pop(0)[2]
         finally:
-            for _, task in overlapping:
+            for _, _, task in overlapping:
                 task.cancel()
         return await self._verify(run, len(rnd.all_hosts), rnd.resubmitted, stalled_at_start)
 

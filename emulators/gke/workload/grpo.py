@@ -263,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 log(f"Preemption notice (SIGTERM) at step {step}; exiting {EXIT_PREEMPTED}")
             return EXIT_PREEMPTED
+        final = float(cfg.get("final_save_time", "0") or 0)
+        if tb is not None and final > 0 and step >= steps:
+            # The writer's end: its final save and upload, the others' processes gone.
+            log(f"Waiting for the final checkpoint to be written ({final:g}s)")
+            end = time.monotonic() + final
+            while time.monotonic() < end and not stop["signal"]:
+                time.sleep(min(0.05, max(end - time.monotonic(), 0)))
         log(f"Training completed: {steps} steps, run {run_name}")
         return 0
     finally:

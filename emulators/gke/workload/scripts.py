@@ -21,6 +21,7 @@ exec python -m emulators.gke.workload.grpo \
   checkpoint_period="${CHECKPOINT_PERIOD:-20}" \
   step_time="${STEP_TIME:-1.0}" \
   tb_flush_steps="${TB_FLUSH_STEPS:-1}" \
+  final_save_time="${FINAL_SAVE_TIME:-0}" \
   hf_token_env=HF_TOKEN \
   enable_tunix_perf_metrics=true \
   "$@"

@@ -74,6 +74,25 @@ def test_tracker_detects_stall_whatever_the_writer_clock(skew: float) -> None:
     assert not tr.stalled and tr.to_event().kind == "cadence_resumed"
 
 
+def test_a_stall_that_ends_with_the_run_says_it_finished_not_logging_again() -> None:
+    """A run called stalled that then ends (no row came: its workload finished) is no longer
+    a stall; the row that says so names the end, it does not say the run logs again."""
+    clock = Clock(100.0)
+    src = ScriptedSource()
+    src.next = [RunObservation("r", "grpo", "offline", "running", tuple(pts((0, 98.0), (1, 99.0))))]
+    tracker = CadenceTracker([src], stall_factor=2, clock=clock)
+    assert not tracker.poll()[0].stalled
+    src.next = [RunObservation("r", "grpo", "offline", "running", ())]
+    clock.t += 10
+    assert tracker.poll()[0].stalled
+    assert [t.stalled for t in tracker.take_transitions()] == [True]
+    src.next = [RunObservation("r", "grpo", "offline", "finished", ())]
+    assert not tracker.poll()[0].stalled
+    (tr,) = tracker.take_transitions()
+    ev = tr.to_event()
+    assert ev.kind == "cadence_resumed" and ev.message == "run grpo (r) finished: no longer a stall"
+
+
 def test_tracker_backfill_of_a_dead_run_is_stalled_at_once() -> None:
     clock = Clock(10_000.0)
     src = ScriptedSource()

@@ -27,6 +27,7 @@ from console.services.model import (
 from console.services.observation import Observation
 from console.services.recovery.watchdog import Watchdog
 from tests.support.fake_pod import Clock, FakePod, make_watchdog, wait_done
+from tests.support.waiting import until
 
 STEPS = (
     "detect",
@@ -697,6 +698,86 @@ async def test_a_worker_lost_during_a_head_recovery_joins_it_rather_than_failing
     assert len([j for j in pod.jobs if j != job]) == 1  # resubmitted once
     failed = [e for e in journal.events if e.kind == "recovery_failed"]
     assert failed == []
+
+
+async def test_resubmit_waits_for_the_orphans_step_to_end(pod: FakePod, clock: Clock) -> None:
+    """Stragglers overlapping a restart: ``orphans`` (which ends the lost jobs' trainers still
+    alive on the surviving workers) runs alongside the head's rebuild, but a resubmitted job
+    must not start while an old trainer may still write into its run. Here the orphans step
+    ends only once the resubmission has begun or is seen waiting for it (a straggler slow to
+    go): the resubmission waits for it, and says so."""
+    orig = pod.stop_orphans
+    ended: list[bool] = []
+    go = asyncio.Event()  # set by whichever comes first: resubmit called, or shown waiting
+
+    async def slow_to_go(hosts: Sequence[str]) -> ActionResult:
+        await go.wait()
+        res = await orig(hosts)
+        ended.append(True)
+        return res
+
+    resubmit = pod.resubmit
+    orphans_done_at_resubmit: list[bool] = []
+
+    async def resubmit_seen(job_ids: Sequence[str]) -> ActionResult:
+        orphans_done_at_resubmit.append(bool(ended))
+        go.set()
+        return await resubmit(job_ids)
+
+    pod.stop_orphans = slow_to_go  # type: ignore[method-assign]
+    pod.resubmit = resubmit_seen  # type: ignore[method-assign]
+    wd, _journal, published = make_watchdog(pod, clock)  # the plan binds the op now
+    job = pod.submit("train")
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+    await poll(wd, pod)
+
+    def waiting() -> bool:
+        statuses = [u for u in published if isinstance(u, RecoveryStatus)]
+        shown = statuses and steps(statuses[-1])["resubmit"][1] == "waiting for orphans to end"
+        if shown:
+            go.set()
+        return go.is_set()
+
+    await until(waiting, 30, "resubmit called, or shown waiting for orphans")
+    status = await wait_done(wd)
+
+    assert status.ok, (status.failed_step, steps(status))
+    assert orphans_done_at_resubmit == [True]
+    assert len([j for j in pod.jobs if j != job]) == 1
+
+
+async def test_jobs_owed_to_a_head_rebuilt_by_an_earlier_round_are_still_resubmitted(
+    pod: FakePod, clock: Clock
+) -> None:
+    """A round rebuilt the head, then a worker was lost before it resubmitted (its tunnel step
+    failed on the new loss). The next round finds the head alive, with none of the jobs the
+    recovery owes: they went with the old head, and are resubmitted now, not skipped as
+    "head kept"."""
+    orig = pod.open_tunnel
+    lost: list[str] = []
+
+    async def worker_lost_meanwhile() -> ActionResult:
+        if not lost:
+            lost.append("pod-w3")
+            pod.preempt("pod-w3")
+            pod.calls.append(("open_tunnel", ()))
+            return ActionResult(action="tunnel", ok=False, elapsed_s=0.0, message="reset")
+        return await orig()
+
+    pod.open_tunnel = worker_lost_meanwhile  # type: ignore[method-assign]
+    wd, _journal, _ = make_watchdog(pod, clock)
+    job = pod.submit("sweep --sweep-id abc")
+    await poll(wd, pod)
+    pod.preempt("pod-w0")
+    await poll(wd, pod)
+    status = await wait_done(wd)
+
+    assert status.ok, (status.failed_step, steps(status))
+    assert ("recreate", ("pod-w3",)) in pod.calls
+    assert [c for c in pod.calls if c[0] == "resubmit"] == [("resubmit", (job,))]
+    (new,) = [j for j in pod.jobs if j != job]
+    assert pod.jobs[new] == "RUNNING" and pod.submitted[new] == "sweep --sweep-id abc"
 
 
 async def test_a_resumed_recovery_that_finds_the_work_done_ends_recovered_from_its_start(

@@ -183,7 +183,8 @@ class GkeBackend:
             w = by_name.get(rec.name)
             state = w.status if w is not None else JobStatus.STOPPED
             logdir = readable_uri(f"{spec.output_uri}/tensorboard", self.access.gcs_root)
-            out.append(TbRun(rec.name, spec.effective_run_name, logdir, str(state)))
+            ending = w is not None and w.pods_succeeded > 0
+            out.append(TbRun(rec.name, spec.effective_run_name, logdir, str(state), ending))
         # A JobSet made elsewhere (xpk, kubectl) is read where its env says it writes.
         caches, recorded = self.caches, {r.name for r in out}
         for w in workloads:
@@ -192,7 +193,8 @@ class GkeBackend:
             found = M.run_location(caches.jobsets.get(w.name))
             if found is not None:
                 logdir = readable_uri(f"{found[1]}/tensorboard", self.access.gcs_root)
-                out.append(TbRun(w.name, found[0], logdir, str(w.status)))
+                ending = w.pods_succeeded > 0
+                out.append(TbRun(w.name, found[0], logdir, str(w.status), ending))
         return tuple(out)
 
     # -- jobs (a workload's job id is its name) ----------------------------------------------

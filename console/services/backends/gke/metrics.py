@@ -51,6 +51,8 @@ EVENT_FILE_MARK = "events.out.tfevents."
 LAG_WINDOW = 50  # polls whose flush delays are remembered
 MAX_FLUSH_LAG_S = 300.0  # beyond tensorboard's default flush period (120 s), with room
 # Workload status -> the run state the cadence rule reads: only a running workload stalls.
+# A running workload with a pod that exited 0 is finishing: no more steps come, none are due.
+FINISHING = "finishing"
 RUN_STATES: dict[str, str] = {
     JobStatus.RUNNING: "running",
     JobStatus.PENDING: "restarting",
@@ -68,6 +70,9 @@ class TbRun:
     name: str
     logdir: str  # a local path, or a gs:// URI (tensorboard's gfile reads it through fsspec)
     state: str  # a workload status name (RUNNING, PENDING, SUCCEEDED ...)
+    # Some pod of the current attempt exited 0: the run is at its end (its last steps logged,
+    # the final save and exit under way) though the JobSet is not Completed yet.
+    ending: bool = False
 
 
 def _gfile() -> Any:
@@ -267,7 +272,9 @@ def _observe(run: TbRun, points: Sequence[HistoryPoint], lag_s: float) -> RunObs
         run_id=run.run_id,
         name=run.name,
         source=TensorBoardSource.kind,
-        state=RUN_STATES.get(run.state, ""),
+        state=FINISHING
+        if run.ending and run.state == JobStatus.RUNNING
+        else RUN_STATES.get(run.state, ""),
         points=tuple(points),
         lag_s=lag_s,
     )

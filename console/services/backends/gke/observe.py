@@ -364,6 +364,7 @@ class GkeObserver:
             pods_total=len(live),
             pods_running=sum(1 for p in live if p.phase == "Running"),
             pods_pending=sum(1 for p in live if p.phase == "Pending"),
+            pods_succeeded=sum(1 for p in current if p.phase == "Succeeded"),
             unschedulable=len(unschedulable),
             unschedulable_since=min(since) if since else None,
             scheduler_message=unschedulable[0].message if unschedulable else "",

@@ -26,13 +26,18 @@ from console.services.backends.tpu_vm.endpoints import HostEndpoint
 from console.services.backends.tpu_vm.heard import Heard
 from console.services.backends.tpu_vm.hostkeys import HostKeyEvent
 from console.services.backends.tpu_vm.jobs import DashboardUnreachableError, JobError
-from console.services.backends.tpu_vm.notice import NoticeWatcher
+from console.services.backends.tpu_vm.notice import MIGRATE, NoticeWatcher
 from console.services.backends.tpu_vm.observe import PodObserver
 from console.services.backends.tpu_vm.parts import PodAccess, PodParts
 from console.services.backends.tpu_vm.ray import RayError
 from console.services.backends.tpu_vm.raycmd import JOB_STOP_WAIT_S
 from console.services.backends.tpu_vm.recovery import pod_plan
 from console.services.backends.tpu_vm.settings import TpuVmSettings
+from console.services.backends.tpu_vm.stragglers import (
+    merge_stopped,
+    read_stragglers,
+    stragglers_command,
+)
 from console.services.backends.tpu_vm.tpu import TpuApiError
 from console.services.cadence.sources import CadenceSource
 from console.services.cadence.tracker import sources_from_config
@@ -92,12 +97,16 @@ class TpuVmBackend:
             on_tunnel_change=self._on_tunnel_change,
         )
         self._wake: Callable[[], None] = _nothing
-        self.notices = NoticeWatcher(self.parts.ssh, self._on_notice, clock=clock)
+        self.notices = NoticeWatcher(
+            self.parts.ssh, self._on_notice, on_maintenance=self._on_maintenance, clock=clock
+        )
         # When each host's connection dropped from the far end (wall clock): on the gcp path
         # the first word of an abrupt loss, and its date (the API gives the loss none).
         self.dropped_at: dict[str, float] = {}
-        self.observer = PodObserver(self.parts, self.notices.notices, self.dropped_at)
-        self.heard = Heard(self.notices.notices)  # hard news between polls
+        self.observer = PodObserver(
+            self.parts, self.notices.notices, self.dropped_at, self.notices.reasons
+        )
+        self.heard = Heard(self.notices.notices, self.notices.reasons)  # hard news between polls
         self.parts.ssh.on_lost = self.parts.probe.on_lost = self._on_connection_lost
         self.job_env = {**settings.job_env, **access.job_env}
         self._last: Observation | None = None
@@ -213,6 +222,26 @@ class TpuVmBackend:
     def _on_notice(self, host: str, at: float) -> None:
         self.heard.noticed()
         self._wake()
+
+    def _on_maintenance(self, host: str, value: str, at: float) -> None:
+        """A live migration coming (or over): the VM stays, its jobs pause for a moment;
+        journaled and shown, nothing to recover (a terminating maintenance is a notice)."""
+        if value == MIGRATE:
+            msg = (
+                f"{host}: host maintenance coming (metadata maintenance-event {value}): the VM "
+                "is live-migrated in about 60 s; its jobs pause for a moment and go on"
+            )
+        else:
+            msg = f"{host}: host maintenance over (metadata maintenance-event {value})"
+        self._sink.emit_soon(
+            Event(
+                at=at,
+                kind=EventKind.MAINTENANCE,
+                message=msg,
+                host=host,
+                data={"maintenance_event": value},
+            )
+        )
 
     def _on_connection_lost(self, ep: HostEndpoint) -> None:
         # Lost from the other end (the VM killed, sshd gone) is news: probe it, and look now.
@@ -396,13 +425,25 @@ class TpuVmBackend:
     async def stop_orphans(self, hosts: Sequence[str]) -> ActionResult:
         """``ray stop -f`` on workers whose head is gone: their raylets belong to a dead
         cluster, and a graceful stop would wait out its grace period on each of them. A
-        host noticed since the recovery began is left to checkpoint and go (``_noticed``)."""
+        host noticed since the recovery began is left to checkpoint and go (``_noticed``).
+
+        Then the lost jobs' trainers that outlive their raylet (``stragglers``) get SIGTERM,
+        ``notice_grace_s`` to write their checkpoint, and SIGKILL by pid, each confirmed
+        gone: the step ends (and the resubmission, which waits for it, starts) only once no
+        old trainer writes into the runs the new jobs resume."""
         t0 = time.monotonic()
         rest, per_host = self._noticed(hosts)
         if rest:
             stopped = await self.parts.ray.stop(rest)
             self._no_ray |= {h for h, r in stopped.items() if r.ok}
-            per_host |= stopped
+            done = [h for h, r in stopped.items() if r.ok]
+            grace = self.settings.notice_grace_s
+            swept = (
+                await self.parts.ssh.run(stragglers_command(grace), done, timeout_s=grace + 30)
+                if done
+                else {}
+            )
+            per_host |= merge_stopped(stopped, {h: read_stragglers(h, r) for h, r in swept.items()})
         return _result("stop_orphans", per_host, time.monotonic() - t0)
 
     def _noticed(self, hosts: Sequence[str]) -> tuple[list[str], dict[str, HostResult]]:

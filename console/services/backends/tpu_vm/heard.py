@@ -37,8 +37,11 @@ class Heard:
     (host -> when heard; cleared when the host is recreated); API reads are kept here until
     a poll that began after them has its own read."""
 
-    def __init__(self, notices: Mapping[str, float]) -> None:
+    def __init__(
+        self, notices: Mapping[str, float], reasons: Mapping[str, str] | None = None
+    ) -> None:
         self.notices = notices
+        self.reasons = reasons if reasons is not None else {}  # a notice's, when not `preempted`
         self.lost: dict[str, Lost] = {}
         self.count = 0  # grows with every piece of news: the facade feeds each once
 
@@ -77,7 +80,7 @@ class Heard:
             new = h
             notice_at = notices.get(h.name)
             if notice_at is not None and h.notice_at is None:
-                new = replace(new, notice_at=notice_at)
+                new = replace(new, notice_at=notice_at, notice_reason=self.reasons.get(h.name, ""))
             fact = lost.get(h.name)
             if fact is not None and fact.at >= obs.at and h.tpu_state not in LOST_STATES:
                 new = replace(

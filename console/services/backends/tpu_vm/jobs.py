@@ -35,6 +35,7 @@ from console.services.errors import BackendError, UnknownJob
 from console.services.jobs.env import masked_env
 from console.services.jobs.spec import SubmitSpec, new_job_id, spec_metadata
 from console.services.model import (
+    ACTIVE_JOBS,
     JobInfo,
     JobStatus,
     LogLine,
@@ -45,6 +46,10 @@ from engine.contract import EX_PREEMPTED, JOB_ID_ENV
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# A log stream that ends while its job runs is followed again at once when it brought lines,
+# else after a pause doubling up to the last (a dashboard that is down answers nothing).
+REFOLLOW_FIRST_S = 0.5
+REFOLLOW_MAX_S = 10.0
 # A job that checkpointed on a preemption notice exits EX_PREEMPTED (the engine's contract);
 # Ray reports it as FAILED with this line.
 _EXIT_CODE = re.compile(r"^Job entrypoint command failed with exit code (\d+)\b")
@@ -299,34 +304,71 @@ class JobService:
     async def follow(self, job_id: str) -> AsyncIterator[LogLine | LogStreamClosed]:
         """Stream the job's output line by line, then one ``LogStreamClosed``.
 
-        The stream can end while the job still runs (dashboard restart, tunnel drop): the
-        closing item carries the job's status then (``early`` is True for PENDING/RUNNING,
-        the caller may follow again); UNKNOWN when the dashboard cannot be asked. An
-        unknown id raises ``UnknownJobError`` before anything is yielded.
+        Ray's log stream (``ray job logs -f``, the SDK's ``tail_job_logs``) can end while the
+        job still runs, and says nothing when it does: a proxy or NAT that times out the
+        long-lived connection, a dropped forward, the dashboard restarting. A stream that
+        ends while the job is PENDING or RUNNING is opened again and taken up where it left
+        off: each one starts at the log's beginning, so the characters already taken are
+        skipped (no line twice, none lost), backing off while a new stream brings nothing.
+        Once the job has ended, what its log holds beyond them is read once more (a stream
+        cut just before the end loses nothing) and the closing item carries the status;
+        UNKNOWN when the dashboard cannot be asked (``early``: the caller may follow
+        again), ``refollows`` how often the stream was taken up again. An unknown id raises
+        ``UnknownJobError`` before anything is yielded.
         """
         await self.status(job_id)  # unknown id / unreachable: raise before streaming
-        client = await asyncio.to_thread(self._client_sync)
+        taken = 0  # characters of the log already yielded or pending
         pending = ""
-        try:
-            async with contextlib.aclosing(client.tail_job_logs(job_id)) as chunks:
-                async for chunk in chunks:
-                    pending += chunk
-                    *lines, pending = pending.split("\n")
-                    for line in lines:
-                        yield LogLine(job_id=job_id, text=line.rstrip("\r"), at=self._clock())
-        except Exception as exc:  # the websocket dropped; the status check below tells
-            log.info("log stream of %s ended: %s", job_id, _reason(exc))
-            if _is_connection_error(exc):
-                self._client = None
+        refollows = 0
+        backoff = REFOLLOW_FIRST_S
+        while True:
+            client = await asyncio.to_thread(self._client_sync)
+            skip, fresh = taken, False
+            try:
+                async with contextlib.aclosing(client.tail_job_logs(job_id)) as chunks:
+                    async for chunk in chunks:
+                        if skip:  # what an earlier stream gave already
+                            cut = min(skip, len(chunk))
+                            chunk, skip = chunk[cut:], skip - cut
+                            if not chunk:
+                                continue
+                        taken += len(chunk)
+                        fresh = True
+                        pending += chunk
+                        *lines, pending = pending.split("\n")
+                        for line in lines:
+                            yield LogLine(job_id=job_id, text=line.rstrip("\r"), at=self._clock())
+            except Exception as exc:  # the websocket dropped; the status check below tells
+                log.info("log stream of %s ended: %s", job_id, _reason(exc))
+                if _is_connection_error(exc):
+                    self._client = None
+            try:
+                status = (await self.status(job_id)).status
+            except UnknownJobError:
+                status = JobStatus.LOST
+            except JobError:
+                status = JobStatus.UNKNOWN
+            if status not in ACTIVE_JOBS:
+                break
+            refollows += 1
+            log.info("log stream of %s ended while it is %s: following again", job_id, status)
+            if fresh:
+                backoff = REFOLLOW_FIRST_S
+            else:  # a stream that ends at once, again and again: do not spin
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, REFOLLOW_MAX_S)
+        if status not in (JobStatus.LOST, JobStatus.UNKNOWN):
+            with contextlib.suppress(JobError):
+                rest = (await self.logs(job_id))[taken:]
+                pending += rest
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    yield LogLine(job_id=job_id, text=line.rstrip("\r"), at=self._clock())
         if pending:
             yield LogLine(job_id=job_id, text=pending.rstrip("\r"), at=self._clock())
-        try:
-            status = (await self.status(job_id)).status
-        except UnknownJobError:
-            status = JobStatus.LOST
-        except JobError:
-            status = JobStatus.UNKNOWN
-        yield LogStreamClosed(job_id=job_id, job_status=status, at=self._clock())
+        yield LogStreamClosed(
+            job_id=job_id, job_status=status, at=self._clock(), refollows=refollows
+        )
 
 
 def _local_dir(path: str) -> str | None:

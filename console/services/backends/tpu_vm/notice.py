@@ -11,6 +11,13 @@ uses ``GCE_METADATA_HOST`` when the host sets it (the emulator does, on loopback
 ``metadata.google.internal``, as Google's own libraries do; the console never talks to a
 metadata server itself.
 
+The same watcher long-polls ``instance/maintenance-event`` beside it, as GCE documents: the
+value is ``NONE`` until about 60 s before a host maintenance, then
+``TERMINATE_ON_HOST_MAINTENANCE`` (the VM is stopped: a TPU VM cannot be live-migrated; for
+the console that is a notice like ``preempted``, with its reason) or
+``MIGRATE_ON_HOST_MAINTENANCE`` (the VM is live-migrated, a pause it survives: told through
+``on_maintenance``, as is the return to ``NONE``).
+
 A watcher outlives everything short of its host's notice or its host leaving the pod: a
 session that fails (a connect or probe that timed out on a loaded pod of a thousand hosts, a
 dropped connection, an exception) is started again after a backoff (``FIRST_RETRY_S``,
@@ -34,36 +41,56 @@ log = logging.getLogger(__name__)
 # curl rather than python: one watcher per host, and a pod may have a thousand hosts. The
 # long-poll's answer is the new value: it is printed the moment curl returns, before the
 # next ETag is parsed (a sed and a curl more on the notice's path cost a loaded host ~0.1 s).
-WATCH_COMMAND = r"""trap 'rm -f "$hdr"; echo TERM; exit 0' TERM
-md="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance/preempted"
+# One function long-polls a key; the maintenance-event's loop runs in the background (it
+# ends with the session's shell: it checks that its parent lives before each poll).
+WATCH_COMMAND = r"""trap 'rm -f "$hdr"; kill "$mpid" 2>/dev/null; echo TERM; exit 0' TERM
+base="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance"
 hdr=$(mktemp)
-while :; do
-  v=$(curl -sf -m 10 -D "$hdr" -H 'Metadata-Flavor: Google' "$md") || { sleep 2; continue; }
-  while echo "PREEMPTED=$v"; do
-    tag=$(sed -n 's/^[Ee][Tt][Aa][Gg]: *\([^[:space:]]*\).*/\1/p' "$hdr")
-    v=$(curl -sf -m 70 -D "$hdr" -H 'Metadata-Flavor: Google' \
-      "$md?wait_for_change=true&timeout_sec=60&last_etag=$tag") || { sleep 1; break; }
+poll() {  # $1: the key, $2: the line's name, $3: the header file
+  while kill -0 "$parent" 2>/dev/null; do
+    v=$(curl -sf -m 10 -D "$3" -H 'Metadata-Flavor: Google' "$base/$1") || { sleep 2; continue; }
+    while echo "$2=$v"; do
+      tag=$(sed -n 's/^[Ee][Tt][Aa][Gg]: *\([^[:space:]]*\).*/\1/p' "$3")
+      v=$(curl -sf -m 70 -D "$3" -H 'Metadata-Flavor: Google' \
+        "$base/$1?wait_for_change=true&timeout_sec=60&last_etag=$tag") || { sleep 1; break; }
+    done
   done
-done"""
+}
+parent=$$
+(mhdr=$(mktemp); poll maintenance-event MAINTENANCE "$mhdr"; rm -f "$mhdr") &
+mpid=$!
+poll preempted PREEMPTED "$hdr"
+"""
 FIRST_RETRY_S = 1.0  # after a session that listened (a metadata server restarting)
 MAX_RETRY_S = 30.0  # a host that keeps failing is tried this often, never given up
+# instance/maintenance-event's values (GCE): nothing coming, a live migration, a termination
+NO_MAINTENANCE = "NONE"
+MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 
 
 class NoticeWatcher:
-    """One watcher per host; ``on_notice(host, at)`` once per notice (until ``clear``)."""
+    """One watcher per host; ``on_notice(host, at)`` once per notice (until ``clear``);
+    ``on_maintenance(host, value, at)`` when a host's maintenance-event changes to a live
+    migration or back to ``NONE`` (a terminating maintenance is a notice)."""
 
     def __init__(
         self,
         ssh: SshFanout,
         on_notice: Callable[[str, float], None],
         *,
+        on_maintenance: Callable[[str, str, float], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._ssh = ssh
         self._on_notice = on_notice
+        self._on_maintenance = on_maintenance
         self._clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.notices: dict[str, float] = {}
+        # why, when not metadata `preempted`: "maintenance-event TERMINATE_ON_HOST_MAINTENANCE"
+        self.reasons: dict[str, str] = {}
+        self.maintenance: dict[str, str] = {}  # host -> its maintenance-event, when not NONE
         self.listening: set[str] = set()  # hosts whose watcher has read the metadata
 
     def watch(self, hosts: Iterable[str], keep: Iterable[str] = ()) -> None:
@@ -85,6 +112,8 @@ class NoticeWatcher:
     def clear(self, host: str) -> None:
         """The host was recreated: a new VM, no notice (yet)."""
         self.notices.pop(host, None)
+        self.reasons.pop(host, None)
+        self.maintenance.pop(host, None)
         self.listening.discard(host)
         task = self._tasks.pop(host, None)
         if task is not None:
@@ -111,6 +140,8 @@ class NoticeWatcher:
                 self.listening.add(host)
             if text in ("PREEMPTED=TRUE", "TERM"):
                 self._noticed(host)
+            elif text.startswith("MAINTENANCE="):
+                self._maintenance(host, text.removeprefix("MAINTENANCE="))
 
         retry = FIRST_RETRY_S
         while True:
@@ -131,10 +162,29 @@ class NoticeWatcher:
             log.debug("notice watcher on %s ended (%s); again in %.0fs", host, error, retry)
             await asyncio.sleep(retry)
 
-    def _noticed(self, host: str) -> None:
+    def _maintenance(self, host: str, value: str) -> None:
+        before = self.maintenance.get(host, NO_MAINTENANCE)
+        if value == before or not value:
+            return
+        if value == NO_MAINTENANCE:
+            self.maintenance.pop(host, None)
+        else:
+            self.maintenance[host] = value
+        if value == TERMINATE:  # the VM is stopped at the maintenance: a notice
+            self._noticed(host, f"maintenance-event {TERMINATE}")
+            return
+        if self._on_maintenance is not None:
+            try:
+                self._on_maintenance(host, value, self._clock())
+            except Exception:  # a broken callback must not kill the watcher
+                log.exception("maintenance callback failed for %s", host)
+
+    def _noticed(self, host: str, reason: str = "") -> None:
         if host in self.notices:
             return
         at = self._clock()
+        if reason:
+            self.reasons[host] = reason
         self.notices[host] = at
         try:
             self._on_notice(host, at)

@@ -38,9 +38,11 @@ class PodObserver:
         parts: PodParts,
         notices: Mapping[str, float] | None = None,
         dropped: Mapping[str, float] | None = None,
+        notice_reasons: Mapping[str, str] | None = None,
     ) -> None:
         self.parts = parts
         self.notices = notices if notices is not None else {}
+        self.notice_reasons = notice_reasons if notice_reasons is not None else {}
         # When each host's SSH dropped from the far end: the loss's date where the API
         # gives none (the real one reports a preempted slice without a time).
         self.dropped = dropped if dropped is not None else {}
@@ -167,6 +169,7 @@ class PodObserver:
                 ray_alive,
                 ip in known_ips,
                 notices.get(name),
+                self.notice_reasons.get(name, ""),
                 mem.last_seen,
                 mem.resources,
                 preempted_at,
@@ -188,6 +191,7 @@ class PodObserver:
                 ray_known=ip in known_ips,
                 preempted_at=preempted_at,
                 notice_at=notices.get(name),
+                notice_reason=self.notice_reasons.get(name, "") if name in notices else "",
                 last_seen=mem.last_seen,
                 resources=dict(mem.resources),
             )

@@ -1,6 +1,6 @@
 """Seed 000's "when a spot VM gets reclaimed", as a table of recovery steps over the pod.
 
-    orphans (alongside, until workers) | recreate -> wait_ready -> bootstrap -> head -> tunnel
+    orphans (alongside, until resubmit) | recreate -> wait_ready -> bootstrap -> head -> tunnel
     -> resubmit -> workers
 
 * a LOST host (VM gone) is recreated, waited for, bootstrapped and rejoined;
@@ -16,6 +16,9 @@
   share cores, the workers join one at a time: ``PodAccess.rejoin_parallelism``). The surviving
   workers' raylets belong to the dead cluster: they are force-stopped (``orphans``) while
   the head's VM is recreated, instead of each waiting out a graceful stop at its rejoin.
+  ``orphans`` also ends the lost jobs' trainers that outlive their raylet (stragglers,
+  ``tpu_vm.stragglers``) and confirms them gone; ``resubmit`` waits for it, so a
+  resubmitted job never shares its run with an old trainer still writing to it.
 
 Each step is a function over ``PodOps``, the pod's own parts (``TpuVmBackend`` implements it;
 the recovery tests use a small model pod). Every op is idempotent and returns per-host
@@ -72,7 +75,7 @@ def pod_plan(ops: PodOps, resubmit: Resubmit, *, ready_timeout_s: float) -> Plan
 
     return Plan(
         (
-            StepDef("orphans", _orphans, ops.stop_orphans, overlap_until="workers"),
+            StepDef("orphans", _orphans, ops.stop_orphans, overlap_until="resubmit"),
             StepDef("recreate", _to_recreate, ops.recreate, after=recreated),
             StepDef("wait_ready", _coming_up, wait_ready),
             StepDef("bootstrap", _to_bootstrap, ops.bootstrap),
@@ -138,4 +141,6 @@ def _to_resubmit(rnd: Round) -> Sequence[str] | Skip:
         return sorted(rnd.jobs_at_start)
     if rnd.head_lost:
         return Skip("no job was active on the lost head")
+    if rnd.owed_elsewhere:  # a round (or a process) before rebuilt the head, then ended
+        return sorted(rnd.owed_elsewhere)
     return Skip(f"head kept: {len(rnd.jobs_at_start)} active job(s) continue")

@@ -8,6 +8,7 @@ dir with a tiny stand-in `engine/train.py` that prints and sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from console.commands.kit.told import plain_lines
@@ -34,9 +36,12 @@ from console.services.backends.tpu_vm.jobs import (
     UnknownJobError,
     job_status_of,
 )
+from console.services.backends.tpu_vm.tunnel import Tunnel
 from console.services.jobs.spec import META_MODE, META_SPEC, SpecError, SubmitSpec
 from console.services.jobs.watcher import JobTransition, JobWatcher
 from console.services.model import JobStatus, LogLine, LogStreamClosed
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
 from tests.support.waiting import until
 
 VENV_BIN = Path(sys.executable).parent
@@ -430,3 +435,58 @@ async def test_missing_working_dir_is_named(tmp_path: Path) -> None:
     jobs = JobService(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(SubmitError, match=r"working_dir '.*nope' is not a directory"):
         await jobs.submit(SubmitSpec(), working_dir=tmp_path / "nope")
+
+
+@pytest.mark.slow
+async def test_a_log_stream_cut_while_the_job_runs_is_followed_again_from_where_it_stopped(
+    ray_head: RayHead, working_dir: Path, pod: PodInfo
+) -> None:
+    """`ray job logs -f` stopping silently: the console reaches the dashboard through its SSH
+    tunnel to the head (here an emulated host's sshd forwarding to this Ray head), and the
+    host's forwarded connections are cut while the job runs (the emulator's `drop-forwards`,
+    as a NAT or proxy that times out a long-lived connection). Ray's stream just ends. The
+    follow takes it up again where it stopped: every line once, in order, to the job's end.
+    Before, it ended there with the job RUNNING and the lines after the cut never shown."""
+    port = int(ray_head.address.rsplit(":", 1)[1])
+    tunnel = Tunnel(
+        lambda: asyncssh.connect(**pod.asyncssh_options(0)), [("127.0.0.1", 0, "127.0.0.1", port)]
+    )
+    await tunnel.open()
+    try:
+        jobs = JobService(tunnel.url(port))
+        info = await jobs.submit(
+            spec(3, hold=20.0, runtime_env=WANDB_ENV, submission_id="phantom-test-cut"),
+            working_dir=working_dir,
+            environ=ENVIRON,
+        )
+        items: list[LogLine | LogStreamClosed] = []
+
+        async def follow() -> None:
+            async for item in jobs.follow(info.job_id):
+                items.append(item)
+
+        follower = asyncio.create_task(follow())
+
+        def lines() -> list[str]:
+            return [i.text for i in items if isinstance(i, LogLine)]
+
+        await until(lambda: "step 2" in lines(), 120, "the lines before the cut")
+        cut = await pod_client.async_fault(pod.run_dir, 0, "drop-forwards")
+        assert cut is not None
+        await asyncio.wait_for(follower, 120)
+
+        closed = items[-1]
+        assert isinstance(closed, LogStreamClosed) and closed.job_status == "SUCCEEDED"
+        assert closed.refollows >= 1  # the stream was cut, and taken up again
+        assert [x for x in lines() if x.startswith(("key", "no key", "step", "done"))] == [
+            "key ok",
+            "step 0",
+            "step 1",
+            "step 2",
+            "done",
+        ]
+        # ... and exactly what the job's log holds, each line once
+        whole = (await jobs.logs(info.job_id)).rstrip("\n").split("\n")
+        assert lines() == [x.rstrip("\r") for x in whole]
+    finally:
+        await tunnel.close()
