@@ -121,6 +121,7 @@ def make_services(
             [config.wandb.api_key_env, config.gke.hf_token_env, *config.alerts.secret_envs]
         ),
         clock=clock,
+        cluster=config.name,  # every row names its cluster
     )
     try:
         facade = compose(
@@ -155,7 +156,9 @@ def _alerts(config: Config, clock: Callable[[], float]) -> list[MakeConsumer]:
     urls = notify_urls(config.alerts)
 
     def alerter(sink: EventSink) -> Alerter:
-        return Alerter(config.alerts, urls, sink, source=config.cluster.node_name, clock=clock)
+        # A fleet's cluster by its name; a [cluster] config's by its node, as always.
+        source = config.name if config.state_dir else config.cluster.node_name
+        return Alerter(config.alerts, urls, sink, source=source, clock=clock)
 
     return [alerter]
 
