@@ -17,6 +17,8 @@ from console.config import Config
 from console.config.fleet import ClusterChoiceError, Fleet
 
 if TYPE_CHECKING:
+    from console.config.listen import Listen
+    from console.services.exporter.server import Exporter, ReadRows
     from console.services.facade import Facade
     from console.services.pending import PendingServices
 
@@ -78,8 +80,6 @@ def fleet_services(
         for config in chosen:
             try:
                 built[config.name] = build(config)
-            except ClusterChoiceError:
-                raise
             except Exception as exc:
                 raise ClusterBuildError(config.name, exc) from exc
     except BaseException:
@@ -96,3 +96,21 @@ def deferred_fleet_services(fleet: Fleet) -> dict[str, PendingServices]:
     from console.wiring import deferred_services
 
     return {config.name: deferred_services(config) for config in fleet.members}
+
+
+def metrics_exporters(
+    configs: Sequence[Config], listen: Listen, rows: Sequence[ReadRows]
+) -> list[Exporter]:
+    """One exporter per cluster (its series labelled with its name, its ledger read from its
+    journal by ``rows``), all served by one server on ``listen``: one ``/metrics`` for the
+    fleet, ``/healthz`` alive while every cluster's poll loop is."""
+    from console.services.exporter.series import FleetSeries
+    from console.services.exporter.server import MetricsServer
+    from console.wiring import metrics_exporter
+
+    exporters = [metrics_exporter(c, listen, r) for c, r in zip(configs, rows, strict=True)]
+    if len(exporters) > 1:
+        server = MetricsServer(FleetSeries([e.series for e in exporters]), listen)
+        for exporter in exporters:
+            exporter.server = server
+    return exporters
