@@ -258,3 +258,20 @@ async def _form_clusters(members: tuple[Config, ...]) -> None:
             svc.close_journal()
 
     await asyncio.gather(*(form(c) for c in members))
+
+
+def test_once_makes_one_pass_over_every_cluster_in_text(fleet: Fleet) -> None:
+    proc = subprocess.run(
+        phantom_argv("--config", str(fleet.config), "watch", "--once", "--format", "text"),
+        env=watch_env(fleet.tmp),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert {"phantom watch: watching pod-a", "phantom watch: watching pod-b"} <= set(lines)
+    assert lines[-1] == "phantom watch: stopped"
+    # each row names its cluster after the time: the first poll's host keys of both pods
+    for name in NAMES:
+        assert any(f"  {name}  host_key  {name}-w0  " in line for line in lines), lines
