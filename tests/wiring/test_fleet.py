@@ -49,3 +49,15 @@ def test_a_cluster_that_cannot_be_built_is_named(
     assert err.value.name == "pod-a"
     assert "no pod emulator is running" in str(err.value)
     assert "phantom pod up" in str(err.value)
+
+
+def test_the_tuis_services_are_deferred_one_per_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.wiring.fleet import deferred_fleet_services
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    pending = deferred_fleet_services(parse_fleet(FLEET))  # builds nothing yet
+    assert list(pending) == ["pod-a", "pod-b"]
+    assert [p.settings.cluster.name for p in pending.values()] == ["pod-a", "pod-b"]
+    assert not (tmp_path / "phantom").exists(), "a deferred build touched the state dir"
