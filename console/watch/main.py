@@ -267,10 +267,12 @@ async def _run(
     except Exception as exc:
         lines.note("failed", f"{cluster.called}: could not start: {exc}", cluster=cluster.name)
         return exit_codes.FAILED
-    info: dict[str, Any] = {"cluster": cluster.name, "once": options.once}
+    # A [cluster] config's lines name its node, as they always did.
+    name = cluster.name if cluster.config.state_dir else cluster.config.cluster.node_name
+    info: dict[str, Any] = {"cluster": name, "once": options.once}
     if server is not None:
         info["metrics"] = f"http://{_url_host(options.metrics)}:{server.port}/metrics"
-    lines.note("started", f"watching {cluster.name}", **info)
+    lines.note("started", f"watching {name}", **info)
     if options.once:
         return await _one_pass(services, stop)
     return exit_codes.OK
