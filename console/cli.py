@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console import debuglog, exit_codes
 from console.config import (
@@ -38,7 +38,11 @@ from console.config import (
     default_config_path,
     default_state_dir,
     load_config,
+    load_fleet,
 )
+
+if TYPE_CHECKING:
+    from console.config.fleet import Fleet
 
 
 class _Parser(argparse.ArgumentParser):
@@ -380,6 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.cluster is not None and args.command != "wandb":
                 argv = emulator_cli_args(args.command, argv, _load(args))
             return emulator_cli(args.command, argv)
+        if args.command in ("watch", "status") and args.script is None and args.cluster is None:
+            # With no --cluster these two take every cluster of a fleet (a [cluster] config:
+            # its one, as always).
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            if len(fleet.members) > 1 or fleet.members[0].state_dir:
+                return _fleet_command(args, fleet)
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
@@ -440,6 +452,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return exit_codes.USAGE
         return run_tui(config, metrics=args.metrics)
+    except KeyboardInterrupt:
+        return exit_codes.INTERRUPTED
+
+
+def _fleet_command(args: argparse.Namespace, fleet: Fleet) -> int:
+    """`phantom watch` or `phantom status` over every cluster of a ``[[clusters]]`` fleet."""
+    try:
+        if args.command == "watch":
+            from console.watch.main import WatchOptions, watch_fleet_main
+
+            return watch_fleet_main(fleet, WatchOptions(args.metrics, args.once, args.format))
+        from console.status import status_fleet_main
+
+        if args.cadence_deadline is not None:
+            fleet = replace(
+                fleet,
+                members=tuple(
+                    replace(
+                        c,
+                        recovery=replace(c.recovery, cadence_deadline_s=args.cadence_deadline),
+                    )
+                    for c in fleet.members
+                ),
+            )
+        return status_fleet_main(fleet, as_json=args.json)
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
 

@@ -1,5 +1,8 @@
 """`phantom status [--json]`: one snapshot of pod, Ray, jobs and cadence, then exit.
 
+Over a fleet with no ``--cluster``: every cluster's snapshot, taken side by side, one JSON
+object (or table) per cluster, each naming its cluster (``status_fleet_main``).
+
 For `watch`, cron and monitoring. ``--json`` prints one JSON object (the same shape the
 script runner's ``status`` step returns as its result); without it a plain-text table.
 Exit 0 with a snapshot; 1 when the cluster cannot be reached (the reason on stderr);
@@ -12,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
@@ -22,11 +26,12 @@ from console.secrets import Scrubber
 from console.services.recovery.diagnosis import job_env_text
 
 if TYPE_CHECKING:
+    from console.config.fleet import Fleet
     from console.services.api import ConsoleServices
 
 ServicesFactory = Callable[[Config], "ConsoleServices"]
 
-__all__ = ["collect_status", "render_table", "status_main"]
+__all__ = ["collect_status", "render_table", "status_fleet_main", "status_main"]
 
 
 def _fmt_s(value: Any) -> str:
@@ -138,35 +143,85 @@ def status_main(
 ) -> int:
     """One snapshot, then exit. With ``--json`` stdout always carries exactly one JSON
     object (``"ok": false`` and ``"error"`` when there is no snapshot), so a monitoring job
-    that parses stdout never gets an empty string; the exit code says the same."""
+    that parses stdout never gets an empty string; the exit code says the same. A fleet's
+    cluster (`--cluster NAME`) says its name first (``"cluster"``)."""
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
-    scrub = Scrubber([config.wandb.api_key_env])
+    (result,) = asyncio.run(_gather([config], services_factory))
+    return _print(result, as_json, out, err)
 
-    def fail(code: int, message: str) -> int:
-        print(scrub.text(message), file=err)
-        if as_json:
-            problem = {"type": "status", "ok": False, "reachable": False, "exit_code": code}
-            out.write(json.dumps({**problem, "error": scrub.text(message)}) + "\n")
-            out.flush()
-        return code
 
+def status_fleet_main(
+    fleet: Fleet,
+    *,
+    as_json: bool,
+    services_factory: ServicesFactory | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Every cluster of ``fleet`` at once (each its own services, side by side: a slow one
+    holds up none of the others' snapshots), in the fleet's order: with ``--json`` one
+    object per cluster, one a line, each naming its ``"cluster"``; else a table each under
+    its name. The exit code is the worst of theirs."""
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    results = asyncio.run(_gather(fleet.members, services_factory))
+    codes = []
+    for index, result in enumerate(results):
+        if not as_json:
+            out.write(("\n" if index else "") + f"== cluster {result.config.name} ==\n")
+        codes.append(_print(result, as_json, out, err))
+    return max(codes)
+
+
+@dataclass(frozen=True)
+class _Result:
+    """One cluster's snapshot (``status``), or why there is none (``code``, ``error``)."""
+
+    config: Config
+    status: dict[str, Any] | None = None
+    code: int = exit_codes.OK
+    error: str = ""
+
+
+async def _gather(configs: Sequence[Config], factory: ServicesFactory | None) -> list[_Result]:
+    if factory is None:
+        from console.wiring import services_factory as real
+
+        factory = real()
+    made = factory
+    return list(await asyncio.gather(*(_one(made, c) for c in configs)))
+
+
+async def _one(factory: ServicesFactory, config: Config) -> _Result:
     try:
-        if services_factory is None:
-            from console.wiring import services_factory as real
-
-            services_factory = real()
-        status = asyncio.run(_collect(services_factory, config))
+        return _Result(config, await _collect(factory, config))
     except ConfigError as exc:
-        return fail(exit_codes.USAGE, exc.render())
+        return _Result(config, code=exit_codes.USAGE, error=exc.render())
     except Exception as exc:  # anything that stops us reaching the cluster is "unreachable"
         reason = reason_line(exc)
-        return fail(
-            exit_codes.FAILED,
-            f"phantom status: cannot reach the {config.cluster.provider} cluster "
+        return _Result(
+            config,
+            code=exit_codes.FAILED,
+            error=f"phantom status: cannot reach the {config.cluster.provider} cluster "
             f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}",
         )
-    clean = scrub.data({"ok": bool(status["reachable"]), **status})
+
+
+def _print(result: _Result, as_json: bool, out: TextIO, err: TextIO) -> int:
+    config = result.config
+    scrub = Scrubber([config.wandb.api_key_env])
+    named = {"cluster": config.name} if config.state_dir else {}
+    status = result.status
+    if status is None:
+        print(scrub.text(result.error), file=err)
+        if as_json:
+            problem = {"type": "status", "ok": False, "reachable": False}
+            problem |= {"exit_code": result.code, "error": scrub.text(result.error)}
+            out.write(json.dumps({**named, **problem}) + "\n")
+            out.flush()
+        return result.code
+    clean = scrub.data({**named, "ok": bool(status["reachable"]), **status})
     if as_json:
         out.write(json.dumps(clean, sort_keys=False) + "\n")
     else:

@@ -369,10 +369,40 @@ CASES = [
         ("clusters[1] 'b'", "run dir", "clusters[0] 'a'"),
     ),
     Case(
-        "fleet of several without --cluster",
-        cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-b"\n'),
+        "fleet of several without --cluster",  # status and watch take them all; trust one
+        lambda tmp: [
+            *cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-b"\n')(tmp)[:2],
+            "trust",
+            "w1",
+        ],
         2,
         ("2 clusters (pod-a, pod-b)", "--cluster NAME"),
+    ),
+    Case(
+        "fleet duplicate name at status",
+        cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-a"\n'),
+        2,
+        ("clusters[1] 'pod-a'", "already used by clusters[0]"),
+    ),
+    Case(
+        "fleet duplicate name at watch",
+        lambda tmp: [
+            *cfg('[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-a"\n')(tmp)[:2],
+            "watch",
+        ],
+        2,
+        ("clusters[1] 'pod-a'", "already used by clusters[0]"),
+    ),
+    Case(
+        "fleet unknown --cluster at watch",
+        lambda tmp: [
+            "--cluster",
+            "pod-c",
+            *cfg('[[clusters]]\nname = "pod-a"\n')(tmp)[:2],
+            "watch",
+        ],
+        2,
+        ("--cluster 'pod-c'", "no such cluster", "pod-a"),
     ),
     Case(
         "fleet unknown --cluster",

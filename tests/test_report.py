@@ -209,3 +209,24 @@ def test_report_output_replaces_its_own_report_whole(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "journal.sqlite", "r.html", "r.json", "r.md",
     ]  # fmt: skip
+
+
+def test_a_fleets_cluster_reports_from_its_own_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phantom --cluster NAME report` reads that cluster's journal (its state dir's), not
+    another cluster's nor the state dir's own."""
+    from console.config.fleet import parse_fleet
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    _, pod_b = parse_fleet({"clusters": [{"name": "pod-a"}, {"name": "pod-b"}]}).members
+    home = Path(pod_b.state_dir)
+    home.mkdir(parents=True)
+    path, rows = journal_file(home)
+    out, err = io.StringIO(), io.StringIO()
+    code = report_main(pod_b, fmt="json", out=out, err=err, clock=lambda: NOW)
+    assert code == exit_codes.OK, err.getvalue()
+    assert path == tmp_path / "xdg" / "phantom" / "fleet" / "pod-b" / "journal.sqlite"
+    assert json.loads(out.getvalue()) == json.loads(
+        json.dumps(book(rows, ledger_settings(pod_b), now=NOW).to_json())
+    )

@@ -50,3 +50,5 @@ class ClusterIdentity:
     gke: bool = False
     emulated: bool = False
     """An emulator on this machine (the pod one, or GKE without a kubeconfig)."""
+    name: str = ""
+    """Its name in the fleet (a [[clusters]] entry's; a [cluster] config's node's)."""

@@ -53,6 +53,7 @@ def cluster_identity(config: Config) -> ClusterIdentity:
         hosts=cl.hosts,
         gke=config.is_gke,
         emulated=config.is_emulated,
+        name=config.name,
     )
 
 

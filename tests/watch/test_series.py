@@ -11,7 +11,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.config.listen import Listen
-from console.services.exporter.series import WatchSeries, incident_kind
+from console.services.exporter.series import FleetSeries, WatchSeries, incident_kind
 from console.services.exporter.server import Exporter, MetricsServer
 from console.services.model import (
     Event,
@@ -47,7 +47,9 @@ def _snapshot(at: float, states: list[HostState]) -> PodSnapshot:
     return PodSnapshot(at=at, provider="local", node_name="phantom-pod", hosts=hosts)
 
 
-def _samples(series: WatchSeries) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _samples(
+    series: WatchSeries | FleetSeries,
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
     for family in text_string_to_metric_families(series.render().decode()):
         for s in family.samples:
@@ -216,5 +218,35 @@ async def test_a_restarted_watcher_does_not_count_again_what_its_predecessor_cou
                 )  # fmt: skip
         finally:
             await exporter.stop()
-    counted = _samples(series)
-    assert counted[("phantom_preemptions_total", (("kind", "worker"), ("zone", "z")))] == 1.0
+    counted = [
+        v for (name, _), v in _samples(series).items() if name == "phantom_preemptions_total"
+    ]
+    assert counted == [1.0]
+
+
+def test_a_fleets_series_share_one_page_each_sample_naming_its_cluster() -> None:
+    clock = Clock(1000.0)
+
+    def member(name: str) -> WatchSeries:
+        return WatchSeries(
+            zone="z", hosts_total=4, alive_within_s=30.0, monotonic=clock, clock=clock, cluster=name
+        )
+
+    a, b = member("pod-a"), member("pod-b")
+    fleet = FleetSeries([a, b])
+    for series, host in ((a, "phantom-pod-w1"), (b, "phantom-pod-w2"), (b, "phantom-pod-w3")):
+        series.offer(Event(at=1001.0, kind=EventKind.PREEMPTED, message="lost", host=host, data={}))
+    a.offer(_snapshot(1000.0, [HostState.READY] * 4))
+    got = _samples(fleet)
+    worker = (("kind", "worker"), ("zone", "z"))
+    assert got[("phantom_preemptions_total", (("cluster", "pod-a"), *worker))] == 1.0
+    assert got[("phantom_preemptions_total", (("cluster", "pod-b"), *worker))] == 2.0
+    assert got[("phantom_up", (("cluster", "pod-a"),))] == 1.0
+    assert got[("phantom_up", (("cluster", "pod-b"),))] == 0.0
+    # one family per name on the page, as Prometheus' parser requires
+    text = fleet.render().decode()
+    assert text.count("# TYPE phantom_preemptions_total counter") == 1
+    # /healthz names the cluster whose poll loop is not alive
+    assert not fleet.alive() and fleet.health() == "pod-b: no poll finished within 30s"
+    b.offer(_snapshot(1000.0, [HostState.READY] * 4))
+    assert fleet.alive() and fleet.health() == ""

@@ -87,7 +87,10 @@ def test_a_preemption_is_printed_counted_and_a_second_watcher_refused(
     row = w.event("preempted", 60, host=pod.hosts[2].name)
     assert row["incident"].startswith("inc-") and row["id"] > 0
     wait_until(lambda: preemptions(metrics) == 1, 30, "the preemption on /metrics")
-    assert scrape(metrics)[("phantom_hosts", (("state", "PREEMPTED"),))] == 1.0
+    assert (
+        scrape(metrics)[("phantom_hosts", (("cluster", "phantom-pod"), ("state", "PREEMPTED")))]
+        == 1.0
+    )
 
     assert w.terminate() == 0, w.stderr
     last = w.wait_for(lambda x: x.get("state") == "stopped", 10, "stopped")
@@ -199,7 +202,12 @@ def test_watch_recovers_a_worker_then_finishes_a_head_recovery_after_sigterm(
         assert summary["data"]["outcome"] == "recovered"
         got = scrape(metrics)
         wait_until(lambda: preemptions(metrics) == 1, 30, "the preemption counted")
-        assert got[("phantom_recovery_seconds_count", (("kind", "worker"),))] == 1.0
+        assert (
+            got[
+                ("phantom_recovery_seconds_count", (("cluster", "phantom-pod"), ("kind", "worker")))
+            ]
+            == 1.0
+        )
 
         # -- a cron monitor beside the watcher sees the jobs (issue 45) --------------------
         beside = subprocess.run(

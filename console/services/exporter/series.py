@@ -11,6 +11,9 @@
     phantom_cost_dollars_total{kind}         spot spend, and what on-demand would have cost
     phantom_up                               1 while the poll loop is alive
 
+Every series carries a ``cluster`` label (the cluster's name in its fleet) when the series
+are made with one; ``FleetSeries`` serves several clusters' on one ``/metrics``.
+
 Counted from the rows as they are journaled and published (a restarted watcher starts its
 counters again, which Prometheus' ``rate``/``increase`` read as a reset). A preemption is
 counted once per host and incident, whichever rows (notice, preempted, lost) report it, and
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -79,7 +82,9 @@ class WatchSeries(Collector):
         alive_within_s: float,
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        cluster: str = "",
     ) -> None:
+        self.cluster = cluster  # a label on every series ('' : none)
         self.zone = zone
         self.hosts_total = hosts_total
         self.alive_within_s = alive_within_s
@@ -184,8 +189,19 @@ class WatchSeries(Collector):
             at = self._alive_at
         return at is not None and self._monotonic() - at <= self.alive_within_s
 
+    def health(self) -> str:
+        """Why /healthz says 503 ('' while alive)."""
+        return "" if self.alive() else f"no poll finished within {self.alive_within_s:g}s"
+
+    def families(self) -> list[Metric]:
+        """Every series, labelled with the cluster's name when it has one."""
+        families = list(self.registry.collect())
+        if not self.cluster:
+            return families
+        return [_labelled(f, self.cluster) for f in families]
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return render_families(self.families())
 
     def collect(self) -> Iterable[Metric]:
         """The gauges, from the newest state (prometheus_client calls it at each scrape)."""
@@ -241,3 +257,52 @@ class WatchSeries(Collector):
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+class FleetSeries:
+    """Several clusters' series on one ``/metrics`` (each family once, every cluster's
+    samples in it, told apart by their ``cluster`` label); alive while every cluster's poll
+    loop is."""
+
+    def __init__(self, members: Sequence[WatchSeries]) -> None:
+        self.members = tuple(members)
+        self.alive_within_s = max(m.alive_within_s for m in self.members)
+
+    def alive(self) -> bool:
+        return all(m.alive() for m in self.members)
+
+    def health(self) -> str:
+        return "; ".join(f"{m.cluster}: {why}" for m in self.members if (why := m.health()))
+
+    def render(self) -> bytes:
+        merged: dict[str, Metric] = {}
+        for member in self.members:
+            for family in member.families():
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                into.samples.extend(family.samples)
+        return render_families(list(merged.values()))
+
+
+class _Families(Collector):
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self._families)
+
+
+def render_families(families: Sequence[Metric]) -> bytes:
+    """The exposition text of ``families`` as they are."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+def _labelled(family: Metric, cluster: str) -> Metric:
+    out = Metric(family.name, family.documentation, family.type, family.unit)
+    out.samples = [s._replace(labels={"cluster": cluster, **s.labels}) for s in family.samples]
+    return out

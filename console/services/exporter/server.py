@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -46,7 +46,10 @@ def exporter_for(
     on ``listen``, /healthz alive while a poll finished within ``polling.alive_s``, the ledger
     gauges from the journal's ``rows``."""
     series = WatchSeries(
-        zone=cluster.zone, hosts_total=cluster.hosts, alive_within_s=polling.alive_s
+        zone=cluster.zone,
+        hosts_total=cluster.hosts,
+        alive_within_s=polling.alive_s,
+        cluster=cluster.name,
     )
     return Exporter(
         series, MetricsServer(series, listen), ledger=journal_ledger(ledger, rows), history=rows
@@ -67,8 +70,16 @@ def journal_ledger(settings: LedgerSettings, rows: ReadRows) -> LedgerRead:
     return read
 
 
+class Scraped(Protocol):
+    """What the server serves: one cluster's series (``WatchSeries``) or a fleet's."""
+
+    def render(self) -> bytes: ...
+
+    def health(self) -> str: ...
+
+
 class MetricsServer:
-    def __init__(self, series: WatchSeries, listen: Listen) -> None:
+    def __init__(self, series: Scraped, listen: Listen) -> None:
         self.series = series
         self.listen = listen
         self._runner: web.AppRunner | None = None
@@ -108,12 +119,10 @@ class MetricsServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, request: web.Request) -> web.Response:
-        if self.series.alive():
+        why = self.series.health()
+        if not why:
             return web.Response(text="ok\n")
-        return web.Response(
-            status=503,
-            text=f"no poll finished within {self.series.alive_within_s:g}s\n",
-        )
+        return web.Response(status=503, text=f"{why}\n")
 
 
 class Exporter:

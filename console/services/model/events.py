@@ -126,6 +126,7 @@ class Event:
     actor: str = ""
     data: Mapping[str, Any] = field(default_factory=dict)
     id: int | None = None
+    cluster: str = ""  # the fleet's name of the cluster it is about ('' in rows from before)
 
     def to_json(self) -> dict[str, Any]:
         out = {"kind": self.kind, "host": self.host, "at": self.at, "message": self.message}

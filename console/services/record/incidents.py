@@ -413,6 +413,11 @@ class Incident:
         return self.summary.at
 
     @property
+    def cluster(self) -> str:
+        """The cluster it happened on (its rows' journal's; '' in rows from before)."""
+        return self.summary.cluster or next((r.cluster for r in self.rows if r.cluster), "")
+
+    @property
     def open(self) -> bool:
         return self.summary.id is None and self.summary.data.get("ended_at") is None
 

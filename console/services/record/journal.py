@@ -50,7 +50,7 @@ from console.services.record.bounds import STRING_TAIL, OutputFiles, bounded
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 ACTION = EventKind.ACTION
 # Kinds the watchdog writes around one recovery (one recovery runs at a time).
 RECOVERY_STARTED = EventKind.RECOVERY_STARTED
@@ -158,6 +158,11 @@ _MIGRATIONS[6] = f"""
         AND json_type(data) = 'object' AND json_type(data, '$.outcome') IS NULL
 """
 
+# Version 7: each row names its cluster (a fleet's journals are one per cluster; the column
+# keeps the name with the row wherever it goes: a report over several, a copy, a backup).
+# Rows written before name none ('').
+_MIGRATIONS[7] = "ALTER TABLE events ADD COLUMN cluster TEXT NOT NULL DEFAULT ''"
+
 
 class JournalError(Exception):
     """The journal file cannot be used (names the path and the fix)."""
@@ -212,8 +217,10 @@ class Journal:
         *,
         scrubber: Scrubber | None = None,
         clock: Callable[[], float] = time.time,
+        cluster: str = "",
     ) -> None:
         self.path = Path(path) if path is not None else default_journal_path()
+        self.cluster = cluster  # stamped on every row this journal writes (a fleet's name)
         self._clock = clock
         self.scrub = scrubber or Scrubber()
         self._lock = threading.RLock()
@@ -297,12 +304,15 @@ class Journal:
             actor=self.scrub.text(event.actor),
             data=bounded(self.scrub.data(dict(event.data)), STRING_TAIL),
             id=None,
+            cluster=event.cluster or self.cluster,
         )
         payload = json.dumps(clean.data, separators=(",", ":"), default=str)
+        row = (float(clean.at), clean.kind, clean.host, clean.actor, clean.message, payload)
         with self._lock:
             cur = self._db.execute(
-                "INSERT INTO events (at, kind, host, actor, message, data) VALUES (?,?,?,?,?,?)",
-                (float(clean.at), clean.kind, clean.host, clean.actor, clean.message, payload),
+                "INSERT INTO events (at, kind, host, actor, message, data, cluster) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (*row, clean.cluster),
             )
             row_id = cur.lastrowid
         return replace(clean, id=row_id)
@@ -366,7 +376,7 @@ class Journal:
         follows what the others journal."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, at, kind, host, actor, message, data FROM events WHERE id > ? "
+                "SELECT id, at, kind, host, actor, message, data, cluster FROM events WHERE id > ? "
                 "ORDER BY id LIMIT ?",
                 (int(last_id), int(limit)),
             ).fetchall()
@@ -434,7 +444,7 @@ class Journal:
                 f"kind = 'action' AND json_extract(data, '$.action') IN ({','.join('?' * len(names))})"
             )
             args += names
-        sql = "SELECT id, at, kind, host, actor, message, data FROM events"
+        sql = "SELECT id, at, kind, host, actor, message, data, cluster FROM events"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id DESC LIMIT ?"
@@ -551,7 +561,7 @@ def _unfinished(ev: Event) -> Recovery:
 
 
 def _row_to_event(row: tuple[Any, ...]) -> Event:
-    row_id, at, kind, host, actor, message, data = row
+    row_id, at, kind, host, actor, message, data, cluster = row
     try:
         parsed = json.loads(data) if data else {}
     except ValueError:
@@ -564,6 +574,7 @@ def _row_to_event(row: tuple[Any, ...]) -> Event:
         actor=actor,
         data=parsed if isinstance(parsed, dict) else {"value": parsed},
         id=int(row_id),
+        cluster=cluster,
     )
 
 

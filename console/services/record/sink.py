@@ -170,6 +170,7 @@ class EventSink:
             host=scrub.text(event.host),
             data=scrub.data(dict(event.data)),
             id=None,
+            cluster=event.cluster or self.journal.cluster,
         )
 
 

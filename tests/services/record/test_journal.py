@@ -101,7 +101,7 @@ def test_action_time_defaults_to_when_it_started(tmp_path: Path) -> None:
 
 
 def test_schema_is_versioned_and_wal(journal: Journal, tmp_path: Path) -> None:
-    assert journal.schema_version == SCHEMA_VERSION == 6
+    assert journal.schema_version == SCHEMA_VERSION == 7
     db = sqlite3.connect(journal.path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -521,3 +521,17 @@ def test_what_an_unfinished_recovery_owes_is_its_newest_row_s() -> None:
     assert last.ok is None and journal.owed(last) == {"b": "sweep-1"}
     first = journal.recoveries()[0]
     assert first.ended_at is None
+
+
+def test_each_row_names_its_cluster_and_older_rows_read_as_none(tmp_path: Path) -> None:
+    """A fleet's journal stamps its cluster's name on every row it writes (a row that names
+    one keeps it); a version-6 journal's rows read back naming none."""
+    path = tmp_path / "v6.sqlite"
+    _journal_of_version(path, 6, [(100.0, "preempted", "watchdog", "host-2 preempted", "{}")])
+    with Journal(path, cluster="pod-a") as j:
+        assert j.schema_version == SCHEMA_VERSION
+        mine = j.record_event(Event(at=101.0, kind="preempted", message="host-1 preempted"))
+        other = j.record_event(Event(at=102.0, kind="note", message="x", cluster="pod-b"))
+        assert (mine.cluster, other.cluster) == ("pod-a", "pod-b")
+        assert [e.cluster for e in j.query()] == ["", "pod-a", "pod-b"]
+        assert [e.cluster for e in j.after(1)] == ["pod-a", "pod-b"]

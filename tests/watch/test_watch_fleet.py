@@ -1,0 +1,277 @@
+"""One `phantom watch` over a fleet of two pod emulators (real processes, real SSH, loopback).
+
+Without Ray (fast): a worker preempted in each pod, each printed and journaled on its own
+cluster (its line, its incident, its journal), counted on the one /metrics under its
+``cluster`` label; a second watcher on one of the clusters is refused naming it; `status
+--json` gives one object per cluster. With Ray (slow): both preempted workers recovered by the
+one watcher, each incident closed on its own cluster's journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from benchmarks.pods import free_ray_ports
+from console.config import Config, load_fleet
+from console.services.record.journal import Journal
+from console.wiring import make_services
+from emulators.tpu_pod import client as pod_client
+from emulators.tpu_pod.client import PodInfo
+from tests.support.fixtures_pod import start_test_pod, stop_ray, stop_test_pod
+from tests.support.waiting import wait_until
+from tests.support.watcher import Watcher, phantom_argv, state_dir, watch_env
+from tests.watch.test_watch_pod import scrape
+
+NAMES = ("pod-a", "pod-b")
+
+
+@dataclass
+class Fleet:
+    config: Path
+    pods: dict[str, PodInfo]
+    tmp: Path
+
+    def journal(self, name: str) -> Journal:
+        return Journal(state_dir(self.tmp) / "fleet" / name / "journal.sqlite")
+
+    def members(self) -> tuple[Config, ...]:
+        return load_fleet(self.config, discover=False).members
+
+
+def fleet_toml(pods: dict[str, PodInfo], tmp: Path) -> str:
+    """Both pods as [[clusters]] entries: their run dirs and zones, free Ray ports (tests
+    run side by side); everything else, their state dirs included, the fleet's."""
+    text = f"""
+[ssh]
+connect_timeout_s = 5.0
+retries = 1
+command_timeout_s = 240.0
+
+[ray]
+num_cpus = 1
+object_store_mb = 100
+
+[wandb]
+mode = "offline"
+dir = "{tmp / "wandb"}"
+
+[recovery]
+poll_interval_s = 0.5
+ready_timeout_s = 120.0
+step_retries = 2
+"""
+    for zone, (name, pod) in zip(("local-a", "local-b"), pods.items(), strict=True):
+        ray = "\n".join(f"{k} = {v}" for k, v in free_ray_ports(pod.hosts[0].ip).items())
+        text += f"""
+[[clusters]]
+name = "{name}"
+[clusters.cluster]
+provider = "local"
+zone = "{zone}"
+node_name = "{name}"
+hosts = {len(pod.hosts)}
+run_dir = "{pod.run_dir}"
+[clusters.ray]
+{ray}
+"""
+    return text
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    """Two 2-host pods in their own zones (pod-a on 127.0.0.x, pod-b on 127.1.0.x) and the
+    fleet config naming them; every process stopped by its pid afterwards."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the children's too
+    pods: dict[str, PodInfo] = {}
+    try:
+        for zone, name in zip(("local-a", "local-b"), NAMES, strict=True):
+            pods[name] = start_test_pod(
+                tmp_path / name,
+                hosts=2,
+                extra_args=["--zone", zone, "--node-name", name],
+            )
+        config = tmp_path / "fleet.toml"
+        config.write_text(fleet_toml(pods, tmp_path))
+        yield Fleet(config, pods, tmp_path)
+    finally:
+        for pod in pods.values():
+            stop_test_pod(pod.run_dir)
+
+
+@pytest.fixture
+def watchers() -> Iterator[list[Watcher]]:
+    made: list[Watcher] = []
+    yield made
+    for w in made:
+        w.kill()
+
+
+def preemptions(url: str) -> dict[str, float]:
+    counted: dict[str, float] = {}
+    for (name, labels), value in scrape(url).items():
+        if name == "phantom_preemptions_total":
+            cluster = dict(labels)["cluster"]
+            counted[cluster] = counted.get(cluster, 0.0) + value
+    return counted
+
+
+def test_one_watch_guards_both_pods_each_on_its_own_cluster(
+    fleet: Fleet, watchers: list[Watcher]
+) -> None:
+    a, b = fleet.pods["pod-a"], fleet.pods["pod-b"]
+    assert a.hosts[0].ip.startswith("127.0.") and b.hosts[0].ip.startswith("127.1.")
+    env = watch_env(fleet.tmp)
+    w = Watcher(fleet.config, env, ["--metrics", "127.0.0.1:0"])
+    watchers.append(w)
+    started = {
+        name: w.wait_for(
+            lambda x, n=name: x.get("state") == "started" and x.get("cluster") == n,
+            120,
+            f"{name} started",
+        )
+        for name in NAMES
+    }
+    metrics = started["pod-a"]["metrics"]
+    assert started["pod-b"]["metrics"] == metrics  # one /metrics for the fleet
+
+    # A second watcher on one cluster of the fleet is refused, naming it.
+    second = subprocess.run(
+        phantom_argv("--config", str(fleet.config), "--cluster", "pod-b", "watch"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 2, second.stderr
+    assert "another watcher already runs for cluster 'pod-b'" in second.stderr
+    assert "Traceback" not in second.stderr and second.stdout == ""
+
+    pod_client.preempt(a.run_dir, 1)
+    pod_client.preempt(b.run_dir, 1)
+    lost_a = w.event("preempted", 60, cluster="pod-a", host=a.hosts[1].name)
+    lost_b = w.event("preempted", 60, cluster="pod-b", host=b.hosts[1].name)
+    assert lost_a["incident"].startswith("inc-") and lost_b["incident"].startswith("inc-")
+    wait_until(
+        lambda: preemptions(metrics) == {"pod-a": 1.0, "pod-b": 1.0},
+        30,
+        "each cluster's preemption on /metrics under its label",
+    )
+
+    assert w.terminate() == 0, w.stderr
+    for name, lost in (("pod-a", lost_a), ("pod-b", lost_b)):
+        with fleet.journal(name) as journal:
+            rows = journal.query(limit=5000)
+        assert {r.cluster for r in rows} == {name}  # every row names its cluster
+        mine = [r for r in rows if r.kind == "preempted"]
+        assert [(r.host, r.data.get("incident")) for r in mine] == [
+            (fleet.pods[name].hosts[1].name, lost["incident"])
+        ]
+    assert not (state_dir(fleet.tmp) / "journal.sqlite").exists()  # nothing shared
+
+
+def test_status_json_gives_one_object_per_cluster(fleet: Fleet) -> None:
+    env = watch_env(fleet.tmp)
+
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            phantom_argv("--config", str(fleet.config), *args, "status", "--json"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    every = status()
+    assert every.returncode == 0, every.stderr
+    objects = [json.loads(line) for line in every.stdout.splitlines()]
+    assert [(o["cluster"], o["ok"], o["pod"]["node_name"]) for o in objects] == [
+        ("pod-a", True, "pod-a"),
+        ("pod-b", True, "pod-b"),
+    ]
+    assert [h["ip"] for h in objects[1]["pod"]["hosts"]] == [
+        h.ip for h in fleet.pods["pod-b"].hosts
+    ]
+    one = status("--cluster", "pod-b")
+    assert one.returncode == 0, one.stderr
+    (only,) = [json.loads(line) for line in one.stdout.splitlines()]
+    assert only["cluster"] == "pod-b" and only["pod"]["node_name"] == "pod-b"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_one_watch_recovers_a_worker_in_each_pod(fleet: Fleet, watchers: list[Watcher]) -> None:
+    try:
+        asyncio.run(_form_clusters(fleet.members()))
+        w = Watcher(fleet.config, watch_env(fleet.tmp), ["--metrics", "127.0.0.1:0"])
+        watchers.append(w)
+        for name in NAMES:
+            w.wait_for(
+                lambda x, n=name: x.get("state") == "started" and x.get("cluster") == n,
+                120,
+                f"{name} started",
+            )
+        a, b = fleet.pods["pod-a"], fleet.pods["pod-b"]
+        pod_client.preempt(a.run_dir, 1)
+        pod_client.preempt(b.run_dir, 1)
+        lost = {
+            name: w.event("preempted", 60, cluster=name, host=fleet.pods[name].hosts[1].name)
+            for name in NAMES
+        }
+        for name in NAMES:
+            done = w.event("recovered", 600, cluster=name)
+            assert done["incident"] == lost[name]["incident"]
+            summary = w.event("incident", 60, cluster=name, incident=lost[name]["incident"])
+            assert summary["data"]["outcome"] == "recovered"
+        assert w.terminate() == 0, w.stderr
+        for name in NAMES:
+            with fleet.journal(name) as journal:
+                summaries = journal.query(kinds=["incident"])
+            assert [(s.cluster, s.data["incident"], s.data["outcome"]) for s in summaries] == [
+                (name, lost[name]["incident"], "recovered")
+            ]
+    finally:
+        for pod in fleet.pods.values():
+            stop_ray(pod)
+
+
+async def _form_clusters(members: tuple[Config, ...]) -> None:
+    """Bootstrap and Ray up on every pod as a user would, then leave: the watcher takes over
+    formed clusters."""
+
+    async def form(config: Config) -> None:
+        svc = make_services(config, autostart_pod=False)
+        try:
+            await svc.start()
+            boot = await svc.bootstrap()
+            assert boot.ok, boot.message
+            up = await svc.ray_up()
+            assert up.ok, up.message
+        finally:
+            await svc.stop()
+            svc.close_journal()
+
+    await asyncio.gather(*(form(c) for c in members))
+
+
+def test_once_makes_one_pass_over_every_cluster_in_text(fleet: Fleet) -> None:
+    proc = subprocess.run(
+        phantom_argv("--config", str(fleet.config), "watch", "--once", "--format", "text"),
+        env=watch_env(fleet.tmp),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert {"phantom watch: watching pod-a", "phantom watch: watching pod-b"} <= set(lines)
+    assert lines[-1] == "phantom watch: stopped"
+    # each row names its cluster after the time: the first poll's host keys of both pods
+    for name in NAMES:
+        assert any(f"  {name}  host_key  {name}-w0  " in line for line in lines), lines
