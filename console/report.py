@@ -56,14 +56,16 @@ def report_main(
     err: TextIO | None = None,
     clock: Callable[[], float] = time.time,
 ) -> int:
+    from console.config import cluster_state_dir
     from console.services.ledger.book import ROWS, book
     from console.services.ledger.render import render
-    from console.services.record.journal import Journal, JournalError, default_journal_path
+    from console.services.record.journal import Journal, JournalError
     from console.wiring.settings import ledger_settings
 
     out = out or sys.stdout
     err = err or sys.stderr
-    path = Path(journal_path) if journal_path else default_journal_path()
+    # A fleet's cluster keeps its own journal (a [cluster] config: the state dir's, as always).
+    path = Path(journal_path) if journal_path else cluster_state_dir(config) / "journal.sqlite"
     named = f"--journal {path}" if journal_path else f"no journal at {path}"
     if runs_dir is not None and not Path(runs_dir).expanduser().is_dir():
         err.write(

@@ -286,6 +286,10 @@ class Config:
     name: str = field(default="", compare=False)
     """The cluster's name in its fleet: a [[clusters]] entry's name, or for a [cluster]
     config its node's (GKE: its cluster's) name (``console.config.fleet``)."""
+    state_dir: str = field(default="", compare=False)
+    """Where this cluster's journal, leases, host keys and jobs live: empty for a [cluster]
+    config ($XDG_STATE_HOME/phantom, as always); a [[clusters]] entry's own,
+    $XDG_STATE_HOME/phantom/fleet/<name> (``console.config.fleet``)."""
     source: str = "<defaults>"
 
     def __post_init__(self) -> None:
@@ -334,6 +338,12 @@ def default_config_path() -> Path:
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "phantom"
+
+
+def cluster_state_dir(config: Config) -> Path:
+    """Where ``config``'s cluster keeps its journal, leases and host keys: its own dir in a
+    fleet, the state dir itself for a [cluster] config."""
+    return Path(config.state_dir).expanduser() if config.state_dir else default_state_dir()
 
 
 def load_config(

@@ -29,7 +29,7 @@ RUNTIME_ENV_EXAMPLE = {
 }
 # Top-level settings written as one-key tables, as users write them.
 _TABLES = {"bootstrap_command": ("bootstrap", "command"), "storage": ("storage", "uri")}
-_SKIP = {"source", "name"}
+_SKIP = {"source", "name", "state_dir"}
 # [[clusters]]: the fleet form (console/config/fleet.py), shown commented out: a file has it
 # or [cluster], never both.
 FLEET_EXAMPLE = [

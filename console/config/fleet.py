@@ -166,7 +166,8 @@ def _parse_entry(
     except ConfigError as exc:
         problems += [f"{where}: {p}" for p in exc.problems]
         return None
-    return _own_run_dirs(replace(config, name=name))
+    ray = merged.get("ray")
+    return _own_places(replace(config, name=name), index, ray if isinstance(ray, Mapping) else {})
 
 
 _SHARED_ONLY = ("wandb", "recovery", "alerts", "keys")
@@ -181,9 +182,30 @@ def default_name(config: Config) -> str:
     return config.cluster.provider
 
 
-def _own_run_dirs(config: Config) -> Config:
-    """An emulated fleet member without a run dir gets its own, under the state dir."""
+def _own_places(config: Config, index: int, ray: Mapping[str, Any]) -> Config:
+    """A fleet member's own places, where the config leaves them to us: its state dir (its
+    journal, leases, host keys and jobs), an emulator's run dir under it, and the local ends
+    of its Ray tunnel (the n-th entry's are the defaults + n, so two clusters' tunnels never
+    ask for one port; a local pod's head dashboard, on this machine's 127.0.0.1, too)."""
     home = default_state_dir() / "fleet" / config.name
+    config = replace(config, state_dir=str(home))
+    r = config.ray
+    dashboard = r.dashboard_port
+    if config.is_local:  # the head's dashboard is on this machine, its tunnel end 10000 up
+        if not ray.get("dashboard_port"):
+            dashboard += index
+        local_dashboard, local_client = dashboard + 10000, r.client_port + 10000 + index
+    else:
+        local_dashboard, local_client = dashboard + index, r.client_port + index
+    ports = replace(
+        r,
+        dashboard_port=dashboard,
+        local_dashboard_port=r.local_dashboard_port
+        if ray.get("local_dashboard_port")
+        else local_dashboard,
+        local_client_port=r.local_client_port if ray.get("local_client_port") else local_client,
+    )
+    config = replace(config, ray=ports)
     if config.is_local and not config.cluster.run_dir:
         config = replace(config, cluster=replace(config.cluster, run_dir=str(home / "pod")))
     if config.is_gke and config.is_emulated and not config.gke.run_dir:

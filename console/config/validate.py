@@ -330,6 +330,9 @@ def kept_paths(
     state = default_state_dir()
     journals = [Path(journal)] if journal else []
     journals.append(state / "journal.sqlite")
+    if getattr(config, "state_dir", ""):  # a fleet's cluster: its own journal and known_hosts
+        state = Path(config.state_dir).expanduser()
+        journals.append(state / "journal.sqlite")
     out: list[tuple[str, Path]] = []
     for j in journals:
         out += [("journal", j), ("journal", Path(f"{j}-wal")), ("journal", Path(f"{j}-shm"))]

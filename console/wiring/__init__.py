@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from console.config import Config, ConfigError, default_state_dir
+from console.config import Config, ConfigError, cluster_state_dir
 from console.config.listen import Listen
 from console.wiring import settings as slices
 
@@ -79,7 +79,7 @@ def make_services(
     from console.services.record.lease import PodLeases
     from console.wiring.compose import compose
 
-    sdir = Path(state_dir) if state_dir is not None else default_state_dir()
+    sdir = Path(state_dir) if state_dir is not None else cluster_state_dir(config)
     try:
         sdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -267,7 +267,7 @@ def watcher_lease(config: Config, state_dir: str | os.PathLike[str] | None = Non
     (a TUI or a script on the same pod does not take it; a second watcher is refused)."""
     from console.services.record.lease import FileLease, PodLeases
 
-    sdir = Path(state_dir) if state_dir is not None else default_state_dir()
+    sdir = Path(state_dir) if state_dir is not None else cluster_state_dir(config)
     path = PodLeases(sdir, _pod_key(config)).watch.path.with_suffix(".watcher")
     return FileLease(path, "watcher")
 

@@ -124,3 +124,49 @@ def test_the_example_fleet_loads() -> None:
     assert fleet.names == ("pod-a", "pod-b", "grpo")
     providers = [c.cluster.provider for c in fleet.members]
     assert providers == ["local", "local", "gke"]
+
+
+def test_each_member_gets_its_own_state_dir_and_tunnel_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    data = {
+        **TWO,
+        "clusters": [
+            *TWO["clusters"],
+            {
+                "name": "far",
+                "cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"},
+            },
+        ],
+    }
+    a, b, far = parse_fleet(data).members
+    assert [m.state_dir for m in (a, b, far)] == [
+        str(tmp_path / "phantom" / "fleet" / n) for n in ("pod-a", "pod-b", "far")
+    ]
+    # local pods share this machine's 127.0.0.1: the head's dashboard and both tunnel ends
+    assert (a.ray.dashboard_port, b.ray.dashboard_port) == (8265, 8266)
+    assert (a.ray.local_dashboard_port, b.ray.local_dashboard_port) == (18265, 18266)
+    assert (a.ray.local_client_port, b.ray.local_client_port) == (20001, 20002)
+    # a real pod's dashboard is on its own head; only the tunnel's local ends move
+    assert far.ray.dashboard_port == 8265
+    assert (far.ray.local_dashboard_port, far.ray.local_client_port) == (8267, 10003)
+
+
+def test_ports_a_member_sets_are_kept() -> None:
+    data = {
+        "clusters": [
+            {"name": "pod-a"},
+            {"name": "pod-b", "ray": {"dashboard_port": 9000, "local_client_port": 7000}},
+        ]
+    }
+    _, b = parse_fleet(data).members
+    assert (b.ray.dashboard_port, b.ray.local_dashboard_port) == (9000, 19000)
+    assert b.ray.local_client_port == 7000
+
+
+def test_a_cluster_config_keeps_todays_state_dir_and_ports() -> None:
+    (only,) = parse_fleet({"cluster": {"node_name": "my-v4"}}).members
+    assert only.state_dir == ""
+    assert (only.ray.dashboard_port, only.ray.local_dashboard_port) == (8265, 18265)
+    assert only.ray.local_client_port == 20001
