@@ -38,6 +38,7 @@ from console.config import (
     default_config_path,
     default_state_dir,
     load_config,
+    load_fleet,
 )
 
 
@@ -380,6 +381,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.cluster is not None and args.command != "wandb":
                 argv = emulator_cli_args(args.command, argv, _load(args))
             return emulator_cli(args.command, argv)
+        if args.command is None and args.script is None and args.cluster is None:
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            if len(fleet.members) > 1:  # the console over every cluster, its Fleet screen first
+                if args.metrics is not None:
+                    print(
+                        f"phantom: --metrics with {fleet.source}'s {len(fleet.members)} "
+                        "clusters: one cluster's series only for now; pass --cluster NAME",
+                        file=sys.stderr,
+                    )
+                    return exit_codes.USAGE
+                from console.tui.main import run_fleet_tui
+
+                return run_fleet_tui(fleet)
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
