@@ -15,11 +15,12 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
 from console.screens.fleet_state import COLUMNS, fleet_row, hourly, open_incidents
 from console.screens.keys import FLEET, bindings
+from console.widgets.fast_table import FastTable
 from console.widgets.table import Cell
 
 
@@ -34,11 +35,12 @@ class FleetScreen(FilteredScreen):
     def compose_body(self) -> ComposeResult:
         yield Static(id="fleet-summary")
         yield self.make_filter_input()
-        yield self.make_table("fleet")
-
-    def on_mount(self) -> None:
-        self.table.set_columns(COLUMNS)
-        super().on_mount()
+        # Not a DataTable: its one update counter re-renders every cell on any change, ~30 ms
+        # a frame with ten clusters polling (benchmarks.tui --fleet); here a row that did not
+        # change is not drawn again.
+        table = FastTable(id="fleet", classes="main-table")
+        table.set_columns(COLUMNS)
+        yield table
 
     def render_state(self, changed: Iterable[str]) -> None:
         app = self.phantom
@@ -78,8 +80,6 @@ class FleetScreen(FilteredScreen):
                 out.append(f" ({len(prices) - len(known)} unpriced)", "dim")
         return out
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_fast_table_row_selected(self, event: FastTable.RowSelected) -> None:
         event.stop()
-        name = self.table.highlighted_key()
-        if name is not None:
-            self.phantom.open_cluster(str(name))
+        self.phantom.open_cluster(str(event.key))
