@@ -3,11 +3,13 @@ fakes (``tests.support.fake_fleet``): three clusters, each its own services and 
 
 from __future__ import annotations
 
+import io
 import threading
 from dataclasses import replace
 
+from rich.console import Console
 from textual.command import CommandPalette
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 from textual.widgets._footer import FooterKey
 
 from console.screens.fleet import FleetScreen
@@ -176,3 +178,18 @@ def test_fake_fleet_is_three_services_of_their_own() -> None:
     assert [f.settings.cluster.name for f in fleet.values()] == ["pod-a", "pod-b", "grpo"]
     assert len({id(f.bus) for f in fleet.values()}) == 3
     assert all(isinstance(f, FakeServices) for f in fleet.values())
+
+
+async def test_help_lists_the_fleets_keys_only_in_a_fleet() -> None:
+    for app, fleet in ((make_app("healthy"), False), (make_fleet_app(), True)):
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            await settle(pilot)
+            body = app.screen.query_one("#help-body", Static).content
+            console = Console(width=160, record=True, file=io.StringIO())
+            console.print(body)
+            text = console.export_text()
+            assert ("Show the Fleet screen" in text) is fleet
+            assert ("Switch to the fleet's next cluster" in text) is fleet
+            assert ("Show only clusters whose row" in text) is fleet
