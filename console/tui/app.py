@@ -141,6 +141,7 @@ class PhantomApp(App[int]):
             for name, member in self.fleet.items()
         } if len(self.fleet) > 1 else {}  # fmt: skip
         self._fleet_bridges: dict[str, ClusterBridge] = {}
+        self._switch_lock = asyncio.Lock()
         self._fleet_unsubscribe: list[Callable[[], None]] = []
         self.clock = clock
         self.settings = settings or TuiSettings()
@@ -608,22 +609,31 @@ class PhantomApp(App[int]):
         """The Fleet screen's `enter`: ``name``'s screens, the Overview first."""
         self.choose_cluster(name, "overview")
 
-    def choose_cluster(self, name: str, mode: str | None = None) -> None:
-        """Switch to ``name`` (a key, the palette), in a worker: the screens are remade."""
-        self.run_worker(self.switch_cluster(name, mode), group="cluster", exclusive=True)
+    def choose_cluster(self, name: str | None, mode: str | None = None) -> None:
+        """Switch to ``name`` (None: the next one after the cluster shown when this switch
+        runs), in a worker: the screens are remade."""
+        # Not exclusive: a switch cancelled half way would leave its screens half made; a
+        # second press waits for the first (``_switch_lock``) and then moves on from it.
+        self.run_worker(self.switch_cluster(name, mode), group="cluster")
 
     def action_next_cluster(self) -> None:
-        names = list(self.fleet)
-        if len(names) < 2:
-            return
-        current = self.services.settings.cluster.name
-        at = names.index(current) if current in names else -1
-        self.choose_cluster(names[(at + 1) % len(names)])
+        if len(self.fleet) > 1:
+            self.choose_cluster(None)
 
-    async def switch_cluster(self, name: str, mode: str | None = None) -> None:
+    def _after(self, name: str) -> str:
+        names = list(self.fleet)
+        return names[(names.index(name) + 1) % len(names)] if name in names else names[0]
+
+    async def switch_cluster(self, name: str | None, mode: str | None = None) -> None:
         """Show ``name``'s state on every screen (``mode``: then that screen; default: the
         one showing, where the cluster has it). The screens are made again for it, so no
         table, filter or open log of the cluster before carries over."""
+        async with self._switch_lock:
+            await self._switch_cluster(
+                name or self._after(self.services.settings.cluster.name), mode
+            )
+
+    async def _switch_cluster(self, name: str, mode: str | None) -> None:
         member = self.fleet.get(name)
         if member is None:
             self.notify(f"no cluster {name!r}", severity="error")

@@ -193,3 +193,14 @@ async def test_help_lists_the_fleets_keys_only_in_a_fleet() -> None:
             assert ("Show the Fleet screen" in text) is fleet
             assert ("Switch to the fleet's next cluster" in text) is fleet
             assert ("Show only clusters whose row" in text) is fleet
+
+
+async def test_two_quick_cluster_keys_move_two_clusters_on() -> None:
+    fleet = fake_fleet()
+    app = make_fleet_app(fleet)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("C", "C")  # the second while the first may still be remaking
+        await settle(pilot)
+        assert app.services is fleet["grpo"] and _header(app).cluster == "grpo"
+        assert isinstance(app.screen, FleetScreen) and "_switching" not in app._modes
