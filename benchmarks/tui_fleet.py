@@ -178,6 +178,10 @@ async def run_fleet(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "p50_ms": pct(recorder.ms, 0.5),
                 "p99_ms": pct(recorder.ms, 0.99),
+                # the same figures by the single-cluster bench's names (its --repeat report)
+                "pod_p50_ms": pct(recorder.ms, 0.5),
+                "pod_p99_ms": pct(recorder.ms, 0.99),
+                "log_p99_ms": None,
                 "baseline_p50_ms": pct(baseline, 0.5),
                 "baseline_p99_ms": pct(baseline, 0.99),
                 "samples": len(recorder.ms),
