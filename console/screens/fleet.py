@@ -18,7 +18,7 @@ from textual.binding import BindingType
 from textual.widgets import Static
 
 from console.screens.base import FilteredScreen
-from console.screens.fleet_state import COLUMNS, fleet_row, hourly, open_incidents
+from console.screens.fleet_state import COLUMNS, fleet_row, hourly
 from console.screens.keys import FLEET, bindings
 from console.widgets.fast_table import FastTable
 from console.widgets.table import Cell
@@ -68,7 +68,7 @@ class FleetScreen(FilteredScreen):
         recovering = sum(1 for v in views if v.recovery is not None and v.recovery.active)
         if recovering:
             out.append(f"  {recovering} recovering", "bold magenta")
-        incidents = sum(len(open_incidents(v.events)) for v in views)
+        incidents = sum(v.journal.open_incidents for v in views)
         if incidents:
             word = "incident" if incidents == 1 else "incidents"
             out.append(f"  {incidents} open {word}", "bold yellow")

@@ -64,6 +64,7 @@ class ClusterView:
     jobs: dict[str, JobInfo] = field(default_factory=dict)
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     _seen_events: set[int] = field(default_factory=set)
+    _journal: JournalCounts | None = None  # derived from ``events``, until they change
 
     @property
     def name(self) -> str:
@@ -85,7 +86,36 @@ class ClusterView:
                 self._seen_events.add(event.id)
             self.events.append(event)
             added = True
+        if added:
+            self._journal = None
         return added
+
+    @property
+    def journal(self) -> JournalCounts:
+        """What the row counts from the journal, derived once per change of its rows (a
+        cluster polls many times between two journal rows)."""
+        if self._journal is None:
+            self._journal = JournalCounts.of(self.events)
+        return self._journal
+
+
+@dataclass(frozen=True)
+class JournalCounts:
+    recoveries: int
+    open_incidents: int
+    last_preemption: Event | None
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> JournalCounts:
+        return cls(
+            recoveries=sum(1 for e in events if e.kind == EventKind.RECOVERED),
+            open_incidents=len(open_incidents(events)),
+            last_preemption=max(
+                (e for e in events if e.kind == EventKind.PREEMPTED),
+                key=lambda e: e.at,
+                default=None,
+            ),
+        )
 
 
 def fleet_row(view: ClusterView, now: float, *, current: bool = False) -> tuple[Cell, ...]:
@@ -109,9 +139,9 @@ def fleet_row(view: ClusterView, now: float, *, current: bool = False) -> tuple[
         ready,
         _runs_cell(view),
         _jobs_cell(view.jobs.values()),
-        _recoveries_cell(view.events, recovering),
-        _open_cell(view.events),
-        _preempted_cell(view.events, now, pod),
+        _recoveries_cell(view.journal.recoveries, recovering),
+        _open_cell(view.journal.open_incidents),
+        _preempted_cell(view.journal.last_preemption, now, pod),
         _cadence_cell(view.runs.values()),
         price_cell(view.pricing),
     )
@@ -137,8 +167,7 @@ def _jobs_cell(jobs: Iterable[JobInfo]) -> Cell:
     return (str(running), "green" if running else "dim")
 
 
-def _recoveries_cell(events: Sequence[Event], recovering: bool) -> Cell:
-    done = sum(1 for e in events if e.kind == EventKind.RECOVERED)
+def _recoveries_cell(done: int, recovering: bool) -> Cell:
     if recovering:
         return (f"{done}+⟳", "bold magenta")
     return (str(done), "" if done else "dim")
@@ -148,15 +177,11 @@ def open_incidents(events: Iterable[Event]) -> list[Incident]:
     return [i for i in group(events) if isinstance(i, Incident) and i.open]
 
 
-def _open_cell(events: Sequence[Event]) -> Cell:
-    n = len(open_incidents(events))
+def _open_cell(n: int) -> Cell:
     return (str(n), "bold yellow" if n else "dim")
 
 
-def _preempted_cell(events: Sequence[Event], now: float, pod: PodSnapshot | None) -> Cell:
-    last = max(
-        (e for e in events if e.kind == EventKind.PREEMPTED), key=lambda e: e.at, default=None
-    )
+def _preempted_cell(last: Event | None, now: float, pod: PodSnapshot | None) -> Cell:
     if last is None:
         return ("never", "dim")
     when = ago(now, last.at)

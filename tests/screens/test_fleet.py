@@ -14,9 +14,9 @@ from textual.widgets._footer import FooterKey
 
 from console.screens.fleet import FleetScreen
 from console.screens.overview import OverviewScreen
-from console.services.model import HostState, JobInfo, JobStatus
+from console.services.model import Event, EventKind, HostState, JobInfo, JobStatus
 from console.widgets.status import StatusBar
-from tests.support.fake_data import T0
+from tests.support.fake_data import NODE, T0
 from tests.support.fake_fleet import fake_fleet
 from tests.support.fake_services import FakeServices
 from tests.support.tui import make_app, make_fleet_app, settle, wait_for
@@ -160,6 +160,15 @@ async def test_a_row_follows_what_its_cluster_publishes_while_another_is_shown()
         job = JobInfo("raysubmit_9", JobStatus.RUNNING, "train.py", start_time=T0)
         threading.Thread(target=fleet["grpo"].publish, args=(job,)).start()
         await wait_for(pilot, lambda: _row(app, "grpo")[6] == "2")
+        # a journal row: the counts derived from the journal follow it (not cached past it)
+        assert _row(app, "pod-b")[7:10] == ("0", "0", "never")
+        lost = Event(T0 + 6, EventKind.PREEMPTED, "w1 preempted", f"{NODE}-w1", id=7001)
+        threading.Thread(target=fleet["pod-b"].publish, args=(lost,)).start()
+        await wait_for(pilot, lambda: _row(app, "pod-b")[9] != "never")
+        back = Event(T0 + 9, EventKind.RECOVERED, "recovered", "", id=7002)
+        threading.Thread(target=fleet["pod-b"].publish, args=(back,)).start()
+        await wait_for(pilot, lambda: _row(app, "pod-b")[7] == "1")
+        assert _row(app, "pod-b")[9].endswith(" w1")
 
 
 async def test_quitting_stops_every_clusters_services() -> None:
