@@ -376,8 +376,8 @@ def test_fleet(snap_compare, size):
     spot $70.24/h. Rows: `▸ pod-a` (magenta: recovering) gcp us-central2-b v4-32 3/4 (red)
     ray 3/4, recoveries `1+⟳`, last preemption `4m w2`, cadence STALLED 1, $15.52
     us-central2; pod-b local local-b v5litepod-16 4/4 ray 4/4, never preempted, $7.68
-    local-b; grpo (red) gke us-east5 v5p-64 0/8 jobset 0/2, 1 open incident, `1m np-0`-ish
-    preemption, $47.04 us-east5. At 80 columns the table scrolls sideways after READY. The
+    local-b; grpo (red) gke us-east5 v5p-64 0/8 jobset 0/2, 1 open incident, preempted
+    `1m phan…np-0` (its slice's name cut in the middle), $47.04 us-east5. At 80 columns the table scrolls sideways after READY. The
     footer: enter, /, `012345 screens`, C Cluster, ?, q, s."""
     assert snap_compare(make_fleet_app(), terminal_size=size, run_before=keys())
 
