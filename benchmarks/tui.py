@@ -15,6 +15,9 @@ log view (lines visible, the pod still changing underneath). Last line: one JSON
 ``--repeat N``: N runs, each in a fresh process, every run's figures printed and how many
 kept p99 under 100 ms (the headline p99 is the worse of host-update and log p99).
 
+``--fleet N``: the Fleet screen over N clusters of ``--hosts`` (256) each, every one polling
+(``benchmarks.tui_fleet``); with ``--repeat``, N fresh runs.
+
 ``--load``: the same at 1,024 hosts, quiet and then beside an emulated pod whose hosts train
 on the same cores, at each ``--load-nice`` (``benchmarks.tui_load``); with ``--repeat``,
 each condition N times.
@@ -512,7 +515,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--hosts", type=int, default=None, help="rows in the host table (10,000; --load: 1,024)"
     )
     parser.add_argument("--lines-per-s", type=int, default=10_000)
-    parser.add_argument("--pod-hz", type=float, default=20.0, help="pod snapshots per second")
+    parser.add_argument(
+        "--pod-hz",
+        type=float,
+        default=None,
+        help="pod snapshots per second (20; --fleet: each cluster's, 5)",
+    )
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        default=0,
+        help="the Fleet screen over this many clusters, each polling (benchmarks.tui_fleet)",
+    )
     parser.add_argument("--changes", type=int, default=64, help="hosts changing per snapshot")
     parser.add_argument("--ring", type=int, default=10_000, help="log lines kept per job")
     parser.add_argument(
@@ -537,17 +551,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: give a number of runs >= 1")
     if args.hosts is None:
-        args.hosts = 1_024 if args.load else 10_000
+        args.hosts = 256 if args.fleet else 1_024 if args.load else 10_000
+    if args.pod_hz is None:
+        args.pod_hz = 5.0 if args.fleet else 20.0
+    if args.fleet and args.load:
+        parser.error("--fleet and --load: one at a time")
     if args.load or args.repeat > 1:
         from benchmarks import tui_load
 
         if args.load:
             return tui_load.main(args)
-        runs = asyncio.run(tui_load.repeated(tui_load.bench_args(args), "run", args.repeat))
+        argv = tui_load.bench_args(args) + (["--fleet", str(args.fleet)] if args.fleet else [])
+        runs = asyncio.run(tui_load.repeated(argv, "run", args.repeat))
         under = sum(r["p99_ms"] < 100 for r in runs)
         print(f"p99 < 100 ms in {under} of {len(runs)} runs; p99s {[r['p99_ms'] for r in runs]}")
         print(json.dumps({"repeat": len(runs), "p99_under_100ms": under, "runs": runs}))
         return 0 if all(r["no_dropped_state"] for r in runs) else 1
+    if args.fleet:
+        from benchmarks.tui_fleet import run_fleet
+
+        result = asyncio.run(run_fleet(args))
+        keys: tuple[str, ...] = ("p50_ms", "p99_ms", "baseline_p99_ms", "p99_vs_idle", "fps")
+        for key in (*keys, "snapshots_published", "rss_mb", "no_dropped_state"):
+            print(f"{key:>20}: {result[key]}")
+        print(json.dumps(result))
+        return 0 if result["no_dropped_state"] else 1
     result = asyncio.run(run(args))
     for key in (
         "p50_ms",

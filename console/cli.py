@@ -384,6 +384,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.cluster is not None and args.command != "wandb":
                 argv = emulator_cli_args(args.command, argv, _load(args))
             return emulator_cli(args.command, argv)
+        if args.command is None and args.script is None and args.cluster is None:
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            if len(fleet.members) > 1:  # the console over every cluster, its Fleet screen first
+                if args.metrics is not None:
+                    print(
+                        f"phantom: --metrics with {fleet.source}'s {len(fleet.members)} "
+                        "clusters: one cluster's series only for now; pass --cluster NAME",
+                        file=sys.stderr,
+                    )
+                    return exit_codes.USAGE
+                from console.tui.main import run_fleet_tui
+
+                return run_fleet_tui(fleet)
         if args.command in ("watch", "status") and args.script is None and args.cluster is None:
             # With no --cluster these two take every cluster of a fleet (a [cluster] config:
             # its one, as always).

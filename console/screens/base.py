@@ -46,7 +46,14 @@ class PhantomScreen(Screen[None]):
         return self.phantom.state
 
     def compose(self) -> ComposeResult:
-        yield StatusBar(self.MODE, gke=self.phantom.services.settings.cluster.gke, id="status")
+        cluster = self.phantom.services.settings.cluster
+        yield StatusBar(
+            self.MODE,
+            screens=self.phantom.screens(),
+            cluster=cluster.name,
+            world=cluster.world,
+            id="status",
+        )
         yield from self.compose_body()
         yield Footer(compact=True)
 

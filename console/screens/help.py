@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.actions import parse as parse_action
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -18,9 +19,10 @@ from textual.widgets import Footer, Static
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
+from console.screens.fleet import FleetScreen
 from console.screens.host import HostScreen
 from console.screens.jobs import JobsScreen
-from console.screens.keys import UserKeymap, bindings, offered
+from console.screens.keys import FLEET, UserKeymap, bindings, offered
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
 from console.screens.palette import needs_of_entry
@@ -91,7 +93,14 @@ class HelpScreen(ModalScreen[None]):
         """The keys of what this cluster can do (its backend's capabilities): a key for
         another kind of cluster is not listed, as the footer does not show it."""
         caps = self._capabilities()
-        return [b for b in _bindings(bindings) if caps is None or offered(b, caps)]
+        shown = [b for b in _bindings(bindings) if caps is None or offered(b, caps)]
+        if screen is None:  # the app's own: where the app offers them (a fleet's keys)
+            shown = [b for b in shown if self._app_offers(b)]
+        return shown
+
+    def _app_offers(self, binding: Binding) -> bool:
+        _, name, params = parse_action(binding.action)
+        return self.app.check_action(name, params) is not False
 
     def intro(self) -> str:
         caps = self._capabilities()
@@ -119,7 +128,10 @@ class HelpScreen(ModalScreen[None]):
         parts: list[Table | Text] = [Text(self.intro()), Text("")]
         parts.append(self.section("Everywhere", self.offered(None, bindings("app", keys))))
         parts.append(self.section("Tables", _bindings(PhantomTable.BINDINGS)))
-        for screen, section in SCREENS:
+        fleet: Sequence[tuple[type[Screen[Any]], str]] = (
+            [(FleetScreen, FLEET)] if getattr(self.app, "fleet_state", None) else []
+        )
+        for screen, section in (*fleet, *SCREENS):
             parts.append(
                 self.section(
                     screen.BINDING_GROUP_TITLE or screen.__name__,

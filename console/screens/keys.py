@@ -27,6 +27,7 @@ from console.services.capabilities import Capability
 
 SCREENS_GROUP = Binding.Group("screens", compact=True)
 MAIN_SCREENS = ("overview", "jobs", "cadence", "events", "recovery", "workloads", "ledger")
+FLEET = "fleet"  # the fleet's screen: a row per cluster (a config of several only)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,14 @@ class Key:
         )
 
 
-def _screen(n: str, mode: str, label: str, show: bool = True, tip: str = "") -> Key:
+def _screen(
+    n: str,
+    mode: str,
+    label: str,
+    show: bool = True,
+    tip: str = "",
+    needs: Capability | None = None,
+) -> Key:
     return Key(
         "app",
         n,
@@ -80,6 +88,7 @@ def _screen(n: str, mode: str, label: str, show: bool = True, tip: str = "") -> 
         action=f"switch_mode('{mode}')",
         id=f"app.screen.{mode}",
         group=SCREENS_GROUP if show else None,
+        needs=needs,
     )
 
 
@@ -96,6 +105,11 @@ def _refresh(screen: str, tip: str, label: str = "Refresh", show: bool = False) 
     return Key(screen, "ctrl+r", "refresh", label, tip, show=show, action=f"app.{own[screen]}")
 
 
+_FLEET_FILTER = _filter(
+    FLEET,
+    "Show only clusters whose row contains the text (name, zone, accelerator, STALLED…)",
+    "Clear the filter and show every cluster",
+)
 _OVERVIEW_FILTER = _filter(
     "overview",
     "Show only hosts whose row contains the text (name, IP, PREEMPTED, DEAD…)",
@@ -114,20 +128,26 @@ _WORKLOADS_FILTER = _filter(
 
 # Every key of the console, screen by screen, in the footer's order.
 DEFAULT: tuple[Key, ...] = (
+    _screen("0", FLEET, "Fleet", tip="Show the Fleet screen: a row per cluster"),
     _screen("1", "overview", "Overview"),
     _screen("2", "jobs", "Jobs"),
     _screen("3", "cadence", "Cadence"),
     _screen("4", "events", "Events"),
     _screen("5", "recovery", "Recovery"),
-    _screen("6", "workloads", "Workloads"),
-    # Off the footer: its "123456 screens" fits 80 columns beside q, ?, s; the help
-    # screen, the palette and the Ledger's own tab name it.
+    _screen("6", "workloads", "Workloads", needs=Capability.WORKLOADS),
+    # Off the footer: its "12345 screens" (GKE: 123456, a fleet's 0123456) fits 80 columns
+    # beside q, ?, s; the help screen, the palette and the Ledger's own tab name it.
     _screen("7", "ledger", "Ledger", False, "Show the Ledger screen: goodput, badput by cause and cost"),
+    Key("app", "C", "switch_cluster", "Cluster",
+        "Switch to the fleet's next cluster (the palette names each; the Fleet screen's enter "
+        "opens the highlighted one)", action="next_cluster", id="app.cluster"),
     Key("app", "question_mark", "help", "Help", "Every key of every screen", action="help", id="app.help"),
     Key("app", "q", "quit", "Quit", "Leave the console (the pod keeps running)", action="quit", id="app.quit"),
     Key("app", "s", "submit_form", "Submit",
         "Open the job submission form (single, distributed or sweep); on GKE, the new-workload "
         "form (a JobSet)", action="submit_form", id="app.submit"),
+    _FLEET_FILTER[0],
+    _FLEET_FILTER[1],
     _OVERVIEW_FILTER[0],
     Key("overview", "r", "recover", "Recover"),
     Key("overview", "u", "bring_up"),
@@ -196,6 +216,21 @@ def bindings(screen: str, keys: Iterable[Key] = DEFAULT) -> list[Binding]:
 
 
 BY_ID: dict[str, Key] = {k.binding_id: k for k in DEFAULT}
+SCREEN_KEYS: dict[str, Key] = {
+    k.name.removeprefix("screen."): k for k in DEFAULT if k.name.startswith("screen.")
+}
+
+
+def screens_of(capabilities: Iterable[Capability], *, fleet: bool = False) -> tuple[str, ...]:
+    """The main screens a cluster with ``capabilities`` has, in the keys' order (what its
+    tab line and footer offer); ``fleet``: the config has several clusters (the Fleet
+    screen's tab, first)."""
+    caps = set(capabilities)
+    return tuple(
+        mode
+        for mode, key in SCREEN_KEYS.items()
+        if (mode != FLEET or fleet) and (key.needs is None or key.needs in caps)
+    )
 
 
 def needs_of(binding: Binding) -> Capability | None:

@@ -30,6 +30,7 @@ Command = tuple[str, str, Callable[[], object], bool]
 # An argument a palette entry cannot fill: it is a row highlighted on a screen.
 _ON_A_SCREEN = frozenset({Kind.JOB, Kind.NAME, Kind.SLICE})
 _HOST = (Kind.HOST, Kind.HOST_OR_ALL)
+_CLUSTERS_ORDER = 10  # a fleet's clusters: listed first
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,19 @@ class PhantomCommands(Provider):
             if own.needs is None or own.needs in caps:
                 action: Callable[[], Any] = getattr(app, f"action_{own.name}")
                 entries.append((own.order, (own.title, own.hint, action, True)))
+        current = app.services.settings.cluster.name
+        for name, view in app.fleet_state.items():  # a fleet of several: each other cluster
+            if name == current:
+                continue
+            ident = view.identity
+            where = f"{ident.world}, {ident.location}" if ident.location else ident.world
+            hint = f"Show {name} ({where}) on every screen"
+            entries.append(
+                (
+                    _CLUSTERS_ORDER,
+                    (f"Cluster {name}", hint, partial(app.choose_cluster, name), True),
+                )
+            )
         return [entry for _, entry in sorted(entries, key=lambda e: e[0])]
 
     async def discover(self) -> Hits:

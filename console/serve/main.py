@@ -38,7 +38,8 @@ class ServeOptions:
     token_env: str = TOKEN_ENV
     config_path: str | None = None
     cluster: str | None = None
-    """A fleet's cluster every tab opens on (``--cluster``); None: the config's only one."""
+    """A fleet's cluster every tab opens on (``--cluster``); None: every cluster (a fleet's
+    Fleet screen first), or the config's only one."""
 
 
 def tui_command(config_path: str | None, cluster: str | None = None) -> str:

@@ -51,4 +51,9 @@ class ClusterIdentity:
     emulated: bool = False
     """An emulator on this machine (the pod one, or GKE without a kubeconfig)."""
     name: str = ""
-    """Its name in the fleet (a [[clusters]] entry's; a [cluster] config's node's)."""
+    """The cluster's name in its fleet (``config.fleet``): what every surface calls it."""
+    location: str = ""
+    """Where it runs: a pod's zone, a GKE cluster's location (region or zone)."""
+    world: str = ""
+    """What kind of cluster it is, in words: its backend's ``WORLD`` ("TPU VM pod + Ray",
+    "GKE + JobSets"); the TUI's header names it beside the name."""

@@ -37,10 +37,12 @@ from console.screens.base import PhantomScreen
 from console.screens.cadence import CadenceScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.events import EventsScreen
+from console.screens.fleet import FleetScreen
+from console.screens.fleet_state import ClusterView
 from console.screens.help import HelpScreen
 from console.screens.host import HostScreen
 from console.screens.jobs import JobsScreen
-from console.screens.keys import UserKeymap, bindings
+from console.screens.keys import FLEET, UserKeymap, bindings, screens_of
 from console.screens.ledger import LedgerScreen
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
@@ -66,6 +68,9 @@ from console.services.model import (
 )
 from console.tui.messages import (
     CadenceUpdated,
+    ClusterBridge,
+    ClusterPolled,
+    ClusterRecorded,
     EventLogged,
     JobUpdated,
     LatestPod,
@@ -85,7 +90,7 @@ GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython de
 
 @dataclass(frozen=True)
 class TuiSettings:
-    initial_mode: str = "overview"
+    initial_mode: str = ""  # "": the home screen (a fleet of several: Fleet; else Overview)
     tick_s: float | None = 1.0  # re-render "ago" columns; None: never (snapshot tests)
     cursor_blink: bool = True
     log_ring: int = DEFAULT_LOG_RING  # lines kept per job
@@ -105,6 +110,7 @@ class PhantomApp(App[int]):
     BINDING_GROUP_TITLE = "Phantom"
     COMMANDS = App.COMMANDS | {PhantomCommands}
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
+        FLEET: FleetScreen,
         "overview": OverviewScreen,
         "jobs": JobsScreen,
         "cadence": CadenceScreen,
@@ -121,9 +127,22 @@ class PhantomApp(App[int]):
         *,
         clock: Callable[[], float],
         settings: TuiSettings | None = None,
+        fleet: Mapping[str, ConsoleServices] | None = None,
     ) -> None:
+        """``fleet``: every cluster's services by name (``services`` is the one shown
+        first); with several, the Fleet screen is home and a row per cluster is kept."""
         super().__init__()
         self.services = services
+        self.fleet: dict[str, ConsoleServices] = dict(fleet or {})
+        self.fleet_state: dict[str, ClusterView] = {
+            name: ClusterView(
+                member.settings.cluster, member.capabilities, member.settings.ledger.pricing
+            )
+            for name, member in self.fleet.items()
+        } if len(self.fleet) > 1 else {}  # fmt: skip
+        self._fleet_bridges: dict[str, ClusterBridge] = {}
+        self._switch_lock = asyncio.Lock()
+        self._fleet_unsubscribe: list[Callable[[], None]] = []
         self.clock = clock
         self.settings = settings or TuiSettings()
         self.state = ConsoleState(log_ring=self.settings.log_ring)
@@ -223,7 +242,11 @@ class PhantomApp(App[int]):
             self.set_keymap(dict(self.keymap.keymap))
         self._unsubscribe = self.services.subscribe(self._bridge)
         self._pull_local_state()
-        await self.switch_mode(self.settings.initial_mode)
+        for name, member in self.fleet.items() if self.fleet_state else ():
+            bridge = self._fleet_bridges[name] = ClusterBridge(self, name)
+            self._fleet_unsubscribe.append(member.subscribe(bridge))
+            self._pull_cluster(name)
+        await self.switch_mode(self.settings.initial_mode or self.home_mode())
         if self.settings.tick_s:
             self.set_interval(self.settings.tick_s, self._tick)
         # Paint first: the services (on a fresh machine, the pod emulator) come up behind
@@ -243,23 +266,31 @@ class PhantomApp(App[int]):
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def on_unmount(self) -> None:
+        self._unsubscribe_all()
+
+    def _unsubscribe_all(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        while self._fleet_unsubscribe:
+            self._fleet_unsubscribe.pop()()
 
     async def action_quit(self) -> None:
         await self._stop_services()
         self.exit(0)
 
     async def _stop_services(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        self._unsubscribe_all()
         if self._services_stopped or not self.settings.manage_services:
             return
         self._services_stopped = True
+        members = list(self.fleet.values()) or [self.services]
+        # Every cluster at once: one sick cluster's stop never holds up another's.
+        await asyncio.gather(*(self._stop_one(m) for m in members))
+
+    async def _stop_one(self, services: ConsoleServices) -> None:
         try:
-            await asyncio.wait_for(self.services.stop(), self.settings.stop_timeout_s)
+            await asyncio.wait_for(services.stop(), self.settings.stop_timeout_s)
         except Exception as exc:  # leaving must never hang or crash on a sick cluster
             self.log.error(f"services.stop failed: {exc!r}")
 
@@ -342,15 +373,34 @@ class PhantomApp(App[int]):
     @work(exclusive=True, group="start", exit_on_error=False)
     async def start_services(self) -> None:
         if self.settings.manage_services:
-            await self._call("Starting services", self.services.start())
+            # Every cluster of a fleet, side by side: one slow to start delays no other.
+            starts = [
+                self._call(f"Starting {name}", member.start())
+                for name, member in self.fleet.items()
+                if self.fleet_state
+            ] or [self._call("Starting services", self.services.start())]
+            await asyncio.gather(*starts)
+        for name in self.fleet_state:
+            self._pull_cluster(name)
+            self.refresh_cluster(name)
         self._pull_local_state()
         self._sync_screen()
         self.refresh_jobs()
         self.refresh_events()
 
+    def screens(self) -> tuple[str, ...]:
+        """The main screens the current cluster has (its capabilities), the Fleet screen
+        first in a fleet of several: what the tab line and the footer offer."""
+        return screens_of(self.services.capabilities, fleet=len(self.fleet) > 1)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A key is offered only where the cluster can do what it asks (its backend's
-        declaration: the command's capability); the footer and help follow."""
+        declaration: the command's capability; a screen, where the cluster has it); the
+        footer and help follow."""
+        if action == "switch_mode" and parameters:
+            return str(parameters[0]) in self.screens()
+        if action == "next_cluster":
+            return len(self.fleet) > 1
         if action != "run" or not parameters:
             return True
         command = by_name(str(parameters[0]))
@@ -501,3 +551,129 @@ class PhantomApp(App[int]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))
+
+    # the fleet: a row per cluster, and which cluster the other screens show -----------------
+
+    def home_mode(self) -> str:
+        """The first screen: the Fleet screen in a fleet of several, else the Overview."""
+        return FLEET if self.fleet_state else "overview"
+
+    def _pull_cluster(self, name: str) -> None:
+        """A cluster's latest as its services hold it (no I/O) into its Fleet row."""
+        member, view = self.fleet[name], self.fleet_state[name]
+        try:
+            snapshot = member.snapshot()
+            view.pod = snapshot if (snapshot.hosts or snapshot.at) else view.pod
+            view.recovery = member.recovery_status()
+            view.set_runs(member.cadence())
+        except Exception as exc:
+            self.notify(f"Could not read {name}: {exc}", severity="error")
+        self.state.bump("fleet")
+
+    def on_cluster_polled(self, message: ClusterPolled) -> None:
+        bridge = self._fleet_bridges.get(message.cluster)
+        if bridge is None:
+            return
+        bridge.answered()  # before reading: an update from now on rings again
+        self._pull_cluster(message.cluster)
+        self._sync_screen()
+
+    def on_cluster_recorded(self, message: ClusterRecorded) -> None:
+        view = self.fleet_state.get(message.cluster)
+        if view is None:
+            return
+        update = message.update
+        if isinstance(update, JobInfo):
+            view.jobs[update.job_id] = update
+        elif not view.add_events([update]):
+            return
+        self.state.bump("fleet")
+        self._sync_screen()
+
+    @work(group="fleet", exit_on_error=False)
+    async def refresh_cluster(self, name: str) -> None:
+        """A cluster's jobs and journal rows for its Fleet row (its services' reads)."""
+        member, view = self.fleet[name], self.fleet_state[name]
+        try:
+            view.set_jobs(await member.list_jobs())
+        except Exception:  # Ray not up yet, or the cluster unreachable: its row says so
+            view.jobs.clear()
+        try:
+            view.add_events(await member.events(limit=500))
+        except Exception as exc:
+            self.notify(f"Reading {name}'s journal failed: {exc}", severity="error")
+        self.state.bump("fleet")
+        self._sync_screen()
+
+    def open_cluster(self, name: str) -> None:
+        """The Fleet screen's `enter`: ``name``'s screens, the Overview first."""
+        self.choose_cluster(name, "overview")
+
+    def choose_cluster(self, name: str | None, mode: str | None = None) -> None:
+        """Switch to ``name`` (None: the next one after the cluster shown when this switch
+        runs), in a worker: the screens are remade."""
+        # Not exclusive: a switch cancelled half way would leave its screens half made; a
+        # second press waits for the first (``_switch_lock``) and then moves on from it.
+        self.run_worker(self.switch_cluster(name, mode), group="cluster")
+
+    def action_next_cluster(self) -> None:
+        if len(self.fleet) > 1:
+            self.choose_cluster(None)
+
+    def _after(self, name: str) -> str:
+        names = list(self.fleet)
+        return names[(names.index(name) + 1) % len(names)] if name in names else names[0]
+
+    async def switch_cluster(self, name: str | None, mode: str | None = None) -> None:
+        """Show ``name``'s state on every screen (``mode``: then that screen; default: the
+        one showing, where the cluster has it). The screens are made again for it, so no
+        table, filter or open log of the cluster before carries over."""
+        async with self._switch_lock:
+            await self._switch_cluster(
+                name or self._after(self.services.settings.cluster.name), mode
+            )
+
+    async def _switch_cluster(self, name: str, mode: str | None) -> None:
+        member = self.fleet.get(name)
+        if member is None:
+            self.notify(f"no cluster {name!r}", severity="error")
+            return
+        target = mode or self.current_mode
+        if member is not self.services:
+            self._detach_cluster()
+            self.services = member
+            self.state = ConsoleState(log_ring=self.settings.log_ring)
+            self._last_spec = SubmitSpec(runtime_env=dict(member.settings.runtime_env))
+            self._last_workload = member.settings.workload
+            self._unsubscribe = member.subscribe(self._bridge)
+            self._pull_local_state()
+            await self._remake_screens(target if target in self.screens() else "overview")
+            self.refresh_jobs()
+            self.refresh_events()
+        elif target != self.current_mode:
+            await self.switch_mode(target)
+        self.refresh_bindings()
+
+    def _detach_cluster(self) -> None:
+        """Leave the current cluster: its stream and reads stop, its bridge is dropped."""
+        if self._following is not None:
+            self.stop_follow(self._following)
+        for group in ("jobs", "events", "ledger", "submit"):
+            self.workers.cancel_group(self, group)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._inbox.drain()
+        self._pods.take()
+
+    async def _remake_screens(self, target: str) -> None:
+        """Every main screen anew, then ``target`` shown (a mode in use cannot be
+        removed: a blank one stands in while they are)."""
+        blank = "_switching"
+        self.add_mode(blank, Screen)
+        await self.switch_mode(blank)
+        for mode, screen in self.MODES.items():
+            await self.remove_mode(mode)
+            self.add_mode(mode, screen)
+        await self.switch_mode(target)
+        await self.remove_mode(blank)

@@ -9,8 +9,10 @@ from dataclasses import replace
 
 from console import exit_codes
 from console.config import Config, ConfigError
+from console.config.fleet import Fleet
 from console.config.listen import Listen
 from console.screens.keys import KeymapError, UserKeymap
+from console.services.api import ConsoleServices
 from console.services.capabilities import Capability
 from console.services.model import PodSnapshot
 from console.tui.app import PhantomApp, TuiSettings
@@ -30,6 +32,42 @@ def make_app(
         raise ConfigError(config.source, exc.problems) from None
     settings = replace(settings or TuiSettings(), keys=config.keys)
     return PhantomApp(deferred_services(config, metrics), clock=time.time, settings=settings)
+
+
+def make_fleet_app(fleet: Fleet, *, settings: TuiSettings | None = None) -> PhantomApp:
+    """The app over every cluster of ``fleet`` (its Fleet screen first, the first cluster
+    current). ConfigError when the config's ``[keys]`` cannot be the console's keymap."""
+    keys = fleet.members[0].keys  # the console's, top level only: every member has it
+    try:
+        UserKeymap.check(keys)
+    except KeymapError as exc:
+        raise ConfigError(fleet.source, exc.problems) from None
+    from console.wiring.fleet import deferred_fleet_services
+
+    # Each cluster's own services (state dir, journal, leases, tunnel ends), built behind
+    # the first frame: one slow or down cluster holds up neither the others nor the screen.
+    members: dict[str, ConsoleServices] = dict(deferred_fleet_services(fleet))
+    settings = replace(settings or TuiSettings(), keys=keys)
+    first = members[fleet.names[0]]
+    return PhantomApp(first, clock=time.time, settings=settings, fleet=members)
+
+
+def run_fleet_tui(fleet: Fleet) -> int:
+    try:
+        app = make_fleet_app(fleet, settings=TuiSettings(gc_freeze=True))
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exit_codes.USAGE
+    result = app.run()
+    for name, member in app.fleet.items():  # what keeps running, cluster by cluster
+        view = app.fleet_state.get(name)
+        config = next(c for c in fleet.members if c.name == name)
+        note = farewell(config, view.pod if view else None, member.capabilities)
+        if note:
+            print(f"[{name}] {note}", file=sys.stderr)
+    if isinstance(result, int):
+        return result
+    return app.return_code or 0
 
 
 def run_tui(config: Config, metrics: Listen | None = None) -> int:

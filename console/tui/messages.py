@@ -204,3 +204,52 @@ def to_message(update: Update) -> Message | None:
     if isinstance(update, LogStreamClosed):
         return LogClosed(update)
     return None
+
+
+# A fleet: every cluster's updates, for the Fleet screen's rows ---------------------------
+
+
+@dataclass
+class ClusterPolled(Message):
+    """Doorbell: ``cluster`` published a pod snapshot, the watchdog's status or cadence;
+    the handler reads its services' latest (no I/O). One is outstanding per cluster."""
+
+    cluster: str
+
+
+@dataclass
+class ClusterRecorded(Message):
+    """A journal row or a job of ``cluster`` (every one kept: they are counted)."""
+
+    cluster: str
+    update: Event | JobInfo
+
+
+class ClusterBridge:
+    """One cluster's subscriber in a fleet: what its Fleet row shows, posted to ``target``.
+
+    Snapshots collapse to one doorbell per cluster until the app rings it off
+    (``answered``): ten clusters of 256 hosts polling cost one message per cluster per
+    frame, not one per snapshot. Log lines are the current cluster's alone (its own
+    ``UpdateBridge``)."""
+
+    def __init__(self, target: MessagePump, cluster: str) -> None:
+        self._target = target
+        self.cluster = cluster
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def __call__(self, update: Update) -> None:
+        if isinstance(update, PodSnapshot | RecoveryStatus | RunCadence):
+            with self._lock:
+                if self._armed:
+                    return
+                self._armed = True
+            self._target.post_message(ClusterPolled(self.cluster))
+        elif isinstance(update, Event | JobInfo):
+            self._target.post_message(ClusterRecorded(self.cluster, update))
+
+    def answered(self) -> None:
+        """The app is reading the cluster's latest now: the next update rings again."""
+        with self._lock:
+            self._armed = False

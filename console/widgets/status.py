@@ -1,25 +1,30 @@
-"""The top line of every screen: numbered tabs and the pod's health at a glance."""
+"""The top line of every screen: the cluster and its world, the numbered tabs of the screens
+it has, and its health at a glance."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.text import Text
 from textual.widgets import Static
 
 from console.services.model import PodSnapshot, RecoveryStatus
 
+# Every main screen's tab, in the tab line's order. A cluster shows those it has (its
+# capabilities: ``screens.keys.screens_of``), the fleet's only with a fleet of several.
 TABS: Sequence[tuple[str, str, str]] = (
+    ("0", "Fleet", "fleet"),
     ("1", "Overview", "overview"),
     ("2", "Jobs", "jobs"),
     ("3", "Cadence", "cadence"),
     ("4", "Events", "events"),
     ("5", "Recovery", "recovery"),
+    ("6", "Workloads", "workloads"),
+    ("7", "Ledger", "ledger"),
 )
-GKE_TAB = ("6", "Workloads", "workloads")  # shown on GKE (and on the screen itself)
 # Shown on its own screen only, so the other screens' tab line (and 80 columns) stay as
 # they were; key 7, the footer and the palette lead to it.
-LEDGER_TAB = ("7", "Ledger", "ledger")
+OWN_SCREEN_ONLY = frozenset({"ledger"})
 
 
 def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus, *, ray: bool = True) -> Text:
@@ -50,7 +55,7 @@ def health_text(pod: PodSnapshot | None, recovery: RecoveryStatus, *, ray: bool 
 
 
 class StatusBar(Static):
-    """Tabs on the left (the current one inverted), health on the right."""
+    """The cluster and its tabs on the left (the current one inverted), health on the right."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -64,14 +69,19 @@ class StatusBar(Static):
         self,
         current: str,
         *,
-        gke: bool = False,
+        screens: Iterable[str] = (),
+        cluster: str = "",
+        world: str = "",
         id: str | None = None,  # noqa: A002 (Textual API)
     ) -> None:
+        """``screens``: the modes the cluster has (a tab each, in ``TABS``' order; the
+        current one always); ``cluster`` and ``world``: its name and kind, on the left."""
         super().__init__(id=id)
         self.current = current
-        self.tabs = (*TABS, GKE_TAB) if gke or current == GKE_TAB[2] else tuple(TABS)
-        if current == LEDGER_TAB[2]:
-            self.tabs = (*self.tabs, LEDGER_TAB)
+        has = set(screens) - OWN_SCREEN_ONLY | {current}
+        self.tabs = tuple(t for t in TABS if t[2] in has)
+        self.cluster = cluster
+        self.world = world
         self._health = Text()
 
     def set_health(self, health: Text) -> None:
@@ -97,12 +107,34 @@ class StatusBar(Static):
             )
         return tabs
 
+    def _where(self, *, world: bool, width: int) -> Text:
+        """The cluster's name (bold) and, where it fits, its world (dim)."""
+        out = Text()
+        if not self.cluster:
+            return out
+        out.append(" ")
+        name = Text(self.cluster, "bold")
+        name.truncate(max(4, width), overflow="ellipsis")
+        out.append_text(name)
+        if world and self.world:
+            out.append(f" · {self.world}", "dim")
+        out.append(" │")
+        return out
+
     def _compose_line(self) -> Text:
         width = self.size.width or 80
-        tabs = self._tabs(compact=False)
-        if tabs.cell_len + 2 + self._health.cell_len + 1 > width:
-            tabs = self._tabs(compact=True)
-        gap = max(2, width - tabs.cell_len - self._health.cell_len - 1)
-        line = tabs + Text(" " * gap) + self._health
+        room = width - self._health.cell_len - 3
+        # Narrower and narrower until it fits: tabs by key only, then the world left out,
+        # then the name cut short with … (the tab line keeps at least the current tab).
+        for compact, world in ((False, True), (True, True), (True, False)):
+            tabs = self._tabs(compact=compact)
+            where = self._where(world=world, width=width)
+            if where.cell_len + tabs.cell_len <= room:
+                break
+        else:
+            where = self._where(world=False, width=room - tabs.cell_len - 3)
+        left = where + tabs
+        gap = max(2, width - left.cell_len - self._health.cell_len - 1)
+        line = left + Text(" " * gap) + self._health
         line.truncate(width)
         return line

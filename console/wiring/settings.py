@@ -42,6 +42,8 @@ def polling(config: Config) -> Polling:
 
 
 def cluster_identity(config: Config) -> ClusterIdentity:
+    from console.config.fleet import default_name
+    from console.services.backends import gke, tpu_vm
     from console.services.settings import ClusterIdentity
 
     cl = config.cluster
@@ -53,7 +55,9 @@ def cluster_identity(config: Config) -> ClusterIdentity:
         hosts=cl.hosts,
         gke=config.is_gke,
         emulated=config.is_emulated,
-        name=config.name,
+        name=config.name or default_name(config),
+        location=config.gke.location if config.is_gke else cl.zone,
+        world=gke.WORLD if config.is_gke else tpu_vm.WORLD,
     )
 
 

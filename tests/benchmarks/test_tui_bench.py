@@ -20,3 +20,19 @@ def test_tui_bench_runs_and_drops_nothing() -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["hosts"] == 200 and report["log_samples"] > 0
     assert report["no_dropped_state"] and report["log_tail_match"]
+
+
+def test_fleet_bench_runs_and_drops_nothing() -> None:
+    """`--fleet`: the Fleet screen over several polling clusters, every row its cluster's
+    final snapshot at the end."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.tui", "--fleet", "3", "--hosts", "64",
+         "--seconds", "1", "--baseline-seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["clusters"] == 3 and report["hosts_per_cluster"] == 64
+    assert report["samples"] > 0 and report["no_dropped_state"]

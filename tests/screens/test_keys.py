@@ -55,7 +55,7 @@ OWN_ACTIONS = {
     "filter", "clear_filter", "close", "back", "cancel", "confirm", "submit", "pause",
     "follow", "search", "next_match", "prev_match", "jump_end", "reconnect", "toggle_raw",
     "help", "quit", "submit_form", "logs", "app.refresh_jobs", "app.refresh_cadence",
-    "app.refresh_events", "app.refresh_ledger", "app.refresh_recovery",
+    "app.refresh_events", "app.refresh_ledger", "app.refresh_recovery", "next_cluster",
 }  # fmt: skip
 
 

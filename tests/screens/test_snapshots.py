@@ -22,7 +22,7 @@ from tests.support.fake_data import RUNTIME_ENV
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, recorded
 from tests.support.ledger_rows import drill
-from tests.support.tui import keys, make_app, wait_for
+from tests.support.tui import keys, make_app, make_fleet_app, wait_for
 from tests.support.tui import settle as settle_workers
 
 
@@ -307,13 +307,6 @@ def test_workloads_slice_preempted(snap_compare, size):
     assert snap_compare(make_app("gke_preempted"), terminal_size=size, run_before=keys("6", "tab"))
 
 
-def test_workloads_on_a_tpu_vm_pod(snap_compare):
-    """Key 6 on a TPU VM pod (provider local): one dim line says workloads are GKE JobSets
-    and this is a TPU VM pod ('local'); empty tables; the footer has no l/x/p; the tab bar
-    shows `6 Workloads` only while it is the current screen."""
-    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=keys("6"))
-
-
 @pytest.mark.parametrize("size", SIZES)
 def test_cadence_tunix_metrics(snap_compare, size):
     """Cadence (key 3) on GKE: the grpo run (tensorboard, a step every 1.0s, running) and,
@@ -370,3 +363,29 @@ def test_submit_form_wandb_sweep(snap_compare, size):
         await settle(pilot)
 
     assert snap_compare(make_app(_wandb_sweep_services()), terminal_size=size, run_before=run)
+
+
+# A fleet -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_fleet(snap_compare, size):
+    """A fleet of three (``tests.support.fake_fleet``) opens on its Fleet screen: the header
+    says `pod-a · TPU VM pod + Ray │ 0 Fleet 1 2 3 4 5` (no 6: pod-a has no Workloads) and
+    pod-a's health. Summary: 3 clusters, 1 whole (yellow), 1 recovering, 1 open incident,
+    spot $70.24/h. Rows: `▸ pod-a` (magenta: recovering) gcp us-central2-b v4-32 3/4 (red)
+    ray 3/4, recoveries `1+⟳`, last preemption `4m w2`, cadence STALLED 1, $15.52
+    us-central2; pod-b local local-b v5litepod-16 4/4 ray 4/4, never preempted, $7.68
+    local-b; grpo (red) gke us-east5 v5p-64 0/8 jobset 0/2, 1 open incident, preempted
+    `1m phan…np-0` (its slice's name cut in the middle), $47.04 us-east5. At 80 columns the table scrolls sideways after READY. The
+    footer: enter, /, `012345 screens`, C Cluster, ?, q, s."""
+    assert snap_compare(make_fleet_app(), terminal_size=size, run_before=keys())
+
+
+def test_fleet_cluster_opened(snap_compare):
+    """`down`, `down`, `enter` on the Fleet screen at 80x24: grpo's Overview, its header
+    `grpo · GKE + JobSets │ 0 1 Overview 2 3 4 5 6` and `0/8 ready pods ...`; its
+    v5p-64 slice's 8 nodes; the footer offers `0123456 screens` (GKE has Workloads)."""
+    assert snap_compare(
+        make_fleet_app(), terminal_size=(80, 24), run_before=keys("down", "down", "enter")
+    )

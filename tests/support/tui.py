@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from textual.pilot import Pilot
 
 from console.tui.app import GC_YOUNG_THRESHOLD, PhantomApp, TuiSettings
 from tests.support.fake_data import T0
+from tests.support.fake_fleet import fake_fleet
 from tests.support.fake_services import FakeServices
 
 
@@ -24,6 +25,21 @@ def make_app(services: FakeServices | str | None = None, **settings: object) -> 
         services = FakeServices(services or "preempted")
     opts = {"tick_s": None, "cursor_blink": False, **settings}
     return PhantomApp(services, clock=lambda: T0, settings=TuiSettings(**opts))  # type: ignore[arg-type]
+
+
+def make_fleet_app(
+    fleet: Mapping[str, FakeServices] | None = None, **settings: object
+) -> PhantomApp:
+    """The app over a fleet of fakes (default: ``fake_fleet()``'s three), on the first."""
+    members = dict(fleet) if fleet is not None else fake_fleet()
+    opts = {"tick_s": None, "cursor_blink": False, **settings}
+    first = next(iter(members.values()))
+    return PhantomApp(
+        first,  # type: ignore[arg-type]
+        clock=lambda: T0,
+        settings=TuiSettings(**opts),  # type: ignore[arg-type]
+        fleet=members,  # type: ignore[arg-type]
+    )
 
 
 async def settle(pilot: Pilot[int], *, streams: bool = False) -> None:

@@ -3,6 +3,9 @@ and its jobs."""
 
 from console.services.capabilities import Capability
 
+# What kind of cluster this is, in words: the TUI's header names it beside its name.
+WORLD = "TPU VM pod + Ray"
+
 # What a TPU VM pod can do (light to import: the wiring and the script parser read it).
 CAPABILITIES = frozenset(
     {
