@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import CommandInput, CommandPalette, DiscoveryHit, Hit, Hits, Provider
 
 from console.commands import Front, by_name, offered
 from console.commands.kit.params import Kind
@@ -128,3 +128,17 @@ class PhantomCommands(Provider):
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)
+
+
+class SteadyPalette(CommandPalette):
+    """Textual's command palette, its input's cursor steady when the console's is
+    (``TuiSettings.cursor_blink``): a blinking cursor makes what a screenshot shows depend on
+    the instant it is taken."""
+
+    def __init__(self, *, cursor_blink: bool) -> None:
+        super().__init__(id="--command-palette")
+        self._cursor_blink = cursor_blink
+
+    def on_mount(self) -> None:
+        if not self._cursor_blink:
+            self.query_one(CommandInput).cursor_blink = False

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, TypeVar
 from textual import work
 from textual.app import App
 from textual.binding import BindingType
+from textual.command import CommandPalette
 from textual.screen import Screen
 from textual.worker import Worker
 
@@ -46,7 +47,7 @@ from console.screens.keys import FLEET, UserKeymap, bindings, screens_of
 from console.screens.ledger import LedgerScreen
 from console.screens.logview import LogViewScreen
 from console.screens.overview import OverviewScreen
-from console.screens.palette import PhantomCommands
+from console.screens.palette import PhantomCommands, SteadyPalette
 from console.screens.recovery import RecoveryScreen
 from console.screens.state import DEFAULT_LOG_RING, ConsoleState
 from console.screens.submit import SubmitScreen
@@ -120,6 +121,11 @@ class PhantomApp(App[int]):
         "ledger": LedgerScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = list(bindings("app"))
+
+    def action_command_palette(self) -> None:
+        """Textual's palette (ctrl+p), its cursor blinking as the settings say."""
+        if self.use_command_palette and not isinstance(self.screen, CommandPalette):
+            self.push_screen(SteadyPalette(cursor_blink=self.settings.cursor_blink))
 
     def __init__(
         self,

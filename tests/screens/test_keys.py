@@ -237,3 +237,18 @@ def test_phantom_refuses_a_bad_keymap_before_anything_starts(tmp_path: Path) -> 
     assert got.returncode == 2, got.stderr
     assert "keys.recovr" in got.stderr and "stop_job and jobs.filter" in got.stderr
     assert not (tmp_path / "state").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("blink", [False, True])
+async def test_the_palettes_cursor_blinks_as_the_consoles_does(blink: bool) -> None:
+    """The palette's input is Textual's own: it blinked whatever the settings said, so the
+    palette's snapshot depended on the instant it was taken (test_palette[80x24] failed
+    under a loaded make test with the cursor drawn, passed alone without it)."""
+    from textual.command import CommandInput, CommandPalette
+
+    app = make_app(FakeServices("healthy"), cursor_blink=blink)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        assert app.screen.query_one(CommandInput).cursor_blink is blink
