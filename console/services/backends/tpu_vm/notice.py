@@ -43,21 +43,28 @@ log = logging.getLogger(__name__)
 # next ETag is parsed (a sed and a curl more on the notice's path cost a loaded host ~0.1 s).
 # One function long-polls a key; the maintenance-event's loop runs in the background (it
 # ends with the session's shell: it checks that its parent lives before each poll).
-WATCH_COMMAND = r"""trap 'rm -f "$hdr"; kill "$mpid" 2>/dev/null; echo TERM; exit 0' TERM
+WATCH_COMMAND = r"""trap 'kill "$mpid" $cpid 2>/dev/null; rm -f "$hdr" "$hdr.body"; echo TERM; exit 0' TERM
 base="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance"
 hdr=$(mktemp)
+cpid=
+fetch() {  # $1: the URL, $2: seconds at most, $3: the header file (the body: "$3.body")
+  curl -sf -m "$2" -D "$3" -o "$3.body" -H 'Metadata-Flavor: Google' "$1" &
+  cpid=$!
+  wait "$cpid"  # a trapped signal ends this wait at once (it would wait out a foreground curl)
+}
 poll() {  # $1: the key, $2: the line's name, $3: the header file
   while kill -0 "$parent" 2>/dev/null; do
-    v=$(curl -sf -m 10 -D "$3" -H 'Metadata-Flavor: Google' "$base/$1") || { sleep 2; continue; }
-    while echo "$2=$v"; do
+    fetch "$base/$1" 10 "$3" || { sleep 2; continue; }
+    while echo "$2=$(<"$3.body")"; do
       tag=$(sed -n 's/^[Ee][Tt][Aa][Gg]: *\([^[:space:]]*\).*/\1/p' "$3")
-      v=$(curl -sf -m 70 -D "$3" -H 'Metadata-Flavor: Google' \
-        "$base/$1?wait_for_change=true&timeout_sec=60&last_etag=$tag") || { sleep 1; break; }
+      fetch "$base/$1?wait_for_change=true&timeout_sec=60&last_etag=$tag" 70 "$3" \
+        || { sleep 1; break; }
     done
   done
 }
 parent=$$
-(mhdr=$(mktemp); poll maintenance-event MAINTENANCE "$mhdr"; rm -f "$mhdr") &
+(trap 'kill $cpid 2>/dev/null; rm -f "$mhdr" "$mhdr.body"; exit 0' TERM
+ mhdr=$(mktemp); poll maintenance-event MAINTENANCE "$mhdr"; rm -f "$mhdr" "$mhdr.body") &
 mpid=$!
 poll preempted PREEMPTED "$hdr"
 """

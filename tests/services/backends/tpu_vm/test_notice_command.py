@@ -70,3 +70,43 @@ async def test_the_watcher_prints_the_change_its_long_poll_answered() -> None:
             proc.kill()
         await proc.wait()
         await server.stop()
+
+
+async def test_sigterm_during_the_long_poll_ends_the_watcher_at_once() -> None:
+    """bash runs a trap only once its foreground command ends: a SIGTERM that came while the
+    long-poll's curl waited (up to its 60 s) was heard a minute late, and the loop's TERM line
+    with it (a loaded make test read nothing in 30 s). The curl is waited on in the
+    background now, a wait a trapped signal ends."""
+    sock = bind_loopback_device(0)
+    if sock is None:
+        pytest.skip("this kernel refuses SO_BINDTODEVICE here (per-host listeners are used)")
+    reads: list[str] = []
+
+    def tree(ip: str) -> dict[str, object] | None:
+        if ip != IP:
+            return None
+        reads.append("FALSE")
+        return {"instance": {"preempted": "FALSE", "maintenance-event": "NONE"}}
+
+    server = MetadataServer(tree)
+    server.port = sock.getsockname()[1]
+    await server.start(sock)
+    await server.add(IP)
+    env = {**os.environ, "GCE_METADATA_HOST": f"{IP}:{server.port}"}
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", WATCH_COMMAND, env=env,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        # both keys read once, then both long-polls arrived: their curls wait on the server
+        await until(lambda: len(reads) >= 4, 30, "the watcher's long-polls")
+        proc.terminate()
+        rest = await asyncio.wait_for(proc.stdout.read(), 30)  # EOF: every child gone too
+        assert rest.decode().split()[-1:] == ["TERM"]
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        await server.stop()
