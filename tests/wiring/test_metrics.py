@@ -10,6 +10,8 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from console.config.listen import Listen
 from console.services.exporter.server import Exporter
 from console.services.model import Event, EventKind
@@ -35,7 +37,18 @@ async def test_the_services_serve_the_series_they_publish(tmp_path: Path) -> Non
                 return resp.read().decode()
 
         text = await asyncio.to_thread(scrape)
-        assert 'phantom_preemptions_total{kind="worker",zone="' in text
+        (counted,) = [
+            sample
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "phantom_preemptions_total"
+        ]
+        # every series names its cluster, a [cluster] config's too (its node's name)
+        assert (
+            counted.labels["kind"] == "worker"
+            and counted.labels["cluster"] == svc.settings.cluster.name != ""
+        )
+        assert counted.value == 1.0
         await exporter.stop()
     finally:
         svc.close_journal()
