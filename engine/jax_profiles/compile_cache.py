@@ -80,17 +80,13 @@ def compilation_cache(directory: str | os.PathLike[str] | None = None) -> Iterat
     Yields the directory in use, or ``None`` when the cache is off.
     """
     path = resolve_cache_dir(directory)
-    if path is None:
-        token = _ACTIVE.set(None)
+    if path is not None:
         try:
-            yield None
-        finally:
-            _ACTIVE.reset(token)
-        return
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a cache that cannot be made never fails the run: no cache
-        log.debug("compile cache: cannot create %s (%s); compiling without it", path, exc)
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a cache that cannot be made never fails the run: no cache
+            log.debug("compile cache: cannot create %s (%s); compiling without it", path, exc)
+            path = None
+    if path is None:
         token = _ACTIVE.set(None)
         try:
             yield None
