@@ -18,10 +18,12 @@ import pytest
 
 from benchmarks.chaos import DrillSettings, run_drill
 from benchmarks.chaos_wandb import WANDB
+from tests.benchmarks import TPU_DRILLS
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.xdist_group(TPU_DRILLS)
+@pytest.mark.timeout(1500)
 async def test_a_small_chaos_drill_survives_every_preemption(tmp_path: Path) -> None:
     """Then the W&B phase, end to end on the same pod: the console submits seed 000's sweep
     with the W&B backend (2 nodes x 2 agents, W&B online against the W&B emulator, the key

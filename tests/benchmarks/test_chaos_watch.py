@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos_watch import WatchDrillSettings, run_watch_drill
+from tests.benchmarks import TPU_DRILLS
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(TPU_DRILLS)
 @pytest.mark.timeout(1500)
 async def test_a_small_watch_drill_loses_no_trial_with_the_watcher_killed(tmp_path: Path) -> None:
     settings = WatchDrillSettings(seed=1, kills=6, overlaps=2, watcher_kills=1, slices=1)
