@@ -42,9 +42,12 @@ class Prometheus:
         assert body["status"] == "success", body
         return list(body["data"]["result"])
 
-    def by(self, promql: str, label: str) -> dict[str, float]:
-        """``promql``'s samples keyed by ``label`` (a ``sum by (label) (...)``)."""
-        return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
+    def by(self, promql: str, *labels: str) -> dict[tuple[str, ...], float]:
+        """``promql``'s samples keyed by the values of ``labels`` (a ``sum by (...)``)."""
+        return {
+            tuple(r["metric"].get(label, "") for label in labels): float(r["value"][1])
+            for r in self.query(promql)
+        }
 
 
 @contextlib.contextmanager

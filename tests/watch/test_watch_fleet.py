@@ -284,11 +284,19 @@ def test_one_watch_recovers_a_worker_a_head_and_a_slice_each_on_its_cluster(
                 assert done["incident"] == lost[name]["incident"]
                 summary = w.event("incident", 60, cluster=name, incident=lost[name]["incident"])
                 assert summary["data"]["outcome"] == "recovered"
-            by_cluster = "sum by (cluster) (phantom_preemptions_total)"
+            lost_by = "sum by (cluster) (phantom_preemptions_total)"
             wait_until(
-                lambda: prom.by(by_cluster, "cluster") == dict.fromkeys(everyone, 1.0),
+                lambda: prom.by(lost_by, "cluster") == {(n,): 1.0 for n in everyone},
                 60,
-                f"PromQL {by_cluster}: 1 for each cluster",
+                f"PromQL {lost_by}: 1 for each cluster",
+            )
+            # each cluster's recovery timed, as what it was: a worker's, a head's, a slice's
+            mttr_by = "sum by (cluster, kind) (phantom_recovery_seconds_count)"
+            kinds = {("pod-a", "worker"): 1.0, ("pod-b", "head"): 1.0, (GKE, "slice"): 1.0}
+            wait_until(
+                lambda: prom.by(mttr_by, "cluster", "kind") == kinds,
+                60,
+                f"PromQL {mttr_by}: {kinds}",
             )
         assert w.terminate() == 0, w.stderr
         for name in everyone:
