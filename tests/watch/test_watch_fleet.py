@@ -346,4 +346,3 @@ def test_once_makes_one_pass_over_every_cluster_in_text(fleet: Fleet) -> None:
     # each row names its cluster after the time: the first poll's host keys of both pods
     for name in NAMES:
         assert any(f"  {name}  host_key  {name}-w0  " in line for line in lines), lines
-
