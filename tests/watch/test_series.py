@@ -130,6 +130,30 @@ def test_an_incident_is_named_by_what_it_lost() -> None:
     assert incident_kind({"hosts": ["a", "b", "c", "d"], "head": True}, 4) == "slice"
     assert incident_kind({"hosts": ["a"], "head": True}, 4) == "head"
     assert incident_kind({"hosts": ["b"], "head": False}, 4) == "worker"
+    # a GKE slice: one "host" (the slice) of a cluster whose config says 4 hosts
+    assert incident_kind({"hosts": ["np-0"], "slices": ["np-0"], "head": False}, 4) == "slice"
+
+
+def test_a_gke_slice_lost_is_counted_and_timed_as_a_slice() -> None:
+    """GKE's rows name the slice they lost; it was counted and timed as a worker (issue 47's
+    fleet drill: sum by (cluster, kind) of the recoveries said worker for the GKE cluster)."""
+    series = WatchSeries(zone="us-east5", hosts_total=4, alive_within_s=30.0)
+    data = {"nodes": ["n-a", "n-b"], "slice": "np-0", "pods": [], "incident": "inc-1"}
+    series.offer(Event(at=1.0, kind=EventKind.PREEMPTED, message="lost", host="np-0", data=data))
+    summary = {"incident": "inc-1", "outcome": "recovered", "mttr_s": 3.0, "detect_s": 0.5}
+    series.offer(
+        Event(
+            at=4.0,
+            kind=EventKind.INCIDENT,
+            message="done",
+            host="np-0",
+            data={**summary, "hosts": ["np-0"], "slices": ["np-0"], "head": False},
+        )
+    )
+    got = _samples(series)
+    lost = {k: v for k, v in got.items() if k[0] == "phantom_preemptions_total"}
+    assert lost == {("phantom_preemptions_total", (("kind", "slice"), ("zone", "us-east5"))): 1.0}
+    assert got[("phantom_recovery_seconds_count", (("kind", "slice"),))] == 1.0
 
 
 async def test_metrics_and_healthz_over_http() -> None:

@@ -3,8 +3,10 @@
 Without Ray (fast): a worker preempted in each pod, each printed and journaled on its own
 cluster (its line, its incident, its journal), counted on the one /metrics under its
 ``cluster`` label; a second watcher on one of the clusters is refused naming it; `status
---json` gives one object per cluster. With Ray (slow): both preempted workers recovered by the
-one watcher, each incident closed on its own cluster's journal.
+--json` gives one object per cluster. Slow, issue 47's fleet (the two pods with Ray, and a
+GKE emulator as a third cluster): a worker lost in pod-a, the head in pod-b and the GKE slice
+at once, each recovered by the one watcher and closed as its own incident on its own
+cluster's journal, and Debian's Prometheus summing the preemptions by cluster.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -22,14 +25,19 @@ from benchmarks.pods import free_ray_ports
 from console.config import Config, load_fleet
 from console.services.record.journal import Journal
 from console.wiring import make_services
+from emulators.gke import client as gke_client
+from emulators.gke.client import GkeInfo
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
+from tests.support.fixtures_gke import start_cluster, stop_cluster
 from tests.support.fixtures_pod import start_test_pod, stop_ray, stop_test_pod
+from tests.support.prometheus import NO_PROMETHEUS, PROMETHEUS, prometheus
 from tests.support.waiting import wait_until
 from tests.support.watcher import Watcher, phantom_argv, state_dir, watch_env
 from tests.watch.test_watch_pod import scrape
 
 NAMES = ("pod-a", "pod-b")
+GKE = "grpo"
 
 
 @dataclass
@@ -37,6 +45,7 @@ class Fleet:
     config: Path
     pods: dict[str, PodInfo]
     tmp: Path
+    gke: GkeInfo | None = None
 
     def journal(self, name: str) -> Journal:
         return Journal(state_dir(self.tmp) / "fleet" / name / "journal.sqlite")
@@ -45,9 +54,10 @@ class Fleet:
         return load_fleet(self.config, discover=False).members
 
 
-def fleet_toml(pods: dict[str, PodInfo], tmp: Path) -> str:
+def fleet_toml(pods: dict[str, PodInfo], tmp: Path, gke: GkeInfo | None = None) -> str:
     """Both pods as [[clusters]] entries: their run dirs and zones, free Ray ports (tests
-    run side by side); everything else, their state dirs included, the fleet's."""
+    run side by side); with ``gke``, that emulator's cluster as a third entry, ``GKE``;
+    everything else, their state dirs included, the fleet's."""
     text = f"""
 [ssh]
 connect_timeout_s = 5.0
@@ -80,6 +90,17 @@ hosts = {len(pod.hosts)}
 run_dir = "{pod.run_dir}"
 [clusters.ray]
 {ray}
+"""
+    if gke is not None:
+        text += f"""
+[[clusters]]
+name = "{GKE}"
+[clusters.cluster]
+provider = "gke"
+[clusters.gke]
+run_dir = "{gke.run_dir}"
+tpu_type = "{gke.tpu_type}"
+hf_token_env = ""
 """
     return text
 
@@ -204,37 +225,87 @@ def test_status_json_gives_one_object_per_cluster(fleet: Fleet) -> None:
     assert only["cluster"] == "pod-b" and only["pod"]["node_name"] == "pod-b"
 
 
+@pytest.fixture
+def fleet_gke(fleet: Fleet) -> Iterator[Fleet]:
+    """``fleet`` plus a GKE emulator (one 2-node v5p-16 spot slice) as its third cluster,
+    ``GKE``; the emulator stopped afterwards, its containers checked gone."""
+    run_dir = fleet.tmp / GKE
+    info = start_cluster(run_dir, recreate_delay=1.0, tpu_type="v5p-16")
+    try:
+        fleet.config.write_text(fleet_toml(fleet.pods, fleet.tmp, info))
+        yield replace(fleet, gke=info)
+    finally:
+        stop_cluster(run_dir)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_one_watch_recovers_a_worker_in_each_pod(fleet: Fleet, watchers: list[Watcher]) -> None:
+@pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+def test_one_watch_recovers_a_worker_a_head_and_a_slice_each_on_its_cluster(
+    fleet_gke: Fleet, watchers: list[Watcher]
+) -> None:
+    """Issue 47's fleet: two pods and a GKE cluster under one `phantom watch`; a worker lost
+    in pod-a, the head in pod-b and the slice in GKE at once. Each is recovered and closed
+    as its own incident in its own cluster's journal, Prometheus sums the preemptions by
+    cluster, and `phantom report` has a row per cluster and the fleet's total."""
+    fleet = fleet_gke
+    assert fleet.gke is not None
+    a, b = fleet.pods["pod-a"], fleet.pods["pod-b"]
+    everyone = (*NAMES, GKE)
     try:
-        asyncio.run(_form_clusters(fleet.members()))
+        asyncio.run(_form_clusters(tuple(m for m in fleet.members() if m.name in NAMES)))
         w = Watcher(fleet.config, watch_env(fleet.tmp), ["--metrics", "127.0.0.1:0"])
         watchers.append(w)
-        for name in NAMES:
-            w.wait_for(
+        metrics = {
+            name: w.wait_for(
                 lambda x, n=name: x.get("state") == "started" and x.get("cluster") == n,
                 120,
                 f"{name} started",
-            )
-        a, b = fleet.pods["pod-a"], fleet.pods["pod-b"]
-        pod_client.preempt(a.run_dir, 1)
-        pod_client.preempt(b.run_dir, 1)
-        lost = {
-            name: w.event("preempted", 60, cluster=name, host=fleet.pods[name].hosts[1].name)
-            for name in NAMES
+            )["metrics"]
+            for name in everyone
         }
-        for name in NAMES:
-            done = w.event("recovered", 600, cluster=name)
-            assert done["incident"] == lost[name]["incident"]
-            summary = w.event("incident", 60, cluster=name, incident=lost[name]["incident"])
-            assert summary["data"]["outcome"] == "recovered"
+        assert len(set(metrics.values())) == 1  # one /metrics for the fleet
+        with prometheus(fleet.tmp, urllib.parse.urlsplit(metrics[GKE]).netloc) as prom:
+            # All three within a second or two: a worker, a head, a whole slice.
+            pod_client.preempt(a.run_dir, 1)
+            pod_client.preempt(b.run_dir, 0)
+            gke_client.preempt_slice(fleet.gke.run_dir, 0, 0.0)
+            victims = {
+                "pod-a": a.hosts[1].name,
+                "pod-b": b.hosts[0].name,
+                GKE: fleet.gke.slices[0].name,
+            }
+            lost = {n: w.event("preempted", 60, cluster=n, host=h) for n, h in victims.items()}
+            # three incidents, one per cluster (each journal numbers its own: opened in
+            # the same second, two clusters' ids may read alike; the cluster tells them apart)
+            assert all(x["incident"].startswith("inc-") for x in lost.values())
+            for name in everyone:
+                done = w.event("recovered", 600, cluster=name)
+                assert done["incident"] == lost[name]["incident"]
+                summary = w.event("incident", 60, cluster=name, incident=lost[name]["incident"])
+                assert summary["data"]["outcome"] == "recovered"
+            lost_by = "sum by (cluster) (phantom_preemptions_total)"
+            wait_until(
+                lambda: prom.by(lost_by, "cluster") == {(n,): 1.0 for n in everyone},
+                60,
+                f"PromQL {lost_by}: 1 for each cluster",
+            )
+            # each cluster's recovery timed, as what it was: a worker's, a head's, a slice's
+            mttr_by = "sum by (cluster, kind) (phantom_recovery_seconds_count)"
+            kinds = {("pod-a", "worker"): 1.0, ("pod-b", "head"): 1.0, (GKE, "slice"): 1.0}
+            wait_until(
+                lambda: prom.by(mttr_by, "cluster", "kind") == kinds,
+                60,
+                f"PromQL {mttr_by}: {kinds}",
+            )
         assert w.terminate() == 0, w.stderr
-        for name in NAMES:
+        for name in everyone:
             with fleet.journal(name) as journal:
-                summaries = journal.query(kinds=["incident"])
-            assert [(s.cluster, s.data["incident"], s.data["outcome"]) for s in summaries] == [
-                (name, lost[name]["incident"], "recovered")
+                rows = journal.query(limit=5000)
+            assert {r.cluster for r in rows} == {name}
+            summaries = [r for r in rows if r.kind == "incident"]
+            assert [(s.data["incident"], s.data["outcome"]) for s in summaries] == [
+                (lost[name]["incident"], "recovered")
             ]
     finally:
         for pod in fleet.pods.values():

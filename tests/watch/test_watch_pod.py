@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -26,11 +25,10 @@ from console.services.record.journal import Journal
 from console.wiring import make_services
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
-from tests.support.fixtures_pod import free_port, start_test_pod, stop_ray, stop_test_pod
+from tests.support.fixtures_pod import start_test_pod, stop_ray, stop_test_pod
+from tests.support.prometheus import NO_PROMETHEUS, PROMETHEUS, prometheus
 from tests.support.waiting import wait_until
 from tests.support.watcher import Watcher, phantom_argv, state_dir, watch_env, write_config
-
-PROMETHEUS = shutil.which("prometheus")
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -116,65 +114,29 @@ def test_once_makes_one_pass_in_plain_text(pod: PodInfo, tmp_path: Path) -> None
     assert any("  host_key  phantom-pod-w0  " in line for line in lines), lines
 
 
-@pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="Debian's prometheus is not installed (apt-get install -y prometheus; .ci/run does)",
-)
+@pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
 def test_prometheus_scrapes_watch_and_promql_returns_the_preemption_count(
     pod: PodInfo, tmp_path: Path, watcher_of: list[Watcher]
 ) -> None:
-    assert PROMETHEUS is not None
     config, env = write_config(pod, tmp_path), watch_env(tmp_path)
-    port = free_port()
-    w = Watcher(config, env, ["--metrics", f"127.0.0.1:{port}"])
+    w = Watcher(config, env, ["--metrics", "127.0.0.1:0"])
     watcher_of.append(w)
-    w.wait_for(lambda x: x.get("state") == "started", 120, "started")
-    prom_port = free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: phantom\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-    )
-    prom = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    api = f"http://127.0.0.1:{prom_port}/api/v1/query?"
+    metrics = w.wait_for(lambda x: x.get("state") == "started", 120, "started")["metrics"]
+    target = urllib.parse.urlsplit(metrics).netloc
+    with prometheus(tmp_path, target) as prom:
 
-    def query(promql: str) -> list[dict[str, object]]:
-        url = api + urllib.parse.urlencode({"query": promql})
-        try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                body = json.load(resp)
-        except OSError:
-            return []  # not listening yet
-        assert body["status"] == "success", body
-        return list(body["data"]["result"])
+        def count() -> float | None:
+            result = prom.query("sum(phantom_preemptions_total)")
+            return float(result[0]["value"][1]) if result else None
 
-    def count() -> float | None:
-        result = query("sum(phantom_preemptions_total)")
-        return float(result[0]["value"][1]) if result else None  # type: ignore[index]
-
-    try:
-        wait_until(lambda: bool(query("phantom_up == 1")), 90, "Prometheus scraping phantom_up 1")
+        wait_until(
+            lambda: bool(prom.query("phantom_up == 1")), 90, "Prometheus scraping phantom_up 1"
+        )
         pod_client.preempt(pod.run_dir, 1)
         w.event("preempted", 60, host=pod.hosts[1].name)
         wait_until(lambda: count() == 1.0, 60, "PromQL sum(phantom_preemptions_total) = 1")
-        (series,) = query('phantom_preemptions_total{kind="worker"}')
-        assert series["metric"]["job"] == "phantom"  # type: ignore[index]
-    finally:
-        prom.terminate()
-        try:
-            prom.wait(30)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait(30)
+        (series,) = prom.query('phantom_preemptions_total{kind="worker"}')
+        assert series["metric"]["job"] == "phantom"
     assert w.terminate() == 0, w.stderr
 
 

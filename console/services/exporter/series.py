@@ -1,6 +1,7 @@
 """``WatchSeries``: what the console knows, as Prometheus series.
 
-    phantom_preemptions_total{kind,zone}     hosts lost to preemption (kind: head | worker)
+    phantom_preemptions_total{kind,zone}     hosts lost to preemption (kind: head | worker,
+                                             or slice: a GKE slice, its nodes at once)
     phantom_recovery_seconds{kind}           MTTR of each finished recovery (histogram;
                                              kind: worker | head | slice)
     phantom_detect_seconds                   loss -> detection (histogram)
@@ -64,11 +65,18 @@ def _loss_key(ev: Event) -> tuple[str, str]:
 
 
 def incident_kind(data: Mapping[str, Any], hosts_total: int) -> str:
-    """What an incident's summary row says was lost: the whole slice, the head, or workers."""
+    """What an incident's summary row says was lost: a whole slice (every host of a pod, or
+    a GKE slice its rows name), the head, or workers."""
     hosts = data.get("hosts") or ()
-    if hosts_total > 1 and len(hosts) >= hosts_total:
+    if data.get("slices") or (hosts_total > 1 and len(hosts) >= hosts_total):
         return "slice"
     return "head" if data.get("head") else "worker"
+
+
+def _loss_kind(ev: Event) -> str:
+    """ "slice" for a loss row that names its slice (GKE's: its host is the slice, lost
+    whole), else "" (a host: the head or a worker)."""
+    return "slice" if ev.data.get("slice") else ""
 
 
 class WatchSeries(Collector):
@@ -160,7 +168,7 @@ class WatchSeries(Collector):
             with self._lock:
                 if not self._remember(_loss_key(ev)):
                     return
-                kind = "head" if self._is_head(ev.host) else "worker"
+                kind = _loss_kind(ev) or ("head" if self._is_head(ev.host) else "worker")
             zone = str(ev.data.get("zone") or self.zone)
             self.preemptions.labels(kind=kind, zone=zone).inc()
         elif ev.kind == INCIDENT:

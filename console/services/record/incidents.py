@@ -142,6 +142,7 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
     resubmitted: dict[str, str] = {}
     folded: dict[str, int] = {}
     hosts: list[str] = []
+    slices: list[str] = []
     steps_lost: int | None = None
     detect = _num(started.data.get("detect_s")) if started is not None else None
     for e in rows:
@@ -162,6 +163,9 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
             folded[e.kind] = folded.get(e.kind, 0) + 1
         if e.kind in LOSS_KINDS[:3] and e.host and e.host not in hosts:
             hosts.append(e.host)
+        lost_slice = e.data.get("slice") if e.kind in LOSS_KINDS[:3] else None
+        if isinstance(lost_slice, str) and lost_slice and lost_slice not in slices:
+            slices.append(lost_slice)
         if detect is None and e.kind in LOSS_KINDS:
             detect = _num(e.data.get("detect_s"))
         lost = _num(e.data.get("steps_lost"))
@@ -183,6 +187,9 @@ def summarize(incident_id: str, rows: Sequence[Event]) -> dict[str, Any]:
         else IncidentCause.OTHER,
         "host": first.host if first is not None else "",
         "hosts": hosts,
+        # GKE's loss rows name their slice (its nodes go and come back together): what was
+        # lost was the slice, whatever share of the cluster's hosts it is
+        "slices": slices,
         "head": any(e.kind in (EventKind.HEAD_LOST, EventKind.HEAD_FAILED) for e in rows),
         "opened_at": rows[0].at if rows else None,
         "ended_at": end.at if end is not None else None,

@@ -297,3 +297,24 @@ def test_a_pod_failure_a_loss_supersedes_is_summarised_not_left_open() -> None:
     assert incident_of(summary) == incident_of(oom)
     assert summary.data["outcome"] == "no recovery" and summary.data["ended_at"] == 105.0
     assert tracker.current == incident_of(lost)
+
+
+def test_a_gke_slice_lost_is_summarised_as_that_slice() -> None:
+    """GKE's loss rows name their slice (its host is the slice, its nodes gone at once): the
+    summary names the slices lost, so readers (the exporter's recovery kind) see a slice's
+    loss, not one host of four (issue 47's fleet: the GKE recovery was timed as a worker's)."""
+    from console.services.record.incidents import IncidentTracker
+
+    tracker = IncidentTracker()
+    nodes = {"nodes": ["gke-np-0-a", "gke-np-0-b"], "slice": "np-0", "pods": []}
+    lost = tracker.stamp(Event(at=100.0, kind="preempted", host="np-0", message="x", data=nodes))
+    assert tracker.stored(lost) is None
+    end = tracker.stamp(Event(at=102.0, kind="recovered", message="ok", data={"mttr_s": 2.0}))
+    summary = tracker.stored(end)
+    assert summary is not None and summary.kind == INCIDENT
+    assert (summary.data["hosts"], summary.data["slices"]) == (["np-0"], ["np-0"])
+    # a TPU VM host's loss names no slice
+    worker = tracker.stamp(Event(at=200.0, kind="preempted", host=W1, message="x"))
+    tracker.stored(worker)
+    again = tracker.stored(tracker.stamp(Event(at=201.0, kind="recovered", message="ok")))
+    assert again is not None and (again.data["hosts"], again.data["slices"]) == ([W1], [])
