@@ -43,21 +43,21 @@ TC = PK.TileConfig
 # (label, config) per metric: the default first
 CONFIGS = {
     "tv": [
+        ("planes 128/512/256 ag2 (default)", TC(128, 512, 256, 2, 96)),
         ("flat (old default)", TC(128, 512, 512, 2, 96, group_actions=False)),
-        ("planes 128/512/256 ag2", TC(128, 512, 256, 2, 96)),
         ("planes 128/512/512 ag1", TC(128, 512, 512, 1, 100)),
         ("planes 128/256/256 ag2", TC(128, 256, 256, 2, 96)),
         ("planes 128/512/128 ag4", TC(128, 512, 128, 4, 96)),
         ("planes 64/512/256 ag2", TC(64, 512, 256, 2, 96)),
     ],
     "js": [
+        ("planes 128/256/256 ag1 (default)", TC(128, 256, 256, 1, 64)),
         ("flat (old default)", TC(128, 256, 1024, 1, 64, group_actions=False)),
-        ("planes 128/256/256 ag1", TC(128, 256, 256, 1, 64)),
+        ("planes 128/256/256 ag2", TC(128, 256, 256, 2, 64)),
+        ("planes 128/512/256 ag1", TC(128, 512, 256, 1, 96)),
+        ("planes 128/256/512 ag1", TC(128, 256, 512, 1, 96)),
+        ("planes 128/256/128 ag2", TC(128, 256, 128, 2, 64)),
         ("planes 128/256/256 ag1 log2", TC(128, 256, 256, 1, 64, log2=True)),
-        ("planes 128/256/256 ag2 log2", TC(128, 256, 256, 2, 64, log2=True)),
-        ("planes 128/512/256 ag1 log2", TC(128, 512, 256, 1, 96, log2=True)),
-        ("planes 128/256/512 ag1 log2", TC(128, 256, 512, 1, 96, log2=True)),
-        ("flat log2", TC(128, 256, 1024, 1, 64, group_actions=False, log2=True)),
     ],
 }
 

@@ -98,15 +98,15 @@ class TileConfig:
     log2: bool = False  # JS's pair as t log2 t (ln 2 folded into the weight)
 
 
-# Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents by
-# `python -m benchmarks.jax_profiles_sweep --candidates 256 --configs 7` (kernel alone):
-# JS 130.9 ms with these tiles against 136.9-144.6 with the other six (64 agents a block:
-# out of VMEM at BX 1024 without a raised limit); TV 74.2 ms against 77.8-82.6. Wider
-# agent and profile blocks read the bank and the agents fewer times. Smaller problems
-# clip them.
+# Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents, the kernel alone on
+# the bank's action planes, `python -m benchmarks.jax_profiles_layout --candidates 256`:
+# TV 44.2 ms (roofline 41.1) against 44.4-47.0 with four other tiles and 59.5 for the flat
+# bank's best (roofline 55.2); JS 101.4 (roofline 97.4) against 116.1 flat, and 114-118
+# with t log2 t (the chip's log is natural: log2 is a log and a product). Smaller problems
+# clip the blocks.
 _DEFAULTS = {
-    "js": TileConfig(128, 256, 1024, agents_per_step=1, vmem_limit_mb=64),
-    "tv": TileConfig(128, 512, 512, agents_per_step=2, vmem_limit_mb=96),
+    "js": TileConfig(128, 256, 256, agents_per_step=1, vmem_limit_mb=64),
+    "tv": TileConfig(128, 512, 256, agents_per_step=2, vmem_limit_mb=96),
 }
 
 
@@ -385,7 +385,7 @@ def bank_planes(kernels: jax.Array, g: int) -> jax.Array:
     p = kernels.shape[0]
     if g == 1:
         return kernels.reshape(1, p, -1)
-    return kernels.reshape(p, -1, g).transpose(2, 0, 1)
+    return kernels.reshape(p, -1, g).transpose(2, 0, 1)  # bank.action_planes, any rank
 
 
 def pallas_total(

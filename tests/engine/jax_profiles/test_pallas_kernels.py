@@ -308,3 +308,23 @@ def test_kernels_lower_for_a_tpu(metric: str, n_agents: int, p: int, shape: tupl
 
     lowered = jax.jit(fn).trace(bank, agents).lower(lowering_platforms=("tpu",))
     assert "stablehlo.custom_call @tpu_custom_call" in lowered.as_text()
+
+
+def test_a_bank_holding_its_action_planes_scores_the_same() -> None:
+    """On a TPU the bank holds its kernels as action planes (the kernels' operand, no
+    relayout a pass); here it is asked for. The pass on them, a slice of them
+    (``first_profiles``) and the bank without them agree; the sharded pass drops them."""
+    bank, agents, vis = _case(37, 5, (2, 5, 3), seed=6)
+    assert bank.planes is None and not B.holds_planes("cpu") and B.holds_planes("tpu")
+    held = B.with_planes(bank)
+    k = np.asarray(bank.kernels)
+    np.testing.assert_array_equal(np.asarray(held.planes)[2, 7], k[7, :, :, 2].reshape(-1))
+    for metric in ("js", "tv"):
+        want = np.asarray(D.divergence_total(bank, agents, vis, metric, impl="pallas"))
+        got = np.asarray(D.divergence_total(held, agents, vis, metric, impl="pallas"))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        first = np.asarray(
+            D.divergence_total(B.first_profiles(held, 11), agents, vis, metric, impl="pallas")
+        )
+        np.testing.assert_allclose(first, want[:, :11], rtol=1e-6, atol=1e-7)
+    assert B.with_planes(held, hold=False).planes is None
