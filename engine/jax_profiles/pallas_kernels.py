@@ -101,11 +101,11 @@ class TileConfig:
 # Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents, the kernel alone on
 # the bank's action planes, `python -m benchmarks.jax_profiles_layout --candidates 256`:
 # TV 44.2 ms (roofline 41.1) against 44.4-47.0 with four other tiles and 59.5 for the flat
-# bank's best (roofline 55.2); JS 101.4 (roofline 97.4) against 116.1 flat, and 114-118
-# with t log2 t (the chip's log is natural: log2 is a log and a product). Smaller problems
-# clip the blocks.
+# bank's best (roofline 55.2); JS 97.3 (roofline 93.4) against 98.4-101.6 with four other
+# tiles, 116.2 flat, and 114-118 with t log2 t (the chip's log is natural: log2 is a log
+# and a product). Smaller problems clip the blocks.
 _DEFAULTS = {
-    "js": TileConfig(128, 256, 256, agents_per_step=1, vmem_limit_mb=64),
+    "js": TileConfig(128, 512, 256, agents_per_step=1, vmem_limit_mb=96),
     "tv": TileConfig(128, 512, 256, agents_per_step=2, vmem_limit_mb=96),
 }
 
