@@ -25,23 +25,35 @@ a few 1e-7 of the largest divergence where measured, at half the MXU passes of f
 contract precision (TV 82.6 against 89.0 ms at 4096 x 256 with the same tiles, JS 144.6
 against 150.6).
 
-Per output tile (``BP`` profiles x ``BJ`` agents) the grid walks ``X`` in tiles of ``BX``
-(the last grid axis, sequential on a TensorCore) with two accumulators in VMEM scratch:
-``[BJ, BP, 128]`` lane partials of the vector term and ``[BP, BJ]`` for the product. Each
-grid step first copies every agent's ``q`` and ``w`` row onto 8 sublanes (``[BJ, 8, BX]``
-scratch); a loop over agents (``AG`` a step, read by a dynamic leading index) then runs
-the tile's row slabs of 8 unrolled: ``w * pair(q, k)`` on a ``[8, BX]`` slab, folded to
-128 lanes with vector adds, added to the agent's partials. The last X step reduces the
-lanes once and writes ``[BP, BJ]``. The bank is read ``ceil(J / BJ)`` times, the agents
-``ceil(P / BP)`` times. (Measured against it on the TPU v5e: agents unrolled with a loop
-over row slabs, 1.1-1.6x slower; fully unrolled tiles, 1.6-1.8x; the product in fp32
-contract precision or as an XLA dot beside the kernel; TV as ``w |q - k|`` alone, 4 vector
-operations a pair to ``min``'s 3.)
+The bank is read as ``A`` action planes ``[A, P, L S]`` (``bank_planes``; a bank built on
+a TPU holds them, ``ProfileBank.planes``, so the pass lays nothing out), the agents'
+``q`` likewise and ``w`` as one ``[J, L S]`` row, since a state's actions share its
+weight: the A pair terms of a state are added first, then weighted and folded once (TV
+2.25 vector operations a pair, not 3). On the TPU v5e at 4096 x 256 this took TV from
+59.5 to 44.2 ms and JS from 116.2 to 97.3 (kernel alone, same run), and holding the
+planes saves the 10.6 ms relayout a pass (the 4-D kernels are kept action-minor there:
+``(0, 1, 3, 2)``, tiles of 4 x 128; the flat ``[P, X]`` view cost 15.4 ms).
+
+Per output tile (``BP`` profiles x ``BJ`` agents) the grid walks the planes' columns in
+tiles of ``BX`` (the last grid axis, sequential on a TensorCore) with two accumulators in
+VMEM scratch: ``[BJ, BP, 128]`` lane partials of the vector term and ``[BP, BJ]`` for the
+product. Each grid step first copies every agent's ``q`` rows (``[BJ, A, 8, BX]``) and
+``w`` row (``[BJ, 8, BX]``) onto 8 sublanes; a loop over agents (``AG`` a step, read by a
+dynamic leading index) then runs the tile's row slabs of 8 unrolled: ``w * sum_a
+pair(q_a, k_a)`` on ``[8, BX]`` slabs, folded to 128 lanes with vector adds, added to
+the agent's partials. The product's bank factor is summed over the planes first (one
+product a step). The last X step reduces the lanes once and writes ``[BP, BJ]``. The bank
+is read ``ceil(J / BJ)`` times, the agents ``ceil(P / BP)`` times. (Measured against it on
+the TPU v5e: agents unrolled with a loop over row slabs, 1.1-1.6x slower; fully unrolled
+tiles, 1.6-1.8x; the product in fp32 contract precision or as an XLA dot beside the
+kernel; TV as ``w |q - k|`` alone, 4 vector operations a pair to ``min``'s 3; JS's pair as
+``t log2 t``, 1.2x: the chip's log is natural.) ``group_actions=False`` reads the flat
+bank (one plane), the kernel before the planes.
 
 Edges: ``P`` need not divide by ``BP`` (rows are independent: the rows of a partial last
 block are computed and dropped); the agents are padded to a multiple of ``BJ`` with zero
-weight and along ``X`` to the grid's width with zeros; the bank is never copied or
-padded: a partial last X tile is zeroed past ``X`` in VMEM before use.
+weight and along ``X`` to the grid's width with zeros; the bank is never padded: a partial
+last X tile is zeroed past ``X`` in VMEM before use.
 
 Off a TPU the kernels run with ``interpret=True`` (how the tests check them on CPU).
 ``roofline`` is the same vector loop on a tile held in VMEM: the bench's elementwise
