@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -51,10 +52,10 @@ CONFIGS = {
         ("planes 64/512/256 ag2", TC(64, 512, 256, 2, 96)),
     ],
     "js": [
-        ("planes 128/256/256 ag1 (default)", TC(128, 256, 256, 1, 64)),
+        ("planes 128/512/256 ag1 (default)", TC(128, 512, 256, 1, 96)),
         ("flat (old default)", TC(128, 256, 1024, 1, 64, group_actions=False)),
         ("planes 128/256/256 ag2", TC(128, 256, 256, 2, 64)),
-        ("planes 128/512/256 ag1", TC(128, 512, 256, 1, 96)),
+        ("planes 128/256/256 ag1", TC(128, 256, 256, 1, 64)),
         ("planes 128/256/512 ag1", TC(128, 256, 512, 1, 96)),
         ("planes 128/256/128 ag2", TC(128, 256, 128, 2, 64)),
         ("planes 128/256/256 ag1 log2", TC(128, 256, 256, 1, 64, log2=True)),
@@ -94,8 +95,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _kl_rows(log_kernels: jax.Array, side: T.AgentSide, mask: jax.Array, q: Any, vis: Any,
-             read_s: float, repeats: int) -> dict[str, Any]:
+def _kl_rows(
+    log_kernels: jax.Array,
+    side: T.AgentSide,
+    mask: jax.Array,
+    q: Any,
+    vis: Any,
+    read_s: float,
+    repeats: int,
+) -> dict[str, Any]:
     """XLA's bf16x3 pass on the 4-D log kernels against three bf16 products on a bank
     kept split into bfloat16 hi + lo ``[P, X]`` (the split made once, beforehand)."""
     p = log_kernels.shape[0]
@@ -120,21 +128,30 @@ def _kl_rows(log_kernels: jax.Array, side: T.AgentSide, mask: jax.Array, q: Any,
         return out + jax.lax.dot_general(lo, w_hi, dims, preferred_element_type=f32)
 
     out: dict[str, Any] = {"metric": "kl", "candidates": int(side.q.shape[0])}
-    ref = jax.jit(lambda a, b: D._product(a, b, "fp32")).lower(flat, side.wq).compile()
+    ref = jax.jit(functools.partial(D._product, precision="fp32")).lower(flat, side.wq).compile()
     want = ref(flat, side.wq)
     for name, fn, ops in (
-        ("xla_bf16x3_4d", jax.jit(
-            lambda lk, ag, v: D._kl_total(mask, lk, ag, v, "bf16x3")), (log_kernels, q, vis)),
-        ("xla_bf16x3_flat_product", jax.jit(lambda a, b: D._product(a, b, "bf16x3")),
-         (flat, side.wq)),
+        (
+            "xla_bf16x3_4d",
+            jax.jit(functools.partial(D._kl_total, mask, precision="bf16x3")),
+            (log_kernels, q, vis),
+        ),
+        (
+            "xla_bf16x3_flat_product",
+            jax.jit(functools.partial(D._product, precision="bf16x3")),
+            (flat, side.wq),
+        ),
         ("stored_split_3_products", jax.jit(split3), (hi, lo, side.wq)),
         ("stored_split_2_products", jax.jit(split2), (hi, lo, side.wq)),
-        ("xla_bf16_4d", jax.jit(
-            lambda lk, ag, v: D._kl_total(mask, lk, ag, v, "bf16")), (log_kernels, q, vis)),
+        (
+            "xla_bf16_4d",
+            jax.jit(functools.partial(D._kl_total, mask, precision="bf16")),
+            (log_kernels, q, vis),
+        ),
     ):
         compiled = fn.lower(*ops).compile()
         got = compiled(*ops)
-        s = _median(lambda compiled=compiled, ops=ops: compiled(*ops), repeats)
+        s = _median(functools.partial(compiled, *ops), repeats)
         out[f"{name}_ms"] = round(s * 1e3, 4)
         out[f"{name}_over_read"] = round(s / read_s, 3)
         if "product" in name:
@@ -158,19 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; bank {shape}; layout {fmt}")
     flat = jax.block_until_ready(kernels.reshape(args.profiles, -1) + 0.0)
     read = jax.jit(jnp.sum).lower(flat).compile()
-    read_s = _median(lambda: read(flat), args.repeats)
+    read_s = _median(functools.partial(read, flat), args.repeats)
     print(f"read-only (flat copy): {read_s * 1e3:.3f} ms ({flat.nbytes / read_s / 1e9:.0f} GB/s)")
     read4 = jax.jit(jnp.sum).lower(kernels).compile()
-    read4_s = _median(lambda: read4(kernels), args.repeats)
+    read4_s = _median(functools.partial(read4, kernels), args.repeats)
     print(f"read-only (4-D bank): {read4_s * 1e3:.3f} ms")
     del flat
     rows: list[dict[str, Any]] = []
-    planes_fn = {g: jax.jit(lambda k, g=g: PK.bank_planes(k, g)) for g in (1, args.actions)}
+    planes_fn = {g: jax.jit(functools.partial(PK.bank_planes, g=g)) for g in (1, args.actions)}
     planes = {}
     for g, fn in planes_fn.items():
-        c = fn.lower(kernels).compile()
-        planes[g] = jax.block_until_ready(c(kernels))
-        s = _median(lambda c=c: c(kernels), args.repeats)
+        relayout = fn.lower(kernels).compile()
+        planes[g] = jax.block_until_ready(relayout(kernels))
+        s = _median(functools.partial(relayout, kernels), args.repeats)
         rows.append({"what": "relayout", "groups": g, "ms": round(s * 1e3, 4)})
         print(f"relayout to {planes[g].shape}: {s * 1e3:.3f} ms")
     rng = np.random.default_rng(1)
@@ -189,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"{metric} C={c} {label}"
                 try:
                     t0 = time.perf_counter()
-                    fn = jax.jit(lambda pl_, s_, cfg=cfg: PK.planes_total(metric, pl_, s_, cfg))
+                    fn = jax.jit(functools.partial(PK.planes_total, metric, cfg=cfg))
                     compiled = fn.lower(planes[g], side).compile()
                     out = jax.block_until_ready(compiled(planes[g], side))
                     bound = PK.roofline(metric, shape[0], c, kernels[0].size, cfg, g=g)
@@ -198,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # a tile that does not fit: say so, go on
                     print(f"{tag}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
                     continue
-                s = _median(lambda compiled=compiled, g=g: compiled(planes[g], side), args.repeats)
+                s = _median(functools.partial(compiled, planes[g], side), args.repeats)
                 first = out if first is None else first
                 row = {
                     "what": "kernel",
@@ -218,11 +235,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"({s / roof_s:.2f}x), vs first {row['rel_err_vs_first']:.1e}"
                 )
             for label, cfg in (CONFIGS[metric][0], CONFIGS[metric][1]):
-                fn = jax.jit(lambda k, s_, cfg=cfg: PK.pallas_total(metric, k, s_, cfg))
+                fn = jax.jit(functools.partial(PK.pallas_total, metric, cfg=cfg))
                 compiled = fn.lower(kernels, side).compile()
-                s = _median(lambda compiled=compiled: compiled(kernels, side), args.repeats)
-                rows.append({"what": "pass", "metric": metric, "candidates": c,
-                             "config": label, "ms": round(s * 1e3, 4)})
+                s = _median(functools.partial(compiled, kernels, side), args.repeats)
+                rows.append(
+                    {
+                        "what": "pass",
+                        "metric": metric,
+                        "candidates": c,
+                        "config": label,
+                        "ms": round(s * 1e3, 4),
+                    }
+                )
                 print(f"{metric} C={c} {label}: pass on the 4-D bank {s * 1e3:.3f} ms")
         if not args.no_kl:
             rows.append(_kl_rows(log_kernels, side, mask, qd, visd, read4_s, args.repeats))
