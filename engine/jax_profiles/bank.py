@@ -626,7 +626,9 @@ def build_bank(
         ),
         floor=float(floor),
     )
-    return to_device(with_planes(bank, holds_planes()), device)
+    # placed by a Sharding (along profiles) the bank keeps to the XLA paths: no planes
+    hold = holds_planes() and not isinstance(device, jax.sharding.Sharding)
+    return to_device(with_planes(bank, hold), device)
 
 
 def pad_profiles(bank: ProfileBank, multiple: int) -> ProfileBank:
