@@ -306,9 +306,11 @@ def _run(args: argparse.Namespace, cache_dir: Any) -> int:
         x = n_levels * n_states * n_actions
         for m in ("js", "tv"):
             if m in args.metrics:
-                lay = PK.layout(PK.default_config(m), p, c, x)
+                cfg = PK.default_config(m)
+                g = PK.groups((p, n_levels, n_states, n_actions), cfg)
+                lay = PK.layout(cfg, p, c, x // g, g)
                 print(
-                    f"pallas {m}: blocks BJ={lay.bj} BP={lay.bp} BX={lay.bx}, "
+                    f"pallas {m}: {g} plane(s), blocks BJ={lay.bj} BP={lay.bp} BX={lay.bx}, "
                     f"grid {lay.n_j} x {lay.n_p} x {lay.n_x} = {lay.steps} steps "
                     f"({PK.default_config(m)})"
                 )

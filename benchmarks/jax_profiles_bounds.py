@@ -123,7 +123,9 @@ def make_bounds(
         if on_tpu:
             from engine.jax_profiles import pallas_kernels as PK
 
-            elementwise[metric] = PK.roofline(metric, p, n_agents, x).run
+            cfg = PK.default_config(metric)
+            g = PK.groups(bank_array.shape, cfg)  # the planes the pass reads
+            elementwise[metric] = PK.roofline(metric, p, n_agents, x, cfg, g=g).run
         else:
             elementwise[metric] = _xla_arithmetic(metric, n_agents * p * x)
     kind = "Pallas roofline, VMEM-held tiles" if on_tpu else "XLA arithmetic, cache-resident"

@@ -13,9 +13,11 @@
 #   3. 4096 x 256: js, tv pallas <= 100 / 60 ms and /bound (the elementwise roofline)
 #      <= 1.3; kl auto /bound (read-only) <= 1.3, its rel err and "same";
 #   4. compile cache: second process / cold < 0.25 (bank build + first pass);
-#   5. tile sweep (JS, TV kernels at 16 and 256 candidates; KL's products by count).
+#   5. tile sweep (JS, TV kernels at 16 and 256 candidates; KL's products by count);
+#   6. where a kernel pass goes (benchmarks/jax_profiles_layout.py): the bank's relayout,
+#      the kernel per tile config against its roofline, KL on a bank kept split.
 # PYTHON overrides the interpreter (default: python3); SWEEP_METRIC, SWEEP_CANDIDATES and
-# SWEEP_CONFIGS the sweep's --metric, --candidates and --configs.
+# SWEEP_CONFIGS the sweep's --metric, --candidates and --configs; LAYOUT_ARGS step 6's.
 set -u
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -54,3 +56,5 @@ step 4 "compile cache: cold vs second process (default size)" 60 \
 step 5 "tile sweep at 4096 profiles" 120 \
   "${PY}" -m benchmarks.jax_profiles_sweep --metric "${SWEEP_METRIC:-js,tv,kl}" \
   --candidates "${SWEEP_CANDIDATES:-256,16}" --configs "${SWEEP_CONFIGS:-7,2}" --repeats 3
+step 6 "where a kernel pass goes at 4096 profiles" 300 \
+  "${PY}" -m benchmarks.jax_profiles_layout ${LAYOUT_ARGS:---candidates 256 --repeats 4}

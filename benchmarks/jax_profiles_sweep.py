@@ -108,7 +108,8 @@ def _sweep_kernels(
     seen = set()
     roofs: dict[Any, float] = {}
     for cfg in configs:
-        lay = PK.layout(cfg, p, c, x)
+        g = PK.groups(kernels.shape, cfg)
+        lay = PK.layout(cfg, p, c, x // g, g)
         key = (lay, cfg.agents_per_step)
         label = f"{metric} C={c} BJ={lay.bj} BP={lay.bp} BX={lay.bx} AG={cfg.agents_per_step}"
         if key in seen:  # clipped to the same blocks as one already run
@@ -121,7 +122,7 @@ def _sweep_kernels(
             compiled = fn.lower(kernels, side).compile()
             out = jax.block_until_ready(compiled(kernels, side))
             if roof_key not in roofs:
-                bound = PK.roofline(metric, p, c, x, cfg)
+                bound = PK.roofline(metric, p, c, x, cfg, g=PK.groups(kernels.shape, cfg))
                 bound.run()
                 roofs[roof_key] = _median(bound.run, args.repeats)
             compile_s = time.perf_counter() - t0

@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.jax_profiles.choice import resolve_impl
 from engine.jax_profiles.program_cache import CachedProgram
 
 __all__ = [
@@ -99,6 +100,11 @@ class ProfileBank:
     kinds: jax.Array  # int32 [P]: HUMAN, AGENT, CONTAMINATION or PADDING
     epsilon: jax.Array  # float32 [P]: contamination weight (0 for non-contaminated)
     contamination: jax.Array  # int32 [P]: index into CONTAMINATIONS, or -1
+    # float32 [A, P, L * S]: the kernels as action planes, the operand the TPU kernels of
+    # JS and TV read (pallas_kernels.py); held where ``impl="auto"`` picks them (a TPU),
+    # else None. On a TPU the 4-D kernels are kept action-minor, and laying them out
+    # again took 10.6 ms a pass at 4096 profiles (an extra copy of the kernels' size).
+    planes: jax.Array | None = None
     floor: float = dataclasses.field(default=KL_FLOOR, metadata={"static": True})
 
     @property
@@ -149,6 +155,31 @@ def _log_floor(kernels: jax.Array, floor: jax.Array) -> jax.Array:
     return jnp.log(jnp.maximum(kernels, floor))
 
 
+def action_planes(kernels: jax.Array) -> jax.Array:
+    """``[A, P, L * S]``: action ``a``'s plane holds ``kernels[p, l, s, a]`` at ``l * S + s``."""
+    p, n_levels, n_states, n_actions = kernels.shape
+    return kernels.reshape(p, n_levels * n_states, n_actions).transpose(2, 0, 1)
+
+
+def _planes_program(bank: ProfileBank) -> ProfileBank:
+    return dataclasses.replace(bank, planes=action_planes(bank.kernels))
+
+
+def holds_planes(backend: str | None = None) -> bool:
+    """Whether a bank built on ``backend`` (default: JAX's) holds its action planes: where
+    ``impl="auto"`` scores JS or TV with the Pallas kernels (``choice.AUTO``)."""
+    return any(resolve_impl(m, "auto", backend) == "pallas" for m in ("js", "tv"))
+
+
+def with_planes(bank: ProfileBank, hold: bool = True) -> ProfileBank:
+    """The bank holding its action planes (``hold=False``: without them)."""
+    if not hold:
+        return bank if bank.planes is None else dataclasses.replace(bank, planes=None)
+    if bank.planes is not None:
+        return bank
+    return _planes(bank)
+
+
 def make_bank(
     kernels: Any,
     state_mask: Any,
@@ -181,7 +212,7 @@ def make_bank(
     )
     if not 0.0 < floor < 1.0:
         raise ValueError(f"floor must be in (0, 1), got {floor}")
-    return ProfileBank(
+    bank = ProfileBank(
         kernels=k,
         log_kernels=_log_floor(k, np.float32(floor)),
         state_mask=mask,
@@ -190,6 +221,7 @@ def make_bank(
         contamination=code,
         floor=float(floor),
     )
+    return with_planes(bank, holds_planes())
 
 
 # --------------------------------------------------------------------------- trajectories
@@ -594,7 +626,9 @@ def build_bank(
         ),
         floor=float(floor),
     )
-    return to_device(bank, device)
+    # placed by a Sharding (along profiles) the bank keeps to the XLA paths: no planes
+    hold = holds_planes() and not isinstance(device, jax.sharding.Sharding)
+    return to_device(with_planes(bank, hold), device)
 
 
 def pad_profiles(bank: ProfileBank, multiple: int) -> ProfileBank:
@@ -626,6 +660,7 @@ def _first_program(bank: ProfileBank, n: int) -> ProfileBank:
         bank,
         kernels=bank.kernels[:n],
         log_kernels=bank.log_kernels[:n],
+        planes=None if bank.planes is None else bank.planes[:, :n],
         kinds=bank.kinds[:n],
         epsilon=bank.epsilon[:n],
         contamination=bank.contamination[:n],
@@ -633,6 +668,7 @@ def _first_program(bank: ProfileBank, n: int) -> ProfileBank:
 
 
 _first = CachedProgram(_first_program, static_argnames=("n",))
+_planes = CachedProgram(_planes_program)
 
 
 def first_profiles(bank: ProfileBank, n: int) -> ProfileBank:

@@ -56,9 +56,10 @@ _TPU = (
     "(issue 46's runs): "
 )
 _TPU_JS_TV = _TPU + (
-    "pallas against reference and tiled, same run: 256 profiles x 16 agents JS 2.21 vs 4.53 "
-    "and 37.3 ms, TV 2.11 vs 3.33 and 4.51; 4096 x 16 JS 24.7 vs 71.6 and 586, TV 21.2 vs "
-    "57.3 and 62.3; 4096 x 256 JS 132 vs 1,082 and 2,529, TV 75.7 vs 896 and 437"
+    "pallas (action planes held by the bank) against reference and tiled, same run: 256 "
+    "profiles x 16 agents JS 1.39 vs 4.55 and 37.3 ms, TV 1.26 vs 3.37 and 4.52; 4096 x 16 "
+    "JS 7.72 vs 71.8 and 586, TV 4.20 vs 57.2 and 62.3; 4096 x 256 JS 96.6 vs 1,087 and "
+    "2,529, TV 43.8 vs 897 and 437"
 )
 _TPU_KL = _TPU + (
     "XLA's product at 4096 profiles, 16 / 64 / 128 / 256 agents (sweep): fp32 2.94 / 2.99 / "

@@ -293,6 +293,10 @@ def total_divergences(
         from engine.jax_profiles import pallas_kernels
 
         side = tiled.agent_side(bank.state_mask, agents, visitation)
+        planes = bank.planes
+        if planes is not None and not _varies_over_a_mesh(planes):
+            # the action planes the bank holds (on a TPU): no relayout in the pass
+            return pallas_kernels.planes_total(metric, planes, side)
         return pallas_kernels.pallas_total(metric, bank.kernels, side)
     if metric == "kl":
         return _kl_total(bank.state_mask, bank.log_kernels, agents, visitation, precision)

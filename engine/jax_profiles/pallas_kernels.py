@@ -25,23 +25,35 @@ a few 1e-7 of the largest divergence where measured, at half the MXU passes of f
 contract precision (TV 82.6 against 89.0 ms at 4096 x 256 with the same tiles, JS 144.6
 against 150.6).
 
-Per output tile (``BP`` profiles x ``BJ`` agents) the grid walks ``X`` in tiles of ``BX``
-(the last grid axis, sequential on a TensorCore) with two accumulators in VMEM scratch:
-``[BJ, BP, 128]`` lane partials of the vector term and ``[BP, BJ]`` for the product. Each
-grid step first copies every agent's ``q`` and ``w`` row onto 8 sublanes (``[BJ, 8, BX]``
-scratch); a loop over agents (``AG`` a step, read by a dynamic leading index) then runs
-the tile's row slabs of 8 unrolled: ``w * pair(q, k)`` on a ``[8, BX]`` slab, folded to
-128 lanes with vector adds, added to the agent's partials. The last X step reduces the
-lanes once and writes ``[BP, BJ]``. The bank is read ``ceil(J / BJ)`` times, the agents
-``ceil(P / BP)`` times. (Measured against it on the TPU v5e: agents unrolled with a loop
-over row slabs, 1.1-1.6x slower; fully unrolled tiles, 1.6-1.8x; the product in fp32
-contract precision or as an XLA dot beside the kernel; TV as ``w |q - k|`` alone, 4 vector
-operations a pair to ``min``'s 3.)
+The bank is read as ``A`` action planes ``[A, P, L S]`` (``bank_planes``; a bank built on
+a TPU holds them, ``ProfileBank.planes``, so the pass lays nothing out), the agents'
+``q`` likewise and ``w`` as one ``[J, L S]`` row, since a state's actions share its
+weight: the A pair terms of a state are added first, then weighted and folded once (TV
+2.25 vector operations a pair, not 3). On the TPU v5e at 4096 x 256 this took TV from
+59.5 to 44.2 ms and JS from 116.2 to 97.3 (kernel alone, same run), and holding the
+planes saves the 10.6 ms relayout a pass (the 4-D kernels are kept action-minor there:
+``(0, 1, 3, 2)``, tiles of 4 x 128; the flat ``[P, X]`` view cost 15.4 ms).
+
+Per output tile (``BP`` profiles x ``BJ`` agents) the grid walks the planes' columns in
+tiles of ``BX`` (the last grid axis, sequential on a TensorCore) with two accumulators in
+VMEM scratch: ``[BJ, BP, 128]`` lane partials of the vector term and ``[BP, BJ]`` for the
+product. Each grid step first copies every agent's ``q`` rows (``[BJ, A, 8, BX]``) and
+``w`` row (``[BJ, 8, BX]``) onto 8 sublanes; a loop over agents (``AG`` a step, read by a
+dynamic leading index) then runs the tile's row slabs of 8 unrolled: ``w * sum_a
+pair(q_a, k_a)`` on ``[8, BX]`` slabs, folded to 128 lanes with vector adds, added to
+the agent's partials. The product's bank factor is summed over the planes first (one
+product a step). The last X step reduces the lanes once and writes ``[BP, BJ]``. The bank
+is read ``ceil(J / BJ)`` times, the agents ``ceil(P / BP)`` times. (Measured against it on
+the TPU v5e: agents unrolled with a loop over row slabs, 1.1-1.6x slower; fully unrolled
+tiles, 1.6-1.8x; the product in fp32 contract precision or as an XLA dot beside the
+kernel; TV as ``w |q - k|`` alone, 4 vector operations a pair to ``min``'s 3; JS's pair as
+``t log2 t``, 1.2x: the chip's log is natural.) ``group_actions=False`` reads the flat
+bank (one plane), the kernel before the planes.
 
 Edges: ``P`` need not divide by ``BP`` (rows are independent: the rows of a partial last
 block are computed and dropped); the agents are padded to a multiple of ``BJ`` with zero
-weight and along ``X`` to the grid's width with zeros; the bank is never copied or
-padded: a partial last X tile is zeroed past ``X`` in VMEM before use.
+weight and along ``X`` to the grid's width with zeros; the bank is never padded: a partial
+last X tile is zeroed past ``X`` in VMEM before use.
 
 Off a TPU the kernels run with ``interpret=True`` (how the tests check them on CPU).
 ``roofline`` is the same vector loop on a tile held in VMEM: the bench's elementwise
@@ -69,9 +81,12 @@ __all__ = [
     "Roofline",
     "TileConfig",
     "agent_operands",
+    "bank_planes",
     "default_config",
+    "groups",
     "layout",
     "pallas_total",
+    "planes_total",
     "roofline",
 ]
 
@@ -91,17 +106,19 @@ class TileConfig:
     block_x: int = 512  # BX, a multiple of 128
     agents_per_step: int = 2  # AG: agents sharing each load of a bank slab; divides BJ
     vmem_limit_mb: int | None = None  # Mosaic's scoped VMEM limit; None: its default
+    group_actions: bool = True  # the A actions of a state as A planes sharing one weight
+    log2: bool = False  # JS's pair as t log2 t (ln 2 folded into the weight)
 
 
-# Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents by
-# `python -m benchmarks.jax_profiles_sweep --candidates 256 --configs 7` (kernel alone):
-# JS 130.9 ms with these tiles against 136.9-144.6 with the other six (64 agents a block:
-# out of VMEM at BX 1024 without a raised limit); TV 74.2 ms against 77.8-82.6. Wider
-# agent and profile blocks read the bank and the agents fewer times. Smaller problems
-# clip them.
+# Measured on one TPU v5e (JAX 0.10.2) at 4096 profiles x 256 agents, the kernel alone on
+# the bank's action planes, `python -m benchmarks.jax_profiles_layout --candidates 256`:
+# TV 44.2 ms (roofline 41.1) against 44.4-47.0 with four other tiles and 59.5 for the flat
+# bank's best (roofline 55.2); JS 97.3 (roofline 93.4) against 98.4-101.6 with four other
+# tiles, 116.2 flat, and 114-118 with t log2 t (the chip's log is natural: log2 is a log
+# and a product). Smaller problems clip the blocks.
 _DEFAULTS = {
-    "js": TileConfig(128, 256, 1024, agents_per_step=1, vmem_limit_mb=64),
-    "tv": TileConfig(128, 512, 512, agents_per_step=2, vmem_limit_mb=96),
+    "js": TileConfig(128, 512, 256, agents_per_step=1, vmem_limit_mb=96),
+    "tv": TileConfig(128, 512, 256, agents_per_step=2, vmem_limit_mb=96),
 }
 
 
@@ -137,6 +154,7 @@ class Layout:
     n_p: int
     n_x: int
     x_tail: int  # valid columns of the last X tile (BX when it is full)
+    groups: int = 1  # G: planes of the bank and the agents (the actions), one weight row
 
     @property
     def steps(self) -> int:
@@ -167,7 +185,8 @@ def _block_x(x: int, want: int) -> int:
     return want
 
 
-def layout(cfg: TileConfig, p: int, j: int, x: int) -> Layout:
+def layout(cfg: TileConfig, p: int, j: int, x: int, groups: int = 1) -> Layout:
+    """Blocks for ``P`` profiles, ``J`` agents and ``X`` columns a plane, ``groups`` planes."""
     _check_config(cfg)
     bj = min(cfg.block_agents, _round_up(j, _SUBLANES))
     bp = min(cfg.block_profiles, _round_up(p, _SUBLANES))
@@ -182,31 +201,38 @@ def layout(cfg: TileConfig, p: int, j: int, x: int) -> Layout:
         n_p=-(-p // bp),
         n_x=n_x,
         x_tail=x - (n_x - 1) * bx,
+        groups=groups,
     )
 
 
-def agent_operands(metric: str, side: AgentSide) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``(q, w, a)``: the kernel's agent operands ``[J, X]`` and the agent-only term ``[J]``."""
+def agent_operands(
+    metric: str, side: AgentSide, log2: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(q, w, a)``: the kernel's agent operands ``[J, X]`` and the agent-only term ``[J]``
+    (JS's ``w`` carries the pair term's factor: 1/2, and ln 2 when it is ``t log2 t``)."""
     if metric == "tv":
         return side.q, side.w, 0.5 * (side.w * side.q).sum(1)
     # 1/2 q ln 2q = hq + 1/2 ln2 q
     a = (side.w * (side.hq + (0.5 * LOG2) * side.q)).sum(1)
-    return jnp.maximum(side.q, TINY), 0.5 * side.w, a
+    return jnp.maximum(side.q, TINY), (0.5 * LOG2 if log2 else 0.5) * side.w, a
 
 
-def _pair(metric: str, q: jax.Array, k: jax.Array) -> jax.Array:
-    """The per-pair term before its weight: ``min(q, k)`` (TV), ``t ln t`` (JS)."""
+def _pair(metric: str, q: jax.Array, k: jax.Array, log2: bool = False) -> jax.Array:
+    """The per-pair term before its weight: ``min(q, k)`` (TV), ``t ln t`` or ``t log2 t``
+    (JS)."""
     if metric == "tv":
         return jnp.minimum(q, k)
     t = q + k
-    return t * jnp.log(t)
+    return t * (jnp.log2(t) if log2 else jnp.log(t))
 
 
-def _linear(metric: str, k: jax.Array) -> jax.Array:
-    """The bank's factor of the product term: ``k`` (TV), ``k ln 2k`` (JS, 0 at k = 0)."""
+def _linear(metric: str, k: jax.Array, log2: bool = False) -> jax.Array:
+    """The bank's factor of the product term: ``k`` (TV), ``k ln 2k`` (JS, 0 at k = 0;
+    ``k log2 2k`` when the weight carries ln 2)."""
     if metric == "tv":
         return k
-    return k * jnp.log(jnp.maximum(2.0 * k, TINY))
+    k2 = jnp.maximum(2.0 * k, TINY)
+    return k * (jnp.log2(k2) if log2 else jnp.log(k2))
 
 
 def _linear_scale(metric: str) -> float:
@@ -238,10 +264,13 @@ def _fold(e: jax.Array, lanes: int) -> jax.Array:
 
 
 def _scratch(lay: Layout) -> list[Any]:
-    """The pair loop's VMEM: lane partials ``[BJ, BP, lanes]``, and each agent's ``q`` and
-    ``w`` rows broadcast to 8 sublanes, ``[BJ, 8, BX]``."""
-    rows = pltpu.VMEM((lay.bj, _SUBLANES, lay.bx), jnp.float32)
-    return [pltpu.VMEM((lay.bj, lay.bp, lay.lanes), jnp.float32), rows, rows]
+    """The pair loop's VMEM: lane partials ``[BJ, BP, lanes]``, and each agent's ``q``
+    (``[BJ, G, 8, BX]``) and ``w`` (``[BJ, 8, BX]``) rows broadcast to 8 sublanes."""
+    return [
+        pltpu.VMEM((lay.bj, lay.bp, lay.lanes), jnp.float32),
+        pltpu.VMEM((lay.bj, lay.groups, _SUBLANES, lay.bx), jnp.float32),
+        pltpu.VMEM((lay.bj, _SUBLANES, lay.bx), jnp.float32),
+    ]
 
 
 def _accumulate_pairs(
@@ -255,24 +284,28 @@ def _accumulate_pairs(
     lay: Layout,
     cfg: TileConfig,
 ) -> None:
-    """``acc[j, r, :] += fold(w[j] * pair(q[j], k[r]))`` for every agent and bank row of
-    the tile: a loop over agents (``AG`` a step, their rows read from the broadcast copies
-    by a dynamic leading index), the tile's row slabs of 8 unrolled."""
-    bx, lanes = lay.bx, lay.lanes
-    for j in range(lay.bj):  # each agent's row on 8 sublanes, once a grid step
-        qb_ref[j] = jnp.broadcast_to(q_ref[j : j + 1, :], (_SUBLANES, bx))
+    """``acc[j, r, :] += fold(w[j] * sum_g pair(q[g, j], k[g, r]))`` for every agent and
+    bank row of the tile: a loop over agents (``AG`` a step, their rows read from the
+    broadcast copies by a dynamic leading index), the tile's row slabs of 8 unrolled. The
+    G planes share the weight: one product and one fold for G pair terms."""
+    bx, lanes, g_n = lay.bx, lay.lanes, lay.groups
+    for j in range(lay.bj):  # each agent's rows on 8 sublanes, once a grid step
+        for g in range(g_n):
+            qb_ref[j, g] = jnp.broadcast_to(q_ref[g, j : j + 1, :], (_SUBLANES, bx))
         wb_ref[j] = jnp.broadcast_to(w_ref[j : j + 1, :], (_SUBLANES, bx))
     ag = min(cfg.agents_per_step, lay.bj)
 
-    def body(g: jax.Array, carry: int) -> int:
-        j0 = g * ag
-        qs = [qb_ref[j0 + i] for i in range(ag)]
+    def body(i_step: jax.Array, carry: int) -> int:
+        j0 = i_step * ag
+        qs = [[qb_ref[j0 + i, g] for g in range(g_n)] for i in range(ag)]
         ws = [wb_ref[j0 + i] for i in range(ag)]
         for r0 in range(0, lay.bp, _SUBLANES):
-            k = k_ref[r0 : r0 + _SUBLANES, :]
+            ks = [k_ref[g, r0 : r0 + _SUBLANES, :] for g in range(g_n)]
             for i in range(ag):
-                part = _fold(_pair(metric, qs[i], k) * ws[i], lanes)
-                acc_ref[j0 + i, r0 : r0 + _SUBLANES, :] += part
+                e = _pair(metric, qs[i][0], ks[0], cfg.log2)
+                for g in range(1, g_n):
+                    e = e + _pair(metric, qs[i][g], ks[g], cfg.log2)
+                acc_ref[j0 + i, r0 : r0 + _SUBLANES, :] += _fold(e * ws[i], lanes)
         return carry
 
     jax.lax.fori_loop(0, lay.bj // ag, body, 0)
@@ -313,10 +346,13 @@ def _kernel(
 
         @pl.when(s == lay.n_x - 1)
         def _mask() -> None:
-            col = jax.lax.broadcasted_iota(jnp.int32, (lay.bp, lay.bx), 1)
+            col = jax.lax.broadcasted_iota(jnp.int32, (lay.groups, lay.bp, lay.bx), 2)
             k_ref[...] = jnp.where(col < lay.x_tail, k_ref[...], 0.0)
 
-    mxu_ref[...] += _linear_product(_linear(metric, k_ref[...]), w_ref[...])
+    lin = _linear(metric, k_ref[0], cfg.log2)
+    for g in range(1, lay.groups):  # the planes share the weight row: one product
+        lin = lin + _linear(metric, k_ref[g], cfg.log2)
+    mxu_ref[...] += _linear_product(lin, w_ref[...])
     _accumulate_pairs(metric, k_ref, q_ref, w_ref, acc_ref, qb_ref, wb_ref, lay, cfg)
 
     @pl.when(s == lay.n_x - 1)
@@ -349,6 +385,21 @@ def _out_struct(shape: tuple[int, ...], like: jax.Array) -> jax.ShapeDtypeStruct
     return jax.ShapeDtypeStruct(shape, jnp.float32)
 
 
+def groups(kernels_shape: tuple[int, ...], cfg: TileConfig) -> int:
+    """Planes the kernel reads a bank of ``kernels_shape`` as: its actions (the last axis)
+    when ``cfg.group_actions``, else 1."""
+    return int(kernels_shape[-1]) if cfg.group_actions and len(kernels_shape) > 2 else 1
+
+
+def bank_planes(kernels: jax.Array, g: int) -> jax.Array:
+    """``[G, P, X / G]``: ``kernels [P, ..., A]`` as ``G`` planes (action ``a``'s plane holds
+    ``k[p, l, s, a]`` at column ``l * S + s``; ``G = 1``: the flat bank)."""
+    p = kernels.shape[0]
+    if g == 1:
+        return kernels.reshape(1, p, -1)
+    return kernels.reshape(p, -1, g).transpose(2, 0, 1)  # bank.action_planes, any rank
+
+
 def pallas_total(
     metric: str,
     kernels: jax.Array,
@@ -361,24 +412,38 @@ def pallas_total(
     ``interpret``: ``None`` compiles with Mosaic on a TPU and interprets elsewhere.
     """
     cfg = default_config(metric) if cfg is None else cfg
+    planes = bank_planes(kernels, groups(kernels.shape, cfg))
+    return planes_total(metric, planes, side, cfg, interpret)
+
+
+def planes_total(
+    metric: str,
+    planes: jax.Array,
+    side: AgentSide,
+    cfg: TileConfig | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """``pallas_total`` on the bank already laid out as ``bank_planes`` ``[G, P, X / G]``."""
+    cfg = default_config(metric) if cfg is None else cfg
     interpret = _interpret() if interpret is None else interpret
-    p = kernels.shape[0]
-    bank = kernels.reshape(p, -1)
-    x = bank.shape[1]
+    g, p, x = planes.shape
     j = side.q.shape[0]
-    lay = layout(cfg, p, j, x)
-    q, w, a = agent_operands(metric, side)
+    lay = layout(cfg, p, j, x, g)
+    q, w, a = agent_operands(metric, side, cfg.log2)
+    # the agents as planes too; w is the same for a state's actions: one row
+    q = q.reshape(j, x, g).transpose(2, 0, 1)
+    w = w.reshape(j, x, g)[:, :, 0]
     pad = ((0, lay.j_pad - j), (0, lay.x_pad - x))
     if pad != ((0, 0), (0, 0)):  # zero weight: padded agents and columns add nothing
-        q = jnp.pad(q, pad, constant_values=TINY if metric == "js" else 0.0)
+        q = jnp.pad(q, ((0, 0), *pad), constant_values=TINY if metric == "js" else 0.0)
         w = jnp.pad(w, pad)
     out = pl.pallas_call(
         functools.partial(_kernel, metric=metric, lay=lay, cfg=cfg),
-        out_shape=_out_struct((lay.n_j, p, lay.bj), bank),
+        out_shape=_out_struct((lay.n_j, p, lay.bj), planes),
         grid=(lay.n_j, lay.n_p, lay.n_x),
         in_specs=[
-            pl.BlockSpec((lay.bp, lay.bx), lambda a, b, s: (b, s)),
-            pl.BlockSpec((lay.bj, lay.bx), lambda a, b, s: (a, s)),
+            pl.BlockSpec((g, lay.bp, lay.bx), lambda a, b, s: (0, b, s)),
+            pl.BlockSpec((g, lay.bj, lay.bx), lambda a, b, s: (0, a, s)),
             pl.BlockSpec((lay.bj, lay.bx), lambda a, b, s: (a, s)),
         ],
         out_specs=pl.BlockSpec((None, lay.bp, lay.bj), lambda a, b, s: (a, b, 0)),
@@ -386,7 +451,7 @@ def pallas_total(
         compiler_params=_compiler_params(cfg, ("parallel", "parallel", "arbitrary")),
         interpret=interpret,
         name=f"profiles_{metric}",
-    )(bank, q, w)
+    )(planes, q, w)
     total = out.transpose(1, 0, 2).reshape(p, lay.j_pad)[:, :j] + a[None, :]
     return jnp.maximum(total, 0.0)
 
@@ -427,29 +492,34 @@ class Roofline(NamedTuple):
     steps: int  # grid steps, as many as the pass's
 
 
-def roofline(metric: str, p: int, j: int, x: int, cfg: TileConfig | None = None) -> Roofline:
+def roofline(
+    metric: str, p: int, j: int, x: int, cfg: TileConfig | None = None, g: int = 1
+) -> Roofline:
     """The pass's vector loop alone: as many grid steps as ``pallas_total`` takes at
     ``[P, J, X]``, each scoring the same ``[BJ, BX]`` agents against the same ``[BP, BX]``
     bank tile, fetched into VMEM once (the block index never changes). No HBM traffic,
     no product, one epilogue: the pair terms at the rate the chip runs this loop."""
     cfg = default_config(metric) if cfg is None else cfg
-    lay = layout(cfg, p, j, x)
+    lay = layout(cfg, p, j, x // g, g)
     full = dataclasses.replace(lay, n_j=1, n_p=1, n_x=1, x_tail=lay.bx)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    k = jax.random.uniform(keys[0], (lay.bp, lay.bx), jnp.float32)
-    q = jax.random.uniform(keys[1], (lay.bj, lay.bx), jnp.float32)
-    w = jax.random.uniform(keys[2], (lay.bj, lay.bx), jnp.float32) / (lay.bx * lay.steps)
+    k = jax.random.uniform(keys[0], (g, lay.bp, lay.bx), jnp.float32)
+    q = jax.random.uniform(keys[1], (g, lay.bj, lay.bx), jnp.float32)
+    w = jax.random.uniform(keys[2], (lay.bj, lay.bx), jnp.float32) / (lay.bx * lay.steps * g)
 
-    def fixed(s: jax.Array) -> tuple[int, int]:
+    def fixed(s: jax.Array) -> tuple[int, ...]:
         return (0, 0)
+
+    def fixed3(s: jax.Array) -> tuple[int, ...]:
+        return (0, 0, 0)
 
     call = pl.pallas_call(
         functools.partial(_roofline_kernel, metric=metric, lay=full, cfg=cfg, steps=lay.steps),
         out_shape=jax.ShapeDtypeStruct((lay.bp, lay.bj), jnp.float32),
         grid=(lay.steps,),
         in_specs=[
-            pl.BlockSpec((lay.bp, lay.bx), fixed),
-            pl.BlockSpec((lay.bj, lay.bx), fixed),
+            pl.BlockSpec((g, lay.bp, lay.bx), fixed3),
+            pl.BlockSpec((g, lay.bj, lay.bx), fixed3),
             pl.BlockSpec((lay.bj, lay.bx), fixed),
         ],
         out_specs=pl.BlockSpec((lay.bp, lay.bj), fixed),

@@ -46,7 +46,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from engine.jax_profiles.alpha import AlphaSelection, finish_selection, masked_worst, robust_set
-from engine.jax_profiles.bank import ProfileBank, pad_profiles
+from engine.jax_profiles.bank import ProfileBank, pad_profiles, with_planes
 from engine.jax_profiles.divergence import total_divergences, validate_agents
 
 __all__ = [
@@ -103,8 +103,9 @@ def bank_shardings(mesh: Mesh, floor: float) -> ProfileBank:
 
 
 def shard_bank(bank: ProfileBank, mesh: Mesh) -> ProfileBank:
-    """Pad to a multiple of the mesh size and place the bank sharded along profiles."""
-    padded = pad_profiles(bank, mesh.size)
+    """Pad to a multiple of the mesh size and place the bank sharded along profiles (the
+    sharded pass keeps to the XLA paths: no action planes)."""
+    padded = with_planes(pad_profiles(bank, mesh.size), hold=False)
     return jax.block_until_ready(jax.device_put(padded, bank_shardings(mesh, bank.floor)))
 
 
@@ -249,6 +250,7 @@ def global_bank(local: ProfileBank, mesh: Mesh, n_profiles: int) -> ProfileBank:
     rows, ``state_mask`` is the same everywhere.
     """
     shardings = bank_shardings(mesh, local.floor)
+    local = with_planes(local, hold=False)  # the sharded pass keeps to the XLA paths
 
     def put(x: jax.Array, sharding: NamedSharding) -> jax.Array:
         arr = np.asarray(x)

@@ -145,11 +145,13 @@ def test_one_read_paths_match_reference_and_numpy(
 
 
 # Small tiles: 3 agent blocks (19 agents padded to 24), 3 profile blocks (the last
-# partial: 37 = 16 + 16 + 5), 3 X tiles of 128 (the last partial: X = 300), 4 agents
-# sharing each slab load; and one agent a step over 4 full X tiles.
+# partial: 37 = 16 + 16 + 5), 3 X tiles of 128 a plane (5 action planes of 300 columns,
+# the last tile partial), 4 agents sharing each slab load; one agent a step over 4 full X
+# tiles; the flat bank (one plane) with JS as t log2 t.
 SMALL_TILES = [
-    (37, 19, (3, 20, 5), PK.TileConfig(8, 16, 128, agents_per_step=4)),
-    (20, 9, (2, 64, 4), PK.TileConfig(8, 8, 128, agents_per_step=1)),
+    (37, 19, (3, 100, 5), PK.TileConfig(8, 16, 128, agents_per_step=4)),
+    (20, 9, (2, 256, 4), PK.TileConfig(8, 8, 128, agents_per_step=1)),
+    (20, 9, (2, 75, 4), PK.TileConfig(8, 8, 128, group_actions=False, log2=True)),
 ]
 
 
@@ -160,8 +162,8 @@ def test_pallas_blocks_partial_tiles_and_padding(
 ) -> None:
     """Several agent, profile and X blocks, each kind with a partial last one: the bank's
     tail columns are zeroed in VMEM, its tail rows dropped, the agents padded."""
-    x = math.prod(shape)
-    lay = PK.layout(cfg, p, j, x)
+    g = PK.groups((p, *shape), cfg)
+    lay = PK.layout(cfg, p, j, math.prod(shape) // g, g)
     assert lay.n_j > 1 and lay.n_x > 1 and lay.n_p > 1
     bank, agents, vis = _case(p, j, shape, seed=2)
     side = _agent_side(bank.state_mask, jnp.asarray(agents), jnp.asarray(vis))
@@ -179,10 +181,11 @@ def test_roofline_computes_the_pair_terms_of_the_pass(metric: str) -> None:
     """The bench's elementwise bound runs the kernel's own vector loop, once per grid step
     of the pass, on the tile it holds: its sums are steps x sum_x w pair(q, k)."""
     cfg = PK.TileConfig(8, 8, 128, agents_per_step=2)
-    bound = PK.roofline(metric, 20, 9, 300, cfg)
-    k, q, w = (np.asarray(a, np.float64) for a in bound.operands)
-    pair = np.minimum(q[:, None], k[None]) if metric == "tv" else _tlogt(q[:, None] + k[None])
-    want = bound.steps * (w[:, None] * pair).sum(-1).T  # [BP, BJ]
+    bound = PK.roofline(metric, 20, 9, 300 * 4, cfg, g=4)
+    k, q, w = (np.asarray(a, np.float64) for a in bound.operands)  # [G, BP|BJ, BX], [BJ, BX]
+    qq, kk = q[:, :, None], k[:, None]
+    pair = np.minimum(qq, kk) if metric == "tv" else _tlogt(qq + kk)  # [G, BJ, BP, BX]
+    want = bound.steps * (w[:, None] * pair.sum(0)).sum(-1).T  # [BP, BJ]
     atol = bound.steps * w.sum(-1).max() * (_xlogx_error() if metric == "js" else 0.0)
     np.testing.assert_allclose(np.asarray(bound.run()), want, rtol=1e-5, atol=2 * atol)
 
@@ -305,3 +308,25 @@ def test_kernels_lower_for_a_tpu(metric: str, n_agents: int, p: int, shape: tupl
 
     lowered = jax.jit(fn).trace(bank, agents).lower(lowering_platforms=("tpu",))
     assert "stablehlo.custom_call @tpu_custom_call" in lowered.as_text()
+
+
+def test_a_bank_holding_its_action_planes_scores_the_same() -> None:
+    """On a TPU the bank holds its kernels as action planes (the kernels' operand, no
+    relayout a pass); here it is asked for. The pass on them, a slice of them
+    (``first_profiles``) and the bank without them agree; the sharded pass drops them."""
+    bank, agents, vis = _case(37, 5, (2, 5, 3), seed=6)
+    assert (bank.planes is not None) == B.holds_planes()  # make_bank: on a TPU only
+    assert not B.holds_planes("cpu") and B.holds_planes("tpu")
+    bank = B.with_planes(bank, hold=False)
+    held = B.with_planes(bank)
+    k = np.asarray(bank.kernels)
+    np.testing.assert_array_equal(np.asarray(held.planes)[2, 7], k[7, :, :, 2].reshape(-1))
+    for metric in ("js", "tv"):
+        want = np.asarray(D.divergence_total(bank, agents, vis, metric, impl="pallas"))
+        got = np.asarray(D.divergence_total(held, agents, vis, metric, impl="pallas"))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        first = np.asarray(
+            D.divergence_total(B.first_profiles(held, 11), agents, vis, metric, impl="pallas")
+        )
+        np.testing.assert_allclose(first, want[:, :11], rtol=1e-6, atol=1e-7)
+    assert B.with_planes(held, hold=False).planes is None
