@@ -24,6 +24,11 @@ from tests.emulators.gke.test_kubectl import run
 from tests.support.fixtures_gke import gke, kubectl, xpk_jobset
 from tests.support.waiting import wait_until
 
+# The bound of a wait for the emulator's controllers (a kill -> Failed, a restart): only a
+# failure waits it out. At 30 s, under a loaded `make test` (four workers and more on two
+# cores) the OOM kill's restart was not seen in time once, while alone it takes about a second.
+BOUND_S = 120
+
 __all__ = ["gke"]
 
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
@@ -111,7 +116,7 @@ def test_oom_kill_node_failure_and_drain_as_kubectl_shows_them(
         def failed() -> list[dict[str, Any]]:
             return [p for p in oom_seen() if p["status"].get("phase") == "Failed"]
 
-        wait_until(lambda: bool(failed()), 30, "the pod Failed, its container OOMKilled")
+        wait_until(lambda: bool(failed()), BOUND_S, "the pod Failed, its container OOMKilled")
         seen = failed()[0]
         (cs,) = seen["status"]["containerStatuses"]
         assert cs["state"]["terminated"]["exitCode"] == 137
@@ -134,7 +139,7 @@ def test_oom_kill_node_failure_and_drain_as_kubectl_shows_them(
             and e["involvedObject"]["name"] == worker["spec"]["nodeName"]
             for e in node_events
         )
-        wait_until(lambda: jobset_status(gke, name).get("restarts") == 1, 30, "restart 1")
+        wait_until(lambda: jobset_status(gke, name).get("restarts") == 1, BOUND_S, "restart 1")
         wait_until(lambda: len(_running(k, gke, name, 1)) == 8, 60, "8 pods Running again")
 
         # -- a drain: cordon, then the Eviction API for each pod on the node -------------
@@ -161,7 +166,7 @@ def test_oom_kill_node_failure_and_drain_as_kubectl_shows_them(
         assert {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"} in [
             {"key": t["key"], "effect": t["effect"]} for t in taints
         ]
-        wait_until(lambda: jobset_status(gke, name).get("restarts") == 2, 30, "restart 2")
+        wait_until(lambda: jobset_status(gke, name).get("restarts") == 2, BOUND_S, "restart 2")
         # the slice has a cordoned node: the new attempt cannot be placed until uncordon
         sel2 = f"jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/restart-attempt=2"
         wait_until(
@@ -171,7 +176,7 @@ def test_oom_kill_node_failure_and_drain_as_kubectl_shows_them(
                 for c in p["status"].get("conditions") or []
                 if c["type"] == "PodScheduled" and c["status"] == "False"
             ),
-            30,
+            BOUND_S,
             "the restarted pods Pending: a node unschedulable",
         )
         assert run(k, gke, "uncordon", node).stdout.strip() == f"node/{node} uncordoned"
