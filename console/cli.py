@@ -407,7 +407,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if len(fleet.members) > 1 or fleet.members[0].state_dir:
                 return _fleet_command(args, fleet)
-        config = _load(args)
+        if args.script is not None and not args.command:
+            # A script's lines act on the clusters they choose (`use NAME`, --cluster NAME):
+            # it gets the whole fleet, --cluster the one chosen before its first `use`.
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            config = fleet.select(args.cluster) if args.cluster is not None else fleet.members[0]
+        else:
+            config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return exit_codes.USAGE
@@ -417,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--script cannot be combined with a command")
             from console.script.main import script_main
 
-            return script_main(args.script, config)
+            return script_main(args.script, fleet, cluster=args.cluster)
         if args.command == "watch":
             from console.watch.main import WatchOptions, watch_main
 
