@@ -3,12 +3,14 @@ or its own ``--cluster NAME`` names, in that cluster's own services (built only 
 its first line); a fleet of several with none chosen, a name not in the config, ``last``
 of another cluster: refused before anything is built, naming the line, the name and the
 clusters there are. The services are the one ``FakeServices`` per cluster (its calls
-recorded by cluster); the emulators' clients the recording ``FakePod``."""
+recorded by cluster); the emulators' clients the recording ``FakePod``. And a real `phantom
+--script` over two pod emulators: each line reaches its own cluster's pod."""
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,12 @@ from console.config import Config
 from console.config.fleet import Fleet, parse_fleet
 from console.script.language import usage_text
 from console.script.main import script_main
+from emulators.tpu_pod import client as pod_client
+from tests.script.test_e2e import phantom_argv
 from tests.support.fake_services import Behaviour, Call, FakeServices
+from tests.support.fleet_pods import two_pods
 from tests.support.script_harness import FakePod
+from tests.support.watcher import watch_env
 
 FLEET = {
     "clusters": [
@@ -170,3 +176,32 @@ def test_the_reference_says_how_to_choose_a_cluster() -> None:
     text = usage_text()
     assert "use NAME" in text and "--cluster NAME" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_real_script_acts_on_each_pod_of_a_fleet(tmp_path: Path) -> None:
+    """`phantom --cluster pod-a --script` over two pod emulators (real SSH, real TPU API on
+    loopback): the lines before `use` act on pod-a, a line's --cluster on pod-b alone."""
+    text = "status\npreempt 1 --cluster pod-b\nuse pod-b\nstatus\n"
+    (tmp_path / "s.phantom").write_text(text)
+    with two_pods(tmp_path) as fleet:
+        proc = subprocess.run(
+            phantom_argv("--config", str(fleet.config), "--cluster", "pod-a", "--script",
+                         str(tmp_path / "s.phantom")),
+            env=watch_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )  # fmt: skip
+        assert proc.returncode == exit_codes.OK, proc.stderr[-2000:]
+        ran = steps([json.loads(line) for line in proc.stdout.splitlines()])
+        assert [(s["action"], s["cluster"], s["ok"]) for s in ran] == [
+            ("status", "pod-a", True),
+            ("preempt", "pod-b", True),
+            ("status", "pod-b", True),
+        ]
+        assert ran[0]["result"]["pod"]["node_name"] == "pod-a"
+        assert ran[2]["result"]["pod"]["node_name"] == "pod-b"
+        a = pod_client.pod_status(fleet.pods["pod-a"].run_dir)
+        b = pod_client.pod_status(fleet.pods["pod-b"].run_dir)
+        assert a is not None and b is not None
+        assert {h.state for h in a.hosts} == {"READY"} and b.hosts[1].state != "READY"
