@@ -850,6 +850,7 @@ def _bad_values(arg: Any) -> list[str]:
         "env": ["1BAD=x"],
         "path": ["{dir}", "{missing}", "{binary}"],
         "runtime_env": ["{dir}", "{binary}"],
+        "cluster": ["pod-zz"],  # not in the config
     }.get(kind, [])
 
 

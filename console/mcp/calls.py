@@ -153,7 +153,7 @@ class Calls:
         self.clusters: dict[str, ConsoleServices] = (
             dict(services)
             if isinstance(services, Mapping)
-            else {services.settings.cluster.node_name: services}
+            else {services.settings.cluster.name or services.settings.cluster.node_name: services}
         )
         self.policy = policy
         self.scrub = scrub

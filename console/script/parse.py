@@ -122,9 +122,11 @@ def parse_script(
     they come from, ``cluster`` the one chosen before the first ``use``; a fleet of one has
     its one chosen). ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot
     tell here), for every cluster or by name."""
-    fleet: dict[str, UnbuiltServices] = (
-        {"": services} if isinstance(services, UnbuiltServices) else dict(services)
-    )
+    if isinstance(services, UnbuiltServices):  # a lone cluster: by the name it goes by
+        identity = services.settings.cluster
+        fleet = {identity.name or identity.node_name: services}
+    else:
+        fleet = dict(services)
     targets: dict[str, _Target] = {}
     for cluster_name, unbuilt in fleet.items():
         probe = path_exists.get(cluster_name) if isinstance(path_exists, Mapping) else path_exists
