@@ -10,6 +10,10 @@ on someone else's pod).
 
 The services are built lazily, at the first step that needs the cluster: ``pod up`` must
 run before they can exist on a fresh machine, and a script of ``sleep`` lines pays nothing.
+
+Over a fleet each line runs in the ``ClusterSession`` of the cluster it acts on: its own
+services, ``last``, events and cleanup (an interrupt undoes, cluster by cluster, what the
+script did there). A ``[[clusters]]`` entry's step and event lines name their ``"cluster"``.
 """
 
 from __future__ import annotations
@@ -98,10 +102,6 @@ class ClusterSession:
         if not self.named:
             return obj
         return {"type": obj.get("type"), "cluster": self.name, **obj}
-
-    @property
-    def built(self) -> ConsoleServices | None:
-        return self._services
 
     def diag(self, message: str) -> None:
         self._runner.diag(message)
