@@ -241,8 +241,8 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
                 raise _ArgError(f"finally: already started on line {ctx.finally_line}")
             ctx.finally_line = lineno
             return None
-        cluster = ""
-        target = None
+        cluster = ""  # `sleep`: its words bind, and its check runs, as on the first cluster
+        target = next(iter(ctx.targets.values()))
     else:
         if given is not None:
             cluster = named(f"{adef.name}: --cluster", given, ctx.names, ctx.source)
@@ -263,10 +263,9 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
         target = ctx.targets[cluster]
         _check_provider(adef, target.services)
         args, cont = _bind(adef, rest, target.where)
-    if target is not None:
-        _check_semantics(adef, args, lineno, target)
-        if adef.sets_job:
-            target.job_lines.append(lineno)
+    _check_semantics(adef, args, lineno, target)
+    if adef.sets_job:
+        target.job_lines.append(lineno)
     always = ctx.finally_line is not None
     cont = cont or ctx.continue_on_error or always
     return ScriptLine(lineno, name, args, cont, text, always, adef.command, cluster)
