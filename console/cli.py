@@ -407,7 +407,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if len(fleet.members) > 1 or fleet.members[0].state_dir:
                 return _fleet_command(args, fleet)
-        config = _load(args)
+        whole: Fleet | None = None  # the clusters a script or an agent may choose from
+        if (args.script is not None and not args.command) or (
+            args.command == "mcp" and args.cluster is None
+        ):
+            # A script's lines act on the clusters they choose (`use NAME`, --cluster NAME):
+            # it gets the whole fleet, --cluster the one chosen before its first `use`. An
+            # agent's calls name theirs (`cluster`): the server drives every cluster.
+            whole = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            config = whole.select(args.cluster) if args.cluster is not None else whole.members[0]
+        else:
+            config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return exit_codes.USAGE
@@ -417,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--script cannot be combined with a command")
             from console.script.main import script_main
 
-            return script_main(args.script, config)
+            assert whole is not None
+            return script_main(args.script, whole, cluster=args.cluster)
         if args.command == "watch":
             from console.watch.main import WatchOptions, watch_main
 
@@ -431,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except PolicyError as exc:
                 print(f"phantom mcp: {exc}", file=sys.stderr)
                 return exit_codes.USAGE
-            return mcp_main(config, McpOptions(policy, args.http))
+            return mcp_main(whole or config, McpOptions(policy, args.http))
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "report":

@@ -35,6 +35,37 @@ This page is `phantom --script-help`, generated from the commands (`make docs`).
 ```text
 {usage}
 ```
+
+## Clusters of a fleet
+
+On a config with `[[clusters]]` entries ([a fleet](../fleet.md)) each line acts on one
+cluster: the one the last `use NAME` line chose, or the one its own `--cluster NAME` names
+(for that line only). `phantom --cluster NAME --script FILE` chooses the cluster of the lines
+before the first `use`. A `[cluster]` config (a fleet of one) needs neither: its one cluster is
+the default, and its lines run as they always did. On a fleet of several a line that touches a
+cluster with none chosen is refused; `sleep` and the directives touch none. Each cluster keeps
+its own `last` (the job of the latest submit on it), its services (built at its first line) and
+its cleanup (`finally`'s `pod down` takes down only a pod this script started on that cluster).
+Step and event lines name their `"cluster"`.
+
+```text
+use pod-a
+status
+preempt 1 --cluster pod-b       # pod-b, this line only
+use pod-b
+wait-event preempted --timeout 60
+```
+
+As with every other mistake, the whole script is checked first: a `use` or `--cluster` naming
+a cluster the config does not have, or a line with none chosen, exits 2 naming the line, the
+name, the clusters there are and the closest of them, and nothing is run:
+
+```console
+$ phantom --config fleet.toml --script s.phantom
+s.phantom:1: status acts on one cluster and none is chosen: fleet.toml has 2 clusters (pod-a, pod-b); put `use NAME` before this line, or give the line --cluster NAME
+s.phantom:2: use 'pod-c': no such cluster in fleet.toml; did you mean 'pod-b'? (its clusters: pod-a, pod-b)
+phantom: 2 problem(s) in s.phantom; nothing was run (`phantom --script-help` prints the language reference)
+```
 """
 
 CONFIG_PAGE = """# Configuration

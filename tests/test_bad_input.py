@@ -92,6 +92,20 @@ def gke_script(text: str, files: dict[str, bytes]) -> Setup:
     return make
 
 
+FLEET_TOML = '[[clusters]]\nname = "pod-a"\n[[clusters]]\nname = "pod-b"\n'
+
+
+def fleet_script(text: str, *extra: str) -> Setup:
+    """A script run on a fleet of two local pods (pod-a, pod-b)."""
+
+    def make(tmp: Path) -> list[str]:
+        (tmp / "c.toml").write_text(FLEET_TOML)
+        (tmp / "s.phantom").write_text(text)
+        return [*extra, "--config", str(tmp / "c.toml"), "--script", str(tmp / "s.phantom")]
+
+    return make
+
+
 def journal_then(*args: str) -> Setup:
     """A journal in the test's state dir, then ``args`` (``{journal}`` is its path)."""
 
@@ -432,6 +446,30 @@ CASES = [
         ],
         2,
         ("--cluster 'grpo'", "`phantom pod`", 'provider = "local"'),
+    ),
+    Case(
+        "fleet script use of a cluster not there",
+        fleet_script("status --cluster pod-a\nuse pod-c\nray-up\n"),
+        2,
+        ("s.phantom:2", "use 'pod-c'", "no such cluster", "did you mean", "pod-a, pod-b"),
+    ),
+    Case(
+        "fleet script unknown --cluster on a line",
+        fleet_script("use pod-a\nray-up --cluster pod-bb\n"),
+        2,
+        ("s.phantom:2", "--cluster 'pod-bb'", "did you mean 'pod-b'?", "pod-a, pod-b"),
+    ),
+    Case(
+        "fleet script with no cluster chosen",
+        fleet_script("status\n"),
+        2,
+        ("s.phantom:1", "none is chosen", "2 clusters (pod-a, pod-b)", "use NAME"),
+    ),
+    Case(
+        "fleet script --cluster not there",
+        fleet_script("status\n", "--cluster", "pod-c"),
+        2,
+        ("--cluster 'pod-c'", "no such cluster", "pod-a, pod-b"),
     ),
     Case(
         "state dir unwritable",
@@ -812,6 +850,7 @@ def _bad_values(arg: Any) -> list[str]:
         "env": ["1BAD=x"],
         "path": ["{dir}", "{missing}", "{binary}"],
         "runtime_env": ["{dir}", "{binary}"],
+        "cluster": ["pod-zz"],  # not in the config
     }.get(kind, [])
 
 

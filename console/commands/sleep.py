@@ -28,4 +28,5 @@ COMMAND = Command(
     Effect.READS,
     order=260,
     fronts=frozenset({Front.SCRIPT}),
+    on_cluster=False,
 )

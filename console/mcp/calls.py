@@ -6,13 +6,20 @@ then binds to the command's typed arguments (hosts resolved, event kinds and spe
 checked, its own cross-argument check) and the command runs (``execute``) with ``mcp`` as
 the actor the journal names; a failure keeps its typed reason. Every call is journaled,
 refused ones too. The resources are the commands that stand as documents, read the same way.
+
+Over a fleet every tool and resource of a command that touches a cluster takes ``cluster``
+(``kit.clusters.CLUSTER``, in the command's schema): a fleet of one needs none; on a fleet
+of several a read without one reads every cluster side by side (``{"clusters": [...]}``, one
+entry per cluster, each naming it), while an act without one is refused naming the
+clusters. Each cluster has its own session (its ``last``) and journal; a call is journaled
+on the clusters it concerned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +39,7 @@ from console.commands import (
     offered,
 )
 from console.commands.kit.bind import BadArgument, Where, from_json
+from console.commands.kit.clusters import CLUSTER, named, unchosen
 from console.commands.kit.feed import EventFeed
 from console.commands.kit.params import Kind
 from console.commands.kit.told import failure_sentence
@@ -120,48 +128,117 @@ def _schema_problem(command: Command[Any], args: Args) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A call's outcome, and the cluster it ran on (None: every cluster, or none)."""
+
+    result: ActionResult
+    cluster: str | None = None
+
+
 class Calls:
-    """The server's dispatcher: ``await calls.call(name, arguments)`` -> ``ActionResult``."""
+    """The server's dispatcher: ``await calls.call(name, arguments)`` -> ``ActionResult``.
+
+    ``services``: one cluster's, or a fleet's by cluster name (in the fleet's order;
+    ``source`` names the config they come from)."""
 
     def __init__(
         self,
-        services: ConsoleServices,
+        services: ConsoleServices | Mapping[str, ConsoleServices],
         policy: Policy,
         scrub: Scrubber,
         clock: Callable[[], float] = time.monotonic,
+        source: str = "the config",
     ) -> None:
-        self.services = services
+        self.clusters: dict[str, ConsoleServices] = (
+            dict(services)
+            if isinstance(services, Mapping)
+            else {services.settings.cluster.name or services.settings.cluster.node_name: services}
+        )
         self.policy = policy
         self.scrub = scrub
-        self.session = McpSession(services)
+        self.source = source
+        self.sessions = {n: McpSession(s) for n, s in self.clusters.items()}
         self._clock = clock
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.clusters)
 
     def tools(self) -> tuple[Command[Any], ...]:
         return offered(Front.MCP)
 
     async def call(self, name: str, arguments: Args | None) -> ActionResult:
+        return (await self.answer(name, arguments)).result
+
+    async def answer(self, name: str, arguments: Args | None) -> Answer:
+        """The call's outcome and the cluster it ran on; journaled on each cluster it
+        concerned."""
         t0 = self._clock()
         args = dict(arguments or {})
-        outcome = await self._outcome(name, args)
-        await self._journal(name, args, outcome, self._clock() - t0)
-        return outcome
+        answer, concerned = await self._outcome(name, args)
+        elapsed = self._clock() - t0
+        for cluster in concerned:
+            await self._journal(cluster, name, args, answer.result, elapsed)
+        return answer
 
-    async def read(self, document: Document) -> dict[str, Any]:
-        """A document's body: the command's result, or why there is none."""
-        command = document.command
-        result = await execute(command, self.session, command.make({}))
-        return dict(result.data) if result.ok else {"error": failure_sentence(result)}
+    def pick(self, command: Command[Any], given: str | None) -> list[str]:
+        """The clusters a call of ``command`` runs on: the one ``given`` (it must be there),
+        a fleet of one's, or for a read on a fleet of several every cluster. An act with none
+        given on a fleet of several: ``BadArgument`` naming the clusters."""
+        if given is not None:
+            return [named(f"{command.name}: argument 'cluster'", given, self.names, self.source)]
+        if len(self.names) == 1 or not command.on_cluster:
+            return [self.names[0]]
+        if command.acts:
+            fix = 'give "cluster": one of them (reads without one read every cluster)'
+            raise BadArgument(unchosen(command.name, self.names, self.source, fix))
+        return list(self.names)
 
-    async def _outcome(self, name: str, args: dict[str, Any]) -> ActionResult:
+    async def read(self, document: Document, cluster: str | None = None) -> dict[str, Any]:
+        """A document's body: the command's result, or why there is none; on a fleet of
+        several with no ``cluster``, every cluster's (``{"clusters": [...]}``). An unknown
+        ``cluster``: ``BadArgument`` naming the clusters."""
+        targets = self.pick(document.command, cluster)
+
+        async def one(name: str) -> dict[str, Any]:
+            command = document.command
+            result = await execute(command, self.sessions[name], command.make({}))
+            return dict(result.data) if result.ok else {"error": failure_sentence(result)}
+
+        if len(targets) == 1:
+            return await one(targets[0])
+        bodies = await asyncio.gather(*(one(n) for n in targets))
+        return {"clusters": [{"cluster": n, **b} for n, b in zip(targets, bodies, strict=True)]}
+
+    async def _outcome(self, name: str, args: dict[str, Any]) -> tuple[Answer, Sequence[str]]:
         command = by_name(name)
         if command is None or Front.MCP not in command.fronts:
             tools = ", ".join(c.name for c in self.tools())
-            return ActionResult.refused(
+            refused = ActionResult.refused(
                 name, Reason.UNKNOWN_ACTION, f"unknown tool {name!r}; tools: {tools}"
             )
-        why = command.refusal(self.services.capabilities)
+            return Answer(refused), self.names
+        given = args.get(CLUSTER.dest) if command.on_cluster else None
+        if given is not None and not isinstance(given, str):
+            problem = _schema_problem(command, args) or f"{name}: argument 'cluster': a name"
+            return Answer(ActionResult.refused(name, Reason.BAD_INPUT, problem)), self.names
+        try:
+            targets = self.pick(command, given)
+        except BadArgument as exc:
+            return Answer(ActionResult.refused(name, Reason.BAD_INPUT, str(exc))), self.names
+        if len(targets) == 1:
+            return Answer(await self._one(command, targets[0], args), targets[0]), targets
+        results = await asyncio.gather(*(self._one(command, n, args) for n in targets))
+        return Answer(_fleet_result(name, targets, results)), targets
+
+    async def _one(self, command: Command[Any], cluster: str, args: dict[str, Any]) -> ActionResult:
+        """The call on one cluster."""
+        name = command.name
+        services = self.clusters[cluster]
+        why = command.refusal(services.capabilities)
         if why is not None:
-            where = self.services.settings.cluster.provider
+            where = services.settings.cluster.provider
             return ActionResult.refused(
                 name, Reason.UNSUPPORTED, f"{why}; this server drives provider {where!r}"
             )
@@ -171,27 +248,29 @@ class Calls:
         why = self.policy.refusal(command)
         if why is not None:
             return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
+        session = self.sessions[cluster]
         try:
-            typed = self._bind(command, args)
+            typed = self._bind(command, args, session)
         except BadArgument as exc:
             return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
-        result = await execute(command, self.session, typed)
+        result = await execute(command, session, typed)
         if result.ok:
             return ActionResult.done(name, f"{name}: ok", result.data)
         return ActionResult(
             name, False, message=failure_sentence(result), data=result.data, reason=result.reason
         )
 
-    def _bind(self, command: Command[Any], args: Args) -> Any:
-        """The agent's JSON (it matched the schema) as the command's typed arguments."""
-        settings = self.services.settings
+    def _bind(self, command: Command[Any], args: Args, session: McpSession) -> Any:
+        """The agent's JSON (it matched the schema) as the command's typed arguments, bound
+        on the cluster of ``session``."""
+        settings = session.settings
         where = Where(settings, base_dir=Path.cwd(), hosts=settings.cluster.hosts)
         values: dict[str, Any] = {}
         for arg in command.params:
             if arg.dest in args:
                 label = f"{command.words}: {arg.name if arg.is_flag else arg.meta()}"
                 values[arg.dest] = from_json(label, arg, args[arg.dest], where)
-            elif arg.kind == Kind.JOB and self.session.last_job is None:
+            elif arg.kind == Kind.JOB and session.last_job is None:
                 raise BadArgument(
                     f"{command.name}: no job given and none submitted through this server: give job"
                 )
@@ -201,9 +280,12 @@ class Calls:
             raise BadArgument(problem)
         return typed
 
-    async def _journal(self, name: str, args: Args, outcome: ActionResult, elapsed: float) -> None:
-        """One journal row per call, as a TUI action is journaled: who (mcp), the tool, its
-        arguments (secrets masked), the outcome. A journal that fails does not fail the call."""
+    async def _journal(
+        self, cluster: str, name: str, args: Args, outcome: ActionResult, elapsed: float
+    ) -> None:
+        """One journal row per call on each cluster it concerned, as a TUI action is
+        journaled: who (mcp), the tool, its arguments (secrets masked), the outcome. A
+        journal that fails does not fail the call."""
         shown = self.scrub.data(dict(args))
         result = ActionResult(
             action=f"mcp:{name}",
@@ -218,6 +300,34 @@ class Calls:
             },
         )
         try:
-            await self.services.journal_call(result, ACTOR)
+            await self.clusters[cluster].journal_call(result, ACTOR)
         except Exception:  # the record is not the action: the agent still gets its answer
             return
+
+
+def _fleet_result(
+    name: str, clusters: Sequence[str], results: Sequence[ActionResult]
+) -> ActionResult:
+    """A read of every cluster: one entry per cluster (its outcome, reason, message and
+    result); ok when every cluster answered, else failed naming those that did not."""
+    entries = [
+        {
+            "cluster": cluster,
+            "outcome": str(r.verdict),
+            "reason": str(r.reason),
+            "message": r.message,
+            "result": dict(r.data),
+        }
+        for cluster, r in zip(clusters, results, strict=True)
+    ]
+    data = {"clusters": entries}
+    failed = [c for c, r in zip(clusters, results, strict=True) if not r.ok]
+    if not failed:
+        return ActionResult.done(name, f"{name}: ok on {len(clusters)} clusters", data)
+    return ActionResult.failed(
+        name,
+        Reason.STEP_FAILED,
+        f"{name}: {len(failed)} of {len(clusters)} clusters did not answer: {', '.join(failed)} "
+        "(each entry says why)",
+        data,
+    )

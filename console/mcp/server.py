@@ -14,6 +14,11 @@ Tools are the commands the server offers and resources the commands that stand a
 ``isError`` naming the problem, never a protocol error and never the end of the server.
 Every response is scrubbed of the secrets the config names (W&B key, HF token, alert
 tokens): their values never leave, only their variables' names.
+
+Over a ``[[clusters]]`` fleet the server drives every cluster (`phantom --cluster NAME mcp`:
+that one); tools take ``cluster`` (``Calls``) and so do the resources: ``phantom://status``
+reads every cluster, ``phantom://status?cluster=NAME`` one (the templates
+``phantom://status{?cluster}`` say so). A call's answer names the cluster it ran on.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -36,9 +42,11 @@ from mcp.shared.exceptions import MCPError
 
 from console import exit_codes
 from console.commands import Effect
+from console.commands.kit.bind import BadArgument
 from console.config import Config, ConfigError
+from console.config.fleet import Fleet
 from console.config.listen import Listen
-from console.mcp.calls import Calls, documents
+from console.mcp.calls import Calls, Document, documents
 from console.mcp.policy import Policy
 from console.mcp.stdin import stdin_lines
 from console.secrets import Scrubber
@@ -107,8 +115,11 @@ def build_server(calls: Calls) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        outcome = await calls.call(params.name, params.arguments)
+        answer = await calls.answer(params.name, params.arguments)
+        outcome = answer.result
+        named = {} if answer.cluster is None else {"cluster": answer.cluster}
         body = {
+            **named,
             "tool": outcome.action,
             "outcome": str(outcome.verdict),
             "reason": str(outcome.reason),
@@ -134,15 +145,31 @@ def build_server(calls: Calls) -> Server[Any]:
             ]
         )
 
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=d.uri + "{?cluster}",
+                    name=f"{d.name} of one cluster",
+                    description=f"{d.description} (one cluster of the fleet: "
+                    f"{', '.join(calls.names)})",
+                    mime_type="application/json",
+                )
+                for d in documents()
+            ]
+        )
+
     async def read_resource(
         ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        document = next((d for d in documents() if d.uri == uri), None)
-        if document is None:
-            known = ", ".join(d.uri for d in documents())
-            raise MCPError(types.INVALID_PARAMS, f"unknown resource {uri!r}; resources: {known}")
-        body = await calls.read(document)
+        document, cluster = _resource(uri)
+        try:
+            body = await calls.read(document, cluster)
+        except BadArgument as exc:
+            raise MCPError(types.INVALID_PARAMS, f"{uri}: {exc}") from None
         return types.ReadResourceResult(
             contents=[
                 types.TextResourceContents(
@@ -187,19 +214,44 @@ def build_server(calls: Calls) -> Server[Any]:
         instructions=(
             "Phantom Console: a spot TPU pod (or GKE) and its RL training jobs. Read freely "
             "(status, events, incidents, logs, search_logs, ledger); acting tools run only "
-            f"where the operator allowed them ({calls.policy.describe()}); a refusal says how."
+            f"where the operator allowed them ({calls.policy.describe()}); a refusal says how. "
+            f"Clusters: {', '.join(calls.names)}"
+            + (
+                "; every tool takes `cluster`: a read without it reads every cluster, an "
+                "acting tool needs it"
+                if len(calls.names) > 1
+                else ""
+            )
+            + "."
         ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
     )
 
 
+def _resource(uri: str) -> tuple[Document, str | None]:
+    """The document ``uri`` names and its ``?cluster=NAME`` (None: every cluster); an
+    unknown one is the agent's error, naming the resources."""
+    base, _, query = uri.partition("?")
+    document = next((d for d in documents() if d.uri == base), None)
+    fields = urllib.parse.parse_qs(query, keep_blank_values=True) if query else {}
+    if document is None or set(fields) - {"cluster"} or len(fields.get("cluster", [""])) > 1:
+        known = ", ".join(d.uri for d in documents())
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"unknown resource {uri!r}; resources: {known} (each takes ?cluster=NAME)",
+        )
+    cluster = fields.get("cluster", [None])[0]
+    return document, cluster
+
+
 def mcp_main(
-    config: Config,
+    config: Config | Fleet,
     options: McpOptions,
     *,
     services_factory: ServicesFactory | None = None,
@@ -224,11 +276,16 @@ def mcp_main(
                 file=err,
             )
             return exit_codes.USAGE
+    fleet = config if isinstance(config, Fleet) else Fleet((config,), config.source)
     scrub = Scrubber(
-        [config.wandb.api_key_env, config.gke.hf_token_env, *config.alerts.secret_envs]
+        [
+            secret
+            for c in fleet.members
+            for secret in (c.wandb.api_key_env, c.gke.hf_token_env, *c.alerts.secret_envs)
+        ]
     )
     try:
-        return asyncio.run(_serve(config, options, services_factory, scrub, err, sock))
+        return asyncio.run(_serve(fleet, options, services_factory, scrub, err, sock))
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
     finally:
@@ -237,43 +294,56 @@ def mcp_main(
 
 
 async def _serve(
-    config: Config,
+    fleet: Fleet,
     options: McpOptions,
     factory: ServicesFactory | None,
     scrub: Scrubber,
     err: TextIO,
     sock: socket.socket | None,
 ) -> int:
+    clusters: dict[str, ConsoleServices] = {}
     try:
         if factory is None:
             from console.wiring import services_factory
 
             factory = services_factory()
-        services = factory(config)
+        for config in fleet.members:
+            clusters[config.name] = factory(config)
     except ConfigError as exc:
+        _close(clusters.values())
         print(exc.render(), file=err)
         return exit_codes.USAGE
     except Exception as exc:  # the factory names what is missing (no pod, bad key...)
-        print(f"phantom mcp: cannot reach the cluster: {scrub.text(str(exc))}", file=err)
+        _close(clusters.values())
+        which = "" if len(fleet.members) == 1 else f" {fleet.members[len(clusters)].name!r}"
+        print(f"phantom mcp: cannot reach the cluster{which}: {scrub.text(str(exc))}", file=err)
         return exit_codes.FAILED
+    started: list[ConsoleServices] = []
     try:
-        await services.start()
-        server = build_server(Calls(services, options.policy, scrub))
-        print(
-            f"phantom mcp: serving {config.cluster.node_name}; {options.policy.describe()}",
-            file=err,
-        )
+        for services in clusters.values():
+            started.append(services)
+            await services.start()
+        server = build_server(Calls(clusters, options.policy, scrub, source=fleet.source))
+        serving = ", ".join(c.name if c.state_dir else c.cluster.node_name for c in fleet.members)
+        print(f"phantom mcp: serving {serving}; {options.policy.describe()}", file=err)
         if sock is None:
             await _serve_stdio(server)
         else:
             await _serve_http(server, sock, err)
     finally:
-        await services.stop()
+        for services in started:
+            await services.stop()
+        _close(clusters.values())
+    print("phantom mcp: stopped", file=err, flush=True)  # the services too
+    return exit_codes.OK
+
+
+def _close(clusters: Iterable[ConsoleServices]) -> None:
+    """Each cluster's journal closed (what the services opened when built)."""
+    for services in clusters:
         close = getattr(services, "close_journal", None)
         if callable(close):
             close()
-    print("phantom mcp: stopped", file=err, flush=True)  # the services too
-    return exit_codes.OK
 
 
 async def _serve_stdio(server: Server[Any]) -> None:

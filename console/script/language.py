@@ -6,6 +6,8 @@
     set continue-on-error on|off    directive: from here on a failed step does not stop
     ray-up --continue               per line: this step's failure does not stop the script
     finally                         directive: every later line runs even after a failure
+    use pod-b                       directive: the lines after it act on cluster pod-b
+    status --cluster pod-a          per line: this line acts on cluster pod-a
 
 ``ACTIONS`` is the script's view of ``console.commands`` (the commands a script offers, by
 their words, plus the two directives, which are the language's own syntax): the parser, the
@@ -15,6 +17,12 @@ IP (``127.0.0.12``). ``last`` (and an omitted job id) is the job of the latest
 ``submit``/``relaunch-sweep``/``workload create``. A command names what the cluster must be
 able to do (``needs``, a ``Capability`` its backend declares); a script for a cluster that
 cannot is refused before anything runs.
+
+On a ``[[clusters]]`` fleet each line acts on one cluster: the one the last ``use NAME``
+chose, or its own ``--cluster NAME`` (``kit.clusters.CLUSTER``, the argument every front end
+declares the same way); `phantom --cluster NAME --script` chooses the first. A fleet of one
+needs neither. On a fleet of several a line that touches a cluster with none chosen is
+refused, as is a name that is not in the config, before anything runs.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.commands import Command, Front, offered
+from console.commands.kit.clusters import CLUSTER
 from console.commands.kit.params import (
     JOB_STATUSES,
     MAX_EMULATED_HOSTS,
@@ -81,6 +90,12 @@ _DIRECTIVES = (
         "started Ray / the pod",
     ),
     Verb(
+        "use",
+        "directive: the lines after it act on cluster NAME of a [[clusters]] fleet "
+        "(until the next use; a line's own --cluster NAME wins)",
+        positionals=(Arg("cluster", Kind.CLUSTER, "NAME"),),
+    ),
+    Verb(
         "set",
         "directive: set continue-on-error on|off (no step of its own)",
         positionals=(
@@ -95,6 +110,8 @@ ACTIONS: dict[str, Verb] = {
 }
 # Every action accepts it: this line's failure does not stop the script.
 CONTINUE_FLAG = Arg("--continue", Kind.FLAG, help="a failure of this step does not stop the script")
+# Every action on a cluster accepts it: this line acts on cluster NAME (``use`` for the rest).
+CLUSTER_FLAG = CLUSTER
 TWO_WORD = {name.split(" ")[0] for name in ACTIONS if " " in name}
 
 
@@ -121,6 +138,8 @@ def usage_text() -> str:
     lines += [
         "",
         "  any action: --continue   a failure of this step does not stop the script",
+        "  any action: --cluster NAME   this line acts on cluster NAME of the fleet",
+        "  a fleet of several clusters: every action names its cluster (use or --cluster)",
         "  HOST: index, <node_name>-w<i>, or (local) 127.0.0.(10+i)",
         "  SLICE: a TPU slice's index or node pool name (GKE emulator)",
         "  S (seconds): 90, 1.5, 90s, 5m, 1h",

@@ -7,6 +7,11 @@ script's directory; host references are checked against ``cluster.hosts`` (or th
 ``pod up --hosts N``); ``last`` must follow a line that submits; and each command's own
 cross-argument check runs (a submit's spec, a ``workload create``'s ``WorkloadSpec``,
 including, where this machine can tell, ``path_exists``, that its checkpoint exists).
+
+Over a fleet each line is checked against the cluster it acts on (``use NAME`` or its own
+``--cluster NAME``): that cluster's capabilities, hosts and checkpoints; ``last`` refers to
+an earlier submit on the same cluster. A name not in the config, or a line that touches a
+cluster when a fleet of several has none chosen, is a problem of its line.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 
 from console.commands import Command
 from console.commands.kit.bind import BadArgument, PathExists, Where, from_text, parse_seconds
-from console.script.language import ACTIONS, CONTINUE_FLAG, TWO_WORD, Arg, Verb
+from console.commands.kit.clusters import named, unchosen
+from console.script.language import ACTIONS, CLUSTER_FLAG, CONTINUE_FLAG, TWO_WORD, Arg, Verb
 from console.services.api import UnbuiltServices
 
 __all__ = ["ScriptError", "ScriptLine", "parse_script", "parse_seconds"]
@@ -38,6 +44,7 @@ class ScriptLine:
     text: str = ""
     always: bool = False  # after `finally`: runs even when an earlier step failed
     command: Command[Any] | None = None
+    cluster: str = ""  # the cluster it acts on ("": a line that touches none)
 
 
 @dataclass(frozen=True)
@@ -66,35 +73,77 @@ _ArgError = BadArgument
 
 
 @dataclass
-class _Ctx:
+class _Target:
+    """What the check knows of one cluster: its services (not built), where its lines'
+    arguments bind, and its lines that submit (what `last` may refer to)."""
+
     services: UnbuiltServices
     where: Where
     job_lines: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Ctx:
+    targets: dict[str, _Target]
+    source: str  # what names the clusters (the config), for messages
+    chosen: str | None  # the cluster of the lines from here on (None: none chosen)
+    bad_use: bool = False  # a `use` named no cluster: the lines after it are not checked
+    line_cluster: str | None = None  # the cluster of the line being checked
     continue_on_error: bool = False
     finally_line: int | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.targets)
+
+    @property
+    def any_where(self) -> Where:
+        """Where a line that touches no cluster binds (a directive's, `sleep`'s words)."""
+        return next(iter(self.targets.values())).where
+
+
+Clusters = Mapping[str, UnbuiltServices]
 
 
 def parse_script(
     text: str,
-    services: UnbuiltServices,
+    services: UnbuiltServices | Clusters,
     *,
     name: str = "<script>",
     base_dir: Path | None = None,
-    path_exists: PathExists | None = None,
+    path_exists: PathExists | Mapping[str, PathExists | None] | None = None,
+    cluster: str | None = None,
+    source: str = "the config",
 ) -> Script:
     """Parse and validate the whole script; raise ScriptError with every problem found.
 
     ``services``: the ones the script will run against, not built yet (their settings and
-    capabilities). ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot tell
-    here)."""
-    settings = services.settings
-    where = Where(
-        settings,
-        base_dir=base_dir or Path.cwd(),
-        hosts=settings.cluster.hosts,
-        path_exists=path_exists,
-    )
-    ctx = _Ctx(services=services, where=where)
+    capabilities): one cluster's, or a fleet's by cluster name (``source`` names the config
+    they come from, ``cluster`` the one chosen before the first ``use``; a fleet of one has
+    its one chosen). ``path_exists(uri)`` tells whether a checkpoint exists (None: cannot
+    tell here), for every cluster or by name."""
+    if isinstance(services, UnbuiltServices):  # a lone cluster: by the name it goes by
+        identity = services.settings.cluster
+        fleet = {identity.name or identity.node_name: services}
+    else:
+        fleet = dict(services)
+    targets: dict[str, _Target] = {}
+    for cluster_name, unbuilt in fleet.items():
+        probe = path_exists.get(cluster_name) if isinstance(path_exists, Mapping) else path_exists
+        where = Where(
+            unbuilt.settings,
+            base_dir=base_dir or Path.cwd(),
+            hosts=unbuilt.settings.cluster.hosts,
+            path_exists=probe,
+        )
+        targets[cluster_name] = _Target(unbuilt, where)
+    if cluster is not None:
+        try:
+            named("--cluster", cluster, tuple(targets), source)
+        except _ArgError as exc:
+            raise ScriptError(name, [ScriptIssue(0, str(exc))]) from None
+    chosen = cluster if cluster is not None else next(iter(targets)) if len(targets) == 1 else None
+    ctx = _Ctx(targets=targets, source=source, chosen=chosen)
     steps: list[ScriptLine] = []
     issues: list[ScriptIssue] = []
     if "\x00" in text:
@@ -116,12 +165,16 @@ def parse_script(
             continue
         if not tokens:
             continue
+        ctx.line_cluster = None
         try:
             step = _parse_line(lineno, tokens, ctx, shlex.join(tokens))
         except _ArgError as exc:
             issues.append(ScriptIssue(lineno, str(exc)))
             if tokens[0] in ("submit", "relaunch-sweep") or tokens[:2] == ["workload", "create"]:
-                ctx.job_lines.append(lineno)  # so `last` below is not a second, bogus error
+                # so `last` below is not a second, bogus error
+                on = [ctx.line_cluster] if ctx.line_cluster is not None else list(ctx.targets)
+                for cluster_name in on:
+                    ctx.targets[cluster_name].job_lines.append(lineno)
             continue
         if step is not None:
             steps.append(step)
@@ -165,22 +218,86 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
     adef = ACTIONS.get(name)
     if adef is None:
         raise _ArgError(_unknown_action(name))
-    _check_provider(adef, ctx.services)
-    args, cont = _bind(adef, rest, ctx)
-    if name == "set":
-        ctx.continue_on_error = args["enabled"]
-        return None
-    if name == "finally":
-        if ctx.finally_line is not None:
-            raise _ArgError(f"finally: already started on line {ctx.finally_line}")
-        ctx.finally_line = lineno
-        return None
-    _check_semantics(adef, args, lineno, ctx)
+    rest, given = _own_cluster(adef, rest)
+    command = adef.command
+    if command is None or not command.on_cluster:  # a directive, `sleep`: no cluster
+        if given is not None:
+            raise _ArgError(f"{adef.name}: --cluster: {adef.name} acts on no cluster")
+        args, cont = _bind(adef, rest, ctx.any_where)
+        if name == "use":
+            ctx.bad_use = False
+            ctx.chosen = None
+            try:
+                ctx.chosen = named("use", args["cluster"], ctx.names, ctx.source)
+            except _ArgError:
+                ctx.bad_use = True  # one problem: the lines after it are not checked
+                raise
+            return None
+        if name == "set":
+            ctx.continue_on_error = args["enabled"]
+            return None
+        if name == "finally":
+            if ctx.finally_line is not None:
+                raise _ArgError(f"finally: already started on line {ctx.finally_line}")
+            ctx.finally_line = lineno
+            return None
+        cluster = ""  # `sleep`: its words bind, and its check runs, as on the first cluster
+        target = next(iter(ctx.targets.values()))
+    else:
+        if given is not None:
+            cluster = named(f"{adef.name}: --cluster", given, ctx.names, ctx.source)
+        elif ctx.chosen is not None:
+            cluster = ctx.chosen
+        elif ctx.bad_use:
+            return None  # after a `use` that named no cluster (its line says so)
+        else:
+            raise _ArgError(
+                unchosen(
+                    adef.name,
+                    ctx.names,
+                    ctx.source,
+                    "put `use NAME` before this line, or give the line --cluster NAME",
+                )
+            )
+        ctx.line_cluster = cluster
+        target = ctx.targets[cluster]
+        _check_provider(adef, target.services)
+        args, cont = _bind(adef, rest, target.where)
+    _check_semantics(adef, args, lineno, target)
     if adef.sets_job:
-        ctx.job_lines.append(lineno)
+        target.job_lines.append(lineno)
     always = ctx.finally_line is not None
     cont = cont or ctx.continue_on_error or always
-    return ScriptLine(lineno, name, args, cont, text, always, adef.command)
+    return ScriptLine(lineno, name, args, cont, text, always, adef.command, cluster)
+
+
+def _own_cluster(adef: Verb, tokens: list[str]) -> tuple[list[str], str | None]:
+    """The line's words without its ``--cluster NAME`` (or ``--cluster=NAME``), and NAME."""
+    flag = CLUSTER_FLAG.name
+    rest: list[str] = []
+    given: str | None = None
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        head, eq, inline = tok.partition("=")
+        if head != flag:
+            rest.append(tok)
+            i += 1
+            continue
+        if given is not None:
+            raise _ArgError(f"{adef.name}: {flag} given twice")
+        if eq:
+            value = inline
+        elif i + 1 < len(tokens):
+            value = tokens[i + 1]
+            i += 1
+        else:
+            value = ""
+        if not value:
+            raise _ArgError(f"{adef.name}: {flag} needs a value NAME (a [[clusters]] name)")
+        given = value
+        i += 1
+    return rest, given
 
 
 def _check_provider(adef: Verb, services: UnbuiltServices) -> None:
@@ -201,7 +318,7 @@ def _unknown_action(name: str) -> str:
     return f"unknown action {name!r}{hint} (actions: {', '.join(sorted(ACTIONS))})"
 
 
-def _bind(adef: Verb, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any], bool]:
+def _bind(adef: Verb, tokens: list[str], where: Where) -> tuple[dict[str, Any], bool]:
     """Match tokens to the signature; convert and range-check every value."""
     positionals: list[str] = []
     args: dict[str, Any] = {}
@@ -237,7 +354,7 @@ def _bind(adef: Verb, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any], boo
                 raise _ArgError(
                     f"{adef.name}: {flag_name} needs a value {flag.meta()} (usage: {adef.usage()})"
                 )
-            converted = _convert(adef, flag, value, ctx)
+            converted = _convert(adef, flag, value, where)
             if flag.repeat:
                 args.setdefault(flag.dest, []).append(converted)
             else:
@@ -246,11 +363,11 @@ def _bind(adef: Verb, tokens: list[str], ctx: _Ctx) -> tuple[dict[str, Any], boo
             continue
         positionals.append(tok)
         i += 1
-    _bind_positionals(adef, positionals, args, ctx)
+    _bind_positionals(adef, positionals, args, where)
     return args, cont
 
 
-def _bind_positionals(adef: Verb, given: list[str], args: dict[str, Any], ctx: _Ctx) -> None:
+def _bind_positionals(adef: Verb, given: list[str], args: dict[str, Any], where: Where) -> None:
     specs = adef.positionals
     required = [p for p in specs if not (p.optional or p.variadic)]
     variadic = next((p for p in specs if p.variadic), None)
@@ -269,10 +386,10 @@ def _bind_positionals(adef: Verb, given: list[str], args: dict[str, Any], ctx: _
     it = iter(given)
     for p in specs:
         if p.variadic:
-            args[p.dest] = [_convert(adef, p, v, ctx) for v in it]
+            args[p.dest] = [_convert(adef, p, v, where) for v in it]
         elif p.optional:
             if spare > 0:
-                args[p.dest] = _convert(adef, p, next(it), ctx)
+                args[p.dest] = _convert(adef, p, next(it), where)
                 spare -= 1
             else:
                 args[p.dest] = None
@@ -281,42 +398,44 @@ def _bind_positionals(adef: Verb, given: list[str], args: dict[str, Any], ctx: _
             if n_optional and len(given) == len(required) and not token.isupper():
                 # `wait-job last`: the job was given, the STATUS after it is what's missing
                 try:
-                    args[p.dest] = _convert(adef, p, token, ctx)
+                    args[p.dest] = _convert(adef, p, token, where)
                 except _ArgError:
                     raise _ArgError(
                         f"{adef.name}: missing argument {p.meta()} after {token!r} "
                         f"(usage: {adef.usage()})"
                     ) from None
             else:
-                args[p.dest] = _convert(adef, p, token, ctx)
+                args[p.dest] = _convert(adef, p, token, where)
 
 
 def _unknown_flag(adef: Verb, flag: str) -> str:
-    known = [f.name for f in adef.flags] + [CONTINUE_FLAG.name]
+    known = [f.name for f in adef.flags] + [CONTINUE_FLAG.name, CLUSTER_FLAG.name]
     close = difflib.get_close_matches(flag, known, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]}?" if close else ""
     return f"{adef.name}: unknown flag {flag}{hint} (usage: {adef.usage()})"
 
 
-def _convert(adef: Verb, arg: Arg, value: str, ctx: _Ctx) -> Any:
+def _convert(adef: Verb, arg: Arg, value: str, where: Where) -> Any:
     label = f"{adef.name}: {arg.name if arg.is_flag else arg.meta()}"
-    return from_text(label, arg, value, ctx.where)
+    return from_text(label, arg, value, where)
 
 
-def _check_semantics(adef: Verb, args: dict[str, Any], lineno: int, ctx: _Ctx) -> None:
-    """Cross-argument and cross-line checks: `last`, the pod's size, the command's own."""
+def _check_semantics(adef: Verb, args: dict[str, Any], lineno: int, target: _Target) -> None:
+    """Cross-argument and cross-line checks on the line's cluster: `last`, the pod's size,
+    the command's own."""
     if adef.name == "pod up" and args.get("hosts") is not None:
-        ctx.where.hosts = int(args["hosts"])
+        target.where.hosts = int(args["hosts"])
     if "job" in args:
         ref = args["job"] or "last"
         args["job"] = ref
-        if ref == "last" and not ctx.job_lines:
+        if ref == "last" and not target.job_lines:
             raise _ArgError(
                 f"{adef.name}: `last` refers to the job of an earlier submit or relaunch-sweep "
-                "line, and there is none before this line; give a job id or submit first"
+                "line on this cluster, and there is none before this line; give a job id or "
+                "submit first"
             )
     command = adef.command
     if command is not None and command.check is not None:
-        problem = command.check(command.make(args), ctx.where)
+        problem = command.check(command.make(args), target.where)
         if problem:
             raise _ArgError(problem)

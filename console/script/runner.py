@@ -10,6 +10,10 @@ on someone else's pod).
 
 The services are built lazily, at the first step that needs the cluster: ``pod up`` must
 run before they can exist on a fresh machine, and a script of ``sleep`` lines pays nothing.
+
+Over a fleet each line runs in the ``ClusterSession`` of the cluster it acts on: its own
+services, ``last``, events and cleanup (an interrupt undoes, cluster by cluster, what the
+script did there). A ``[[clusters]]`` entry's step and event lines name their ``"cluster"``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
@@ -55,63 +60,61 @@ class JsonLines:
             self._out.flush()
 
 
-class ScriptRunner:
-    """Runs a script's lines; the ``Session`` its commands run in."""
+@dataclass(frozen=True)
+class Target:
+    """One cluster a script may act on: its config, its services (not built yet), and its
+    emulators' clients (``pod up``/``gke up``; None where the cluster has none)."""
 
-    def __init__(
-        self,
-        script: Script,
-        config: Config,
-        *,
-        services: UnbuiltServices,
-        pod_control: PodControl,
-        stdout: TextIO,
-        stderr: TextIO,
-        clock: Callable[[], float] = time.time,
-        poll_interval_s: float | None = None,
-        gke_control: GkeControl | None = None,
-    ) -> None:
-        self.script = script
-        self.config = config
+    config: Config
+    services: UnbuiltServices
+    pod: PodControl | None = None
+    gke: GkeControl | None = None
+
+
+class ClusterSession:
+    """The ``Session`` a script's commands run in on one cluster: its services (built at the
+    first step that needs them), the jobs the script made there (``last``), what it heard
+    from them and what it started there. A fleet's script has one per cluster it touches."""
+
+    def __init__(self, runner: ScriptRunner, name: str, target: Target) -> None:
+        self._runner = runner
+        self.name = name
         self.actor = ACTOR
-        self.pod: PodControl | None = pod_control
-        self.gke: GkeControl | None = gke_control
-        self.settings: ServiceSettings = services.settings
-        self._unbuilt = services
-        self._scrub = Scrubber([config.wandb.api_key_env])
-        self._out = JsonLines(stdout, self._scrub)
-        self._err = stderr
-        self.poll_s = poll_interval_s or self.settings.polling.client_s
-        self.feed = EventFeed(self._out.emit, clock)
+        self.pod: PodControl | None = target.pod
+        self.gke: GkeControl | None = target.gke
+        self.settings: ServiceSettings = target.services.settings
+        self._unbuilt = target.services
+        self.poll_s = runner.poll_interval_s or self.settings.polling.client_s
+        self.named = bool(target.config.state_dir)  # a [[clusters]] entry: lines name it
+        self.feed = EventFeed(self._emit, runner.clock)
+        self.feed.bind(asyncio.get_running_loop())
         self._services: ConsoleServices | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._submitted: list[str] = []
+        self.submitted: list[str] = []
         self.last_job: str | None = None
         self.started: set[Started] = set()
-        self._interrupted: str | None = None
-        self._config_error = False
-        self._cleaning_up = False
 
-    # -- the session its commands use ---------------------------------------------------------
+    def _emit(self, obj: Mapping[str, Any]) -> None:
+        self._runner.emit(self.stamp(obj))
+
+    def stamp(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``obj`` naming this cluster (after its type) when the config is a fleet's."""
+        if not self.named:
+            return obj
+        return {"type": obj.get("type"), "cluster": self.name, **obj}
+
     def diag(self, message: str) -> None:
-        self._err.write(self._scrub.text(message) + "\n")
-        self._err.flush()
+        self._runner.diag(message)
 
     async def wait(self, timeout: float) -> None:
         """Until the feed hears something new, or ``timeout``; interruptible."""
-        self._check_interrupt()
+        self._runner.check_interrupt()
         await self.feed.wait(timeout)
-        self._check_interrupt()
-
-    def _check_interrupt(self) -> None:
-        # Belt and braces: on 3.11 a cancel can be swallowed by a wait_for deep inside a
-        # library when its inner future completes in the same loop turn.
-        if self._interrupted is not None and not self._cleaning_up:
-            raise asyncio.CancelledError()
+        self._runner.check_interrupt()
 
     def made(self, info: JobInfo) -> None:
         self.last_job = info.job_id
-        self._submitted.append(info.job_id)
+        self.submitted.append(info.job_id)
         self.feed.observe_job(info)
 
     def tell(self, text: str) -> None:
@@ -154,9 +157,103 @@ class ScriptRunner:
             except Exception as exc:
                 self.diag(f"phantom: stopping services: {exc}")
 
+    async def cleanup(self) -> dict[str, Any]:
+        """After an interrupt: stop the jobs the script submitted here, then undo its
+        `pod up` (or, on a pod it did not start, its `ray-up`) and its `gke up`."""
+        done: dict[str, Any] = {"stopped_jobs": [], "pod_down": False}
+        services = self._services
+        if services is not None:
+            for job_id in dict.fromkeys(self.feed.follow(j) for j in self.submitted):
+                try:
+                    async with asyncio.timeout(30):
+                        info = await services.job_status(job_id)
+                    if info.status in TERMINAL_JOBS:
+                        continue
+                    async with asyncio.timeout(60):
+                        res = await services.stop_job(job_id, ACTOR)
+                    if res.ok:
+                        done["stopped_jobs"].append(job_id)
+                    else:
+                        self.diag(f"phantom: could not stop job {job_id}: {res.message}")
+                except Exception as exc:
+                    self.diag(f"phantom: could not stop job {job_id}: {exc}")
+        if Started.RAY in self.started and Started.POD not in self.started and services:
+            try:  # Ray this run started on a pod it did not: stop it, leave the pod
+                async with asyncio.timeout(300):
+                    res = await services.teardown(ACTOR)
+                done["teardown"] = res.ok
+            except Exception as exc:
+                self.diag(f"phantom: teardown failed: {exc}")
+        if Started.POD in self.started and self.pod is not None:
+            await self.drop_services()
+            try:
+                done["pod_down"] = await self.pod.down()
+                self.started.discard(Started.POD)
+            except Exception as exc:
+                self.diag(f"phantom: pod down failed: {exc}")
+        if Started.GKE in self.started and self.gke is not None:
+            await self.drop_services()
+            try:
+                done["gke_down"] = await self.gke.down()
+                self.started.discard(Started.GKE)
+            except Exception as exc:
+                self.diag(f"phantom: gke down failed: {exc}")
+        return done
+
+
+class ScriptRunner:
+    """Runs a script's lines, each in the session of the cluster it acts on."""
+
+    def __init__(
+        self,
+        script: Script,
+        targets: Mapping[str, Target],
+        *,
+        stdout: TextIO,
+        stderr: TextIO,
+        clock: Callable[[], float] = time.time,
+        poll_interval_s: float | None = None,
+    ) -> None:
+        self.script = script
+        self.targets = dict(targets)
+        first = next(iter(self.targets.values())).config
+        self._scrub = Scrubber([first.wandb.api_key_env])  # [wandb] is the fleet's, shared
+        self._out = JsonLines(stdout, self._scrub)
+        self._err = stderr
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.sessions: dict[str, ClusterSession] = {}
+        self._interrupted: str | None = None
+        self._config_error = False
+        self._cleaning_up = False
+
+    def emit(self, obj: Mapping[str, Any]) -> None:
+        self._out.emit(obj)
+
+    def diag(self, message: str) -> None:
+        self._err.write(self._scrub.text(message) + "\n")
+        self._err.flush()
+
+    def check_interrupt(self) -> None:
+        # Belt and braces: on 3.11 a cancel can be swallowed by a wait_for deep inside a
+        # library when its inner future completes in the same loop turn.
+        if self._interrupted is not None and not self._cleaning_up:
+            raise asyncio.CancelledError()
+
+    def session(self, cluster: str) -> ClusterSession:
+        """The session of ``cluster`` (a line that touches none: the first cluster's, as
+        its words bind there), made at its first line."""
+        name = cluster or next(iter(self.targets))
+        if name not in self.sessions:
+            self.sessions[name] = ClusterSession(self, name, self.targets[name])
+        return self.sessions[name]
+
+    async def drop_services(self) -> None:
+        for session in self.sessions.values():
+            await session.drop_services()
+
     # -- run --------------------------------------------------------------------------------
     async def run(self) -> int:
-        self.feed.bind(asyncio.get_running_loop())
         task = asyncio.current_task()
         assert task is not None
         restore = self._install_signals(task)
@@ -210,7 +307,7 @@ class ScriptRunner:
             ],
             "elapsed_s": round(time.monotonic() - started, 3),
             "interrupted": self._interrupted,
-            "events": len(self.feed.events),
+            "events": sum(len(s.feed.events) for s in self.sessions.values()),
         }
         if cleanup:
             summary["cleanup"] = cleanup
@@ -250,7 +347,7 @@ class ScriptRunner:
         total = len(self.script.lines)
         stop_after_failure = False
         for n, step in enumerate(self.script.lines, start=1):
-            self._check_interrupt()
+            self.check_interrupt()
             if stop_after_failure and not step.always:
                 continue
             self.diag(f"phantom: [{n}/{total}] line {step.line}: {step.text}")
@@ -294,10 +391,10 @@ class ScriptRunner:
         elapsed: float,
         result: Mapping[str, Any],
     ) -> None:
-        obj = {
-            "type": "step",
-            "n": n,
-            "line": step.line,
+        obj: dict[str, Any] = {"type": "step", "n": n, "line": step.line}
+        if step.cluster and self.session(step.cluster).named:
+            obj["cluster"] = step.cluster
+        obj |= {
             "action": step.action,
             "ok": ok,
             "elapsed_s": round(elapsed, 3),
@@ -307,46 +404,12 @@ class ScriptRunner:
         self._out.emit(obj)
 
     async def _cleanup(self) -> dict[str, Any]:
-        """After an interrupt: stop the jobs this run submitted, then undo its `pod up`
-        (or, on a pod it did not start, its `ray-up`)."""
-        done: dict[str, Any] = {"stopped_jobs": [], "pod_down": False}
-        if self._services is not None:
-            for job_id in dict.fromkeys(self.feed.follow(j) for j in self._submitted):
-                try:
-                    async with asyncio.timeout(30):
-                        info = await self._services.job_status(job_id)
-                    if info.status in TERMINAL_JOBS:
-                        continue
-                    async with asyncio.timeout(60):
-                        res = await self._services.stop_job(job_id, ACTOR)
-                    if res.ok:
-                        done["stopped_jobs"].append(job_id)
-                    else:
-                        self.diag(f"phantom: could not stop job {job_id}: {res.message}")
-                except Exception as exc:
-                    self.diag(f"phantom: could not stop job {job_id}: {exc}")
-        if Started.RAY in self.started and Started.POD not in self.started and self._services:
-            try:  # Ray this run started on a pod it did not: stop it, leave the pod
-                async with asyncio.timeout(300):
-                    res = await self._services.teardown(ACTOR)
-                done["teardown"] = res.ok
-            except Exception as exc:
-                self.diag(f"phantom: teardown failed: {exc}")
-        if Started.POD in self.started and self.pod is not None:
-            await self.drop_services()
-            try:
-                done["pod_down"] = await self.pod.down()
-                self.started.discard(Started.POD)
-            except Exception as exc:
-                self.diag(f"phantom: pod down failed: {exc}")
-        if Started.GKE in self.started and self.gke is not None:
-            await self.drop_services()
-            try:
-                done["gke_down"] = await self.gke.down()
-                self.started.discard(Started.GKE)
-            except Exception as exc:
-                self.diag(f"phantom: gke down failed: {exc}")
-        return done
+        """After an interrupt: each cluster's session undoes what the script did there (a
+        fleet's cleanup: by cluster)."""
+        done = {name: await session.cleanup() for name, session in self.sessions.items()}
+        if len(self.targets) == 1:
+            return next(iter(done.values()), {"stopped_jobs": [], "pod_down": False})
+        return {"clusters": done}
 
     async def _dispatch(self, line: ScriptLine) -> ActionResult:
         # Cleanup after `finally` only undoes what this run did: a `pod up` that failed
@@ -356,8 +419,9 @@ class ScriptRunner:
             "gke down": (Started.GKE, "this script did not bring the GKE emulator up"),
             "teardown": (Started.RAY, "this script did not start Ray"),
         }.get(line.action)
-        if line.always and skipped is not None and skipped[0] not in self.started:
+        session = self.session(line.cluster)
+        if line.always and skipped is not None and skipped[0] not in session.started:
             return ActionResult.done(line.action, "skipped", {"skipped": skipped[1]})
         command = line.command
         assert command is not None  # a directive makes no line
-        return await execute(command, self, command.make(line.args))
+        return await execute(command, session, command.make(line.args))

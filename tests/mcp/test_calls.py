@@ -131,3 +131,42 @@ async def test_the_resources_are_the_documents_read_as_commands() -> None:
     assert fake.called("events")[-1].args["limit"] == 50 and "events" in events
     fake.b.raise_in["events"] = OSError("journal gone")
     assert await calls.read(found["phantom://incidents"]) == {"error": "journal gone"}
+
+
+@pytest.mark.usefixtures("parser_raises")
+async def test_over_a_fleet_reads_take_every_cluster_and_acts_the_one_named() -> None:
+    """Each cluster is its own services and session: a read without ``cluster`` answers for
+    each (one that fails says so in its entry, the others still answer), ``last`` is the
+    job submitted on the same cluster, and every call is journaled where it concerned."""
+    a, b = FakeServices("healthy"), FakeServices("healthy")
+    b.b.raise_in["events"] = RuntimeError("journal locked")
+    calls = Calls({"pod-a": a, "pod-b": b}, Policy.parse([], True, True), Scrubber([]))
+
+    read = await calls.answer("events", {})
+    assert read.cluster is None and read.result.reason is Reason.STEP_FAILED
+    assert "1 of 2 clusters did not answer: pod-b" in read.result.message
+    entries = read.result.data["clusters"]
+    assert [(e["cluster"], e["outcome"]) for e in entries] == [("pod-a", "ok"), ("pod-b", "failed")]
+    assert entries[1]["message"] == "journal locked" and "events" in entries[0]["result"]
+
+    unchosen = await calls.answer("submit", {"mode": "single"})
+    assert (
+        unchosen.result.reason is Reason.BAD_INPUT and "(pod-a, pod-b)" in unchosen.result.message
+    )
+    assert not a.called("submit") and not b.called("submit")
+    made = await calls.answer("submit", {"mode": "single", "cluster": "pod-a"})
+    assert made.cluster == "pod-a" and made.result.ok and a.called("submit")
+    no_job = await calls.call("stop_job", {"cluster": "pod-b"})  # pod-b has no `last`
+    assert no_job.reason is Reason.BAD_INPUT and "give job" in no_job.message
+    stopped = await calls.call("stop_job", {"cluster": "pod-a"})
+    assert stopped.ok and a.called("stop_job") and not b.called("stop_job")
+
+    wrong = await calls.call("status", {"cluster": 3})
+    assert wrong.reason is Reason.BAD_INPUT and "argument 'cluster'" in wrong.message
+    journaled = {
+        name: [c.args["action"] for c in fake.calls if c.name == "journal_call"]
+        for name, fake in (("pod-a", a), ("pod-b", b))
+    }
+    assert journaled["pod-a"] == ["mcp:events", "mcp:submit", "mcp:submit", "mcp:stop_job",
+                                  "mcp:status"]  # fmt: skip
+    assert journaled["pod-b"] == ["mcp:events", "mcp:submit", "mcp:stop_job", "mcp:status"]

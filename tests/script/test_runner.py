@@ -394,14 +394,15 @@ def test_ledger_verb_and_its_bad_flag(tmp_path: Path) -> None:
 # --- interrupts: a real process, a real signal ------------------------------------------------
 
 
-def _child(tmp_path: Path, text: str) -> tuple[subprocess.Popen[str], Path]:
+def _child(tmp_path: Path, text: str, fleet: bool = False) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "s.phantom"
     script.write_text(text)
     calls = tmp_path / "calls.jsonl"
     code = (
         "import sys\n"
         "from tests.support.script_harness import run_in_subprocess\n"
-        f"sys.exit(run_in_subprocess({str(script)!r}, {str(calls)!r}, hang='none'))\n"
+        f"sys.exit(run_in_subprocess({str(script)!r}, {str(calls)!r}, hang='none', "
+        f"fleet={fleet!r}))\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -462,6 +463,39 @@ def test_interrupt_stops_what_it_started_and_exits_130(tmp_path: Path, sig: int)
     assert names.index("stop_job") < names.index("pod.down")
     assert "teardown" not in names  # the step after the interrupted one never ran
     assert f"phantom: {signal.Signals(sig).name}: stopping what this script started" in err
+
+
+def test_an_interrupt_undoes_what_the_script_did_on_each_cluster(tmp_path: Path) -> None:
+    """Over a fleet: the jobs submitted on each cluster are stopped there, and only the pod
+    the script brought up (pod-a's) is taken down."""
+    text = (
+        "use pod-a\n"
+        "pod up --hosts 2\n"
+        "submit single\n"
+        "use pod-b\n"
+        "submit single\n"
+        "wait-job last SUCCEEDED --timeout 1h\n"  # the fake's job runs forever
+    )
+    proc, calls_path = _child(tmp_path, text, fleet=True)
+    try:
+        _read_until(proc, lambda x: x.get("action") == "submit" and x.get("cluster") == "pod-b")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == exit_codes.INTERRUPTED, err
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["cleanup"] == {
+        "clusters": {
+            "pod-a": {"stopped_jobs": ["raysubmit_1"], "pod_down": True},
+            "pod-b": {"stopped_jobs": ["raysubmit_1"], "pod_down": False},
+        }
+    }
+    names = [json.loads(line)[0] for line in calls_path.read_text().splitlines()]
+    assert "pod-a/stop_job" in names and "pod-b/stop_job" in names and "pod-a/pod.down" in names
+    assert not any(n.startswith("pod-b/pod.") for n in names)
 
 
 def test_logs_are_plain_text_every_line_kept(tmp_path: Path) -> None:

@@ -82,20 +82,37 @@ def file_recorder(path: str) -> Callable[[Call], None]:
     return record
 
 
-def run_in_subprocess(script: str, calls_path: str, hang: str) -> int:
-    """Entry point of the SIGINT/SIGTERM test's child process."""
+def run_in_subprocess(script: str, calls_path: str, hang: str, fleet: bool = False) -> int:
+    """Entry point of the SIGINT/SIGTERM test's child process. ``fleet``: over two clusters,
+    pod-a and pod-b, each call recorded as ``CLUSTER/NAME``."""
     import sys
 
+    from console.config.fleet import parse_fleet
     from console.script.main import script_main
     from console.services.model import JobStatus
 
     record = file_recorder(calls_path)
     behaviour = Behaviour(hang={hang}, job_statuses=[JobStatus.RUNNING])
+    if not fleet:
+        return script_main(
+            script,
+            Config(),
+            services_factory=lambda cfg: _services(cfg, behaviour, record),
+            pod_control=FakePod(record),
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+        )
+    names = ("pod-a", "pod-b")
+    clusters = parse_fleet({"clusters": [{"name": n} for n in names]}, source="fleet.toml")
+
+    def on(name: str) -> Callable[[Call], None]:
+        return lambda call: record(Call(f"{name}/{call.name}", call.args))
+
     return script_main(
         script,
-        Config(),
-        services_factory=lambda cfg: _services(cfg, behaviour, record),
-        pod_control=FakePod(record),
+        clusters,
+        services_factory=lambda cfg: _services(cfg, behaviour, on(cfg.name)),
+        pod_control={n: FakePod(on(n)) for n in names},
         stdout=sys.stdout,
         stderr=sys.stderr,
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
+from console.commands.kit.clusters import CLUSTER
 from console.commands.kit.params import Arg, args_of, input_schema
 from console.commands.kit.told import error_sentence
 from console.config import ConfigError
@@ -167,6 +168,7 @@ class Command(Generic[A]):
     told: Callable[[ActionResult], str] | None = None  # the result for people (TUI)
     sets_job: bool = False  # `last` refers to what it made
     document: str = ""  # a read that stands as a document (an MCP resource): what it holds
+    on_cluster: bool = True  # it touches a cluster: on a fleet, it takes ``kit.clusters.CLUSTER``
 
     @property
     def acts(self) -> bool:
@@ -198,7 +200,12 @@ class Command(Generic[A]):
         return f"{text} {ASKS}" if self.confirm is not None else text
 
     def input_schema(self) -> dict[str, Any]:
-        return input_schema(cast("type", self.args))
+        """Its arguments as a JSON schema (an MCP tool's), with the cluster it acts on
+        (``kit.clusters.CLUSTER``) when it touches one."""
+        schema = input_schema(cast("type", self.args))
+        if self.on_cluster:
+            schema["properties"][CLUSTER.dest] = CLUSTER.json_schema()
+        return schema
 
     def offered_on(self, front: Front) -> bool:
         return front in self.fronts

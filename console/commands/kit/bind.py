@@ -59,7 +59,7 @@ class Where:
 def from_text(label: str, arg: Arg, value: str, where: Where) -> Any:
     """A word of a line as ``arg``'s value (``label``: "verb: ARG", for messages)."""
     kind = arg.kind
-    if kind in (Kind.STR, Kind.JOB, Kind.SLICE):
+    if kind in (Kind.STR, Kind.JOB, Kind.SLICE, Kind.CLUSTER):  # a cluster: ``kit.clusters``
         return value
     if kind == Kind.INT:
         try:
@@ -107,7 +107,16 @@ def _one_json(label: str, arg: Arg, value: Any, where: Where) -> Any:
         if not math.isfinite(value):
             raise BadArgument(f"{label} {value!r}: must be a finite duration")
         return float(value)
-    if kind in (Kind.INT, Kind.ONOFF, Kind.FLAG, Kind.CHOICE, Kind.STR, Kind.JOB, Kind.SLICE):
+    if kind in (
+        Kind.INT,
+        Kind.ONOFF,
+        Kind.FLAG,
+        Kind.CHOICE,
+        Kind.STR,
+        Kind.JOB,
+        Kind.SLICE,
+        Kind.CLUSTER,
+    ):
         return value  # the schema checked type, range and choices
     return _domain(label, arg, str(value), where)
 

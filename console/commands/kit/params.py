@@ -39,6 +39,7 @@ class Kind(StrEnum):
     ENV = "env"  # NAME=VALUE (a secret as NAME=$VAR)
     NAME = "name"  # a workload name (a Kubernetes name)
     PATH = "path"  # a spec file (TOML, JSON or YAML), read when bound
+    CLUSTER = "cluster"  # a cluster of the fleet, by its name (``kit.clusters``)
 
 
 # A kind -> its JSON schema (before bounds, choices and help).
@@ -58,6 +59,7 @@ _SCHEMA: dict[str, dict[str, Any]] = {
     Kind.ENV: {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*=.*$"},
     Kind.NAME: {"type": "string", "pattern": "^[a-z][-a-z0-9]*$"},
     Kind.PATH: {"type": "string"},
+    Kind.CLUSTER: {"type": "string"},
 }
 _ARG = "phantom.arg"  # the field metadata key
 
