@@ -407,6 +407,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if len(fleet.members) > 1 or fleet.members[0].state_dir:
                 return _fleet_command(args, fleet)
+        if args.command == "report" and args.script is None and args.cluster is None:
+            # Every cluster of a fleet, a row each and their total (`--cluster NAME`: one).
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            if len(fleet.members) > 1:
+                return _report(args, fleet.members)
         config = _load(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
@@ -435,17 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "report":
-            from console.report import report_main
-
-            return report_main(
-                config,
-                fmt=args.format,
-                since=args.since,
-                journal_path=args.journal,
-                output=args.output,
-                runs_dir=args.runs,
-                logs_path=args.logs,
-            )
+            return _report(args, [config])
         if args.command == "status":
             from console.status import status_main
 
@@ -469,6 +466,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tui(config, metrics=args.metrics)
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
+
+
+def _report(args: argparse.Namespace, configs: Sequence[Config]) -> int:
+    from console.report import report_main
+
+    return report_main(
+        configs,
+        fmt=args.format,
+        since=args.since,
+        journal_path=args.journal,
+        output=args.output,
+        runs_dir=args.runs,
+        logs_path=args.logs,
+    )
 
 
 def _fleet_command(args: argparse.Namespace, fleet: Fleet) -> int:
