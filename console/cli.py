@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the ledger as a document: goodput, badput by cause, cost (md, html or json)",
         description="Goodput, badput by cause, recovery per step, chip-hours and spot against "
         "on-demand, from the journal alone (no cluster needed). The HTML is one "
-        "self-contained page with inline SVG charts.",
+        "self-contained page with inline SVG charts. Over a fleet of several clusters: a row "
+        "per cluster and the fleet's total (`phantom --cluster NAME report`: that one).",
     )
     report.add_argument(
         "--format", required=True, choices=("md", "html", "json"), help="md, html or json"

@@ -9,6 +9,11 @@ jobs' W&B run files do, for runs the lines do not cover (a SIGKILL leaves a run 
 so redone work read from it alone comes out low).
 The HTML is one self-contained page (inline SVG, no network). Exit 0 with a report; 2 for
 bad input (a date, a format, a journal that is not there), named with its fix.
+
+Over a fleet of several clusters: each cluster's ledger from its own journal, priced with its
+own slice of the config, a row each and the fleet's total (``services.ledger.fleet``; a
+cluster never run is a row of zeros); ``--journal``, ``--logs`` and ``--runs`` read one
+cluster's files, so over several they ask for ``--cluster NAME``.
 """
 
 from __future__ import annotations

@@ -11,11 +11,12 @@ rows (never run, or nothing in the range) is a row of zeros and no goodput.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.services.ledger.book import Book
+from console.services.ledger.book import Book, LedgerReads, read_book
 from console.services.ledger.goodput import dur
 from console.services.ledger.timeline import BADPUT, Cause
 
@@ -164,3 +165,25 @@ class FleetBook:
             "total": {"clusters": list(self.books), **total.to_json()},
             "notes": list(self.notes),
         }
+
+
+async def read_fleet(
+    members: Mapping[str, LedgerReads], *, now: float, since: float | None = None
+) -> FleetBook:
+    """Every cluster's ``read_book``, side by side (a slow cluster holds up none of the
+    others' reads); one whose journal cannot be read is left out and named in the notes."""
+
+    async def one(services: LedgerReads) -> Book | BaseException:
+        try:
+            return await read_book(services, now=now, since=since)
+        except Exception as exc:
+            return exc
+
+    found = await asyncio.gather(*(one(m) for m in members.values()))
+    books = {n: b for n, b in zip(members, found, strict=True) if isinstance(b, Book)}
+    notes = tuple(
+        f"{n}: its journal was not read ({b}); the total leaves it out"
+        for n, b in zip(members, found, strict=True)
+        if not isinstance(b, Book)
+    )
+    return FleetBook(books, notes)
