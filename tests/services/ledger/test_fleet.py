@@ -4,10 +4,13 @@ side by side and one whose journal cannot be read is named, not summed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from console.config.prices import PricesConfig
 from console.services.ledger.book import LedgerSettings, book
 from console.services.ledger.fleet import Figures, FleetBook, read_fleet
 from console.services.ledger.prices import Pricing, pricing_for
+from console.services.model import Event
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, journaled_async
 from tests.support.ledger_rows import drill
@@ -41,15 +44,17 @@ def test_an_unpriced_cluster_adds_chip_hours_and_no_dollars_and_is_named() -> No
     assert list(doc["clusters"]) == ["a", "b", "c"]
 
 
-async def test_every_clusters_ledger_is_read_and_an_unreadable_one_is_named() -> None:
-    a, b, c = FakeServices("healthy"), FakeServices("healthy"), FakeServices("healthy")
-    a.events_list = await journaled_async(drill(start=NOW - 8400, scale=20))
-    b.events_list = []
+class Unreadable(FakeServices):
+    """A cluster whose journal cannot be read."""
 
-    async def broken(limit: int = 500) -> list:
+    async def events(self, *args: Any, **kwargs: Any) -> list[Event]:
         raise OSError("disk gone")
 
-    c.events = broken  # type: ignore[method-assign]
+
+async def test_every_clusters_ledger_is_read_and_an_unreadable_one_is_named() -> None:
+    a, b, c = FakeServices("healthy"), FakeServices("healthy"), Unreadable("healthy")
+    a.events_list = await journaled_async(drill(start=NOW - 8400, scale=20))
+    b.events_list = []
     fleet = await read_fleet({"a": a, "b": b, "c": c}, now=NOW)
     assert list(fleet.books) == ["a", "b"]
     assert fleet.rows["a"].wall_s == 8400 and fleet.rows["b"].wall_s == 0
