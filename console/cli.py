@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the ledger as a document: goodput, badput by cause, cost (md, html or json)",
         description="Goodput, badput by cause, recovery per step, chip-hours and spot against "
         "on-demand, from the journal alone (no cluster needed). The HTML is one "
-        "self-contained page with inline SVG charts.",
+        "self-contained page with inline SVG charts. Over a fleet of several clusters: a row "
+        "per cluster and the fleet's total (`phantom --cluster NAME report`: that one).",
     )
     report.add_argument(
         "--format", required=True, choices=("md", "html", "json"), help="md, html or json"
@@ -407,6 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if len(fleet.members) > 1 or fleet.members[0].state_dir:
                 return _fleet_command(args, fleet)
+        if args.command == "report" and args.script is None and args.cluster is None:
+            # Every cluster of a fleet, a row each and their total (`--cluster NAME`: one).
+            fleet = load_fleet(
+                args.config, discover=not os.environ.get("PHANTOM_NO_CONFIG_DISCOVERY")
+            )
+            if len(fleet.members) > 1:
+                return _report(args, fleet.members)
         whole: Fleet | None = None  # the clusters a script or an agent may choose from
         if (args.script is not None and not args.command) or (
             args.command == "mcp" and args.cluster is None
@@ -448,17 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "trust":
             return cmd_trust(config, args.host)
         if args.command == "report":
-            from console.report import report_main
-
-            return report_main(
-                config,
-                fmt=args.format,
-                since=args.since,
-                journal_path=args.journal,
-                output=args.output,
-                runs_dir=args.runs,
-                logs_path=args.logs,
-            )
+            return _report(args, [config])
         if args.command == "status":
             from console.status import status_main
 
@@ -482,6 +480,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tui(config, metrics=args.metrics)
     except KeyboardInterrupt:
         return exit_codes.INTERRUPTED
+
+
+def _report(args: argparse.Namespace, configs: Sequence[Config]) -> int:
+    from console.report import report_main
+
+    return report_main(
+        configs,
+        fmt=args.format,
+        since=args.since,
+        journal_path=args.journal,
+        output=args.output,
+        runs_dir=args.runs,
+        logs_path=args.logs,
+    )
 
 
 def _fleet_command(args: argparse.Namespace, fleet: Fleet) -> int:

@@ -7,6 +7,10 @@ filled most of it, and an incident's causes (detect, recover, capacity, redone) 
 they touch, so a short preemption in a long run still shows. Below, the totals by cause,
 recovery time per step and the checkpoint-interval advice. The numbers are
 ``services.ledger.book``'s, the same as `status --json` and `phantom report`.
+
+In a fleet of several clusters a table comes first: a row per cluster (``▸`` the one shown
+below) and the fleet's total, summed from those rows (``services.ledger.fleet``), then
+badput by cause per cluster; the cluster shown is named above its own ledger.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -24,8 +30,9 @@ from console.screens.base import PhantomScreen
 from console.screens.keys import bindings
 from console.screens.state import duration
 from console.services.ledger.book import Book
+from console.services.ledger.fleet import FleetBook
 from console.services.ledger.goodput import Unit
-from console.services.ledger.timeline import Cause, Segment
+from console.services.ledger.timeline import BADPUT, Cause, Segment
 
 STYLE: dict[Cause, tuple[str, str]] = {
     Cause.PRODUCTIVE: ("█", "green"),
@@ -124,6 +131,58 @@ def summary_text(book: Book) -> Text:
     return out
 
 
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def fleet_table(fleet: FleetBook, shown: str) -> Table:
+    """A row per cluster (``▸`` the one shown below) and the fleet's total: goodput, wall,
+    badput, chip-hours, spot against on-demand for the same productive work."""
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("CLUSTER", no_wrap=True, max_width=NAME_W)
+    for head in ("GOODPUT", "WALL", "BADPUT", "CHIP-H", "SPOT", "ON-DEM", "SAVED"):
+        table.add_column(head, justify="right", no_wrap=True)
+    rows = [(name, f, False) for name, f in fleet.rows.items()]
+    for name, f, total in [*rows, ("total", fleet.total, True)]:
+        mark = "▸" if name == shown and not total else " "
+        saved = f.spot_saved_usd
+        table.add_row(
+            Text(f"{mark}{name}", "bold" if total or name == shown else ""),
+            "-" if f.goodput is None else f"{f.goodput:.1%}",
+            duration(f.wall_s),
+            duration(f.badput_total_s),
+            f"{f.chip_hours:.2f}",
+            _usd(f.spot_usd),
+            _usd(f.on_demand_same_work_usd),
+            Text(_usd(saved), "" if saved is None else ("green" if saved >= 0 else "red")),
+            style="bold" if total else None,
+            end_section=total,
+        )
+    return table
+
+
+def fleet_badput(fleet: FleetBook) -> Table | Text:
+    """Badput by cause: a column per cause any cluster lost time to, a row per cluster and
+    the total."""
+    total = fleet.total
+    causes = [c for c in BADPUT if total.badput_s.get(c, 0.0) > 0]
+    if not causes:
+        return Text("no badput", "dim")
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    table.add_column("BADPUT", no_wrap=True, max_width=NAME_W)
+    for cause in causes:
+        char, style = STYLE[cause]
+        table.add_column(Text.assemble((char, style), f" {cause}"), justify="right", no_wrap=True)
+    rows = list(fleet.rows.items())
+    for i, (name, f) in enumerate([*rows, ("total", total)]):
+        table.add_row(
+            f" {name}",
+            *(duration(f.badput_s.get(c, 0.0)) for c in causes),
+            style="bold" if i == len(rows) else None,
+        )
+    return table
+
+
 def totals_text(book: Book) -> Text:
     c = book.ledger.cluster
     out = Text()
@@ -155,6 +214,7 @@ class LedgerScreen(PhantomScreen):
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="ledger-body"):
+            yield Static(id="ledger-fleet")
             yield Static(id="ledger-summary")
             yield Static(id="ledger-bars")
             yield Static(id="ledger-totals")
@@ -178,8 +238,23 @@ class LedgerScreen(PhantomScreen):
             summary.update(Text("Reading the journal…", "dim"))
             return
         ledger = book.ledger
-        summary.update(summary_text(book))
-        width = (self.size.width or 80) - 2
+        fleet = self.state.fleet_ledger
+        panel = self.query_one("#ledger-fleet", Static)
+        panel.display = fleet is not None
+        name = self.phantom.services.settings.cluster.name
+        if fleet is not None:
+            head = Text.assemble(("Fleet", "bold underline"), f"  {len(fleet.books)} clusters")
+            notes = [Text(n, "dim") for n in fleet.notes]
+            panel.update(Group(head, fleet_table(fleet, name), fleet_badput(fleet), *notes))
+            summary.update(Text.assemble((f"{name}\n", "bold underline"), summary_text(book)))
+        else:
+            summary.update(summary_text(book))
+        # A fleet's table makes the body scroll: its scrollbar's gutter is kept (``.fleet``)
+        # and the bars drawn beside it, so a row never wraps its goodput onto a line of its own.
+        body = self.query_one("#ledger-body", VerticalScroll)
+        body.set_class(fleet is not None, "fleet")
+        gutter = body.styles.scrollbar_size_vertical if fleet is not None else 0
+        width = (self.size.width or 80) - 2 - gutter
         bars = Text()
         seconds = ledger.cluster.seconds
         bars.append_text(legend(c for c in STYLE if seconds[c] > 0 or c is Cause.PRODUCTIVE))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from console.commands.kit.told import duration
 from console.services.ledger.book import Book
+from console.services.ledger.fleet import FleetBook
 from console.services.model import (
     Event,
     JobInfo,
@@ -89,14 +90,17 @@ class ConsoleState:
     metrics: dict[str, RunMetrics] = field(default_factory=dict)  # by run id, as published
     events: deque[Event] = field(default_factory=deque)
     ledger: Book | None = None  # the journal's ledger, as of the last read (``ledger.book``)
+    # A fleet of several: every cluster's ledger and their total (``ledger.fleet``)
+    fleet_ledger: FleetBook | None = None
     versions: Counter[str] = field(default_factory=Counter)
     _event_keys: set[object] = field(default_factory=set)
 
     def bump(self, kind: str) -> None:
         self.versions[kind] += 1
 
-    def set_ledger(self, book: Book) -> None:
+    def set_ledger(self, book: Book, fleet: FleetBook | None = None) -> None:
         self.ledger = book
+        self.fleet_ledger = fleet
         self.bump("ledger")
 
     def set_pod(self, snapshot: PodSnapshot) -> None:

@@ -60,6 +60,7 @@ from console.services.jobs.spec import SubmitSpec
 from console.services.jobs.sweeplink import wandb_sweep_url
 from console.services.jobs.workload import WorkloadSpec
 from console.services.ledger.book import read_book
+from console.services.ledger.fleet import read_fleet
 from console.services.model import (
     JobInfo,
     JobStatus,
@@ -443,11 +444,24 @@ class PhantomApp(App[int]):
     async def refresh_ledger(self) -> None:
         """Read the journal and the jobs' logs, build the ledger off the event loop
         (``ledger.book.read_book``, as `status --json` does: the advice needs the logs)."""
-        book = await self._call("Reading the ledger", read_book(self.services, now=self.clock()))
-        if book is None:
+        now = self.clock()
+        if not self.fleet_state:
+            book = await self._call("Reading the ledger", read_book(self.services, now=now))
+            if book is not None:
+                self.state.set_ledger(book)
+                self._sync_screen()
             return
-        self.state.set_ledger(book)
-        self._sync_screen()
+        # A fleet of several: every cluster's ledger side by side, for its row and the total;
+        # the cluster shown is one of them (its book, with the advice, below the table).
+        fleet = await self._call("Reading the ledgers", read_fleet(self.fleet, now=now))
+        if fleet is None:
+            return
+        shown = fleet.books.get(self.services.settings.cluster.name)
+        if shown is None:  # its journal could not be read: say why, as a lone cluster does
+            shown = await self._call("Reading the ledger", read_book(self.services, now=now))
+        if shown is not None:
+            self.state.set_ledger(shown, fleet)
+            self._sync_screen()
 
     def action_refresh_ledger(self) -> None:
         self.refresh_ledger()

@@ -19,6 +19,7 @@ from textual.widgets import Input, Select
 from console.config import Config, WandbConfig
 from console.tui.app import PhantomApp
 from tests.support.fake_data import RUNTIME_ENV
+from tests.support.fake_fleet import fake_fleet
 from tests.support.fake_services import T0, FakeServices
 from tests.support.incident_rows import journaled, recorded
 from tests.support.ledger_rows import drill
@@ -380,6 +381,31 @@ def test_fleet(snap_compare, size):
     `1m phan…np-0` (its slice's name cut in the middle), $47.04 us-east5. At 80 columns the table scrolls sideways after READY. The
     footer: enter, /, `012345 screens`, C Cluster, ?, q, s."""
     assert snap_compare(make_fleet_app(), terminal_size=size, run_before=keys())
+
+
+def fleet_ledger_app() -> PhantomApp:
+    """The fleet of three with journals for the ledger: pod-a the drill of ``ledger_app``
+    (2h40m to ``T0``), grpo the drill at half the scale from 2h before ``T0`` (idle for
+    the last 53 min), pod-b no rows at all."""
+    fleet = fake_fleet()
+    fleet["pod-a"].events_list = journaled(drill(start=T0 - 8400, scale=20, earlier_job=True))
+    fleet["grpo"].events_list = journaled(drill(start=T0 - 7200, scale=10))
+    return make_fleet_app(fleet)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_fleet_ledger(snap_compare, size):
+    """Ledger (`7`) in a fleet of three: `Fleet  3 clusters`, then a row per cluster and the
+    total (bold): `▸pod-a` (bold, the cluster shown) 76.2% of 2h40m, 42.67 chip-h, spot
+    $41.39 vs on-demand $104.76, saved $63.37 (green); pod-b `-` and zeros (no rows); grpo
+    (v5p-64: $1.47/chip-h) 43.5% of 2h00m, 64.00 chip-h, spot $94.08 vs $116.85, saved
+    $22.77; total the sums: 4h40m, 1h45m badput, 106.67 chip-h, $135.47 spot, $221.61
+    on-demand, saved $86.14, goodput 62.2% (productive over wall). Then badput by cause, a
+    column per cause any cluster lost time to (detect, recover, capacity, queued, idle), a
+    row per cluster and the total (idle 1h01m). Below, `pod-a` underlined and its own
+    ledger as on a lone cluster, each bar's goodput at the end of its line beside the
+    scrollbar (at 80x24 the totals are below the fold)."""
+    assert snap_compare(fleet_ledger_app(), terminal_size=size, run_before=keys("7"))
 
 
 def test_fleet_cluster_opened(snap_compare):

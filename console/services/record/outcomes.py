@@ -109,6 +109,12 @@ class JobOutcomes:
             message=message,
         )
 
+    def ended(self) -> dict[str, float]:
+        """When each recorded job ended: the cluster's end time, else when it was recorded
+        (a job that ended while no console watched is recorded when the next one sees it)."""
+        rows = self._read("SELECT job_id, COALESCE(ended_at, recorded_at) FROM job_outcomes")
+        return {str(job): float(at) for job, at in rows if at is not None}
+
     def with_ended(self, listed: list[JobInfo], ours: Iterable[str]) -> list[JobInfo]:
         """``listed`` (the cluster's jobs) plus the jobs of ``ours`` it no longer lists that
         ended while the console watched (a replaced head lists only its own), after them."""
