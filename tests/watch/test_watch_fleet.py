@@ -307,9 +307,36 @@ def test_one_watch_recovers_a_worker_a_head_and_a_slice_each_on_its_cluster(
             assert [(s.data["incident"], s.data["outcome"]) for s in summaries] == [
                 (lost[name]["incident"], "recovered")
             ]
+        report_has_each_cluster_and_the_total(fleet, {n: x["incident"] for n, x in lost.items()})
     finally:
         for pod in fleet.pods.values():
             stop_ray(pod)
+
+
+def report_has_each_cluster_and_the_total(fleet: Fleet, incidents: dict[str, str]) -> None:
+    """`phantom report --format json` over the fleet: a row per cluster (each with its one
+    incident, and its detection and recovery as badput) and the total, the sum of those
+    rows."""
+    proc = subprocess.run(
+        phantom_argv("--config", str(fleet.config), "report", "--format", "json"),
+        env=watch_env(fleet.tmp),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    rows, total = report["clusters"], report["total"]
+    assert list(rows) == total["clusters"] == list(incidents)
+    for name, incident in incidents.items():
+        assert [i["incident"] for i in rows[name]["incidents"]] == [incident], name
+        lost = rows[name]["badput_s"]  # the incident's time, not idle time alone
+        assert lost.get("detect", 0.0) + lost.get("recover", 0.0) > 0, (name, lost)
+    assert total["incidents"] == len(incidents)
+    assert total["wall_s"] == pytest.approx(sum(r["wall_s"] for r in rows.values()), abs=0.01)
+    for cause, seconds in total["badput_s"].items():
+        rowed = sum(r["badput_s"].get(cause, 0.0) for r in rows.values())
+        assert seconds == pytest.approx(rowed, abs=0.01), cause
 
 
 async def _form_clusters(members: tuple[Config, ...]) -> None:
