@@ -197,6 +197,16 @@ async def test_a_publish_remakes_its_clusters_row_alone_and_a_tick_every_row() -
         assert _row(app, "grpo")[9].startswith("1h01m ")
 
 
+async def test_the_workloads_screen_of_a_tpu_vm_cluster_names_that_cluster() -> None:
+    """A fleet drives GKE clusters too: the line says which cluster has no workloads (it
+    said "this console drives a TPU VM pod")."""
+    app = make_fleet_app(initial_mode="workloads")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        line = str(app.screen.query_one("#workloads-summary").render())
+        assert line == "Workloads are GKE JobSets; pod-a is a TPU VM pod + Ray ('gcp')."
+
+
 async def test_quitting_stops_every_clusters_services() -> None:
     fleet = fake_fleet()
     app = make_fleet_app(fleet)
