@@ -180,7 +180,7 @@ async def test_a_publish_remakes_its_clusters_row_alone_and_a_tick_every_row() -
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         table = app.screen.query_one("#fleet")
-        grpo_cells = table._cells["grpo"]
+        grpo_cells = table.row_cells("grpo")
         assert _row(app, "grpo")[9].startswith("1m ")
         app.clock = lambda: T0 + 3600  # an hour on: every age is out of date
         pod = fleet["pod-b"].pod
@@ -189,7 +189,7 @@ async def test_a_publish_remakes_its_clusters_row_alone_and_a_tick_every_row() -
         fleet["pod-b"].pod = newer
         threading.Thread(target=fleet["pod-b"].publish, args=(newer,)).start()
         await wait_for(pilot, lambda: _row(app, "pod-b")[4] == "3/4")
-        assert table._cells["grpo"] is grpo_cells  # not remade
+        assert table.row_cells("grpo") is grpo_cells  # not remade
         summary = str(app.screen.query_one("#fleet-summary").render())
         assert "0 whole" in summary  # pod-b was the one whole cluster
         app._tick()  # what the clock's interval runs (off in tests)
