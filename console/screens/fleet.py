@@ -42,18 +42,35 @@ class FleetScreen(FilteredScreen):
         table.set_columns(COLUMNS)
         yield table
 
+    def __init__(self) -> None:
+        super().__init__()
+        # per cluster: the view's version and the current cluster its row was made for
+        self._made: dict[str, tuple[int, str, tuple[Cell, ...]]] = {}
+        self._summary_shown: Text | None = None
+
     def render_state(self, changed: Iterable[str]) -> None:
+        """Remake only the rows of clusters that changed since they were made (a publish
+        changes one); a tick remakes all, their ages having moved on."""
         app = self.phantom
         now = app.clock()
         current = app.services.settings.cluster.name
+        every = "tick" in changed
         rows: list[tuple[Hashable, tuple[Cell, ...]]] = []
-        views = app.fleet_state
-        for name, view in views.items():
-            cells = fleet_row(view, now, current=name == current)
+        for name, view in app.fleet_state.items():
+            made = self._made.get(name)
+            if every or made is None or made[:2] != (view.version, current):
+                made = (view.version, current, fleet_row(view, now, current=name == current))
+                self._made[name] = made
+            cells = made[2]
             if self.matches(cells):
                 rows.append((name, cells))
-        self.table.sync_rows(rows)
-        self.query_one("#fleet-summary", Static).update(self._summary(len(rows)))
+        self.table.sync_rows(rows)  # draws only the rows whose cells changed
+        summary = self._summary(len(rows))
+        if summary != self._summary_shown:
+            # One line whatever it says (fleet.tcss): no layout pass, which would arrange
+            # and redraw the whole screen on every publish.
+            self.query_one("#fleet-summary", Static).update(summary, layout=False)
+            self._summary_shown = summary
 
     def _summary(self, shown: int) -> Text:
         views = list(self.phantom.fleet_state.values())

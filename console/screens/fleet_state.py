@@ -65,16 +65,33 @@ class ClusterView:
     events: deque[Event] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     _seen_events: set[int] = field(default_factory=set)
     _journal: JournalCounts | None = None  # derived from ``events``, until they change
+    # Moves on with every change made through the methods below: the Fleet screen redraws
+    # only the rows whose version moved (ten clusters polling; one changed per publish).
+    version: int = 0
 
     @property
     def name(self) -> str:
         return self.identity.name
 
+    def set_pod(self, pod: PodSnapshot) -> None:
+        self.pod = pod
+        self.version += 1
+
+    def set_recovery(self, recovery: RecoveryStatus) -> None:
+        self.recovery = recovery
+        self.version += 1
+
     def set_runs(self, runs: Iterable[RunCadence]) -> None:
         self.runs = {r.run_id: r for r in runs}
+        self.version += 1
 
     def set_jobs(self, jobs: Iterable[JobInfo]) -> None:
         self.jobs = {j.job_id: j for j in jobs}
+        self.version += 1
+
+    def set_job(self, job: JobInfo) -> None:
+        self.jobs[job.job_id] = job
+        self.version += 1
 
     def add_events(self, events: Iterable[Event]) -> bool:
         """Journal rows (each once, by its id); True when one was new."""
@@ -88,6 +105,7 @@ class ClusterView:
             added = True
         if added:
             self._journal = None
+            self.version += 1
         return added
 
     @property

@@ -7,8 +7,8 @@ the three JobSet status columns fold into one STATE. The lower table lists the h
 workload's pods (NAME READY STATUS RESTARTS AGE NODE); pods whose node is being reclaimed
 (DisruptionTarget) are red, and the highlighted pod's message is the line under the table.
 `enter` drills from a workload to its pods and from a pod to its log; `l` follows the log
-of whichever row has the focus (a workload's is its coordinator's, across restarts). On a
-TPU VM pod there are no workloads: the screen says so in one line.
+of whichever row has the focus (a workload's is its coordinator's, across restarts). A TPU VM
+pod has no workloads: the screen says so in one line, naming the cluster shown.
 """
 
 from __future__ import annotations
@@ -231,9 +231,11 @@ class WorkloadsScreen(FilteredScreen):
     def _summary(self, workloads: Sequence[WorkloadStatus], shown: int) -> Text:
         out = Text()
         if not self.gke:
-            provider = self.phantom.services.settings.cluster.provider
+            # This cluster's kind, not the console's: a fleet drives GKE clusters beside it.
+            cluster = self.phantom.services.settings.cluster
+            kind = f"a {cluster.world}" if cluster.world else "not a GKE cluster"
             out.append(
-                f"Workloads are GKE JobSets; this console drives a TPU VM pod ({provider!r}).",
+                f"Workloads are GKE JobSets; {cluster.name} is {kind} ({cluster.provider!r}).",
                 "dim",
             )
             return out

@@ -583,8 +583,9 @@ class PhantomApp(App[int]):
         member, view = self.fleet[name], self.fleet_state[name]
         try:
             snapshot = member.snapshot()
-            view.pod = snapshot if (snapshot.hosts or snapshot.at) else view.pod
-            view.recovery = member.recovery_status()
+            if snapshot.hosts or snapshot.at:
+                view.set_pod(snapshot)
+            view.set_recovery(member.recovery_status())
             view.set_runs(member.cadence())
         except Exception as exc:
             self.notify(f"Could not read {name}: {exc}", severity="error")
@@ -604,7 +605,7 @@ class PhantomApp(App[int]):
             return
         update = message.update
         if isinstance(update, JobInfo):
-            view.jobs[update.job_id] = update
+            view.set_job(update)
         elif not view.add_events([update]):
             return
         self.state.bump("fleet")
@@ -617,7 +618,7 @@ class PhantomApp(App[int]):
         try:
             view.set_jobs(await member.list_jobs())
         except Exception:  # Ray not up yet, or the cluster unreachable: its row says so
-            view.jobs.clear()
+            view.set_jobs(())
         try:
             view.add_events(await member.events(limit=500))
         except Exception as exc:

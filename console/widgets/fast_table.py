@@ -115,6 +115,10 @@ class FastTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self._order)
 
+    def row_cells(self, key: Hashable) -> tuple[Cell, ...] | None:
+        """The row's cells (text, style) as last given (None: no such row)."""
+        return self._cells.get(key)
+
     def cell_texts(self, key: Hashable) -> tuple[str, ...]:
         """The row's texts as drawn now (a live column's included)."""
         return tuple(text for text, _ in self._shown(key))

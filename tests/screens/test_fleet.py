@@ -171,6 +171,42 @@ async def test_a_row_follows_what_its_cluster_publishes_while_another_is_shown()
         assert _row(app, "pod-b")[9].endswith(" w1")
 
 
+async def test_a_publish_remakes_its_clusters_row_alone_and_a_tick_every_row() -> None:
+    """Ten clusters polling: a publish costs its own row, not the table. The other rows keep
+    the cells they were made with (their ages move on at the next tick, as every screen's
+    do), and the summary follows the change."""
+    fleet = fake_fleet()
+    app = make_fleet_app(fleet)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one("#fleet")
+        grpo_cells = table.row_cells("grpo")
+        assert _row(app, "grpo")[9].startswith("1m ")
+        app.clock = lambda: T0 + 3600  # an hour on: every age is out of date
+        pod = fleet["pod-b"].pod
+        lost = replace(pod.hosts[1], tpu_state=HostState.PREEMPTED)
+        newer = replace(pod, at=T0 + 5, hosts=(pod.hosts[0], lost, *pod.hosts[2:]))
+        fleet["pod-b"].pod = newer
+        threading.Thread(target=fleet["pod-b"].publish, args=(newer,)).start()
+        await wait_for(pilot, lambda: _row(app, "pod-b")[4] == "3/4")
+        assert table.row_cells("grpo") is grpo_cells  # not remade
+        summary = str(app.screen.query_one("#fleet-summary").render())
+        assert "0 whole" in summary  # pod-b was the one whole cluster
+        app._tick()  # what the clock's interval runs (off in tests)
+        await settle(pilot)
+        assert _row(app, "grpo")[9].startswith("1h01m ")
+
+
+async def test_the_workloads_screen_of_a_tpu_vm_cluster_names_that_cluster() -> None:
+    """A fleet drives GKE clusters too: the line says which cluster has no workloads (it
+    said "this console drives a TPU VM pod")."""
+    app = make_fleet_app(initial_mode="workloads")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        line = str(app.screen.query_one("#workloads-summary").render())
+        assert line == "Workloads are GKE JobSets; pod-a is a TPU VM pod + Ray ('gcp')."
+
+
 async def test_quitting_stops_every_clusters_services() -> None:
     fleet = fake_fleet()
     app = make_fleet_app(fleet)
