@@ -26,16 +26,15 @@ import argparse
 import dataclasses
 import functools
 import json
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.jax_profiles_sweep import median_s, rel_err
 from engine.jax_profiles import divergence as D
 from engine.jax_profiles import pallas_kernels as PK
 from engine.jax_profiles import tiled as T
@@ -61,21 +60,6 @@ CONFIGS = {
         ("planes 128/256/256 ag1 log2", TC(128, 256, 256, 1, 64, log2=True)),
     ],
 }
-
-
-def _median(fn: Callable[[], Any], repeats: int) -> float:
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _rel(a: Any, b: Any) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30))
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -151,11 +135,11 @@ def _kl_rows(
     ):
         compiled = fn.lower(*ops).compile()
         got = compiled(*ops)
-        s = _median(functools.partial(compiled, *ops), repeats)
+        s = median_s(functools.partial(compiled, *ops), repeats)
         out[f"{name}_ms"] = round(s * 1e3, 4)
         out[f"{name}_over_read"] = round(s / read_s, 3)
         if "product" in name:
-            out[f"{name}_rel_err"] = _rel(got, want)
+            out[f"{name}_rel_err"] = rel_err(got, want)
     print("kl:", out)
     return out
 
@@ -175,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; bank {shape}; layout {fmt}")
     flat = jax.block_until_ready(kernels.reshape(args.profiles, -1) + 0.0)
     read = jax.jit(jnp.sum).lower(flat).compile()
-    read_s = _median(functools.partial(read, flat), args.repeats)
+    read_s = median_s(functools.partial(read, flat), args.repeats)
     print(f"read-only (flat copy): {read_s * 1e3:.3f} ms ({flat.nbytes / read_s / 1e9:.0f} GB/s)")
     read4 = jax.jit(jnp.sum).lower(kernels).compile()
-    read4_s = _median(functools.partial(read4, kernels), args.repeats)
+    read4_s = median_s(functools.partial(read4, kernels), args.repeats)
     print(f"read-only (4-D bank): {read4_s * 1e3:.3f} ms")
     del flat
     rows: list[dict[str, Any]] = []
@@ -187,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for g, fn in planes_fn.items():
         relayout = fn.lower(kernels).compile()
         planes[g] = jax.block_until_ready(relayout(kernels))
-        s = _median(functools.partial(relayout, kernels), args.repeats)
+        s = median_s(functools.partial(relayout, kernels), args.repeats)
         rows.append({"what": "relayout", "groups": g, "ms": round(s * 1e3, 4)})
         print(f"relayout to {planes[g].shape}: {s * 1e3:.3f} ms")
     rng = np.random.default_rng(1)
@@ -210,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                     compiled = fn.lower(planes[g], side).compile()
                     out = jax.block_until_ready(compiled(planes[g], side))
                     bound = PK.roofline(metric, shape[0], c, kernels[0].size, cfg, g=g)
-                    roof_s = _median(bound.run, args.repeats)
+                    roof_s = median_s(bound.run, args.repeats)
                     compile_s = time.perf_counter() - t0
                 except Exception as exc:  # a tile that does not fit: say so, go on
                     print(f"{tag}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
                     continue
-                s = _median(functools.partial(compiled, planes[g], side), args.repeats)
+                s = median_s(functools.partial(compiled, planes[g], side), args.repeats)
                 first = out if first is None else first
                 row = {
                     "what": "kernel",
@@ -226,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ms": round(s * 1e3, 4),
                     "roofline_ms": round(roof_s * 1e3, 4),
                     "over_roofline": round(s / roof_s, 3),
-                    "rel_err_vs_first": _rel(out, first),
+                    "rel_err_vs_first": rel_err(out, first),
                     "compile_s": round(compile_s, 1),
                 }
                 rows.append(row)
@@ -237,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, cfg in (CONFIGS[metric][0], CONFIGS[metric][1]):
                 fn = jax.jit(functools.partial(PK.pallas_total, metric, cfg=cfg))
                 compiled = fn.lower(kernels, side).compile()
-                s = _median(functools.partial(compiled, kernels, side), args.repeats)
+                s = median_s(functools.partial(compiled, kernels, side), args.repeats)
                 rows.append(
                     {
                         "what": "pass",

@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -83,7 +84,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _median(fn: Any, repeats: int) -> float:
+def median_s(fn: Callable[[], Any], repeats: int) -> float:
+    """The median of ``repeats`` timed calls of ``fn`` after one untimed (compile, warm-up)."""
+    jax.block_until_ready(fn())
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -92,7 +95,8 @@ def _median(fn: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _rel(a: Any, b: Any) -> float:
+def rel_err(a: Any, b: Any) -> float:
+    """The largest absolute difference relative to the largest magnitude of ``b``."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30))
 
@@ -124,12 +128,12 @@ def _sweep_kernels(
             if roof_key not in roofs:
                 bound = PK.roofline(metric, p, c, x, cfg, g=PK.groups(kernels.shape, cfg))
                 bound.run()
-                roofs[roof_key] = _median(bound.run, args.repeats)
+                roofs[roof_key] = median_s(bound.run, args.repeats)
             compile_s = time.perf_counter() - t0
         except Exception as exc:  # a tile that does not fit: report, go on
             print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:400]}")
             continue
-        s = _median(lambda compiled=compiled: compiled(kernels, side), args.repeats)
+        s = median_s(lambda compiled=compiled: compiled(kernels, side), args.repeats)
         roof_s = roofs[roof_key]
         if first is None:
             first = out
@@ -143,7 +147,7 @@ def _sweep_kernels(
             "read_only_ms": round(read_s * 1e3, 4),
             "over_roofline": round(s / roof_s, 3),
             "over_bound": round(s / max(roof_s, read_s), 3),
-            "rel_err_vs_default": _rel(out, first),
+            "rel_err_vs_default": rel_err(out, first),
             "compile_s": round(compile_s, 2),
         }
         rows.append(row)
@@ -163,11 +167,11 @@ def _sweep_kl(c: int, log_kernels: jax.Array, wq: jax.Array, read_s: float, args
     for precision in ("fp32", "bf16x3", "bf16"):
         fn = jax.jit(lambda a, b, pr=precision: D._product(a, b, pr)).lower(flat, wq).compile()
         got = jax.block_until_ready(fn(flat, wq))
-        s = _median(lambda fn=fn: fn(flat, wq), args.repeats)
+        s = median_s(lambda fn=fn: fn(flat, wq), args.repeats)
         ref = got if ref is None else ref
         out[f"{precision}_ms"] = round(s * 1e3, 4)
         out[f"{precision}_over_read_only"] = round(s / read_s, 3)
-        out[f"{precision}_rel_err"] = _rel(got, ref)
+        out[f"{precision}_rel_err"] = rel_err(got, ref)
     print(
         f"kl C={c}: read-only {read_s * 1e3:.3f} ms; product "
         + "; ".join(
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}; bank {shape}")
     flat = kernels.reshape(args.profiles, -1)
     read = jax.jit(jnp.sum).lower(flat).compile()
-    read_s = _median(lambda: read(flat), args.repeats)
+    read_s = median_s(lambda: read(flat), args.repeats)
     print(
         f"read-only pass of the bank: {read_s * 1e3:.3f} ms ({flat.nbytes / read_s / 1e9:.1f} GB/s)"
     )
