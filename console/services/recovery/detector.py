@@ -42,6 +42,7 @@ from console.services.record.sink import EventSink
 from console.services.recovery.classify import (
     SOFT_CONDITIONS,
     Diagnosis,
+    HeadLoss,
     HostCondition,
     WorkloadCondition,
     event_kind,
@@ -97,6 +98,7 @@ class Detector:
         self._workloads: dict[str, WorkloadStatus] = {}
         self._blocked: set[str] = set()
         self._head_lost = False
+        self._gcs_silent_polls = 0  # consecutive polls whose head's Ray GCS did not answer
         self._tunnel_down = False
         self._stalled: set[str] = set()
         self._pod_failures: set[tuple[str, str, int]] | None = None  # None: no baseline yet
@@ -257,9 +259,19 @@ class Detector:
             await emit(
                 event_kind(cond, h), f"{h.name}: {condition_text(cond, h)}", host=h.name, data=data
             )
-        if diag.head_lost and not self._head_lost and self.armed:
+        # A head whose host is gone or whose Ray node is down is lost at first sight. A GCS
+        # that missed one poll while its host and node are fine is not yet: a busy head can
+        # miss one, and its row would open an incident no recovery follows or closes (seen
+        # in the watch drill on a loaded box). It is journaled once it stays silent for the
+        # polls the watchdog confirms by, so its row comes before the recovery it starts.
+        gcs_silent = diag.head_loss is HeadLoss.GCS_SILENT
+        self._gcs_silent_polls = self._gcs_silent_polls + 1 if gcs_silent else 0
+        head_lost = diag.head_lost and (
+            not gcs_silent or self._gcs_silent_polls >= self.confirm_polls
+        )
+        if head_lost and not self._head_lost and self.armed:
             await emit(EventKind.HEAD_LOST, head_text(diag), host=diag.head)
-        self._head_lost = diag.head_lost
+        self._head_lost = head_lost
         if diag.tunnel_down and not self._tunnel_down and self.armed:
             await emit(EventKind.TUNNEL_DOWN, "dashboard tunnel is down")
         self._tunnel_down = diag.tunnel_down

@@ -225,3 +225,36 @@ async def test_a_poll_that_could_not_read_the_jobs_keeps_the_jobs_to_resubmit() 
     assert list(det.active_jobs) == ["raysubmit_1"]
     await det.update(at(jobs=(), read=True))  # the job list read, and empty: it ended
     assert det.active_jobs == {}
+
+
+async def test_a_head_gcs_silent_for_one_poll_is_no_head_loss_until_confirmed() -> None:
+    """A busy head's Ray GCS can miss one poll while its host and Ray node are fine: no
+    `head_lost` row for it (the watch drill journaled one on a loaded box, and the incident
+    it opened was never closed: no recovery followed). Silent for the watchdog's confirming
+    polls, it is journaled once, as before a recovery."""
+    journal = Journal(":memory:")
+    seen: list[Update] = []
+    sink = EventSink(journal, seen.append)
+    det = Detector(sink, clock=lambda: T, confirm_polls=2)
+    det.arm()
+    w1 = HostObservation(name="w1", ip="127.0.0.11", tpu_state="READY", ssh_ok=True, ray_alive=1)
+    w0 = replace(w1, name="w0", ip="127.0.0.10")
+
+    def at(ray_reachable: bool) -> Observation:
+        return Observation(at=T, hosts=(w0, w1), head="w0", ray_reachable=ray_reachable)
+
+    await det.update(at(True))
+    blip = await det.update(at(False))
+    assert blip.trouble and not blip.confirmed
+    await det.update(at(True))
+    await sink.flush()
+    assert [u for u in seen if isinstance(u, Event) and u.kind == "head_lost"] == []
+    first = await det.update(at(False))
+    second = await det.update(at(False))
+    third = await det.update(at(False))
+    assert not first.confirmed and second.confirmed and third.confirmed
+    await sink.flush()
+    sink.close()
+    journal.close()
+    rows = [(u.kind, u.host, u.message) for u in seen if isinstance(u, Event)]
+    assert rows == [("head_lost", "w0", "Ray GCS on the head does not answer")], rows
