@@ -96,6 +96,15 @@ def test_oom_kill_node_failure_and_drain_as_kubectl_shows_them(
     wait_until(lambda: len(_running(k, gke, name, 0)) == 8, 60, "8 pods Running")
     watch = PodWatch(k, gke, f"jobset.sigs.k8s.io/jobset-name={name}")
     try:
+        # The watch lists before it watches (kubectl's list, then a watch from its
+        # resourceVersion): once it printed the 8 pods, no later change can be missed. A
+        # kill sent before that (a kubectl start slower than the kill, the JobSet's restart
+        # and the pod's deletion) left the OOMKilled pod out of what it printed.
+        wait_until(
+            lambda: len({o["metadata"]["name"] for o in watch.objects()}) >= 8,
+            BOUND_S,
+            "the watch to list the 8 pods",
+        )
         # -- an OOM kill: a worker's container, exit 137 reason OOMKilled ----------------
         worker = next(p for p in _running(k, gke, name, 0) if p["metadata"]["labels"][INDEX] == "1")
         victim = worker["metadata"]["name"]
