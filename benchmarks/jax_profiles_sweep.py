@@ -23,6 +23,7 @@ The last line is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -133,7 +134,7 @@ def _sweep_kernels(
         except Exception as exc:  # a tile that does not fit: report, go on
             print(f"{label}: FAILED {type(exc).__name__}: {str(exc)[:400]}")
             continue
-        s = median_s(lambda compiled=compiled: compiled(kernels, side), args.repeats)
+        s = median_s(functools.partial(compiled, kernels, side), args.repeats)
         roof_s = roofs[roof_key]
         if first is None:
             first = out
@@ -167,7 +168,7 @@ def _sweep_kl(c: int, log_kernels: jax.Array, wq: jax.Array, read_s: float, args
     for precision in ("fp32", "bf16x3", "bf16"):
         fn = jax.jit(lambda a, b, pr=precision: D._product(a, b, pr)).lower(flat, wq).compile()
         got = jax.block_until_ready(fn(flat, wq))
-        s = median_s(lambda fn=fn: fn(flat, wq), args.repeats)
+        s = median_s(functools.partial(fn, flat, wq), args.repeats)
         ref = got if ref is None else ref
         out[f"{precision}_ms"] = round(s * 1e3, 4)
         out[f"{precision}_over_read_only"] = round(s / read_s, 3)
