@@ -454,7 +454,11 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<memory>") -> Config
         checks.cross_check(sections, problems)
     if problems:
         raise ConfigError(source, problems)
-    return Config(**sections, source=source)
+    config = Config(**sections, source=source)
+    problems = checks.tunnel_port_problems(config)
+    if problems:
+        raise ConfigError(source, problems)
+    return config
 
 
 def _parse_section(name: str, cls: type, table: Mapping[str, Any], problems: list[str]) -> Any:

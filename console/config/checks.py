@@ -19,6 +19,7 @@ from console.config import (
     PROVIDERS,
     WANDB_MODES,
     CapacityConfig,
+    Config,
     ClusterConfig,
     GkeConfig,
     RayConfig,
@@ -223,6 +224,25 @@ def _check_proxy_command(key: str, value: str, problems: list[str]) -> None:
             f"{key} = {shown(value)}: unknown token(s) {', '.join('%' + t for t in bad)}; "
             "use %h (host), %p (port), %r (user), %n (worker name) or %%"
         )
+
+
+def tunnel_port_problems(config: Config) -> list[str]:
+    """The local ends of the Ray tunnel, once resolved (``Config.__post_init__``; a fleet
+    member's are moved up by its index): a local pod's are its ports + 10000, which a port
+    above 55535 pushes past 65535, where no socket can listen."""
+    problems = []
+    ray = config.ray
+    for key, port, local in (
+        ("dashboard_port", ray.dashboard_port, ray.local_dashboard_port),
+        ("client_port", ray.client_port, ray.local_client_port),
+    ):
+        if local > 65535:
+            problems.append(
+                f"ray.{key} = {port}: its tunnel's local end would be port {local}, past "
+                f"65535 (a local pod's is the port + 10000, a fleet's n-th cluster's + n); "
+                f"choose a lower ray.{key} or set ray.local_{key}"
+            )
+    return problems
 
 
 def cross_check(sections: dict[str, Any], problems: list[str]) -> None:

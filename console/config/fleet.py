@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Config, ConfigError, default_state_dir, parse_config
+from console.config.checks import tunnel_port_problems
 from console.config.names import NAME_RE
 from console.config.validate import shown
 
@@ -167,7 +168,12 @@ def _parse_entry(
         problems += [f"{where}: {p}" for p in exc.problems]
         return None
     ray = merged.get("ray")
-    return _own_places(replace(config, name=name), index, ray if isinstance(ray, Mapping) else {})
+    member = _own_places(replace(config, name=name), index, ray if isinstance(ray, Mapping) else {})
+    ports = tunnel_port_problems(member)
+    if ports:
+        problems += [f"{where}: {p}" for p in ports]
+        return None
+    return member
 
 
 _SHARED_ONLY = ("wandb", "recovery", "alerts", "keys")

@@ -170,3 +170,27 @@ def test_a_cluster_config_keeps_todays_state_dir_and_ports() -> None:
     assert only.state_dir == ""
     assert (only.ray.dashboard_port, only.ray.local_dashboard_port) == (8265, 18265)
     assert only.ray.local_client_port == 20001
+
+
+def test_a_port_whose_tunnel_end_would_pass_65535_is_refused_naming_the_key() -> None:
+    # a local pod's tunnel ends are its ports + 10000: 56000 would listen on 66000
+    with pytest.raises(ConfigError) as err:
+        parse_config({"ray": {"dashboard_port": 56000}})
+    [problem] = err.value.problems
+    assert problem.startswith("ray.dashboard_port = 56000:") and "66000" in problem
+    assert "ray.local_dashboard_port" in problem  # the fix
+    # its own local end given, the port is fine; a GCP pod's tunnel end is the port itself
+    parse_config({"ray": {"dashboard_port": 56000, "local_dashboard_port": 18265}})
+    parse_config(
+        {"cluster": {"provider": "gcp", "project": "p", "zone": "z"}, "ray": {"client_port": 65535}}
+    )
+    # in a fleet, the n-th local pod's ends move up by n: the last one passes the edge
+    data = {
+        "ray": {"client_port": 55534},
+        "clusters": [{"name": f"pod-{i}", "cluster": {"zone": f"local-{i}"}} for i in range(3)],
+    }
+    assert problems(data) == [
+        "clusters[2] 'pod-2': ray.client_port = 55534: its tunnel's local end would be port "
+        "65536, past 65535 (a local pod's is the port + 10000, a fleet's n-th cluster's + n); "
+        "choose a lower ray.client_port or set ray.local_client_port"
+    ]
