@@ -17,6 +17,11 @@ build is several small programs on CPU and each costs a compile.
 Inside the block ``program_cache`` also keeps the compiled programs themselves under
 ``programs/`` (a second process skips tracing and lowering too; ``program_cache.py``).
 
+Bounded: JAX's cache and the program store are each kept under
+``$PHANTOM_JAX_CACHE_MAX_MB`` (default 2048), least recently used first out (JAX's own
+``jax_compilation_cache_max_size``; ``program_cache.prune``). Every edit of this package
+and every JAX upgrade makes new keys, so without a bound the old files would pile up.
+
 The cache is trusted code (JAX's warning): it lives in the user's own cache dir.
 """
 
@@ -38,6 +43,7 @@ __all__ = [
     "active_cache_dir",
     "compilation_cache",
     "default_cache_dir",
+    "max_bytes",
     "resolve_cache_dir",
 ]
 
@@ -45,7 +51,13 @@ log = logging.getLogger(__name__)
 
 ENV_VAR = "PHANTOM_JAX_CACHE_DIR"
 OFF = "off"
-_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+MAX_MB_ENV = "PHANTOM_JAX_CACHE_MAX_MB"
+DEFAULT_MAX_MB = 2048
+_SETTINGS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_compilation_cache_max_size",
+)
 _ACTIVE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "phantom_jax_cache_dir", default=None
 )
@@ -61,6 +73,28 @@ def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/phantom/jax`` (``~/.cache/phantom/jax``)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "phantom" / "jax"
+
+
+def max_bytes() -> int:
+    """The budget of each of the two caches, from ``$PHANTOM_JAX_CACHE_MAX_MB`` (a whole
+    number of MiB; a value that is not one costs a warning naming it, and the default)."""
+    raw = os.environ.get(MAX_MB_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_MB << 20
+    try:
+        mb = int(raw)
+        if mb <= 0:
+            raise ValueError
+    except ValueError:
+        log.warning(
+            "%s=%r is not a whole number of MiB above 0; the JAX caches keep to the default "
+            "%d MiB (set it to e.g. 512, or unset it)",
+            MAX_MB_ENV,
+            raw[:40],
+            DEFAULT_MAX_MB,
+        )
+        return DEFAULT_MAX_MB << 20
+    return mb << 20
 
 
 def resolve_cache_dir(directory: str | os.PathLike[str] | None = None) -> Path | None:
@@ -96,6 +130,7 @@ def compilation_cache(directory: str | os.PathLike[str] | None = None) -> Iterat
     before = {name: getattr(jax.config, name) for name in _SETTINGS}
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_compilation_cache_max_size", max_bytes())
     _jax_cache.reset_cache()  # JAX opens its cache once; make it open this directory
     token = _ACTIVE.set(path)
     try:

@@ -33,6 +33,10 @@ temporary file and are renamed into place; a cache directory that cannot be writ
 (read-only, full) costs a debug log, never the run. Like JAX's own cache, the files
 are trusted code (unpickling runs code): they live in the user's own cache directory.
 
+The store is bounded like JAX's cache (``compile_cache.max_bytes``): after each write,
+the least recently used programs (a load touches its file) go until the rest fit, and a
+temporary file older than an hour (a writer killed mid-write) goes too.
+
 Outside a ``compilation_cache()`` block (or with it ``off``) a ``CachedProgram`` is
 ``jax.jit``; executables already loaded in this process are reused either way. Hits and
 misses are JAX monitoring events (``/phantom/program_cache/hits``, ``.../misses``), which
@@ -51,6 +55,7 @@ import os
 import pickle
 import struct
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -61,7 +66,15 @@ import numpy as np
 
 from engine.jax_profiles import compile_cache
 
-__all__ = ["HIT_EVENT", "MISS_EVENT", "SUBDIR", "CachedProgram", "code_version", "program_key"]
+__all__ = [
+    "HIT_EVENT",
+    "MISS_EVENT",
+    "SUBDIR",
+    "CachedProgram",
+    "code_version",
+    "program_key",
+    "prune",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +87,39 @@ _HEADER = struct.Struct("<IQ32s")  # format, payload length, payload sha256
 _ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 _CONFIG_SKIP = ("jax_compilation_cache", "jax_persistent_cache")
 _STATIC_TYPES = (str, int, float, bool, type(None))
+_TMP_PREFIX = ".tmp-"
+STALE_TMP_S = 3600.0  # a temporary file this old has no writer left
+
+
+def prune(directory: Path, budget: int) -> None:
+    """Keep ``directory``'s programs under ``budget`` bytes, least recently used (oldest
+    mtime) first out, and remove temporary files a killed writer left. Best effort: a
+    file another process removes first, or one that cannot be removed, is passed over."""
+    now = time.time()
+    programs = []
+    try:
+        names = list(directory.iterdir())
+    except OSError:
+        return
+    for path in names:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.name.startswith(_TMP_PREFIX):
+            if now - st.st_mtime > STALE_TMP_S:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        elif path.suffix == ".bin":
+            programs.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in programs)
+    for _, size, path in sorted(programs):
+        if total <= budget:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            log.debug("program cache: removed %s (least recently used, over budget)", path)
+        total -= size
 
 
 @functools.cache
@@ -195,6 +241,8 @@ class CachedProgram:
                 self._store(path, compiled)
             else:
                 jax.monitoring.record_event(HIT_EVENT)
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # used: the last to go when the store is over budget
             self._loaded[key] = compiled
         return compiled(*args)
 
@@ -233,11 +281,12 @@ class CachedProgram:
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".bin")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, path)
             tmp = None
+            prune(path.parent, compile_cache.max_bytes())
         except OSError as exc:  # read-only, full, gone: the run goes on without it
             log.debug("program cache: cannot write %s (%s)", path, exc)
         finally:

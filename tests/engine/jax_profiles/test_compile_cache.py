@@ -16,9 +16,12 @@ import pytest
 from benchmarks import jax_profiles_cache as cache_bench
 from engine.jax_profiles import bank as B
 from engine.jax_profiles.compile_cache import (
+    DEFAULT_MAX_MB,
     ENV_VAR,
+    MAX_MB_ENV,
     compilation_cache,
     default_cache_dir,
+    max_bytes,
     resolve_cache_dir,
 )
 
@@ -39,20 +42,38 @@ def test_cache_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     assert resolve_cache_dir("OFF") is None
 
 
-def test_cache_is_scoped_to_the_block(tmp_path: Path) -> None:
+def test_the_budget_comes_from_the_environment_and_a_bad_one_is_named(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv(MAX_MB_ENV, raising=False)
+    assert max_bytes() == DEFAULT_MAX_MB << 20
+    monkeypatch.setenv(MAX_MB_ENV, "64")
+    assert max_bytes() == 64 << 20
+    for bad in ("lots", "-1", "0", "1.5"):
+        monkeypatch.setenv(MAX_MB_ENV, bad)
+        caplog.clear()
+        assert max_bytes() == DEFAULT_MAX_MB << 20
+        assert MAX_MB_ENV in caplog.text and repr(bad) in caplog.text
+
+
+def test_cache_is_scoped_to_the_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MAX_MB_ENV, "64")
     before = (
         jax.config.jax_compilation_cache_dir,
         jax.config.jax_persistent_cache_min_compile_time_secs,
+        jax.config.jax_compilation_cache_max_size,
     )
     with compilation_cache(tmp_path / "c") as path:
         assert path == tmp_path / "c" and path.is_dir()
         assert jax.config.jax_compilation_cache_dir == str(path)
+        assert jax.config.jax_compilation_cache_max_size == 64 << 20  # JAX's LRU keeps to it
         # a fresh program is compiled and written into this directory
         jax.jit(lambda x: x * 7 - 3)(jax.numpy.ones(29)).block_until_ready()
         assert any(path.iterdir())
     after = (
         jax.config.jax_compilation_cache_dir,
         jax.config.jax_persistent_cache_min_compile_time_secs,
+        jax.config.jax_compilation_cache_max_size,
     )
     assert after == before
     with compilation_cache("off") as path:

@@ -9,6 +9,8 @@ that a second process loads every program is ``test_compile_cache``'s.)
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,7 +62,7 @@ def _fresh() -> PC.CachedProgram:
 
 
 def _stored(directory: Path) -> list[Path]:
-    return sorted((directory / PC.SUBDIR).glob("*.bin"))
+    return sorted(p for p in (directory / PC.SUBDIR).glob("*.bin") if not p.name.startswith("."))
 
 
 X = np.arange(6, dtype=np.float32)
@@ -160,6 +162,36 @@ def test_a_second_holder_loads_the_stored_program(tmp_path: Path, events: _Event
         assert len(_stored(tmp_path)) == 2
     np.testing.assert_array_equal(np.asarray(out), want)
     assert active_cache_dir() is None
+
+
+def test_the_store_keeps_to_its_budget_least_recently_used_out(
+    tmp_path: Path, events: _Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    programs = tmp_path / PC.SUBDIR
+    with compilation_cache(tmp_path):
+        _fresh()(X, Y, scale=1.0)
+        [used] = _stored(tmp_path)
+        _fresh()(X, Y, scale=2.0)
+        [unused] = [p for p in _stored(tmp_path) if p != used]
+        # scale=1.0's file is the older one, but it is the one a process loads again
+        for path, age in ((used, 300), (unused, 200)):
+            os.utime(path, (time.time() - age, time.time() - age))
+        _fresh()(X, Y, scale=1.0)
+        assert (events.misses, events.hits) == (2, 1)
+        # a writer killed mid-write long ago left a temporary file; a live writer's is fresh
+        stale, live = programs / ".tmp-dead.bin", programs / ".tmp-live.bin"
+        stale.write_bytes(b"x")
+        live.write_bytes(b"x")
+        old = time.time() - PC.STALE_TMP_S - 60
+        os.utime(stale, (old, old))
+        # room for two programs and a half: a third one's write sends one away
+        size = max(used.stat().st_size, unused.stat().st_size)
+        monkeypatch.setattr(PC.compile_cache, "max_bytes", lambda: 2 * size + size // 2)
+        _fresh()(X, Y, scale=3.0)
+    names = {p.name for p in programs.iterdir()}
+    assert len(_stored(tmp_path)) == 2
+    assert used.name in names and unused.name not in names  # least recently used out
+    assert live.name in names and stale.name not in names
 
 
 def test_arguments_it_cannot_key_go_to_jit(tmp_path: Path, events: _Events) -> None:
