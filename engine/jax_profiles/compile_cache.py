@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
@@ -130,7 +131,8 @@ def compilation_cache(directory: str | os.PathLike[str] | None = None) -> Iterat
     before = {name: getattr(jax.config, name) for name in _SETTINGS}
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_compilation_cache_max_size", max_bytes())
+    if importlib.util.find_spec("filelock") is not None:  # JAX's eviction locks with it
+        jax.config.update("jax_compilation_cache_max_size", max_bytes())
     _jax_cache.reset_cache()  # JAX opens its cache once; make it open this directory
     token = _ACTIVE.set(path)
     try:
