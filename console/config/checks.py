@@ -19,8 +19,8 @@ from console.config import (
     PROVIDERS,
     WANDB_MODES,
     CapacityConfig,
-    Config,
     ClusterConfig,
+    Config,
     GkeConfig,
     RayConfig,
 )
