@@ -425,7 +425,7 @@ class Facade(ClusterActions):
             self.watchdog.start_recovery(
                 actor="watchdog",
                 trigger=f"resuming an interrupted recovery ({left.trigger})",
-                owed=self.sharing.owed(),  # the jobs it owed: in the journal, not in memory
+                owed=self.sharing.owed(left),  # the jobs it owed: in the journal, not in memory
                 resumed_since=left.detected_at or left.started_at,
             )
 

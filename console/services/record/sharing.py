@@ -232,12 +232,10 @@ class Sharing:
             return last[-1]
         return None
 
-    def owed(self) -> dict[str, str]:
-        """What the interrupted recovery owed (job id -> sweep id; ``Journal.owed``)."""
-        last = self.journal.recoveries(limit=1)
-        if last and last[-1].ok is None:
-            return self.journal.owed(last[-1])
-        return {}
+    def owed(self, recovery: Recovery) -> dict[str, str]:
+        """What ``recovery`` (the ``interrupted()`` one) owed (job id -> sweep id;
+        ``Journal.owed``)."""
+        return self.journal.owed(recovery)
 
     def request(self, actor: str, at: float) -> Event:
         return Event(
