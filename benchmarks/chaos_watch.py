@@ -539,10 +539,10 @@ class WatchDrill:
         figs["incidents_left_open"] = len(ids - summed)
         if ids - summed:
             self.problems.append(f"incidents left open: {sorted(ids - summed)}")
-        ended = [(r.started_at, r.mttr_s) for r in recs if r.ok and r.mttr_s is not None]
-        figs["mttr_s_by_kind"] = mttr_by_kind(ended, self.kills)
+        spans = [(r.started_at, r.ended_at, r.mttr_s if r.ok else None) for r in recs]
+        figs["mttr_s_by_kind"] = mttr_by_kind(spans, self.kills)
         if any(k.phase == WANDB for k in self.kills):
-            figs.update(phase_figures("wandb_", self.kills, ended, WANDB))
+            figs.update(phase_figures("wandb_", self.kills, spans, WANDB))
 
 
 def steps_lost(trials: dict[str, dict[str, Any]]) -> int:

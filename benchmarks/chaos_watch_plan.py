@@ -80,16 +80,28 @@ def kill_counts(kills: Sequence[Kill]) -> dict[str, Any]:
 
 
 def mttr_by_kind(
-    recoveries: Iterable[tuple[float, float]], kills: Sequence[Kill], phase: str | None = None
+    recoveries: Sequence[tuple[float, float | None, float | None]],
+    kills: Sequence[Kill],
+    phase: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """MTTR (median, max) by the kind of the last kill before each recovery's start; with
-    ``phase``, only the recoveries of that phase's kills. ``recoveries``: (started_at,
-    mttr_s) of those that ended recovered."""
+    """MTTR (median, max) by the kind of the kill each recovery was for; with ``phase``, only
+    the recoveries of that phase's kills. ``recoveries``: (started_at, ended_at, mttr_s), in
+    order; mttr_s None for one that did not end recovered. A recovery is for the first kill
+    since the previous one ended recovered (not an overlapping one, when there is such a
+    kill): an overlapping loss joins the recovery under way, and a watcher restarted
+    mid-recovery starts it again, after the overlap perhaps, owing it to the kill that opened
+    it; a recovery that failed leaves its kill to the next."""
     mttr: dict[str, list[float]] = {}
-    for started_at, mttr_s in recoveries:
-        kill = next((k for k in reversed(kills) if k.at <= started_at), None)
-        if kill is not None and (phase is None or kill.phase == phase):
-            mttr.setdefault(kill.kind, []).append(mttr_s)
+    prev_end = float("-inf")
+    for started_at, ended_at, mttr_s in recoveries:
+        if mttr_s is None:
+            continue
+        window = [k for k in kills if prev_end < k.at <= started_at]
+        firsts = [k for k in window if k.overlap_of is None] or window
+        if ended_at is not None:
+            prev_end = ended_at
+        if firsts and (phase is None or firsts[0].phase == phase):
+            mttr.setdefault(firsts[0].kind, []).append(mttr_s)
     return {
         k: {"n": len(v), "median": round(sorted(v)[len(v) // 2], 1), "max": round(max(v), 1)}
         for k, v in mttr.items()
@@ -110,7 +122,10 @@ def lost_past_checkpoint(runs: Iterable[Sequence[tuple[int, int]]]) -> int:
 
 
 def phase_figures(
-    prefix: str, kills: Sequence[Kill], recoveries: Iterable[tuple[float, float]], phase: str
+    prefix: str,
+    kills: Sequence[Kill],
+    recoveries: Sequence[tuple[float, float | None, float | None]],
+    phase: str,
 ) -> dict[str, Any]:
     """One phase's kill counts and MTTR by kind, under the phase's prefix."""
     mine = [k for k in kills if k.phase == phase]

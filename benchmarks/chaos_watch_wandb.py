@@ -121,7 +121,7 @@ class WandbPhase:
 
     def learned(self) -> bool:
         chain = self.chain()
-        self.sweep_id = (chain[0].spec.sweep_id or chain[0].sweep_id) if chain else ""
+        self.sweep_id = chain[0].known_sweep_id if chain else ""
         return bool(self.sweep_id)
 
     def last_state(self) -> tuple[str, str]:
@@ -157,7 +157,7 @@ class WandbPhase:
         """Each recovery of the phase owed the sweep's job in the journal (its sweep id in
         the jobs table); one that followed a head kill must have. (count owing, problems)"""
         kills = self.drill.kills
-        ids = {j.job_id: (j.spec.sweep_id or j.sweep_id) for j in self.chain()}
+        ids = {j.job_id: j.known_sweep_id for j in self.chain()}
         problems: list[str] = []
         owing = 0
         with Journal(self.drill.journal_path) as j:
@@ -168,10 +168,10 @@ class WandbPhase:
                 owed = {job: sid for job, sid in j.owed(rec).items() if job in ids}
                 owing += bool(owed)
                 for job, sid in owed.items():
-                    if ids[job] != self.sweep_id or sid not in ("", self.sweep_id):
+                    if ids[job] != self.sweep_id or sid != self.sweep_id:
                         problems.append(
-                            f"recovery at {rec.started_at:.0f} owed {job} with sweep id "
-                            f"{sid or ids[job]!r}, not {self.sweep_id}"
+                            f"the recovery of kill {kill.index} owed {job} with sweep id "
+                            f"{sid!r} (the jobs table: {ids[job]!r}), not {self.sweep_id}"
                         )
                 if not owed and kill.kind in (HEAD, SLICE):
                     problems.append(
@@ -195,7 +195,12 @@ class WandbPhase:
             f"the watcher learned W&B sweep {self.sweep_id}: "
             f"{cw.sweep_url(drill.wandb.base_url, self.sweep_id)}"
         )
-        await drill.until(lambda: bool(self.logs.running(self.prefix)), 600, "a W&B run's progress")
+        # past a checkpoint: a run's resume from step 0 is then a failure
+        await drill.until(
+            lambda: any(a.saved for a in self.logs.running(self.prefix)),
+            600,
+            "a W&B run past its first checkpoint",
+        )
         plan = wandb_plan(s.seed, s.wandb_kills, s.wandb_overlaps, s.wandb_watcher_kills)
         drill._say(
             "W&B phase plan: "
