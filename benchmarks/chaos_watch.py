@@ -1,7 +1,8 @@
 """Chaos drill with the real `phantom watch` as the only watchdog, itself SIGKILLed.
 
     .venv/bin/python -m benchmarks.chaos_watch [--seed 1] [--kills 8] [--overlaps 2]
-        [--watcher-kills 1] [--slices 1] [--run-cap 4] [--keep]
+        [--watcher-kills 1] [--slices 1] [--run-cap 4] [--wandb-run-cap 0] [--wandb-kills 4]
+        [--wandb-overlaps 1] [--wandb-watcher-kills 1] [--keep]
     make chaos-watch [CHAOS_SEED=1] [CHAOS_WATCH_ARGS="--kills 50 --slices 10 ..."]
 
 Against the local pod emulator with real Ray: a user's session forms the cluster and submits
@@ -10,6 +11,10 @@ with its /metrics) and nothing else recovers. Seeded kills: a worker's VM, the h
 whole slice (every host at once), each once the cluster is back; some followed by a second
 kill 2-8 s later (an overlap: a host lost while the first loss is recovered); some with the
 watcher SIGKILLed 1-6 s into the recovery and started again 0-3 s later, as systemd would.
+With ``--wandb-run-cap N``, then a W&B phase on the same pod under the same watcher (its config
+W&B online against the local W&B emulator from the start): a session submits seed 000's sweep
+on W&B and exits, and the phase's own seeded kills (workers and the head, abrupt; overlaps,
+the watcher SIGKILLed in a head's recovery) follow (``chaos_watch_wandb``).
 
 Printed per run (last line one JSON object): kills by kind, overlaps, watcher kills, MTTR by
 kind (the journal's), trials final, trials restarted from zero, steps lost past the last
@@ -20,8 +25,10 @@ each failure named): every trial final, none restarted from zero, no step lost p
 checkpoint, every kill journaled, no incident left open, no recovery ended failed, the
 watchers' preemption counters (summed over their lives) equal to the journal's lost hosts
 (each host once per incident; short by at most those journaled between a life's last scrape
-and its SIGKILL, which no scrape saw and its successor does not count again), the longest row under 16 KB, nothing left running. Exit 2
-for usage.
+and its SIGKILL, which no scrape saw and its successor does not count again), the longest row under 16 KB, nothing left running; with
+the W&B phase also its own figures (``wandb_*``: kills by kind in the phase, MTTR by kind, runs
+final / run cap, runs restarted from zero, steps lost past a checkpoint, relaunches) and
+checks (``chaos_watch_wandb``). Exit 2 for usage.
 """
 
 from __future__ import annotations
