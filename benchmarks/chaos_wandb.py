@@ -180,12 +180,12 @@ def sweep_spec(
         sweep_backend="wandb",
         sweep_kind="ppo_rl_study",
         sweep_method="random",
-        run_cap=run_cap,
-        num_nodes=NODES,
-        agents_per_node=AGENTS_PER_NODE,
         sweep_args=(
             f"--trial-timesteps {total} --checkpoint-every {interval} --max-failures {max_failures}"
         ),
+        run_cap=run_cap,
+        num_nodes=NODES,
+        agents_per_node=AGENTS_PER_NODE,
         runtime_env=dict(runtime_env or {}),
     )
 

@@ -6,37 +6,25 @@ import random
 
 import pytest
 
+from benchmarks import chaos_watch_plan as wp
 from benchmarks.chaos_watch import WatchDrillSettings, schedule
-from benchmarks.chaos_watch_plan import (
-    HEAD,
-    SLICE,
-    TUNE,
-    WANDB,
-    WORKER,
-    Kill,
-    draw,
-    kill_counts,
-    lost_past_checkpoint,
-    mttr_by_kind,
-    phase_figures,
-    wandb_plan,
-)
+from benchmarks.chaos_watch_plan import HEAD, SLICE, TUNE, WANDB, WORKER, Kill
 
 
 @pytest.mark.parametrize("seed", range(1, 21))
 def test_the_wandb_plan_has_the_head_and_a_worker_and_the_watcher_killed_in_a_heads_recovery(
     seed: int,
 ) -> None:
-    plan = wandb_plan(seed, kills=4, overlaps=1, watcher_kills=1)
+    plan = wp.wandb_plan(seed, kills=4, overlaps=1, watcher_kills=1)
     kinds = [k for k, _, _ in plan]
     assert len(plan) == 4 and HEAD in kinds and WORKER in kinds and SLICE not in kinds
     assert sum(o for _, o, _ in plan) == 1
     assert [k for k, _, w in plan if w] == [HEAD]  # the recovery that relaunches the agents
-    assert wandb_plan(seed, 4, 1, 1) == plan  # seeded
+    assert wp.wandb_plan(seed, 4, 1, 1) == plan  # seeded
 
 
 def test_more_watcher_kills_than_heads_go_to_the_other_kills() -> None:
-    plan = draw(random.Random(3), 3, 0, 3, fixed=(HEAD,), watcher_first=HEAD)
+    plan = wp.draw(random.Random(3), 3, 0, 3, fixed=(HEAD,), watcher_first=HEAD)
     assert sum(w for _, _, w in plan) == 3
 
 
@@ -71,7 +59,7 @@ RECOVERIES: list[tuple[float, float | None, float | None]] = [
 
 
 def test_kill_counts() -> None:
-    assert kill_counts(KILLS) == {
+    assert wp.kill_counts(KILLS) == {
         "kills": 5,
         "kills_by_kind": {WORKER: 3, HEAD: 1, SLICE: 1},
         "overlaps": 1,
@@ -81,20 +69,20 @@ def test_kill_counts() -> None:
 
 
 def test_a_recovery_counts_for_the_kill_that_opened_it_not_an_overlap_that_joined_it() -> None:
-    assert mttr_by_kind(RECOVERIES, KILLS) == {
+    assert wp.mttr_by_kind(RECOVERIES, KILLS) == {
         SLICE: {"n": 1, "median": 80.0, "max": 80.0},
         WORKER: {"n": 2, "median": 14.0, "max": 14.0},  # the upper of two
         HEAD: {"n": 1, "median": 90.0, "max": 90.0},
     }
-    assert mttr_by_kind(RECOVERIES, KILLS, WANDB) == {
+    assert wp.mttr_by_kind(RECOVERIES, KILLS, WANDB) == {
         HEAD: {"n": 1, "median": 90.0, "max": 90.0},
         WORKER: {"n": 1, "median": 14.0, "max": 14.0},
     }
-    assert mttr_by_kind([(5.0, 6.0, 1.0)], KILLS) == {}  # before any kill: not the drill's
+    assert wp.mttr_by_kind([(5.0, 6.0, 1.0)], KILLS) == {}  # before any kill: not the drill's
 
 
 def test_a_phases_figures_carry_its_prefix_and_only_its_kills() -> None:
-    figs = phase_figures("wandb_", KILLS, RECOVERIES, WANDB)
+    figs = wp.phase_figures("wandb_", KILLS, RECOVERIES, WANDB)
     assert figs["wandb_kills"] == 3 and figs["wandb_overlaps"] == 1
     assert figs["wandb_kills_by_kind"] == {WORKER: 2, HEAD: 1, SLICE: 0}
     assert figs["wandb_watcher_kills"] == 1 and figs["wandb_hosts_killed"] == 3
@@ -103,9 +91,9 @@ def test_a_phases_figures_carry_its_prefix_and_only_its_kills() -> None:
 
 def test_steps_lost_past_a_checkpoint() -> None:
     # (resumed from, last checkpoint) of each attempt, in order
-    assert lost_past_checkpoint([[(0, 2048), (2048, 4096), (4096, 8192)]]) == 0
+    assert wp.lost_past_checkpoint([[(0, 2048), (2048, 4096), (4096, 8192)]]) == 0
     # the third attempt resumed at 2048 though 4096 was saved: 2048 redone past a checkpoint
-    assert lost_past_checkpoint([[(0, 2048), (2048, 4096), (2048, 6144)]]) == 2048
+    assert wp.lost_past_checkpoint([[(0, 2048), (2048, 4096), (2048, 6144)]]) == 2048
     # a restart from step 0 after a checkpoint loses it all; runs add up
-    assert lost_past_checkpoint([[(0, 1024), (0, 3072)], [(0, 0), (0, 1024)]]) == 1024
-    assert lost_past_checkpoint([]) == 0
+    assert wp.lost_past_checkpoint([[(0, 1024), (0, 3072)], [(0, 0), (0, 1024)]]) == 1024
+    assert wp.lost_past_checkpoint([]) == 0
