@@ -289,12 +289,7 @@ class Drill:
     # -- one preemption -------------------------------------------------------------------
     def _running(self, prefix: str, host: str | None = None) -> list[Attempt]:
         """Trainers of ``prefix`` runs that are open and spoke lately (past their start)."""
-        fresh = time.time() - 30.0
-        return [
-            a
-            for a in self.logs.open_attempts(host)
-            if a.run.startswith(prefix) and a.reached > a.start_step and a.last_seen_at > fresh
-        ]
+        return self.logs.running(prefix, host)
 
     def _choose(self, shot: Shot, prefix: str) -> tuple[str, Attempt | None]:
         """The victim host, and the trainer whose progress times the shot."""

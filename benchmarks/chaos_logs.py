@@ -205,6 +205,15 @@ class TrainerLogs:
     def open_attempts(self, host: str | None = None) -> list[Attempt]:
         return [a for a in self.attempts if a.open and (host is None or a.host == host)]
 
+    def running(self, prefix: str, host: str | None = None, fresh_s: float = 30.0) -> list[Attempt]:
+        """Trainers of ``prefix`` runs that are open and spoke lately (past their start)."""
+        fresh = self.clock() - fresh_s
+        return [
+            a
+            for a in self.open_attempts(host)
+            if a.run.startswith(prefix) and a.reached > a.start_step and a.last_seen_at > fresh
+        ]
+
     def kill(self, host: str, at: float) -> list[Attempt]:
         """Every attempt still open on ``host`` ended when the host was taken at ``at``."""
         killed = self.open_attempts(host)

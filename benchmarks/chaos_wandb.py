@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.chaos_report import HEAD, WORKER, Loss, Shot, ShotRecord, restarts_from_zero
+from console.services.jobs.spec import SubmitSpec
 from emulators.wandb import client
 
 WANDB = "wandb"  # the phase's name in Shot.phase
@@ -164,33 +165,52 @@ def sweep_url(base_url: str, sweep_id: str) -> str:
     return f"{base_url.rstrip('/')}/{ENTITY}/{PROJECT}/sweeps/{sweep_id}"
 
 
-async def run_wandb_phase(drill: Any) -> None:
-    """The phase, on ``drill`` (a ``benchmarks.chaos.Drill``): submit, preempt, check."""
+def sweep_spec(
+    run_cap: int,
+    total: int,
+    interval: int,
+    runtime_env: Mapping[str, Any] | None = None,
+    max_failures: int = 50,
+) -> SubmitSpec:
+    """Seed 000's sweep on W&B as a user submits it: ``NODES`` x ``AGENTS_PER_NODE`` agents,
+    ``run_cap`` runs of ``total`` steps checkpointed every ``interval``, no sweep id (the
+    engine creates the sweep; the console learns its id from the job)."""
+    return SubmitSpec(
+        mode="sweep",
+        sweep_backend="wandb",
+        sweep_kind="ppo_rl_study",
+        sweep_method="random",
+        sweep_args=(
+            f"--trial-timesteps {total} --checkpoint-every {interval} --max-failures {max_failures}"
+        ),
+        run_cap=run_cap,
+        num_nodes=NODES,
+        agents_per_node=AGENTS_PER_NODE,
+        runtime_env=dict(runtime_env or {}),
+    )
+
+
+async def check_sweep(
+    server: WandbServer, sweep_id: str, work: Path, run_cap: int, total: int
+) -> tuple[list[str], int]:
+    """The finished sweep through ``wandb.Api()``: its problems, and how many runs finished."""
     import asyncio
 
-    from console.services.jobs.spec import SubmitSpec
+    view = await asyncio.to_thread(server.inspect, sweep_id, work)
+    final = sum(r["state"] == "finished" for r in view.get("runs", []))
+    return sweep_problems(view, run_cap, total), final
+
+
+async def run_wandb_phase(drill: Any) -> None:
+    """The phase, on ``drill`` (a ``benchmarks.chaos.Drill``): submit, preempt, check."""
     from console.services.model import JobStatus
 
     s, svc, server = drill.s, drill.svc, drill.wandb
     shots = [x for x in drill.shots if x.phase == WANDB]
     total = s.wandb_total()
-    sweep_args = (
-        f"--trial-timesteps {total} --checkpoint-every {s.wandb_interval} --max-failures 50"
-    )
-    job = await svc.submit(
-        SubmitSpec(
-            mode="sweep",
-            sweep_backend="wandb",
-            sweep_kind="ppo_rl_study",
-            sweep_method="random",
-            run_cap=s.wandb_run_cap,
-            num_nodes=NODES,
-            agents_per_node=AGENTS_PER_NODE,
-            sweep_args=sweep_args,
-            runtime_env=drill._env(),
-        ),
-        actor="chaos",
-    )
+    spec = sweep_spec(s.wandb_run_cap, total, s.wandb_interval, drill._env())
+    sweep_args = spec.sweep_args
+    job = await svc.submit(spec, actor="chaos")
 
     def learned() -> bool:
         sub = svc.registry.get(job.job_id)
@@ -228,9 +248,8 @@ async def run_wandb_phase(drill: Any) -> None:
     relaunched = svc.registry.get(last)
     if last != job.job_id and (relaunched is None or relaunched.spec.sweep_id != sid):
         drill.problems.append(f"W&B sweep relaunched as {last} without its sweep id {sid}")
-    view = await asyncio.to_thread(server.inspect, sid, drill.work)
-    drill.problems.extend(sweep_problems(view, s.wandb_run_cap, total))
-    final = sum(r["state"] == "finished" for r in view.get("runs", []))
+    problems, final = await check_sweep(server, sid, drill.work, s.wandb_run_cap, total)
+    drill.problems.extend(problems)
     drill.wandb_figures = {
         "wandb_sweep_id": sid,
         "wandb_runs_final": final,

@@ -1,7 +1,8 @@
 """Chaos drill with the real `phantom watch` as the only watchdog, itself SIGKILLed.
 
     .venv/bin/python -m benchmarks.chaos_watch [--seed 1] [--kills 8] [--overlaps 2]
-        [--watcher-kills 1] [--slices 1] [--run-cap 4] [--keep]
+        [--watcher-kills 1] [--slices 1] [--run-cap 4] [--wandb-run-cap 0] [--wandb-kills 4]
+        [--wandb-overlaps 1] [--wandb-watcher-kills 1] [--keep]
     make chaos-watch [CHAOS_SEED=1] [CHAOS_WATCH_ARGS="--kills 50 --slices 10 ..."]
 
 Against the local pod emulator with real Ray: a user's session forms the cluster and submits
@@ -10,6 +11,10 @@ with its /metrics) and nothing else recovers. Seeded kills: a worker's VM, the h
 whole slice (every host at once), each once the cluster is back; some followed by a second
 kill 2-8 s later (an overlap: a host lost while the first loss is recovered); some with the
 watcher SIGKILLed 1-6 s into the recovery and started again 0-3 s later, as systemd would.
+With ``--wandb-run-cap N``, then a W&B phase on the same pod under the same watcher (its config
+W&B online against the local W&B emulator from the start): a session submits seed 000's sweep
+on W&B and exits, and the phase's own seeded kills (workers and the head, abrupt; overlaps,
+the watcher SIGKILLed in a head's recovery) follow (``chaos_watch_wandb``).
 
 Printed per run (last line one JSON object): kills by kind, overlaps, watcher kills, MTTR by
 kind (the journal's), trials final, trials restarted from zero, steps lost past the last
@@ -20,8 +25,10 @@ each failure named): every trial final, none restarted from zero, no step lost p
 checkpoint, every kill journaled, no incident left open, no recovery ended failed, the
 watchers' preemption counters (summed over their lives) equal to the journal's lost hosts
 (each host once per incident; short by at most those journaled between a life's last scrape
-and its SIGKILL, which no scrape saw and its successor does not count again), the longest row under 16 KB, nothing left running. Exit 2
-for usage.
+and its SIGKILL, which no scrape saw and its successor does not count again), the longest row under 16 KB, nothing left running; with
+the W&B phase also its own figures (``wandb_*``: kills by kind in the phase, MTTR by kind, runs
+final / run cap, runs restarted from zero, steps lost past a checkpoint, relaunches) and
+checks (``chaos_watch_wandb``). Exit 2 for usage.
 """
 
 from __future__ import annotations
@@ -40,12 +47,26 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import chaos_wandb as cw
 from benchmarks.chaos_report import brief, trial_restarts
+from benchmarks.chaos_watch_plan import (
+    HEAD,
+    SLICE,
+    TUNE,
+    WANDB,
+    WORKER,
+    Kill,
+    draw,
+    kill_counts,
+    lost_past_checkpoint,
+    mttr_by_kind,
+    phase_figures,
+)
 from benchmarks.pods import (
     PodInfo,
     daemon_pid,
@@ -56,13 +77,13 @@ from benchmarks.pods import (
     start_pod,
     stop_pod,
 )
+from console.services.facade import Facade
 from console.services.jobs.spec import SubmitSpec
 from console.services.model import EventKind
 from console.services.record.incidents import incident_of
 from console.services.record.journal import Journal
 from engine.sweep_tune import read_status
 
-WORKER, HEAD, SLICE = "worker", "head", "slice"
 ROW_LIMIT = 16_000
 # What counts as a recovery's end in the journal.
 _ENDS = (EventKind.RECOVERED, EventKind.RECOVERY_FAILED)
@@ -80,6 +101,13 @@ class WatchDrillSettings:
     poll_s: float = 0.5
     trial_interval: int = 2048
     recovery_timeout_s: float = 600.0
+    # > 0: then seed 000's sweep on W&B (``chaos_watch_wandb``) of this run cap, with kills
+    # of its own: workers and the head, abrupt
+    wandb_run_cap: int = 0
+    wandb_kills: int = 4
+    wandb_overlaps: int = 1
+    wandb_watcher_kills: int = 1
+    wandb_interval: int = 1024
 
     def trial_total(self) -> int:
         # the sweep trains through every kill: about one interval per kill, and margin
@@ -87,15 +115,9 @@ class WatchDrillSettings:
         # trial's training; the trials must still be training at the last kill
         return self.trial_interval * (5 * (self.kills + self.overlaps) // 2 + 4)
 
-
-@dataclass
-class Kill:
-    index: int
-    kind: str
-    hosts: list[str]
-    at: float
-    overlap_of: int | None = None  # the kill this one overlaps
-    watcher_killed: bool = False
+    def wandb_total(self) -> int:
+        # as the trials': about 5,120 steps of training per kill, and margin
+        return self.wandb_interval * (5 * (self.wandb_kills + self.wandb_overlaps) + 4)
 
 
 @dataclass
@@ -106,16 +128,10 @@ class WatchDrillResult:
 
 
 def schedule(s: WatchDrillSettings) -> list[tuple[str, bool, bool]]:
-    """The seeded plan: for each first kill, its kind, whether a second kill overlaps it and
-    whether the watcher is killed in its recovery (the counts as asked, in a drawn order)."""
-    rng = random.Random(s.seed)
-    kinds = [SLICE] * s.slices
-    rest = s.kills - len(kinds)
-    kinds += [HEAD if rng.random() < 0.3 else WORKER for _ in range(rest)]
-    rng.shuffle(kinds)
-    overlaps = set(rng.sample(range(s.kills), min(s.overlaps, s.kills)))
-    watcher = set(rng.sample(range(s.kills), min(s.watcher_kills, s.kills)))
-    return [(kinds[i], i in overlaps, i in watcher) for i in range(s.kills)]
+    """The Tune phase's seeded plan: for each first kill, its kind, whether a second kill
+    overlaps it and whether the watcher is killed in its recovery (the counts as asked, in a
+    drawn order)."""
+    return draw(random.Random(s.seed), s.kills, s.overlaps, s.watcher_kills, [SLICE] * s.slices)
 
 
 class WatchProcess:
@@ -166,6 +182,10 @@ class WatchDrill:
         self.state = work / "state" / "phantom"
         self.journal_path = self.state / "journal.sqlite"
         self.sweep_id = f"chaos-watch-s{s.seed}"
+        self.wandb = cw.WandbServer(work / "wandb-emu") if s.wandb_run_cap else None
+        self.wandb_figures: dict[str, Any] = {}
+        # what a phase does once a kill is fired (the W&B phase: its trainers marked killed)
+        self.after_kill: Callable[[Kill], Awaitable[None]] | None = None
 
     def _say(self, msg: str) -> None:
         self.say(f"[chaos-watch {time.monotonic() - self.t0:7.1f}s] {msg}")
@@ -262,21 +282,32 @@ class WatchDrill:
         try:
             self.pod = await start_pod(run_dir, hosts=self.s.hosts, ready_delay=0.2, timeout=180.0)
             daemon = daemon_pid(run_dir)
-            self.config.write_text(pod_toml(self.pod, self.work, self.s.poll_s))
+            if self.wandb is not None:
+                self.wandb.start()  # its key in this env, by name: the watcher inherits it
+            wandb = self.wandb.config() if self.wandb is not None else None
+            self.config.write_text(pod_toml(self.pod, self.work, self.s.poll_s, wandb=wandb))
             await self.form_and_submit()
             self.start_watcher()
             try:
                 await self.until(lambda: self.started_once(), 120, "watcher start")
                 await self.wait_trials_running()
-                await self.drill()
+                await self.drill(schedule(self.s), TUNE, self.wait_trials_running)
                 await self.wait_sweep()
+                if self.wandb is not None:
+                    from benchmarks.chaos_watch_wandb import wandb_phase
+
+                    await wandb_phase(self)
             except Exception as exc:  # the drill's own failure: named, still cleaned up
                 self.problems.append(f"aborted: {type(exc).__name__}: {exc}")
             finally:
                 if self.watchers and self.watchers[-1].alive():
                     await self.end_watcher_life(kill=False)
         finally:
-            await stop_pod(run_dir)
+            try:
+                if self.wandb is not None:
+                    self.wandb.stop()
+            finally:
+                await stop_pod(run_dir)
         await self.nothing_left(run_dir, daemon)
         return self.result()
 
@@ -284,8 +315,9 @@ class WatchDrill:
         out = self.watchers[-1].out
         return out.exists() and '"started"' in out.read_text(errors="replace")
 
-    async def form_and_submit(self) -> None:
-        """A user's session: bootstrap, Ray up, the sweep submitted; then it exits."""
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Facade]:
+        """A user's console session on the drill's config and journal, closed on exit."""
         from console.config import load_config
         from console.wiring import make_services
 
@@ -294,6 +326,14 @@ class WatchDrill:
         svc = make_services(cfg, state_dir=self.state, autostart_pod=False)
         try:
             await svc.start()
+            yield svc
+        finally:
+            await svc.stop()
+            svc.close_journal()
+
+    async def form_and_submit(self) -> None:
+        """A user's session: bootstrap, Ray up, the sweep submitted; then it exits."""
+        async with self.session() as svc:
             for step in (svc.bootstrap, svc.ray_up):
                 res = await step(actor="chaos")
                 if not res.ok:
@@ -317,9 +357,6 @@ class WatchDrill:
                 actor="chaos",
             )
             self._say(f"sweep {self.sweep_id} submitted as {job.job_id}; the session exits")
-        finally:
-            await svc.stop()
-            svc.close_journal()
 
     def trials(self) -> dict[str, dict[str, Any]]:
         assert self.pod is not None
@@ -331,7 +368,14 @@ class WatchDrill:
 
         await self.until(started, 600, "trial past its first checkpoint")
 
-    async def fire(self, kind: str, overlap_of: int | None = None) -> Kill:
+    async def fire(
+        self,
+        kind: str,
+        overlap_of: int | None = None,
+        phase: str = TUNE,
+        busy: Sequence[int] = (),
+    ) -> Kill:
+        """Kill ``kind``; a worker is one of ``busy`` (host indices) when given."""
         assert self.pod is not None
         hosts = self.pod.hosts
         if kind == SLICE:
@@ -340,20 +384,31 @@ class WatchDrill:
         elif kind == HEAD:
             target, names = 0, [hosts[0].name]
         else:
-            i = self.rng.randrange(1, len(hosts))
+            i = self.rng.choice(list(busy)) if busy else self.rng.randrange(1, len(hosts))
             target, names = i, [hosts[i].name]
-        kill = Kill(len(self.kills) + 1, kind, names, time.time(), overlap_of)
+        kill = Kill(len(self.kills) + 1, kind, names, time.time(), overlap_of, phase=phase)
         self.kills.append(kill)
         await preempt_host(self.pod.run_dir, target)
         self._say(
-            f"kill {kill.index}: {kind} {','.join(names)}"
+            f"kill {kill.index} ({phase}): {kind} {','.join(names)}"
             + (f" (overlapping kill {overlap_of})" if overlap_of else "")
         )
+        if self.after_kill is not None:
+            await self.after_kill(kill)
         return kill
 
-    async def drill(self) -> None:
-        for kind, overlap, watcher in schedule(self.s):
-            first = await self.fire(kind)
+    async def drill(
+        self,
+        plan: Sequence[tuple[str, bool, bool]],
+        phase: str,
+        ready: Callable[[], Awaitable[None]],
+        aim: Callable[[], Awaitable[Sequence[int]]] | None = None,
+    ) -> None:
+        """Each planned kill once the cluster is back and ``ready`` (training again); a
+        worker kill takes one of the workers ``aim`` names, when it names any."""
+        for kind, overlap, watcher in plan:
+            busy = await aim() if aim is not None and kind == WORKER else ()
+            first = await self.fire(kind, phase=phase, busy=busy)
             tasks = []
             if overlap:
                 tasks.append(asyncio.create_task(self.overlap(first)))
@@ -367,12 +422,12 @@ class WatchDrill:
                 self.s.recovery_timeout_s,
                 f"recovery after kill {first.index}",
             )
-            await self.wait_trials_running()
+            await ready()
 
     async def overlap(self, first: Kill) -> None:
         await asyncio.sleep(self.rng.uniform(2.0, 8.0))
         kind = WORKER if first.kind != WORKER or self.rng.random() < 0.7 else HEAD
-        await self.fire(kind, overlap_of=first.index)
+        await self.fire(kind, overlap_of=first.index, phase=first.phase)
 
     async def kill_watcher(self, first: Kill) -> None:
         await self.until(
@@ -417,13 +472,7 @@ class WatchDrill:
     def result(self) -> WatchDrillResult:
         figs: dict[str, Any] = {"seed": self.s.seed}
         figs["wall_s"] = round(time.monotonic() - self.t0, 1)
-        by_kind = {k: sum(1 for x in self.kills if x.kind == k) for k in (WORKER, HEAD, SLICE)}
-        figs["kills"] = len(self.kills)
-        figs["kills_by_kind"] = by_kind
-        figs["overlaps"] = sum(1 for x in self.kills if x.overlap_of is not None)
-        figs["watcher_kills"] = sum(1 for x in self.kills if x.watcher_killed)
-        hosts_killed = sum(len(x.hosts) for x in self.kills)
-        figs["hosts_killed"] = hosts_killed
+        figs.update(kill_counts(self.kills))
         try:
             self.journal_figures(figs)
         except Exception as exc:  # named, never a traceback instead of the figures
@@ -459,6 +508,7 @@ class WatchDrill:
             self.problems.append(
                 f"{figs['steps_lost_past_checkpoint']} steps lost past a checkpoint"
             )
+        figs.update(self.wandb_figures)
         return WatchDrillResult(figs, self.problems, self.kills)
 
     def journal_figures(self, figs: dict[str, Any]) -> None:
@@ -496,31 +546,22 @@ class WatchDrill:
         figs["incidents_left_open"] = len(ids - summed)
         if ids - summed:
             self.problems.append(f"incidents left open: {sorted(ids - summed)}")
-        mttr: dict[str, list[float]] = {}
-        for r in recs:
-            if not r.ok or r.mttr_s is None:
-                continue
-            kill = next((k for k in reversed(self.kills) if k.at <= r.started_at), None)
-            if kill is not None:
-                mttr.setdefault(kill.kind, []).append(r.mttr_s)
-        figs["mttr_s_by_kind"] = {
-            k: {"n": len(v), "median": round(sorted(v)[len(v) // 2], 1), "max": round(max(v), 1)}
-            for k, v in mttr.items()
-        }
+        spans = [(r.started_at, r.ended_at, r.mttr_s if r.ok else None) for r in recs]
+        figs["mttr_s_by_kind"] = mttr_by_kind(spans, self.kills)
+        if any(k.phase == WANDB for k in self.kills):
+            figs.update(phase_figures("wandb_", self.kills, spans, WANDB))
 
 
 def steps_lost(trials: dict[str, dict[str, Any]]) -> int:
     """Steps an attempt redid before its predecessor's last checkpoint (0 when each resume
-    starts at the last checkpoint)."""
-    lost = 0
-    for trial in trials.values():
-        attempts = sorted(trial.get("attempts", []), key=lambda a: a.get("started_unix", 0))
-        best = 0
-        for a in attempts:
-            resumed = a.get("resumed_from_step") or 0
-            lost += max(0, best - resumed)
-            best = max(best, a.get("last_step") or 0)
-    return lost
+    starts at the last checkpoint), from each trial's status file."""
+    return lost_past_checkpoint(
+        [
+            ((a.get("resumed_from_step") or 0), (a.get("last_step") or 0))
+            for a in sorted(trial.get("attempts", []), key=lambda a: a.get("started_unix", 0))
+        ]
+        for trial in trials.values()
+    )
 
 
 def table(figs: dict[str, Any]) -> str:
@@ -548,7 +589,28 @@ def table(figs: dict[str, Any]) -> str:
         "journal_rows",
         "wall_s",
     ]
+    if "wandb_run_cap" in figs:
+        keys += WANDB_KEYS
     return "\n".join(f"{k:32} {json.dumps(figs.get(k))}" for k in keys)
+
+
+# The W&B phase's own figures, when it ran.
+WANDB_KEYS = [
+    "wandb_kills",
+    "wandb_kills_by_kind",
+    "wandb_overlaps",
+    "wandb_watcher_kills",
+    "wandb_hosts_killed",
+    "wandb_mttr_s_by_kind",
+    "wandb_sweep_id",
+    "wandb_run_cap",
+    "wandb_runs_final",
+    "wandb_runs_restarted_from_zero",
+    "wandb_steps_lost_past_checkpoint",
+    "wandb_trainer_attempts",
+    "wandb_relaunches",
+    "wandb_owed_recoveries",
+]
 
 
 async def run_watch_drill(
@@ -572,6 +634,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--watcher-kills", type=int, default=1, help="watcher SIGKILLs (default 1)")
     ap.add_argument("--slices", type=int, default=1, help="whole-slice kills (default 1)")
     ap.add_argument("--run-cap", type=int, default=4, help="the sweep's run cap (default 4)")
+    ap.add_argument(
+        "--wandb-run-cap",
+        type=int,
+        default=0,
+        help="then seed 000's sweep on the W&B emulator, of this run cap (default 0: none)",
+    )
+    ap.add_argument("--wandb-kills", type=int, default=4, help="its first kills (default 4)")
+    ap.add_argument("--wandb-overlaps", type=int, default=1, help="of them overlapped (default 1)")
+    ap.add_argument(
+        "--wandb-watcher-kills", type=int, default=1, help="watcher SIGKILLs in it (default 1)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work dir")
     args = ap.parse_args(argv)
     bad = [
@@ -582,6 +655,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("--watcher-kills", 0 <= args.watcher_kills <= args.kills, "between 0 and --kills"),
             ("--slices", 0 <= args.slices <= args.kills, "between 0 and --kills"),
             ("--run-cap", args.run_cap >= 1, ">= 1"),
+            ("--wandb-run-cap", args.wandb_run_cap >= 0, ">= 0"),
+            ("--wandb-kills", args.wandb_kills >= 1, ">= 1"),
+            (
+                "--wandb-overlaps",
+                0 <= args.wandb_overlaps <= args.wandb_kills,
+                "between 0 and --wandb-kills",
+            ),
+            (
+                "--wandb-watcher-kills",
+                0 <= args.wandb_watcher_kills <= args.wandb_kills,
+                "between 0 and --wandb-kills",
+            ),
         )
         if not ok
     ]
@@ -597,6 +682,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         watcher_kills=args.watcher_kills,
         slices=args.slices,
         run_cap=args.run_cap,
+        wandb_run_cap=args.wandb_run_cap,
+        wandb_kills=args.wandb_kills,
+        wandb_overlaps=args.wandb_overlaps,
+        wandb_watcher_kills=args.wandb_watcher_kills,
     )
     work = Path(tempfile.mkdtemp(prefix="phantom-chaos-watch-")) if args.keep else None
 

@@ -8,6 +8,7 @@ its composition root (``console.wiring``), never through this.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,9 +73,18 @@ def pod_config(
     )
 
 
-def pod_toml(pod: PodInfo, work_dir: Path, poll_s: float = 0.5, extra: str = "") -> str:
-    """``pod_config`` as a config file's text, for a `phantom` child process (`watch`)."""
+def pod_toml(
+    pod: PodInfo,
+    work_dir: Path,
+    poll_s: float = 0.5,
+    extra: str = "",
+    wandb: Mapping[str, str] | None = None,
+) -> str:
+    """``pod_config`` as a config file's text, for a `phantom` child process (`watch`)
+    (``wandb`` overrides, e.g. online against the W&B emulator)."""
     ray = pod_config(pod, work_dir).ray
+    w = {"mode": "offline", "dir": str(work_dir / "wandb"), **(wandb or {})}
+    wandb_table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in w.items())
     return f"""
 [cluster]
 provider = "local"
@@ -96,8 +106,7 @@ num_cpus = 1
 object_store_mb = 100
 
 [wandb]
-mode = "offline"
-dir = "{work_dir / "wandb"}"
+{wandb_table}
 
 [recovery]
 poll_interval_s = {poll_s}

@@ -117,6 +117,7 @@ class Observer:
         if jobs and not obs.jobs_owned:
             mine = self._registry.ids()
             jobs = tuple(j for j in obs.jobs if j.job_id in mine)
+        jobs = tuple(self._with_sweep_id(j) for j in jobs)
         self.last = obs = replace(
             obs,
             jobs=jobs,
@@ -124,6 +125,16 @@ class Observer:
             run_names={c.run_id: c.name or c.run_id for c in self.cadence},
         )
         return obs
+
+    def _with_sweep_id(self, job: JobInfo) -> JobInfo:
+        """A sweep's job with its sweep id (its spec's, or the one learned from the job since):
+        what a recovery owes names the sweep to relaunch, in the journal too. A W&B sweep's
+        id is not in its Ray metadata: the engine created the sweep after the submission."""
+        if job.sweep_id:
+            return job
+        sub = self._registry.get(job.job_id)
+        sweep_id = sub.known_sweep_id if sub is not None else ""
+        return replace(job, sweep_id=sweep_id) if sweep_id else job
 
 
 @dataclass(frozen=True)
@@ -485,7 +496,7 @@ class Facade(ClusterActions):
         sub = self.registry.get(job.job_id)
         if sub is None or sub.spec.mode != "sweep":
             return job
-        sweep_id = sub.spec.sweep_id or sub.sweep_id
+        sweep_id = sub.known_sweep_id
         url = wandb_sweep_url(self.settings.wandb, sub.spec, sweep_id) if sweep_id else ""
         return replace(job, sweep_id=sweep_id, sweep_url=url)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos_watch import WatchDrillSettings, run_watch_drill
+from benchmarks.chaos_watch import WatchDrillSettings, main, run_watch_drill
 from tests.benchmarks import TPU_DRILLS
 
 
@@ -32,3 +32,20 @@ async def test_a_small_watch_drill_loses_no_trial_with_the_watcher_killed(tmp_pa
     assert figs["trials_restarted_from_zero"] == 0 and figs["steps_lost_past_checkpoint"] == 0
     assert figs["incidents_left_open"] == 0 and figs["recoveries_failed"] == 0
     assert figs["prometheus_preemptions_summed"] == figs["preemptions_journaled"] > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--wandb-run-cap", "-1"], "--wandb-run-cap must be >= 0"),
+        (["--wandb-kills", "0"], "--wandb-kills must be >= 1"),
+        (["--wandb-kills", "2", "--wandb-overlaps", "3"], "--wandb-overlaps must be between"),
+        (["--wandb-watcher-kills", "9"], "--wandb-watcher-kills must be between 0 and"),
+    ],
+)
+def test_the_wandb_phases_bad_flags_are_named_before_anything_starts(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err

@@ -53,12 +53,16 @@ class SubmittedJob:
         if not isinstance(self.state, SubmissionState):  # read back from the database
             object.__setattr__(self, "state", SubmissionState(self.state))
 
+    @property
+    def known_sweep_id(self) -> str:
+        """A sweep's id: its spec's, else the one learned from the job ("" when neither)."""
+        return (self.spec.sweep_id or self.sweep_id) if self.spec.mode == "sweep" else ""
+
     def relaunch_spec(self) -> SubmitSpec:
         """The spec to submit again: same everything, the sweep id pinned, a fresh job id."""
         spec = dataclasses.replace(self.spec, submission_id="")
-        sweep_id = self.spec.sweep_id or self.sweep_id
-        if spec.mode == "sweep" and sweep_id:
-            spec = spec.with_sweep_id(sweep_id)
+        if self.known_sweep_id:
+            spec = spec.with_sweep_id(self.known_sweep_id)
         return spec
 
 
@@ -345,7 +349,7 @@ class Submitter:
         """A sweep submitted without an id gets one from the engine: remember it, so a
         relaunch resumes the same sweep."""
         sub = self.registry.get(job.job_id)
-        if sub is None or sub.spec.mode != "sweep" or sub.spec.sweep_id or sub.sweep_id:
+        if sub is None or sub.spec.mode != "sweep" or sub.known_sweep_id:
             return
         sweep_id = job.metadata.get(META_SWEEP_ID, "")
         if not sweep_id and job.status in ACTIVE_JOBS:

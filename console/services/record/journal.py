@@ -507,13 +507,15 @@ class Journal:
     def owed(self, recovery: Recovery) -> dict[str, str]:
         """What ``recovery`` owed as its rows last said (job id -> sweep id): the jobs to
         resubmit should the head be lost, journaled before its steps act (``data.owed`` of
-        its start and of each DETECT), so the process that resumes it owes them too."""
+        its start and of each DETECT), so the process that resumes it owes them too. An
+        ended recovery's rows end with its end: a later recovery's are not its own."""
         if recovery.started_id is None:
             return {}
+        last = recovery.ended_id if recovery.ended_id is not None else -1
         rows = self.read(
-            "SELECT data FROM events WHERE id >= ? AND json_valid(data) "
+            "SELECT data FROM events WHERE id >= ? AND (? < 0 OR id <= ?) AND json_valid(data) "
             "AND json_type(data, '$.owed') = 'object' ORDER BY id DESC LIMIT 1",
-            (recovery.started_id,),
+            (recovery.started_id, last, last),
         )
         if not rows:
             return {}

@@ -535,3 +535,24 @@ def test_each_row_names_its_cluster_and_older_rows_read_as_none(tmp_path: Path) 
         assert (mine.cluster, other.cluster) == ("pod-a", "pod-b")
         assert [e.cluster for e in j.query()] == ["", "pod-a", "pod-b"]
         assert [e.cluster for e in j.after(1)] == ["pod-a", "pod-b"]
+
+
+def test_what_an_ended_recovery_owed_is_its_own_rows_not_a_later_recoverys() -> None:
+    """The watch drill reads what each recovery owed after the fact: an ended recovery's rows
+    stop at its end (it read the next recovery's DETECT before)."""
+    journal = Journal(":memory:")
+    journal.record_event(
+        Event(at=1.0, kind="recovery_started", message="recovery started: x", data={"owed": {}})
+    )
+    journal.record_result(
+        ActionResult("recovery.detect", True, 0.1, data={"owed": {"a": "sweep-1"}}), "watchdog"
+    )
+    journal.record_event(Event(at=2.0, kind="recovered", message="cluster recovered", data={}))
+    journal.record_event(
+        Event(
+            at=3.0, kind="recovery_started", message="recovery started: y", data={"owed": {"b": ""}}
+        )
+    )
+    first, second = journal.recoveries()
+    assert first.ok and journal.owed(first) == {"a": "sweep-1"}
+    assert second.ok is None and journal.owed(second) == {"b": ""}
