@@ -204,7 +204,7 @@ async def _one(factory: ServicesFactory, config: Config) -> _Result:
             config,
             code=exit_codes.FAILED,
             error=f"phantom status: cannot reach the {config.cluster.provider} cluster "
-            f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}",
+            f"{_name(config)!r}: {reason}{_pod_hint(config, reason)}",
         )
 
 
@@ -231,13 +231,21 @@ def _print(result: _Result, as_json: bool, out: TextIO, err: TextIO) -> int:
         reason = status["unreachable_reason"]
         print(
             scrub.text(
-                f"phantom status: cluster {config.cluster.node_name!r} unreachable: "
+                f"phantom status: cluster {_name(config)!r} unreachable: "
                 f"{reason}{_pod_hint(config, reason)}"
             ),
             file=err,
         )
         return exit_codes.FAILED
     return exit_codes.OK
+
+
+def _name(config: Config) -> str:
+    """What the cluster is called: its fleet name (a fleet's clusters may share a node name:
+    each said 'phantom-pod'), a [cluster] config's from its node."""
+    from console.config.fleet import default_name
+
+    return config.name or default_name(config)
 
 
 def _pod_hint(config: Config, reason: str) -> str:

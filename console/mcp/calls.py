@@ -238,10 +238,8 @@ class Calls:
         services = self.clusters[cluster]
         why = command.refusal(services.capabilities)
         if why is not None:
-            where = services.settings.cluster.provider
-            return ActionResult.refused(
-                name, Reason.UNSUPPORTED, f"{why}; this server drives provider {where!r}"
-            )
+            where = services.settings.cluster.words
+            return ActionResult.refused(name, Reason.UNSUPPORTED, f"{why}; {where} is not one")
         problem = _schema_problem(command, args)
         if problem is not None:
             return ActionResult.refused(name, Reason.BAD_INPUT, problem)

@@ -170,3 +170,20 @@ async def test_over_a_fleet_reads_take_every_cluster_and_acts_the_one_named() ->
     assert journaled["pod-a"] == ["mcp:events", "mcp:submit", "mcp:submit", "mcp:stop_job",
                                   "mcp:status"]  # fmt: skip
     assert journaled["pod-b"] == ["mcp:events", "mcp:submit", "mcp:stop_job", "mcp:status"]
+
+
+async def test_over_a_fleet_a_refusal_names_the_cluster_it_was_asked_of() -> None:
+    """A tool a cluster's kind cannot run is refused naming that cluster and its provider
+    (it said "this server drives provider 'local'" while the server drove a GKE one too)."""
+    from dataclasses import replace
+
+    from console.config import Config, parse_config
+
+    pod = FakeServices("healthy", config=replace(Config(), name="pod-a"))
+    gke = FakeServices("gke", config=replace(parse_config({"cluster": {"provider": "gke"}}), name="grpo"))  # fmt: skip
+    calls = Calls({"pod-a": pod, "grpo": gke}, Policy.parse([], True, True), Scrubber([]))
+    refused = await calls.call("workload_create", {"name": "w1", "cluster": "pod-a"})
+    assert refused.reason is Reason.UNSUPPORTED
+    assert refused.message.endswith("; cluster 'pod-a' (local) is not one"), refused.message
+    refused = await calls.call("ray_up", {"cluster": "grpo"})
+    assert refused.message.endswith("; cluster 'grpo' (gke) is not one"), refused.message

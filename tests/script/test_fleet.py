@@ -139,6 +139,17 @@ def test_a_cluster_not_in_the_config_is_named_with_the_clusters_there(tmp_path: 
     assert rec.built == [] and all(not p.up_now for p in pods.values())
 
 
+def test_a_verb_a_clusters_kind_cannot_run_is_refused_naming_that_cluster(
+    tmp_path: Path,
+) -> None:
+    """The refusal names the cluster the line chose (it said "this config (fleet.toml)
+    drives provider 'local'", the same for every cluster of the file)."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    code, lines, err, rec, _ = run(tmp_path, "workload create w --cluster pod-b\n", fleet)
+    assert code == exit_codes.USAGE and lines == [] and rec.built == []
+    assert "only for cluster.provider = 'gke'; cluster 'pod-b' of fleet.toml is provider " in err
+
+
 def test_last_refers_to_a_job_submitted_on_the_same_cluster(tmp_path: Path) -> None:
     fleet = parse_fleet(FLEET, source="fleet.toml")
     text = "use pod-a\nsubmit single\nuse pod-b\nwait-job last RUNNING\nwait-job last RUNNING --cluster pod-a\n"
