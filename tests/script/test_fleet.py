@@ -150,6 +150,26 @@ def test_a_verb_a_clusters_kind_cannot_run_is_refused_naming_that_cluster(
     assert "only for cluster.provider = 'gke'; cluster 'pod-b' of fleet.toml is provider " in err
 
 
+def test_ledger_with_no_cluster_chosen_reads_every_cluster_and_the_fleets_total(
+    tmp_path: Path,
+) -> None:
+    """`ledger` before any `use` (or on a fleet with none chosen) answers for the fleet as
+    `phantom report` does: each cluster's ledger and their total (it was refused, and each
+    cluster's ledger had no total); after `use`, the chosen cluster's alone."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    code, lines, err, rec, _ = run(tmp_path, "ledger --since 3600\nuse pod-b\nledger\n", fleet)
+    assert code == exit_codes.OK, err
+    whole, one = steps(lines)
+    assert "cluster" not in whole and one["cluster"] == "pod-b"
+    doc = whole["result"]
+    assert list(doc["clusters"]) == ["pod-a", "pod-b"] and doc["notes"] == []
+    assert doc["total"]["clusters"] == ["pod-a", "pod-b"]
+    walls = [c["wall_s"] for c in doc["clusters"].values()]
+    assert doc["total"]["wall_s"] == round(sum(walls), 3)
+    assert "clusters" not in one["result"] and "headline" in one["result"]
+    assert sorted(rec.built) == ["pod-a", "pod-b"]  # each cluster's own services read it
+
+
 def test_last_refers_to_a_job_submitted_on_the_same_cluster(tmp_path: Path) -> None:
     fleet = parse_fleet(FLEET, source="fleet.toml")
     text = "use pod-a\nsubmit single\nuse pod-b\nwait-job last RUNNING\nwait-job last RUNNING --cluster pod-a\n"
