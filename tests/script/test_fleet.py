@@ -170,6 +170,33 @@ def test_ledger_with_no_cluster_chosen_reads_every_cluster_and_the_fleets_total(
     assert sorted(rec.built) == ["pod-a", "pod-b"]  # each cluster's own services read it
 
 
+def test_a_fleets_ledger_names_a_cluster_it_cannot_reach_and_totals_the_others(
+    tmp_path: Path,
+) -> None:
+    """A cluster whose services cannot be had (its pod emulator down) is a note of the
+    fleet's ledger, as one whose journal cannot be read is; the others are still totalled."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    rec = Recorder()
+
+    def factory(config: Config) -> FakeServices:
+        if config.name == "pod-b":
+            raise ValueError("no pod emulator is running for pod-b; start it: phantom pod up")
+        return rec.factory(config)
+
+    path = tmp_path / "s.phantom"
+    path.write_text("ledger\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = script_main(str(path), fleet, services_factory=factory, stdout=out, stderr=err)
+    assert code == exit_codes.OK, err.getvalue()
+    (step,) = steps([json.loads(line) for line in out.getvalue().splitlines()])
+    doc = step["result"]
+    assert list(doc["clusters"]) == ["pod-a"] and doc["total"]["clusters"] == ["pod-a"]
+    assert doc["notes"] == [
+        "pod-b: its journal was not read (no pod emulator is running for pod-b; start it: "
+        "phantom pod up); the total leaves it out"
+    ]
+
+
 def test_last_refers_to_a_job_submitted_on_the_same_cluster(tmp_path: Path) -> None:
     fleet = parse_fleet(FLEET, source="fleet.toml")
     text = "use pod-a\nsubmit single\nuse pod-b\nwait-job last RUNNING\nwait-job last RUNNING --cluster pod-a\n"
