@@ -197,6 +197,30 @@ def test_a_fleets_ledger_names_a_cluster_it_cannot_reach_and_totals_the_others(
     ]
 
 
+def test_pod_up_on_a_cluster_whose_pod_runs_names_it_and_its_pod_down(tmp_path: Path) -> None:
+    """It said "already running for this config; `phantom pod down` it", which in a fleet
+    is every cluster's config, and a bare `pod down` is none of its pods."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    path = tmp_path / "s.phantom"
+    path.write_text("pod up --cluster pod-b\n")
+    pods = {n: FakePod(lambda _call: None, up=n == "pod-b") for n in fleet.names}
+    out, err = io.StringIO(), io.StringIO()
+    code = script_main(
+        str(path),
+        fleet,
+        services_factory=Recorder().factory,
+        pod_control=pods,
+        stdout=out,
+        stderr=err,
+    )
+    assert code == exit_codes.FAILED
+    (step,) = steps([json.loads(line) for line in out.getvalue().splitlines()])
+    assert step["result"]["error"] == (
+        "a pod emulator is already running for cluster 'pod-b' (local); `phantom --cluster "
+        "pod-b pod down` it first, or remove `pod up` from the script"
+    )
+
+
 def test_last_refers_to_a_job_submitted_on_the_same_cluster(tmp_path: Path) -> None:
     fleet = parse_fleet(FLEET, source="fleet.toml")
     text = "use pod-a\nsubmit single\nuse pod-b\nwait-job last RUNNING\nwait-job last RUNNING --cluster pod-a\n"
