@@ -95,13 +95,13 @@ def peak_rss_mb() -> float:
 class BenchServices:
     """Synthetic ``ConsoleServices``: a changing pod on the bus, a fast log stream."""
 
-    def __init__(self, hosts: int, lines_per_s: int) -> None:
+    def __init__(self, hosts: int, lines_per_s: int, seed: int = 7) -> None:
         config = Config(cluster=ClusterConfig(hosts=hosts))
         self.settings = service_settings(config)
         self.capabilities = capabilities_for(config)
         self.bus = UpdateBus()
         self.lines_per_s = lines_per_s
-        self.rng = random.Random(7)
+        self.rng = random.Random(seed)  # the hosts it changes (a fleet's: one stream each)
         self.hosts = [
             HostStatus(
                 i,

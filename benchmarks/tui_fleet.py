@@ -32,6 +32,7 @@ from console.tui.messages import ClusterPolled
 from console.widgets.fast_table import FastTable
 from console.wiring.settings import service_settings
 
+SEED = 7  # cluster i draws from Random(SEED + i): its own stream, the same every run
 _READY = [key for key, _, _ in COLUMNS].index("ready")
 _RAY = [key for key, _, _ in COLUMNS].index("runs")
 
@@ -108,7 +109,9 @@ class FleetBenchApp(PhantomApp):
 
 
 def cluster(i: int, hosts: int) -> BenchServices:
-    services = BenchServices(hosts, lines_per_s=0)
+    """The ``i``-th synthetic cluster, changing hosts from its own seeded stream: with one
+    seed for all, every cluster published the same pods in step, a fleet of clones."""
+    services = BenchServices(hosts, lines_per_s=0, seed=SEED + i)
     config = Config(cluster=ClusterConfig(hosts=hosts, node_name=f"pod-{i}"), name=f"pod-{i}")
     services.settings = service_settings(config)
     return services

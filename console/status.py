@@ -1,7 +1,8 @@
 """`phantom status [--json]`: one snapshot of pod, Ray, jobs and cadence, then exit.
 
 Over a fleet with no ``--cluster``: every cluster's snapshot, taken side by side, one JSON
-object (or table) per cluster, each naming its cluster (``status_fleet_main``).
+object (or table) per cluster, each naming its cluster, then the fleet's ledger, each
+cluster's and their total (``status_fleet_main``).
 
 For `watch`, cron and monitoring. ``--json`` prints one JSON object (the same shape the
 script runner's ``status`` step returns as its result); without it a plain-text table.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
-from console.commands.status import collect_status, reason_line
+from console.commands.status import collect_status, reason_line, status_and_book
 from console.config import Config, ConfigError
 from console.secrets import Scrubber
 from console.services.recovery.diagnosis import job_env_text
@@ -28,6 +29,7 @@ from console.services.recovery.diagnosis import job_env_text
 if TYPE_CHECKING:
     from console.config.fleet import Fleet
     from console.services.api import ConsoleServices
+    from console.services.ledger.book import Book
 
 ServicesFactory = Callable[[Config], "ConsoleServices"]
 
@@ -171,7 +173,41 @@ def status_fleet_main(
         if not as_json:
             out.write(("\n" if index else "") + f"== cluster {result.config.name} ==\n")
         codes.append(_print(result, as_json, out, err))
+    if len(results) > 1:
+        _print_fleet_ledger(results, as_json, out)
     return max(codes)
+
+
+def _print_fleet_ledger(results: Sequence[_Result], as_json: bool, out: TextIO) -> None:
+    """The fleet's ledger after its clusters' snapshots, as `phantom report` and the Ledger
+    screen total it (``ledger.fleet.FleetBook``, from the books the snapshots read): with
+    ``--json`` one more object, ``{"type": "fleet", "ledger": {"clusters": {...}, "total":
+    {...}, ...}}``; else a row per cluster, the total and its headline."""
+    from console.services.ledger.fleet import FleetBook, unread
+    from console.services.ledger.render import fleet_cells
+
+    fleet = FleetBook(
+        {r.config.name: r.book for r in results if r.book is not None},
+        tuple(unread(r.config.name, r.unread) for r in results if r.book is None),
+    )
+    scrub = Scrubber([results[0].config.wandb.api_key_env])  # [wandb] is the fleet's
+    if as_json:
+        out.write(json.dumps(scrub.data({"type": "fleet", "ledger": fleet.to_json()})) + "\n")
+        out.flush()
+        return
+    picked = (0, 1, 2, 3, 7)  # wall, goodput, badput, incidents, spot saved
+
+    def cells(name: str, figures: list[str]) -> list[str]:
+        return [name, *(figures[i] for i in picked)]
+
+    rows = [cells(n, fleet_cells(f)) for n, f in fleet.rows.items()]
+    rows.append(cells("total", fleet_cells(fleet.total)))
+    head = ["CLUSTER", "WALL", "GOODPUT", "BADPUT", "INCIDENTS", "SPOT SAVED"]
+    lines = ["", "== the fleet's ledger ==", *_table(head, rows)]
+    lines.append(_clip(f"ledger: {fleet.total.headline()}", 80))
+    lines += [_clip(f"note: {n}", 80) for n in fleet.notes]
+    out.write(scrub.text("\n".join(lines)) + "\n")
+    out.flush()
 
 
 @dataclass(frozen=True)
@@ -182,6 +218,10 @@ class _Result:
     status: dict[str, Any] | None = None
     code: int = exit_codes.OK
     error: str = ""
+    book: Book | None = None
+    """The ledger its ``"ledger"`` is, for the fleet's total (None: not read)."""
+    unread: str = ""
+    """Why there is no ``book``."""
 
 
 async def _gather(configs: Sequence[Config], factory: ServicesFactory | None) -> list[_Result]:
@@ -195,17 +235,20 @@ async def _gather(configs: Sequence[Config], factory: ServicesFactory | None) ->
 
 async def _one(factory: ServicesFactory, config: Config) -> _Result:
     try:
-        return _Result(config, await _collect(factory, config))
+        status, book = await _collect(factory, config)
     except ConfigError as exc:
-        return _Result(config, code=exit_codes.USAGE, error=exc.render())
+        return _Result(config, code=exit_codes.USAGE, error=exc.render(), unread="a bad config")
     except Exception as exc:  # anything that stops us reaching the cluster is "unreachable"
         reason = reason_line(exc)
         return _Result(
             config,
+            unread=reason,
             code=exit_codes.FAILED,
             error=f"phantom status: cannot reach the {config.cluster.provider} cluster "
-            f"{config.cluster.node_name!r}: {reason}{_pod_hint(config, reason)}",
+            f"{_name(config)!r}: {reason}{_pod_hint(config, reason)}",
         )
+    unread = "" if book is not None else str(status["ledger"].get("error", ""))
+    return _Result(config, status, book=book, unread=unread)
 
 
 def _print(result: _Result, as_json: bool, out: TextIO, err: TextIO) -> int:
@@ -231,13 +274,21 @@ def _print(result: _Result, as_json: bool, out: TextIO, err: TextIO) -> int:
         reason = status["unreachable_reason"]
         print(
             scrub.text(
-                f"phantom status: cluster {config.cluster.node_name!r} unreachable: "
+                f"phantom status: cluster {_name(config)!r} unreachable: "
                 f"{reason}{_pod_hint(config, reason)}"
             ),
             file=err,
         )
         return exit_codes.FAILED
     return exit_codes.OK
+
+
+def _name(config: Config) -> str:
+    """What the cluster is called: its fleet name (a fleet's clusters may share a node name:
+    each said 'phantom-pod'), a [cluster] config's from its node."""
+    from console.config.fleet import default_name
+
+    return config.name or default_name(config)
 
 
 def _pod_hint(config: Config, reason: str) -> str:
@@ -248,9 +299,9 @@ def _pod_hint(config: Config, reason: str) -> str:
     return " (is the pod up? `phantom pod up`)"
 
 
-async def _collect(factory: ServicesFactory, config: Config) -> dict[str, Any]:
+async def _collect(factory: ServicesFactory, config: Config) -> tuple[dict[str, Any], Book | None]:
     services = factory(config)
     try:
-        return await collect_status(services)
+        return await status_and_book(services)
     finally:
         await services.stop()

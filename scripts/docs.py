@@ -43,7 +43,9 @@ cluster: the one the last `use NAME` line chose, or the one its own `--cluster N
 (for that line only). `phantom --cluster NAME --script FILE` chooses the cluster of the lines
 before the first `use`. A `[cluster]` config (a fleet of one) needs neither: its one cluster is
 the default, and its lines run as they always did. On a fleet of several a line that touches a
-cluster with none chosen is refused; `sleep` and the directives touch none. Each cluster keeps
+cluster with none chosen is refused, but `ledger` then reads the whole fleet: each cluster's
+ledger and their total, as `phantom report` prints it (its `clusters` and `total`);
+`sleep` and the directives touch none. Each cluster keeps
 its own `last` (the job of the latest submit on it), its services (built at its first line) and
 its cleanup (`finally`'s `pod down` takes down only a pod this script started on that cluster).
 Step and event lines name their `"cluster"`.

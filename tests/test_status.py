@@ -148,3 +148,33 @@ def test_status_and_the_script_status_name_the_zone_the_node_is_in(
     assert script_main(str(script), config, stdout=out, stderr=err) == 0, err.getvalue()
     step = next(json.loads(x) for x in out.getvalue().splitlines() if '"step"' in x)
     assert step["result"]["pod"]["zone"] == "local-a", step
+
+
+def test_a_fleets_unreachable_clusters_are_each_named_by_their_fleet_name() -> None:
+    """Two clusters that keep the default node name: each one's line said "cluster
+    'phantom-pod' unreachable", not which of the fleet's it was."""
+    from console.config.fleet import parse_fleet
+    from console.status import status_fleet_main
+
+    fleet = parse_fleet(
+        {"clusters": [{"name": "pod-a"}, {"name": "pod-b", "cluster": {"zone": "local-b"}}]}
+    )
+    for behaviour, words in (
+        (Behaviour(reachable=False), "phantom status: cluster {!r} unreachable"),
+        (
+            Behaviour(raise_in={"refresh": RuntimeError("gone")}),
+            "phantom status: cannot reach the local cluster {!r}",
+        ),
+    ):
+        out, err = io.StringIO(), io.StringIO()
+        code = status_fleet_main(
+            fleet,
+            as_json=True,
+            services_factory=Harness(behaviour).factory,
+            stdout=out,
+            stderr=err,
+        )
+        assert code == 1
+        for name in ("pod-a", "pod-b"):
+            assert words.format(name) in err.getvalue(), err.getvalue()
+        assert "'phantom-pod'" not in err.getvalue()

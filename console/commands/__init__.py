@@ -28,6 +28,7 @@ from console.commands.kit.base import (
     Session,
     Started,
     execute,
+    execute_fleet,
 )
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "by_name",
     "by_words",
     "execute",
+    "execute_fleet",
     "offered",
 ]
 

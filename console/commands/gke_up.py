@@ -21,12 +21,14 @@ class Args:
 async def run(s: Session, args: Args) -> ActionResult:
     if s.gke is None:
         raise CommandFailed(
-            "no GKE emulator for this config (cluster.provider = 'gke', no kubeconfig)"
+            f"no GKE emulator for {s.settings.cluster.words} (it needs cluster.provider = "
+            "'gke' and no gke.kubeconfig)"
         )
     if await s.gke.is_up():
+        name = s.settings.cluster.name
         raise CommandFailed(
-            "a GKE emulator is already running for this config; `phantom gke down` it "
-            "first, or remove `gke up` from the script"
+            f"a GKE emulator is already running for {s.settings.cluster.words}; "
+            f"`phantom --cluster {name} gke down` it first, or remove `gke up` from the script"
         )
     await s.drop_services()  # services built before the cluster existed are stale
     result = await s.gke.up(args.slices, args.quota_stall)

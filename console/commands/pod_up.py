@@ -27,9 +27,10 @@ async def run(s: Session, args: Args) -> ActionResult:
     if s.pod is None:
         raise CommandFailed("no pod emulator to bring up here")
     if await s.pod.is_up():
+        name = s.settings.cluster.name
         raise CommandFailed(
-            "a pod emulator is already running for this config; `phantom pod down` it "
-            "first, or remove `pod up` from the script"
+            f"a pod emulator is already running for {s.settings.cluster.words}; "
+            f"`phantom --cluster {name} pod down` it first, or remove `pod up` from the script"
         )
     await s.drop_services()  # services built before the pod existed are stale
     hosts = args.hosts or s.settings.cluster.hosts

@@ -9,7 +9,7 @@ from console.commands.kit.base import Command, Effect, Front, Session
 from console.commands.kit.params import NoArgs
 from console.config import ConfigError
 from console.services.cadence.snapshot import with_jobs
-from console.services.ledger.book import read_book
+from console.services.ledger.book import Book, read_book
 from console.services.model import ActionResult, PodSnapshot, RayState, recovery_json, to_jsonable
 from console.services.record.incidents import Incident, group
 
@@ -28,6 +28,15 @@ def reachable(snap: PodSnapshot) -> tuple[bool, str]:
 async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> dict[str, Any]:
     """One JSON-able snapshot: pod, Ray, jobs, cadence (read now, under
     ``recovery.cadence_deadline_s``: ``ConsoleServices.cadence_now``), recovery."""
+    return (await status_and_book(services, refresh=refresh))[0]
+
+
+async def status_and_book(
+    services: ConsoleServices, *, refresh: bool = True
+) -> tuple[dict[str, Any], Book | None]:
+    """``collect_status``'s snapshot and the ledger its ``"ledger"`` is (None where the
+    journal could not be read): a fleet's status totals the clusters' books
+    (``ledger.fleet.FleetBook``) without reading them twice."""
     snap = await services.refresh() if refresh else services.snapshot()
     jobs_error = ""
     try:
@@ -59,12 +68,12 @@ async def collect_status(services: ConsoleServices, *, refresh: bool = True) -> 
     # The incident the recovery above belongs to (the newest), so a cron job can follow it.
     out["recovery"]["incident"] = incidents[-1]["incident"] if incidents else ""
     out["incidents"] = incidents
-    out["ledger"] = await _ledger(services, snap.at)
+    book, out["ledger"] = await _ledger(services, snap.at)
     if not ok:
         out["unreachable_reason"] = why
     if jobs_error:
         out["jobs_error"] = jobs_error
-    return out
+    return out, book
 
 
 async def _incidents(services: ConsoleServices, limit: int = 3) -> list[dict[str, Any]]:
@@ -77,12 +86,13 @@ async def _incidents(services: ConsoleServices, limit: int = 3) -> list[dict[str
     return [x.to_json() for x in found[-limit:]]
 
 
-async def _ledger(services: ConsoleServices, now: float) -> dict[str, Any]:
+async def _ledger(services: ConsoleServices, now: float) -> tuple[Book | None, dict[str, Any]]:
     """Goodput, badput by cause, money and advice over the whole journal (``ledger.book``)."""
     try:
-        return (await read_book(services, now=now)).to_json()
+        book = await read_book(services, now=now)
     except Exception as exc:  # a record: a status without it still reports the pod
-        return {"error": reason_line(exc)}
+        return None, {"error": reason_line(exc)}
+    return book, book.to_json()
 
 
 def reason_line(exc: BaseException) -> str:

@@ -10,7 +10,8 @@ refused ones too. The resources are the commands that stand as documents, read t
 Over a fleet every tool and resource of a command that touches a cluster takes ``cluster``
 (``kit.clusters.CLUSTER``, in the command's schema): a fleet of one needs none; on a fleet
 of several a read without one reads every cluster side by side (``{"clusters": [...]}``, one
-entry per cluster, each naming it), while an act without one is refused naming the
+entry per cluster, each naming it; the ledger's is one answer, each cluster's and the
+fleet's total: ``Command.fleet``), while an act without one is refused naming the
 clusters. Each cluster has its own session (its ``last``) and journal; a call is journaled
 on the clusters it concerned.
 """
@@ -36,6 +37,7 @@ from console.commands import (
     all_commands,
     by_name,
     execute,
+    execute_fleet,
     offered,
 )
 from console.commands.kit.bind import BadArgument, Where, from_json
@@ -208,6 +210,11 @@ class Calls:
 
         if len(targets) == 1:
             return await one(targets[0])
+        command = document.command
+        if command.fleet is not None:  # one body for the fleet (the ledger and its total)
+            sessions = {n: self.sessions[n] for n in targets}
+            result = await execute_fleet(command, sessions, command.make({}))
+            return dict(result.data) if result.ok else {"error": failure_sentence(result)}
         bodies = await asyncio.gather(*(one(n) for n in targets))
         return {"clusters": [{"cluster": n, **b} for n, b in zip(targets, bodies, strict=True)]}
 
@@ -229,6 +236,8 @@ class Calls:
             return Answer(ActionResult.refused(name, Reason.BAD_INPUT, str(exc))), self.names
         if len(targets) == 1:
             return Answer(await self._one(command, targets[0], args), targets[0]), targets
+        if command.fleet is not None:  # one answer for the fleet (the ledger and its total)
+            return Answer(await self._fleet(command, targets, args)), targets
         results = await asyncio.gather(*(self._one(command, n, args) for n in targets))
         return Answer(_fleet_result(name, targets, results)), targets
 
@@ -238,10 +247,8 @@ class Calls:
         services = self.clusters[cluster]
         why = command.refusal(services.capabilities)
         if why is not None:
-            where = services.settings.cluster.provider
-            return ActionResult.refused(
-                name, Reason.UNSUPPORTED, f"{why}; this server drives provider {where!r}"
-            )
+            where = services.settings.cluster.words
+            return ActionResult.refused(name, Reason.UNSUPPORTED, f"{why}; {where} is not one")
         problem = _schema_problem(command, args)
         if problem is not None:
             return ActionResult.refused(name, Reason.BAD_INPUT, problem)
@@ -256,6 +263,30 @@ class Calls:
         result = await execute(command, session, typed)
         if result.ok:
             return ActionResult.done(name, f"{name}: ok", result.data)
+        return ActionResult(
+            name, False, message=failure_sentence(result), data=result.data, reason=result.reason
+        )
+
+    async def _fleet(
+        self, command: Command[Any], clusters: Sequence[str], args: dict[str, Any]
+    ) -> ActionResult:
+        """A read with one answer for the fleet (``Command.fleet``): checked as a call on one
+        cluster is, its arguments bound on the first (a read's take no cluster's values)."""
+        name = command.name
+        problem = _schema_problem(command, args)
+        if problem is not None:
+            return ActionResult.refused(name, Reason.BAD_INPUT, problem)
+        why = self.policy.refusal(command)
+        if why is not None:
+            return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
+        sessions = {n: self.sessions[n] for n in clusters}
+        try:
+            typed = self._bind(command, args, sessions[clusters[0]])
+        except BadArgument as exc:
+            return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
+        result = await execute_fleet(command, sessions, typed)
+        if result.ok:
+            return ActionResult.done(name, f"{name}: ok on {len(clusters)} clusters", result.data)
         return ActionResult(
             name, False, message=failure_sentence(result), data=result.data, reason=result.reason
         )

@@ -11,7 +11,8 @@ including, where this machine can tell, ``path_exists``, that its checkpoint exi
 Over a fleet each line is checked against the cluster it acts on (``use NAME`` or its own
 ``--cluster NAME``): that cluster's capabilities, hosts and checkpoints; ``last`` refers to
 an earlier submit on the same cluster. A name not in the config, or a line that touches a
-cluster when a fleet of several has none chosen, is a problem of its line.
+cluster when a fleet of several has none chosen, is a problem of its line; but a read with
+one answer for the fleet (``Command.fleet``: ``ledger``) then reads every cluster.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class ScriptLine:
     text: str = ""
     always: bool = False  # after `finally`: runs even when an earlier step failed
     command: Command[Any] | None = None
-    cluster: str = ""  # the cluster it acts on ("": a line that touches none)
+    cluster: str = ""  # the cluster it acts on ("": a line that touches none, or all)
+    fleet: bool = False  # it reads every cluster at once (``Command.fleet``: the ledger)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,12 @@ def _parse_line(lineno: int, tokens: list[str], ctx: _Ctx, text: str) -> ScriptL
             cluster = ctx.chosen
         elif ctx.bad_use:
             return None  # after a `use` that named no cluster (its line says so)
+        elif command is not None and command.fleet is not None:
+            # a read with one answer for the fleet (the ledger: each cluster's and the total)
+            args, cont = _bind(adef, rest, ctx.any_where)
+            cont = cont or ctx.continue_on_error or ctx.finally_line is not None
+            always = ctx.finally_line is not None
+            return ScriptLine(lineno, name, args, cont, text, always, command, fleet=True)
         else:
             raise _ArgError(
                 unchosen(

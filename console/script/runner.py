@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from console import exit_codes
-from console.commands import CommandFailed, GkeControl, PodControl, Started, execute
+from console.commands import (
+    CommandFailed,
+    GkeControl,
+    PodControl,
+    Started,
+    execute,
+    execute_fleet,
+)
 from console.commands.kit.feed import EventFeed
 from console.commands.kit.told import error_sentence, failure_sentence
 from console.config import Config
@@ -424,4 +431,7 @@ class ScriptRunner:
             return ActionResult.done(line.action, "skipped", {"skipped": skipped[1]})
         command = line.command
         assert command is not None  # a directive makes no line
+        if line.fleet:  # every cluster's session, built where the read needs it
+            sessions = {name: self.session(name) for name in self.targets}
+            return await execute_fleet(command, sessions, command.make(line.args))
         return await execute(command, session, command.make(line.args))

@@ -77,8 +77,7 @@ class ClusterActions:
     def _pod_actions(self) -> PodActions:
         if not isinstance(self.backend, PodActions):
             raise ValueError(
-                f"provider {self.cluster.provider!r} has no TPU VMs or Ray of its own "
-                "to bring up or tear down"
+                f"{self.cluster.words} has no TPU VMs or Ray of its own to bring up or tear down"
             )
         return self.backend
 
@@ -133,8 +132,8 @@ class ClusterActions:
         if not isinstance(chaos, SliceChaos):
             raise ValueError(
                 "preempt-slice is only available on the local GKE emulator (cluster.provider "
-                f"= 'gke' with no gke.kubeconfig); this console drives "
-                f"{self.cluster.provider!r}" + (" with a kubeconfig" if self.cluster.gke else "")
+                f"= 'gke' with no gke.kubeconfig); {self.cluster.words} is not"
+                + (": it has a gke.kubeconfig (a real cluster)" if self.cluster.gke else " one")
             )
         return await self._record(await chaos.preempt_slice(slice_ref, grace_s), actor)
 
@@ -150,8 +149,7 @@ class ClusterActions:
                 break
         if asker is None:
             raise ValueError(
-                f"{refusal('checkpoint', Capability.CHECKPOINT)}; this console drives "
-                f"provider {self.cluster.provider!r}"
+                f"{refusal('checkpoint', Capability.CHECKPOINT)}; {self.cluster.words} is not one"
             )
         return await self._record(await asker.ask_checkpoint(job, timeout_s), actor)
 
@@ -159,7 +157,7 @@ class ClusterActions:
         if self.chaos is None or not isinstance(self.chaos, Chaos):
             raise ValueError(
                 f"{what} is only available with cluster.provider = 'local' (the emulator); "
-                f"this console drives provider {self.cluster.provider!r}"
+                f"{self.cluster.words} is not one"
             )
         return self.chaos
 
@@ -167,8 +165,7 @@ class ClusterActions:
     def _workloads(self, what: str) -> Workloads:
         if not isinstance(self.backend, Workloads):
             raise ValueError(
-                f"{what}: provider {self.cluster.provider!r} has no workloads; they run "
-                "on GKE (cluster.provider = 'gke'); submit Ray jobs with `submit`"
+                f"{what}: {self.cluster.words} has no workloads; they run on GKE (cluster.provider = 'gke'); submit Ray jobs with `submit`"
             )
         return self.backend
 

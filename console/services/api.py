@@ -62,7 +62,8 @@ class UnbuiltServices:
     settings: ServiceSettings
     capabilities: frozenset[Capability]
     drives: Callable[[], str]
-    """E.g. "this config (phantom.toml) drives provider 'local'": a refusal ends with it."""
+    """E.g. "cluster 'pod-a' of phantom.toml is provider 'local'": a refusal ends with it (a
+    fleet's names which of its clusters)."""
     build: Callable[[], ConsoleServices]
     """The services themselves (``ValueError``/``ConfigError`` naming the setting to fix)."""
 

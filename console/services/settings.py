@@ -57,3 +57,15 @@ class ClusterIdentity:
     world: str = ""
     """What kind of cluster it is, in words: its backend's ``WORLD`` ("TPU VM pod + Ray",
     "GKE + JobSets"); the TUI's header names it beside the name."""
+
+    @property
+    def words(self) -> str:
+        """How a message names it: ``cluster 'pod-b' (gke)`` (``named``)."""
+        return named(self.name, self.provider)
+
+
+def named(name: str, provider: str) -> str:
+    """A cluster as every refusal and error names it: ``cluster 'pod-b' (gke)``, so a fleet's
+    message says which of its clusters it means, and of what kind; ``provider 'gke'`` for
+    one with no name yet."""
+    return f"cluster {name!r} ({provider})" if name else f"provider {provider!r}"

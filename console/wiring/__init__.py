@@ -447,7 +447,10 @@ def unbuilt_services(config: Config, factory: ServicesFactory | None = None) -> 
     return UnbuiltServices(
         settings=slices.service_settings(config),
         capabilities=capabilities_for(config),
-        drives=lambda: f"this config ({config.source}) drives {cluster_in_use(config)}",
+        drives=lambda: (
+            f"cluster {slices.cluster_identity(config).name!r} of {config.source} is "
+            f"{cluster_in_use(config)}"
+        ),
         build=build,
     )
 

@@ -150,4 +150,5 @@ def gke_settings(config: Config, poll: Polling | None = None) -> GkeSettings:
         provider=config.cluster.provider,
         polling=poll or polling(config),
         ready_timeout_s=config.recovery.ready_timeout_s,
+        name=cluster_identity(config).name,
     )

@@ -36,3 +36,22 @@ def test_fleet_bench_runs_and_drops_nothing() -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["clusters"] == 3 and report["hosts_per_cluster"] == 64
     assert report["samples"] > 0 and report["no_dropped_state"]
+
+
+def test_each_fleet_cluster_draws_from_its_own_seeded_stream() -> None:
+    """The fleet bench's clusters change different hosts (each its own seeded stream; one
+    shared seed made every cluster publish the same pods, so their rows changed in step),
+    and the same cluster changes the same hosts run after run."""
+    from benchmarks.tui_fleet import cluster
+
+    def changes(i: int) -> tuple[tuple[int, str], ...]:
+        services = cluster(i, 64)
+        return tuple(
+            (h.index, str(h.tpu_state))
+            for _ in range(5)
+            for h in services.next_pod(8).hosts
+            if h.tpu_state != "READY"
+        )
+
+    assert len({changes(0), changes(1), changes(2)}) == 3
+    assert changes(1) == changes(1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,45 @@ async def test_over_a_fleet_reads_take_every_cluster_and_acts_the_one_named() ->
     assert journaled["pod-a"] == ["mcp:events", "mcp:submit", "mcp:submit", "mcp:stop_job",
                                   "mcp:status"]  # fmt: skip
     assert journaled["pod-b"] == ["mcp:events", "mcp:submit", "mcp:stop_job", "mcp:status"]
+
+
+async def test_over_a_fleet_a_refusal_names_the_cluster_it_was_asked_of() -> None:
+    """A tool a cluster's kind cannot run is refused naming that cluster and its provider
+    (it said "this server drives provider 'local'" while the server drove a GKE one too)."""
+    from dataclasses import replace
+
+    from console.config import Config, parse_config
+
+    pod = FakeServices("healthy", config=replace(Config(), name="pod-a"))
+    gke = FakeServices("gke", config=replace(parse_config({"cluster": {"provider": "gke"}}), name="grpo"))  # fmt: skip
+    calls = Calls({"pod-a": pod, "grpo": gke}, Policy.parse([], True, True), Scrubber([]))
+    refused = await calls.call("workload_create", {"name": "w1", "cluster": "pod-a"})
+    assert refused.reason is Reason.UNSUPPORTED
+    assert refused.message.endswith("; cluster 'pod-a' (local) is not one"), refused.message
+    refused = await calls.call("ray_up", {"cluster": "grpo"})
+    assert refused.message.endswith("; cluster 'grpo' (gke) is not one"), refused.message
+
+
+async def test_over_a_fleet_the_ledger_is_each_clusters_and_the_total() -> None:
+    """The ledger tool and resource without ``cluster`` answer as `phantom report` does over
+    a fleet: ``{"clusters": {name: ledger}, "total": {...}}`` (``ledger.fleet``), not one
+    entry per cluster with no total; with ``cluster``, that cluster's ledger."""
+    from tests.support.incident_rows import journaled_async
+    from tests.support.ledger_rows import drill
+
+    a, b = FakeServices("healthy"), FakeServices("healthy")
+    a.events_list = await journaled_async(drill(start=time.time() - 8400, scale=20))
+    calls = Calls({"pod-a": a, "pod-b": b}, Policy.parse([], True, True), Scrubber([]))
+    read = await calls.answer("ledger", {})
+    assert read.result.ok and read.cluster is None
+    doc = read.result.data
+    assert list(doc["clusters"]) == ["pod-a", "pod-b"]
+    assert doc["total"]["clusters"] == ["pod-a", "pod-b"]
+    assert doc["total"]["incidents"] == len(doc["clusters"]["pod-a"]["incidents"]) > 0
+    (resource,) = [d for d in documents() if d.name == "ledger"]
+    body = await calls.read(resource)
+    assert list(body["clusters"]) == ["pod-a", "pod-b"] and "total" in body
+    one = await calls.call("ledger", {"cluster": "pod-b", "since": 60})
+    assert one.ok and "total" not in one.data and "headline" in one.data
+    bad = await calls.call("ledger", {"since": -1})
+    assert bad.reason is Reason.BAD_INPUT

@@ -139,6 +139,88 @@ def test_a_cluster_not_in_the_config_is_named_with_the_clusters_there(tmp_path: 
     assert rec.built == [] and all(not p.up_now for p in pods.values())
 
 
+def test_a_verb_a_clusters_kind_cannot_run_is_refused_naming_that_cluster(
+    tmp_path: Path,
+) -> None:
+    """The refusal names the cluster the line chose (it said "this config (fleet.toml)
+    drives provider 'local'", the same for every cluster of the file)."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    code, lines, err, rec, _ = run(tmp_path, "workload create w --cluster pod-b\n", fleet)
+    assert code == exit_codes.USAGE and lines == [] and rec.built == []
+    assert "only for cluster.provider = 'gke'; cluster 'pod-b' of fleet.toml is provider " in err
+
+
+def test_ledger_with_no_cluster_chosen_reads_every_cluster_and_the_fleets_total(
+    tmp_path: Path,
+) -> None:
+    """`ledger` before any `use` (or on a fleet with none chosen) answers for the fleet as
+    `phantom report` does: each cluster's ledger and their total (it was refused, and each
+    cluster's ledger had no total); after `use`, the chosen cluster's alone."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    code, lines, err, rec, _ = run(tmp_path, "ledger --since 3600\nuse pod-b\nledger\n", fleet)
+    assert code == exit_codes.OK, err
+    whole, one = steps(lines)
+    assert "cluster" not in whole and one["cluster"] == "pod-b"
+    doc = whole["result"]
+    assert list(doc["clusters"]) == ["pod-a", "pod-b"] and doc["notes"] == []
+    assert doc["total"]["clusters"] == ["pod-a", "pod-b"]
+    walls = [c["wall_s"] for c in doc["clusters"].values()]
+    assert doc["total"]["wall_s"] == round(sum(walls), 3)
+    assert "clusters" not in one["result"] and "headline" in one["result"]
+    assert sorted(rec.built) == ["pod-a", "pod-b"]  # each cluster's own services read it
+
+
+def test_a_fleets_ledger_names_a_cluster_it_cannot_reach_and_totals_the_others(
+    tmp_path: Path,
+) -> None:
+    """A cluster whose services cannot be had (its pod emulator down) is a note of the
+    fleet's ledger, as one whose journal cannot be read is; the others are still totalled."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    rec = Recorder()
+
+    def factory(config: Config) -> FakeServices:
+        if config.name == "pod-b":
+            raise ValueError("no pod emulator is running for pod-b; start it: phantom pod up")
+        return rec.factory(config)
+
+    path = tmp_path / "s.phantom"
+    path.write_text("ledger\n")
+    out, err = io.StringIO(), io.StringIO()
+    code = script_main(str(path), fleet, services_factory=factory, stdout=out, stderr=err)
+    assert code == exit_codes.OK, err.getvalue()
+    (step,) = steps([json.loads(line) for line in out.getvalue().splitlines()])
+    doc = step["result"]
+    assert list(doc["clusters"]) == ["pod-a"] and doc["total"]["clusters"] == ["pod-a"]
+    assert doc["notes"] == [
+        "pod-b: its journal was not read (no pod emulator is running for pod-b; start it: "
+        "phantom pod up); the total leaves it out"
+    ]
+
+
+def test_pod_up_on_a_cluster_whose_pod_runs_names_it_and_its_pod_down(tmp_path: Path) -> None:
+    """It said "already running for this config; `phantom pod down` it", which in a fleet
+    is every cluster's config, and a bare `pod down` is none of its pods."""
+    fleet = parse_fleet(FLEET, source="fleet.toml")
+    path = tmp_path / "s.phantom"
+    path.write_text("pod up --cluster pod-b\n")
+    pods = {n: FakePod(lambda _call: None, up=n == "pod-b") for n in fleet.names}
+    out, err = io.StringIO(), io.StringIO()
+    code = script_main(
+        str(path),
+        fleet,
+        services_factory=Recorder().factory,
+        pod_control=pods,
+        stdout=out,
+        stderr=err,
+    )
+    assert code == exit_codes.FAILED
+    (step,) = steps([json.loads(line) for line in out.getvalue().splitlines()])
+    assert step["result"]["error"] == (
+        "a pod emulator is already running for cluster 'pod-b' (local); `phantom --cluster "
+        "pod-b pod down` it first, or remove `pod up` from the script"
+    )
+
+
 def test_last_refers_to_a_job_submitted_on_the_same_cluster(tmp_path: Path) -> None:
     fleet = parse_fleet(FLEET, source="fleet.toml")
     text = "use pod-a\nsubmit single\nuse pod-b\nwait-job last RUNNING\nwait-job last RUNNING --cluster pod-a\n"

@@ -197,11 +197,11 @@ def test_a_refused_verb_names_the_kubeconfig_in_use(tmp_path: Path, gke_cfg: Con
     )
     err = invalid(tmp_path, "teardown\n", real)
     assert f"kubeconfig {kubeconfig} (context gke_p_us-central1_c)" in err, err
-    assert f"this config ({tmp_path / 'real.toml'}) drives provider 'gke'" in err, err
+    assert f"cluster 'c' of {tmp_path / 'real.toml'} is provider 'gke'" in err, err
 
 
 def test_each_providers_verbs_stay_with_it(tmp_path: Path, gke_cfg: Config) -> None:
-    local = "this config (<defaults>) drives provider 'local'"
+    local = "cluster 'phantom-pod' of <defaults> is provider 'local'"
     err = invalid(tmp_path, "workload create grpo\n", Config())
     assert f"only for cluster.provider = 'gke'; {local}" in err
     err = invalid(tmp_path, "pod up\n", gke_cfg)

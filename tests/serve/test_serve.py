@@ -9,8 +9,10 @@ playwright is absent (`.ci/run` installs both)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
+import re
 import shlex
 import shutil
 import socket
@@ -18,13 +20,15 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from emulators.tpu_pod.client import PodInfo
 from tests.support.fixtures_pod import free_port
+from tests.support.fleet_pods import two_pods
 from tests.support.waiting import wait_until
 from tests.support.watcher import phantom_argv, watch_env, write_config
 
@@ -180,3 +184,57 @@ def test_each_tab_opens_the_same_cluster_of_a_fleet() -> None:
     argv = shlex.split(tui_command("fleet.toml", "pod-b"))
     assert argv[-4:] == ["--config", os.path.abspath("fleet.toml"), "--cluster", "pod-b"]
     assert "--cluster" not in shlex.split(tui_command("fleet.toml"))
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-B]|\x1b[=>]")
+
+
+def test_a_tab_over_a_fleet_shows_one_cluster_the_tuis_way_and_switches(
+    tmp_path: Path, served: list[Served]
+) -> None:
+    """Without --cluster, a tab is the console over the fleet as the pane is: the Fleet
+    screen first, one cluster shown (the first, marked and named on the top line, the
+    other screens its own), and `C` moves the tab to the next cluster; a second tab is a
+    console of its own, still on the first. Read from the page's websocket as the browser
+    reads it (textual-serve's frames: the terminal's bytes)."""
+    aiohttp = pytest.importorskip("aiohttp")
+    with two_pods(tmp_path) as fleet:
+        s = Served(
+            phantom_argv(
+                "--config", str(fleet.config), "serve", "--bind", f"127.0.0.1:{free_port()}"
+            ),
+            watch_env(tmp_path),
+        )
+        served.append(s)
+        ws_url = s.url().replace("http://", "ws://") + "ws?width=160&height=40"
+
+        async def until(ws: Any, shown: Callable[[str], bool], what: str) -> str:
+            text = ""
+            while not shown(text):
+                msg = await ws.receive(timeout=120)
+                assert msg.type == aiohttp.WSMsgType.BINARY, f"{what}: {msg.type}; {text[-2000:]!r}"
+                text += ANSI.sub("", msg.data.decode("utf-8", "replace"))
+            return text
+
+        def top(name: str) -> Callable[[str], bool]:
+            return lambda text: f"{name} · TPU VM pod + Ray" in text
+
+        async def tabs() -> None:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(ws_url) as first,
+            ):
+                text = await until(
+                    first,
+                    lambda t: top("pod-a")(t) and "2 whole" in t and "▸ pod-a" in t,
+                    "the Fleet screen, pod-a shown, both pods polled",
+                )
+                assert "CLUSTER" in text and "pod-b" in text and "pod-b ·" not in text
+                await first.send_json(["stdin", "C"])
+                await until(first, top("pod-b"), "C: pod-b shown")
+                async with session.ws_connect(ws_url) as second:
+                    await until(second, top("pod-a"), "a second tab of its own, on pod-a")
+
+        asyncio.run(tabs())
+        assert s.stop() == 0
+        wait_until(lambda: not _running_with(str(fleet.config)), 30, "the tabs' consoles to exit")

@@ -3,9 +3,9 @@
 Without Ray (fast): a worker preempted in each pod, each printed and journaled on its own
 cluster (its line, its incident, its journal), counted on the one /metrics under its
 ``cluster`` label; a second watcher on one of the clusters is refused naming it; `status
---json` gives one object per cluster. Slow, issue 47's fleet (the two pods with Ray, and a
-GKE emulator as a third cluster): a worker lost in pod-a, the head in pod-b and the GKE slice
-at once, each recovered by the one watcher and closed as its own incident on its own
+--json` gives one object per cluster, then the fleet's ledger. Slow, issue 47's fleet (the
+two pods with Ray, and a GKE emulator as a third cluster): a worker lost in pod-a, the head
+in pod-b and the GKE slice at once, each recovered by the one watcher and closed as its own incident on its own
 cluster's journal, and Debian's Prometheus summing the preemptions by cluster.
 """
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.pods import free_ray_ports
 from console.config import Config, load_fleet
 from console.services.record.journal import Journal
 from console.wiring import make_services
@@ -30,14 +29,12 @@ from emulators.gke.client import GkeInfo
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
 from tests.support.fixtures_gke import start_cluster, stop_cluster
-from tests.support.fixtures_pod import start_test_pod, stop_ray, stop_test_pod
+from tests.support.fixtures_pod import stop_ray
+from tests.support.fleet_pods import GKE, NAMES, fleet_toml, two_pods
 from tests.support.prometheus import NO_PROMETHEUS, PROMETHEUS, prometheus
 from tests.support.waiting import wait_until
 from tests.support.watcher import Watcher, phantom_argv, state_dir, watch_env
 from tests.watch.test_watch_pod import scrape
-
-NAMES = ("pod-a", "pod-b")
-GKE = "grpo"
 
 
 @dataclass
@@ -54,76 +51,13 @@ class Fleet:
         return load_fleet(self.config, discover=False).members
 
 
-def fleet_toml(pods: dict[str, PodInfo], tmp: Path, gke: GkeInfo | None = None) -> str:
-    """Both pods as [[clusters]] entries: their run dirs and zones, free Ray ports (tests
-    run side by side); with ``gke``, that emulator's cluster as a third entry, ``GKE``;
-    everything else, their state dirs included, the fleet's."""
-    text = f"""
-[ssh]
-connect_timeout_s = 5.0
-retries = 1
-command_timeout_s = 240.0
-
-[ray]
-num_cpus = 1
-object_store_mb = 100
-
-[wandb]
-mode = "offline"
-dir = "{tmp / "wandb"}"
-
-[recovery]
-poll_interval_s = 0.5
-ready_timeout_s = 120.0
-step_retries = 2
-"""
-    for zone, (name, pod) in zip(("local-a", "local-b"), pods.items(), strict=True):
-        ray = "\n".join(f"{k} = {v}" for k, v in free_ray_ports(pod.hosts[0].ip).items())
-        text += f"""
-[[clusters]]
-name = "{name}"
-[clusters.cluster]
-provider = "local"
-zone = "{zone}"
-node_name = "{name}"
-hosts = {len(pod.hosts)}
-run_dir = "{pod.run_dir}"
-[clusters.ray]
-{ray}
-"""
-    if gke is not None:
-        text += f"""
-[[clusters]]
-name = "{GKE}"
-[clusters.cluster]
-provider = "gke"
-[clusters.gke]
-run_dir = "{gke.run_dir}"
-tpu_type = "{gke.tpu_type}"
-hf_token_env = ""
-"""
-    return text
-
-
 @pytest.fixture
 def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
-    """Two 2-host pods in their own zones (pod-a on 127.0.0.x, pod-b on 127.1.0.x) and the
-    fleet config naming them; every process stopped by its pid afterwards."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the children's too
-    pods: dict[str, PodInfo] = {}
-    try:
-        for zone, name in zip(("local-a", "local-b"), NAMES, strict=True):
-            pods[name] = start_test_pod(
-                tmp_path / name,
-                hosts=2,
-                extra_args=["--zone", zone, "--node-name", name],
-            )
-        config = tmp_path / "fleet.toml"
-        config.write_text(fleet_toml(pods, tmp_path))
-        yield Fleet(config, pods, tmp_path)
-    finally:
-        for pod in pods.values():
-            stop_test_pod(pod.run_dir)
+    """The two pods of ``tests.support.fleet_pods`` and the fleet config naming them, every
+    state dir under this test's (the children's too)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with two_pods(tmp_path) as made:
+        yield Fleet(made.config, made.pods, tmp_path)
 
 
 @pytest.fixture
@@ -211,7 +145,9 @@ def test_status_json_gives_one_object_per_cluster(fleet: Fleet) -> None:
 
     every = status()
     assert every.returncode == 0, every.stderr
-    objects = [json.loads(line) for line in every.stdout.splitlines()]
+    *objects, fleet_ledger = [json.loads(line) for line in every.stdout.splitlines()]
+    assert fleet_ledger["type"] == "fleet"  # then the fleet's ledger: each one's and the total
+    assert fleet_ledger["ledger"]["total"]["clusters"] == list(NAMES)
     assert [(o["cluster"], o["ok"], o["pod"]["node_name"]) for o in objects] == [
         ("pod-a", True, "pod-a"),
         ("pod-b", True, "pod-b"),

@@ -47,9 +47,11 @@ def gcp_services(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 async def test_chaos_is_local_only(gcp_services) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match=r"only available with cluster\.provider = 'local'.*'gcp'"):
+    with pytest.raises(
+        ValueError, match=r"only available with cluster\.provider = 'local'.*\(gcp\)"
+    ):
         await gcp_services.preempt("0")
-    with pytest.raises(ValueError, match="provider 'gcp'"):
+    with pytest.raises(ValueError, match=r"cluster 'phantom-pod' \(gcp\) is not one"):
         await gcp_services.recreate("0")
     # the recovery the watchdog drives exists for every provider
     assert gcp_services.watchdog.auto is True
@@ -167,7 +169,7 @@ async def test_gke_with_a_kubeconfig_has_no_chaos_and_no_pod_actions(tmp_path: P
             ValueError, match=r"only available on the local GKE emulator.*kubeconfig"
         ):
             await svc.preempt_slice("0")
-        with pytest.raises(ValueError, match=r"provider 'gke' has no TPU VMs or Ray"):
+        with pytest.raises(ValueError, match=r"cluster 'c' \(gke\) has no TPU VMs or Ray"):
             await svc.teardown()
         assert [s.name for s in svc.watchdog.runner.plan.steps] == ["nodes", "release", "resubmit"]
     finally:
@@ -194,3 +196,56 @@ def test_the_built_services_can_what_the_wiring_says(gcp_services, tmp_path: Pat
     assert gcp_services.capabilities == capabilities_for(gcp_config(tmp_path))
     assert Capability.RAY in gcp_services.capabilities
     assert Capability.POD_EMULATOR not in gcp_services.capabilities
+
+
+async def test_a_fleets_refusals_name_the_cluster_and_its_provider(tmp_path: Path) -> None:
+    """Each cluster's services refuse what its kind cannot do naming that cluster: in a
+    fleet "this console drives provider 'gke'" did not say which of its clusters it meant."""
+    from console.config.fleet import parse_fleet
+    from console.services.jobs.spec import SubmitSpec
+    from console.services.jobs.workload import WorkloadSpec
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(tmp_path / "id_ed25519"))
+    fleet = parse_fleet(
+        {
+            "ssh": {"user": "me", "key": str(tmp_path / "id_ed25519")},
+            "clusters": [
+                {
+                    "name": "pod-a",
+                    "cluster": {"provider": "gcp", "project": "p", "zone": "us-central2-b"},
+                },
+                {
+                    "name": "grpo",
+                    "cluster": {"provider": "gke"},
+                    "gke": {
+                        "kubeconfig": str(kubeconfig),
+                        "project": "p",
+                        "location": "us-central1",
+                        "cluster": "c",
+                        "base_output_directory": "gs://bucket/runs",
+                    },
+                },
+            ],
+        },
+        source="fleet.toml",
+    )
+    pod_a, grpo = (
+        make_services(c, state_dir=tmp_path / c.name, autostart_pod=False) for c in fleet.members
+    )
+    try:
+        with pytest.raises(ValueError, match=r"cluster 'pod-a' \(gcp\) is not one"):
+            await pod_a.preempt("0")
+        with pytest.raises(ValueError, match=r"cluster 'pod-a' \(gcp\) has no workloads"):
+            await pod_a.create_workload(WorkloadSpec(name="w"), "test")
+        with pytest.raises(ValueError, match=r"cluster 'grpo' \(gke\) has no TPU VMs or Ray"):
+            await grpo.teardown()
+        with pytest.raises(ValueError, match=r"cluster 'grpo' \(gke\) is not: it has a gke"):
+            await grpo.preempt_slice("0")
+        with pytest.raises(ValueError, match=r"cluster 'grpo' \(gke\) runs workloads"):
+            await grpo.submit(SubmitSpec(), "test")
+    finally:
+        pod_a.close_journal()
+        grpo.close_journal()

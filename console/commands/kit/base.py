@@ -169,6 +169,10 @@ class Command(Generic[A]):
     sets_job: bool = False  # `last` refers to what it made
     document: str = ""  # a read that stands as a document (an MCP resource): what it holds
     on_cluster: bool = True  # it touches a cluster: on a fleet, it takes ``kit.clusters.CLUSTER``
+    # A read that has one answer for a whole fleet (the ledger: each cluster's and their
+    # total), run where a fleet of several is read with no cluster named (an agent's read, a
+    # script's line before any `use`); None: a fleet's read is one entry per cluster.
+    fleet: Callable[[Mapping[str, Session], A], Awaitable[ActionResult]] | None = None
 
     @property
     def acts(self) -> bool:
@@ -239,9 +243,21 @@ async def execute(command: Command[A], session: Session, args: A) -> ActionResul
     a failure it reported (``CommandFailed``), bad input only the cluster could judge
     (``SpecError``: nothing was made), a config found wrong only when the services were built,
     or an error the services raised (its sentence)."""
-    name = command.name
+    return await _ended(command.name, command.run(session, args))
+
+
+async def execute_fleet(
+    command: Command[A], sessions: Mapping[str, Session], args: A
+) -> ActionResult:
+    """Run ``command``'s fleet form (``Command.fleet``) over every cluster's session, by
+    name; it ends as ``execute`` does."""
+    assert command.fleet is not None, command.name
+    return await _ended(command.name, command.fleet(sessions, args))
+
+
+async def _ended(name: str, running: Awaitable[ActionResult]) -> ActionResult:
     try:
-        return await command.run(session, args)
+        return await running
     except CommandFailed as exc:
         return ActionResult.failed(name, exc.reason, str(exc), exc.data)
     except SpecError as exc:

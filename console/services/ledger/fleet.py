@@ -182,8 +182,11 @@ async def read_fleet(
     found = await asyncio.gather(*(one(m) for m in members.values()))
     books = {n: b for n, b in zip(members, found, strict=True) if isinstance(b, Book)}
     notes = tuple(
-        f"{n}: its journal was not read ({b}); the total leaves it out"
-        for n, b in zip(members, found, strict=True)
-        if not isinstance(b, Book)
+        unread(n, str(b)) for n, b in zip(members, found, strict=True) if not isinstance(b, Book)
     )
     return FleetBook(books, notes)
+
+
+def unread(name: str, why: str) -> str:
+    """The note for a cluster whose ledger could not be read, and so is not in the total."""
+    return f"{name}: its journal was not read ({why}); the total leaves it out"

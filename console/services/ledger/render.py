@@ -74,7 +74,7 @@ def _slice(book: Book) -> str:
     return f"{p.accelerator_type or '?'} ({p.chips} chips) in {p.region or '?'}"
 
 
-def _fleet_cells(f: Figures) -> list[str]:
+def fleet_cells(f: Figures) -> list[str]:
     """A row's figures after its name and slice, as both documents write them."""
     return [
         dur(f.wall_s),
@@ -99,8 +99,8 @@ def fleet_markdown(fleet: FleetBook, title: str) -> str:
     lines = [f"# {title}", "", _range(fleet), "", f"**{total.headline()}**", "", "## Clusters", ""]
     lines += ["| " + " | ".join(_FLEET_HEAD) + " |", "|---|---|" + "---:|" * 8]
     for name, f in rows.items():
-        lines.append(f"| {name} | {_slice(fleet.books[name])} | {' | '.join(_fleet_cells(f))} |")
-    cells = " | ".join(f"**{c}**" for c in _fleet_cells(total))
+        lines.append(f"| {name} | {_slice(fleet.books[name])} | {' | '.join(fleet_cells(f))} |")
+    cells = " | ".join(f"**{c}**" for c in fleet_cells(total))
     lines.append(f"| **total** | {len(rows)} clusters | {cells} |")
     lines += ["", "## Badput by cause", ""]
     lines += ["| cause | " + " | ".join(rows) + " | total |", "|---|" + "---:|" * (len(rows) + 1)]
@@ -137,7 +137,7 @@ def fleet_page(fleet: FleetBook, title: str) -> str:
             + ("" if f.spot_usd is None else f' data-spot-usd="{f.spot_usd:.2f}"')
         )
         inner = "".join(f"<{cell}>{e(x)}</{cell}>" for x in first) + "".join(
-            f'<{cell} class="n">{e(x)}</{cell}>' for x in _fleet_cells(f)
+            f'<{cell} class="n">{e(x)}</{cell}>' for x in fleet_cells(f)
         )
         return f"<tr {attrs}{data}>{inner}</tr>"
 

@@ -95,14 +95,19 @@ def incident_of(event: Event) -> str:
     return value if isinstance(value, str) else ""
 
 
-def new_id(at: float, taken: Collection[str] = ()) -> str:
-    """Readable, by the second the incident opened; one that opens in the same second as an
-    earlier one (a slice preempted again just after it came back) gets ``-2``, ``-3``."""
+def new_id(at: float, taken: Collection[str] = (), cluster: str = "") -> str:
+    """Readable, by the second the incident opened, then its cluster: a fleet's clusters
+    open incidents in the same second, each its own (``inc-20261206-134500-pod-b``). One
+    that opens in the same second as an earlier one of its cluster (a slice preempted again
+    just after it came back) gets ``-2``, ``-3`` before the cluster's name, which starts
+    with a letter, so no count and name read as another cluster's id; ids sort by time
+    across the fleet. A journal's ids from before (no cluster) are read as they are."""
     base = "inc-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(at))
-    iid, n = base, 1
+    tail = f"-{cluster}" if cluster else ""
+    iid, n = base + tail, 1
     while iid in taken:
         n += 1
-        iid = f"{base}-{n}"
+        iid = f"{base}-{n}{tail}"
     return iid
 
 
@@ -296,8 +301,9 @@ class IncidentTracker:
     Not thread-safe: one writer (the event sink's thread) calls it, in journal order.
     """
 
-    def __init__(self, lapse_s: float = LAPSE_S) -> None:
+    def __init__(self, lapse_s: float = LAPSE_S, cluster: str = "") -> None:
         self.lapse_s = lapse_s
+        self.cluster = cluster  # its journal's cluster: named in every id it makes
         self._open: _Open | None = None
         self._closed: collections.deque[str] = collections.deque(maxlen=64)
         self._superseded: list[Event] = []  # summaries to journal with the next stored row
@@ -330,7 +336,7 @@ class IncidentTracker:
         if cur is None:
             if not opens(event.kind, event.data):
                 return event
-            iid = new_id(event.at, self._closed)
+            iid = new_id(event.at, self._closed, self.cluster)
             cur = self._open = _Open(id=iid, last_at=event.at, opened_by=event.kind)
         if not member(event):
             return event

@@ -44,7 +44,7 @@ class EventSink:
     ) -> None:
         self.journal = journal
         if incidents is None:
-            incidents = IncidentTracker()
+            incidents = IncidentTracker(cluster=journal.cluster)
             try:
                 incidents.resume(journal)
             except Exception as exc:  # a record, never a reason not to start

@@ -6,6 +6,7 @@ pod emulator (``tests/support/incident_rows.py``), replayed through the real eve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -318,3 +319,57 @@ def test_a_gke_slice_lost_is_summarised_as_that_slice() -> None:
     tracker.stored(worker)
     again = tracker.stored(tracker.stamp(Event(at=201.0, kind="recovered", message="ok")))
     assert again is not None and (again.data["hosts"], again.data["slices"]) == ([W1], [])
+
+
+async def test_two_clusters_opening_an_incident_in_the_same_second_get_ids_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """A fleet's watchdogs each stamp their own cluster's rows: a worker lost in pod-a and the
+    head in pod-b in the same second opened ``inc-YYYYmmdd-HHMMSS`` twice, so the fleet's
+    surfaces (the Events screens side by side, alerts, `phantom watch`'s lines) could not
+    tell the two incidents apart. Each id now names its cluster, a later one in the same
+    second is still counted (``-2``), and a journal's ids from before read as they were."""
+    journals = {n: Journal(tmp_path / n / "journal.sqlite", cluster=n) for n in ("pod", "pod-2")}
+    sinks = {n: EventSink(j, lambda _: None) for n, j in journals.items()}
+    try:
+        ids = []
+        for offset in (0.1, 0.6):  # pod loses a worker twice in the second, pod-2 once
+            for name in ("pod", "pod-2") if offset < 0.5 else ("pod",):
+                sink = sinks[name]
+                lost = await sink.emit(Event(START + offset, "preempted", "lost", host="w1"))
+                await sink.emit(Event(START + offset + 0.05, "recovered", "back", host="w1"))
+                ids.append(incident_of(lost))
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(START))
+        assert ids == [f"inc-{stamp}-pod", f"inc-{stamp}-pod-2", f"inc-{stamp}-2-pod"]
+        for name, journal in journals.items():
+            found = incidents(journal)
+            assert [i.cluster for i in found] == [name] * len(found)
+            assert all(i.id.endswith(f"-{name}") for i in found)
+    finally:
+        for name in journals:
+            sinks[name].close()
+            journals[name].close()
+
+
+async def test_an_incident_left_open_under_an_id_from_before_is_taken_up_and_closed(
+    tmp_path: Path,
+) -> None:
+    """A journal written before ids named their cluster: its open incident is resumed under
+    its own id, and the summary closes that one."""
+    old = f"inc-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(START))}"
+    path = tmp_path / "journal.sqlite"
+    before = Journal(path)
+    before.record_event(Event(START, "preempted", "lost", host="w1", data={"incident": old}))
+    before.close()
+    journal = Journal(path, cluster="pod-a")
+    sink = EventSink(journal, lambda _: None)
+    try:
+        step = await sink.emit(Event(START + 1, "recovery_started", "recovering"))
+        assert incident_of(step) == old
+        await sink.emit(Event(START + 9, "recovered", "back"))
+        await sink.flush()
+        (found,) = incidents(journal)
+        assert found.id == old and not found.open
+    finally:
+        sink.close()
+        journal.close()

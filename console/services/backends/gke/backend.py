@@ -70,6 +70,7 @@ from console.services.observation import Observation
 from console.services.record.sink import EventSink
 from console.services.recovery import diagnosis as dx
 from console.services.recovery.runner import Plan
+from console.services.settings import named
 
 ApiFactory = Callable[[], Awaitable[KubeApi]]
 
@@ -200,7 +201,8 @@ class GkeBackend:
     # -- jobs (a workload's job id is its name) ----------------------------------------------
     async def submit(self, spec: SubmitSpec) -> JobInfo:
         raise ValueError(
-            f"provider {self.provider!r} runs workloads (JobSets), not Ray jobs: use "
+            f"{named(self.settings.name, self.provider)} runs workloads (JobSets), not Ray "
+            "jobs: use "
             "`workload create NAME` in a script, or the console's new-workload form (key s)"
         )
 

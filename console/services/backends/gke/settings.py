@@ -15,3 +15,5 @@ class GkeSettings:
     polling: Polling
     ready_timeout_s: float
     """How long a recovery waits for the slice's nodes to be back."""
+    name: str = ""
+    """The cluster's name in its fleet: what the backend's refusals call it."""

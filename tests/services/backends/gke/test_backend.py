@@ -334,7 +334,7 @@ async def test_provider_gke_has_no_tpu_vm_actions(
 ) -> None:
     config = gke_config(gke_module.run_dir)
     async with gke_services(config, tmp_path / "state") as (svc, _):
-        with pytest.raises(ValueError, match=r"provider 'gke' has no TPU VMs or Ray"):
+        with pytest.raises(ValueError, match=r"\(gke\) has no TPU VMs or Ray"):
             await svc.ray_up("test")
         with pytest.raises(ValueError, match="runs workloads"):
             await svc.submit(SubmitSpec(), "test")
