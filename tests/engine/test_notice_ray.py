@@ -166,9 +166,15 @@ def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached
     resumes from the notice checkpoint and ends at exactly --total-timesteps."""
     storage = tmp_path / "dist"
     log = tmp_path / "launcher.log"
+    # n_steps 256: the trainer acts on a notice once the PPO update in progress is done, and
+    # the progress line the notice follows is printed just before an update. With SB3's 2048
+    # (4096 samples x 10 epochs) that update took 6 s of the 10 s grace on a busy box, and
+    # past 10 s on a busier one: killed before its checkpoint (and before the marker a
+    # retry waits for), the trainer was retried from step 0. 512 samples take an eighth.
     train_args = (
-        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 20000 --checkpoint-every "
-        f"1000000 --storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
+        "--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 20000 --checkpoint-every "
+        f"1000000 --storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512 "
+        """--hparams '{"n_steps": 256}'"""
     )
     with (
         local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster,
