@@ -31,7 +31,9 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -174,11 +176,26 @@ def trainer_main(args: dict[str, Any], events: EventWriter, notice: PreemptionNo
     return train_from_argv(args["argv"], notice=notice)
 
 
+def interruptible_by_cancel() -> None:
+    """Let ``ray.cancel`` interrupt this task, whatever SIGINT this worker inherited.
+
+    Ray cancels a running task by ``_thread.interrupt_main()``, which raises KeyboardInterrupt
+    through SIGINT's Python handler, and does nothing where SIGINT is ignored: a Ray node started
+    from a background shell or a service passes SIGINT ignored down to its workers (bash ignores
+    it for background jobs), and Python keeps it so. There the launcher's notice never reached a
+    trainer: each trained on to its end, no notice checkpoint written.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _run_trainer(index: int, argv: list[str]) -> dict[str, Any]:
     """Body of the Ray task: start the trainer process, wait for it, say where it ran."""
     import socket
 
     import ray
+
+    interruptible_by_cancel()  # the launcher's notice arrives as ray.cancel
 
     ctx = ray.get_runtime_context()
     node_ip = ray.util.get_node_ip_address()

@@ -44,6 +44,8 @@ class LocalNode:
     ip: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    preempted: bool = False  # by ``preempt_node``: gone for good
+    replaced: bool = False  # by ``replace_preempted``: a new node on a new IP stands in
 
 
 @dataclass
@@ -144,6 +146,22 @@ class LocalRayCluster:
         self.wait_for_nodes(len(self.alive_nodes()) + 1, timeout)
         return node
 
+    def replace_preempted(self, timeout: float = 90.0) -> list[LocalNode]:
+        """A new node (on a new IP) for each preempted one not replaced yet, once Ray has marked
+        it dead: the cluster is back to the size it had. Returns the nodes added."""
+        lost = [n for n in self.nodes if n.preempted and not n.replaced]
+        ips = {n.ip for n in lost}
+        deadline = time.monotonic() + timeout
+        while any(_node_ip(n) in ips for n in self.alive_nodes()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ray still lists the preempted nodes {sorted(ips)} alive")
+            time.sleep(0.5)
+        added = []
+        for node in lost:
+            node.replaced = True
+            added.append(self.add_node(timeout))
+        return added
+
     def alive_nodes(self) -> list[dict[str, object]]:
         """Alive nodes as reported by the dashboard (empty if it is not up yet)."""
         try:
@@ -158,7 +176,7 @@ class LocalRayCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for node in self.nodes:
-                if node.proc.poll() is not None:
+                if not node.preempted and node.proc.poll() is not None:
                     raise RuntimeError(
                         f"ray node {node.ip} exited: {node.log_path.read_text()[-2000:]}"
                     )
@@ -195,6 +213,7 @@ class LocalRayCluster:
     def preempt_node(self, node: LocalNode, grace_s: float) -> list[int]:
         """A preemption with notice, as on a spot VM: SIGTERM to every process of the node at
         once, SIGKILL to whatever is left after ``grace_s``. Returns the pids signalled."""
+        node.preempted = True
         pids = self.node_processes(node)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -239,6 +258,11 @@ class LocalRayCluster:
                     os.kill(pid, signal.SIGKILL)
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         self.nodes.clear()
+
+
+def _node_ip(summary: dict[str, object]) -> object:
+    raylet = summary.get("raylet")
+    return raylet.get("nodeManagerAddress") if isinstance(raylet, dict) else None
 
 
 def _alive(pid: int) -> bool:

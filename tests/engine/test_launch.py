@@ -206,3 +206,28 @@ def test_submit_rejects_bad_variables(variables: dict[str, str], needle: str) ->
     proc = dry_run(**variables)
     assert proc.returncode == 2
     assert needle in proc.stderr and "+ ray" not in proc.stderr
+
+
+def test_a_trainer_task_is_interruptible_even_where_sigint_was_inherited_ignored() -> None:
+    """ray.cancel reaches a running task as ``_thread.interrupt_main()``; in a worker that
+    inherited SIGINT ignored (a Ray node started from a background shell) it did nothing, and
+    the launcher's notice never reached its trainers."""
+    code = (
+        "import _thread, signal, time\n"
+        "from engine.distributed import interruptible_by_cancel\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a worker of a node started by `cmd &`\n"
+        "interruptible_by_cancel()\n"
+        "try:\n"
+        "    _thread.interrupt_main()\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "interrupted", done.stderr[-2000:]

@@ -2,10 +2,10 @@
 then SIGKILL after the grace, as on a spot VM. The Tune trial / distributed trainer on it
 writes a checkpoint at the step it reached; its retry elsewhere resumes from exactly there.
 
-Clusters are ``engine.localray`` clusters on loopback with a head that runs no work (so the
-preempted node is never the head) and two 1-CPU workers. The tests that lose a node bring up
-their own; the two that signal only the job's driver share one (a bring-up is seconds of CI
-each), each finding it as fresh: its three nodes alive and no actor of an earlier job left.
+The tests share one ``engine.localray`` cluster on loopback (a bring-up is ~35 s on a busy
+2-core box) with a head that runs no work (so the preempted node is never the head) and two
+1-CPU workers. Each test finds it as a fresh one would be: a worker an earlier test preempted
+replaced by a new node (on a new IP), its three nodes alive and no actor of an earlier job left.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 GRACE_S = 10.0
+# The preempted trainers train no more steps than the notice needs, the retry the rest: each
+# notice lands within a second of the trainer passing its trigger step (2048, 4096), and the
+# totals leave ~8-10k steps after it (3 s even at 3000 steps/s), so the notice always comes
+# mid-run; the retry's share is the test's main cost (it was 24k and 20k).
+TUNE_TOTAL = 12000
+DIST_TOTAL = 12288
 # Steps of each trainer when only the driver gets the notice: no more than the notice needs,
 # as the resumed run trains the rest. The launcher forwards it within a second of both
 # trainers passing step 2048 (they checkpoint at ~2k); Tune's own stop takes ~10 s (a fixed
@@ -66,8 +72,10 @@ def _alive_actors(cluster: LocalRayCluster) -> list[dict[str, Any]] | None:
 
 
 @pytest.fixture
-def driver_cluster(_shared_cluster: LocalRayCluster) -> LocalRayCluster:
-    """The module's cluster for a test that loses no node, as a fresh one would be."""
+def cluster(_shared_cluster: LocalRayCluster) -> LocalRayCluster:
+    """The module's cluster as a fresh one would be: a new worker for each one an earlier
+    test preempted, three nodes alive, no actor of an earlier job."""
+    _shared_cluster.replace_preempted()
 
     def fresh() -> bool:
         return len(_shared_cluster.alive_nodes()) == 3 and _alive_actors(_shared_cluster) == []
@@ -106,20 +114,19 @@ def _sigterm_once(
     return proc.returncode, log.read_text()
 
 
-def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(tmp_path: Path) -> None:
+def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(
+    tmp_path: Path, cluster: LocalRayCluster
+) -> None:
     """One trial, no periodic checkpoint before its end: without the notice a retry would
     start from step 0. Its node is preempted mid-run; Tune retries it on the other worker,
     which resumes from the notice checkpoint and ends at exactly the trial's total."""
     storage = f"file://{tmp_path / 'sweeps'}"
     log = tmp_path / "sweep.log"
-    with (
-        local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster,
-        open(log, "w") as fh,
-    ):
+    with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "engine.sweep", "--kind", "ppo_rl_study", "--method", "grid",
              "--run-cap", "1", "--num-nodes", "2", "--cpus-per-node", "1", "--storage", storage,
-             "--sweep-id", "noticed", "--trial-timesteps", "24000",
+             "--sweep-id", "noticed", "--trial-timesteps", str(TUNE_TOTAL),
              "--checkpoint-every", "1000000", "--wandb", "disabled",
              "--address", cluster.gcs_address],
             cwd=tmp_path, env=engine_env(tmp_path), stdout=subprocess.PIPE, stderr=fh, text=True,
@@ -146,10 +153,10 @@ def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(tmp_path
     first, *later = trial["attempts"]
     assert first["node"] == victim.ip and later, trial
     noticed_step = first["last_step"]
-    assert 0 < noticed_step < 24000, trial
+    assert 0 < noticed_step < TUNE_TOTAL, trial
     assert later[-1]["resumed_from_step"] == noticed_step, trial
     assert later[-1]["node"] != victim.ip
-    assert trial["final"] and trial["step"] == 24000
+    assert trial["final"] and trial["step"] == TUNE_TOTAL
     run = tmp_path / "sweeps" / "noticed" / "_runs" / f"noticed-{trial['trial_id']}"
     manifest = json.loads(
         (run / "checkpoints" / f"step-{noticed_step:012d}" / MANIFEST).read_text()
@@ -159,21 +166,24 @@ def test_tune_trial_preempted_with_notice_resumes_from_the_step_reached(tmp_path
 
 
 def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached(
-    tmp_path: Path,
+    tmp_path: Path, cluster: LocalRayCluster
 ) -> None:
     """One trainer (STRICT_SPREAD bundle on a worker), no periodic checkpoint before its
     end. Its node is preempted mid-run; Ray retries the task on the other worker, which
     resumes from the notice checkpoint and ends at exactly --total-timesteps."""
     storage = tmp_path / "dist"
     log = tmp_path / "launcher.log"
+    # n_steps 256: the trainer acts on a notice once the PPO update in progress is done, and
+    # the progress line the notice follows is printed just before an update. With SB3's 2048
+    # (4096 samples x 10 epochs) that update took 6 s of the 10 s grace on a busy box, and
+    # past 10 s on a busier one: killed before its checkpoint (and before the marker a
+    # retry waits for), the trainer was retried from step 0. 512 samples take an eighth.
     train_args = (
-        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps 20000 --checkpoint-every "
-        f"1000000 --storage file://{storage} --wandb disabled --eval-episodes 1 --log-every 512"
+        f"--algo ppo --env CartPole-v1 --n-envs 2 --total-timesteps {DIST_TOTAL} "
+        f"--checkpoint-every 1000000 --storage file://{storage} --wandb disabled "
+        """--eval-episodes 1 --log-every 512 --hparams '{"n_steps": 256}'"""
     )
-    with (
-        local_ray_cluster(n_nodes=3, cpus_per_node=1, head_cpus=0) as cluster,
-        open(log, "w") as fh,
-    ):
+    with open(log, "w") as fh:
         proc = subprocess.Popen(
             [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
              "--train-args", train_args, "--num-nodes", "1", "--max-retries", "2",
@@ -197,22 +207,22 @@ def test_distributed_trainer_preempted_with_notice_resumes_from_the_step_reached
     assert proc.returncode == 0, text[-4000:]
     summary = json.loads(out.strip().splitlines()[-1])
     (trainer,) = summary["trainers"]
-    assert not summary["failures"] and trainer["num_timesteps"] == 20000
+    assert not summary["failures"] and trainer["num_timesteps"] == DIST_TOTAL
     assert trainer["node_ip"] != victim.ip
     noticed_step = trainer["resumed_from_step"]
-    assert 0 < noticed_step < 20000, trainer
+    assert 0 < noticed_step < DIST_TOTAL, trainer
     manifest = json.loads(
         (
             storage / trainer["run_name"] / "checkpoints" / f"step-{noticed_step:012d}" / MANIFEST
         ).read_text()
     )
     assert manifest["trigger"] == "notice" and manifest["node"] == victim.ip
-    assert latest_checkpoint_step(f"file://{storage}", trainer["run_name"]) == 20000
+    assert latest_checkpoint_step(f"file://{storage}", trainer["run_name"]) == DIST_TOTAL
     print(f"trainer preempted at step {noticed_step}, resumed there on {trainer['node_ip']}")
 
 
 def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
-    tmp_path: Path, driver_cluster: LocalRayCluster
+    tmp_path: Path, cluster: LocalRayCluster
 ) -> None:
     """The head's notice reaches the launcher (the job's driver): it forwards it to every
     running trainer, each writes a checkpoint at its step, and the launcher exits 75.
@@ -225,7 +235,7 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
     )
     argv = [sys.executable, str(REPO / "scripts/ray_distributed_train.py"),
             "--train-args", train_args, "--num-nodes", "2",
-            "--address", driver_cluster.gcs_address]  # fmt: skip
+            "--address", cluster.gcs_address]  # fmt: skip
 
     def both_training(log: str) -> bool:
         found = re.findall(
@@ -254,7 +264,7 @@ def test_launcher_notice_reaches_every_trainer_and_the_job_resumes(
 
 
 def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
-    tmp_path: Path, driver_cluster: LocalRayCluster
+    tmp_path: Path, cluster: LocalRayCluster
 ) -> None:
     """The head's notice reaches the sweep driver: Ray Tune stops the way it does on SIGUSR1
     (experiment state saved), the trials' trainers checkpoint at their steps, the driver exits
@@ -265,7 +275,7 @@ def test_sweep_driver_notice_stops_tune_and_the_sweep_resumes(
             "--storage", storage, "--sweep-id", "headnotice",
             "--trial-timesteps", str(SWEEP_TOTAL), "--checkpoint-every", "1000000",
             "--wandb", "disabled",
-            "--address", driver_cluster.gcs_address]  # fmt: skip
+            "--address", cluster.gcs_address]  # fmt: skip
 
     def both_training(log: str) -> bool:
         return len(read_status(storage, "headnotice")) == 2 and _last_progress(log) >= 2048

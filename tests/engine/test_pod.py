@@ -2,6 +2,10 @@
 
 Each test submits real Ray jobs to the pod's dashboard; trainers really run on the
 emulated hosts and checkpoint into the pod's bucket (``file://``), as on GCP into gs://.
+They share one pod and Ray cluster (``shared_ray_pod``: a bring-up is ~35 s of CI each),
+healed before each test: the host an earlier test preempted is recreated and rejoined. The
+head-loss test, which replaces the whole cluster, sits last so that no test waits for Ray to
+be restarted after it.
 """
 
 from __future__ import annotations
@@ -65,15 +69,15 @@ def _job_client(ray_pod: RayPod) -> Any:
     return JobSubmissionClient(ray_pod.dashboard_url)
 
 
-def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
+def test_submit_sweep_survives_worker_preemption(shared_ray_pod: RayPod) -> None:
     """Run cap 6 over 4 hosts; a worker host is preempted while its trials have
     checkpoints. The sweep ends with exactly 6 completed trials and no trial ever
     starts from scratch twice (the interrupted ones resume from their checkpoints)."""
-    pod = ray_pod.pod
+    pod = shared_ray_pod.pod
     storage = f"{pod.bucket_uri}/sweeps"
     sweep_id = "preempt-test"
     proc = submit(
-        ray_pod,
+        shared_ray_pod,
         RAY_MODE="sweep",
         SWEEP_KIND="ppo_rl_study",
         SWEEP_METHOD="random",
@@ -89,7 +93,7 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    jobs = _job_client(ray_pod)
+    jobs = _job_client(shared_ray_pod)
     ip_to_host = {h.ip: i for i, h in enumerate(pod.hosts)}
 
     # wait for a worker host (not the head, which runs the sweep driver) whose running
@@ -115,7 +119,7 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
     # the recovery loop's steps for that host: recreate, wait READY, join Ray again
     client.recreate(pod.run_dir, victim)
     ready = client.wait_for(pod.run_dir, lambda p: p.state == "READY", 120, "READY")
-    start_worker(ready, victim, ray_pod.gcs)
+    start_worker(ready, victim, shared_ray_pod.gcs)
 
     wait_until(
         lambda: jobs.get_job_status("sweep-preempt").is_terminal(), 900, "the sweep's end", 1.0
@@ -146,14 +150,16 @@ def test_submit_sweep_survives_worker_preemption(ray_pod: RayPod) -> None:
         assert all(a["resumed_from_step"] > 0 for a in later)
 
 
-def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: RayPod) -> None:
+def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(
+    shared_ray_pod: RayPod,
+) -> None:
     """3 trainers on 4 hosts; the host of one trainer is preempted after its first
     checkpoint. Ray retries the trainer, its bundle moves to the spare host, and it
     resumes from the checkpoint in the bucket."""
-    pod = ray_pod.pod
+    pod = shared_ray_pod.pod
     storage = pod.bucket / "dist-preempt"
     proc = submit(
-        ray_pod,
+        shared_ray_pod,
         RAY_MODE="distributed",
         NUM_NODES="3",
         TPU_PER_TASK="8",
@@ -166,7 +172,7 @@ def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: R
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    jobs = _job_client(ray_pod)
+    jobs = _job_client(shared_ray_pod)
     ip_to_host = {h.ip: i for i, h in enumerate(pod.hosts)}
 
     def checkpointed_worker() -> tuple[int, str] | None:
@@ -198,14 +204,62 @@ def test_distributed_trainer_on_preempted_host_is_retried_and_resumes(ray_pod: R
     assert summary["distinct_nodes"] == 3
 
 
-def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod) -> None:
+def test_submit_single_mode_trains_and_checkpoints_into_bucket(shared_ray_pod: RayPod) -> None:
+    bucket = shared_ray_pod.pod.bucket_uri
+    proc = submit(
+        shared_ray_pod,
+        RAY_MODE="single",
+        WANDB_MODE="offline",
+        STORAGE=f"{bucket}/single",
+        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.3 --device cpu "
+        "--checkpoint-every 512 --eval-episodes 2",
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    result = last_json(proc.stdout, "run_name")
+    assert result["num_timesteps"] == 1024
+    run_dir = shared_ray_pod.pod.bucket / "single" / result["run_name"]
+    assert (run_dir / "checkpoints" / "step-000000001024" / "MANIFEST.json").exists()
+    assert (run_dir / "final" / "model.zip").exists()
+    # the offline W&B run lives beside the checkpoints, ready for `wandb sync`
+    assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert result["node"] == shared_ray_pod.pod.hosts[0].ip  # the job's driver runs on the head
+
+
+def test_submit_distributed_puts_three_trainers_on_three_nodes(shared_ray_pod: RayPod) -> None:
+    bucket = shared_ray_pod.pod.bucket_uri
+    proc = submit(
+        shared_ray_pod,
+        RAY_MODE="distributed",
+        NUM_NODES="3",
+        TPU_PER_TASK="8",
+        BASE_SEED="42",
+        STORAGE=f"{bucket}/dist",
+        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.4 --device cpu "
+        "--checkpoint-every 512 --eval-episodes 2",
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    summary = last_json(proc.stdout, "trainers")
+    trainers = summary["trainers"]
+    assert len(trainers) == 3 and not summary["failures"]
+    assert summary["distinct_nodes"] == 3
+    pod_ips = {h.ip for h in shared_ray_pod.pod.hosts}
+    ips = [t["node_ip"] for t in trainers]
+    assert len(set(ips)) == 3 and set(ips) <= pod_ips
+    assert sorted(t["seed"] for t in trainers) == [42, 43, 44]
+    assert len({t["run_name"] for t in trainers}) == 3
+    for t in trainers:
+        assert t["num_timesteps"] == 1024
+        assert (shared_ray_pod.pod.bucket / "dist" / t["run_name"] / "final" / "model.zip").exists()
+
+
+def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(shared_ray_pod: RayPod) -> None:
     """The head host (GCS, dashboard and the sweep driver) is preempted mid-sweep. After
     the recovery loop (recreate, restart Ray, resubmit with the same SWEEP_ID) the
     driver restores the experiment from the bucket and finishes it: every trial
     completes once and the interrupted ones continue from their checkpoints."""
     from tests.support.fixtures_pod import start_ray, stop_ray
 
-    pod = ray_pod.pod
+    pod = shared_ray_pod.pod
     storage = f"{pod.bucket_uri}/sweeps"
     variables = {
         "RAY_MODE": "sweep",
@@ -218,7 +272,7 @@ def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod
         "STORAGE": storage,
         "SWEEP_ARGS": "--trial-timesteps 6000 --checkpoint-every 500",
     }
-    proc = submit(ray_pod, SUBMISSION_ID="sweep-1", NO_WAIT="1", timeout=300, **variables)
+    proc = submit(shared_ray_pod, SUBMISSION_ID="sweep-1", NO_WAIT="1", timeout=300, **variables)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     exp_dir = pod.bucket / "sweeps" / "headloss"
 
@@ -249,56 +303,3 @@ def test_sweep_driver_resumes_after_head_loss_with_same_sweep_id(ray_pod: RayPod
         assert len(fresh) == 1, f"trial {trial['trial_id']} started from scratch twice: {trial}"
         assert trial["final"] and trial["step"] == 6000
     assert any(len(t["attempts"]) > 1 for t in trials.values())
-
-
-# The two tests below only run jobs to their end on a healthy cluster, so they share one
-# (``quiet_ray_pod``: a pod and Ray cost ~35 s to bring up in CI). They sit last so that the
-# module's shared pod is torn down at once, not kept idle beside the fresh pods above.
-
-
-def test_submit_single_mode_trains_and_checkpoints_into_bucket(quiet_ray_pod: RayPod) -> None:
-    bucket = quiet_ray_pod.pod.bucket_uri
-    proc = submit(
-        quiet_ray_pod,
-        RAY_MODE="single",
-        WANDB_MODE="offline",
-        STORAGE=f"{bucket}/single",
-        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.3 --device cpu "
-        "--checkpoint-every 512 --eval-episodes 2",
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    result = last_json(proc.stdout, "run_name")
-    assert result["num_timesteps"] == 1024
-    run_dir = quiet_ray_pod.pod.bucket / "single" / result["run_name"]
-    assert (run_dir / "checkpoints" / "step-000000001024" / "MANIFEST.json").exists()
-    assert (run_dir / "final" / "model.zip").exists()
-    # the offline W&B run lives beside the checkpoints, ready for `wandb sync`
-    assert list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
-    assert result["node"] == quiet_ray_pod.pod.hosts[0].ip  # the job's driver runs on the head
-
-
-def test_submit_distributed_puts_three_trainers_on_three_nodes(quiet_ray_pod: RayPod) -> None:
-    bucket = quiet_ray_pod.pod.bucket_uri
-    proc = submit(
-        quiet_ray_pod,
-        RAY_MODE="distributed",
-        NUM_NODES="3",
-        TPU_PER_TASK="8",
-        BASE_SEED="42",
-        STORAGE=f"{bucket}/dist",
-        TRAIN_ARGS="--algo ppo --total-timesteps 1024 --alpha 0.4 --device cpu "
-        "--checkpoint-every 512 --eval-episodes 2",
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    summary = last_json(proc.stdout, "trainers")
-    trainers = summary["trainers"]
-    assert len(trainers) == 3 and not summary["failures"]
-    assert summary["distinct_nodes"] == 3
-    pod_ips = {h.ip for h in quiet_ray_pod.pod.hosts}
-    ips = [t["node_ip"] for t in trainers]
-    assert len(set(ips)) == 3 and set(ips) <= pod_ips
-    assert sorted(t["seed"] for t in trainers) == [42, 43, 44]
-    assert len({t["run_name"] for t in trainers}) == 3
-    for t in trainers:
-        assert t["num_timesteps"] == 1024
-        assert (quiet_ray_pod.pod.bucket / "dist" / t["run_name"] / "final" / "model.zip").exists()

@@ -1,5 +1,6 @@
 """Pytest plugin: an emulated 4-host spot pod (``pod``; ``quiet_pod``, one a module shares)
-and one running Ray (``ray_pod``; ``quiet_ray_pod``, one a module shares).
+and one running Ray (``ray_pod``; ``shared_ray_pod``, one a module shares, healed between
+tests).
 
 Enabled by ``pytest_plugins = ["tests.support.fixtures_pod"]`` in tests/conftest.py. Every
 fixture uses free ports and its own run dir, so concurrent test runs on one
@@ -9,6 +10,7 @@ then checks that no process of the pod survived.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,14 +18,23 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from console.services.backends.tpu_vm import raycmd
 from console.wiring.pod import LOCAL_RAY_SIZING
-from emulators.tpu_pod.client import PodInfo, leftover_pids, pod_status, start_pod, stop_pod
+from emulators.tpu_pod.client import (
+    PodInfo,
+    leftover_pids,
+    pod_status,
+    recreate,
+    start_pod,
+    stop_pod,
+    wait_for,
+)
+from emulators.tpu_pod.procs import find_marked, marker_value
 from tests.support.waiting import wait_until
 
 POD_HOSTS = 4
@@ -240,29 +251,118 @@ def ray_pod(pod: PodInfo) -> Iterator[RayPod]:
         stop_ray(pod)
 
 
-@pytest.fixture(scope="module")
-def _module_ray_pod(quiet_pod: PodInfo) -> Iterator[RayPod]:
+class SharedRayPod:
+    """A module's pod and its Ray cluster, made whole again before each test that borrows it
+    (``shared_ray_pod``): a test may preempt, recreate or stop a host, stop a Ray node or the
+    head, and the next one still finds the cluster a fresh ``ray_pod`` would be."""
+
+    def __init__(self, info: PodInfo) -> None:
+        self.run_dir = info.run_dir
+        self.ray = start_ray(info)
+
+    def heal(self) -> RayPod:
+        """Every host READY (a host not READY is recreated), a raylet of this cluster on
+        each (a lost one started again; a lost head, or a cluster a test replaced, means Ray
+        restarted on every host), one ALIVE Ray node per host and no job unfinished."""
+        info = _pod_status(self.run_dir)
+        down = [h.index for h in info.hosts if h.state != "READY"]
+        for index in down:
+            if info.hosts[index].state != "CREATING":
+                recreate(self.run_dir, index)
+        if down:
+            info = wait_for(
+                self.run_dir,
+                lambda p: all(h.state == "READY" for h in p.hosts),
+                120,
+                "every host READY again",
+            )
+        if _head_answers(self.ray) and _raylet_running(info, 0):
+            lost = [h.index for h in info.hosts[1:] if not _raylet_running(info, h.index)]
+            for index in lost:
+                ssh_run(info, index, raycmd.stop_command(), 120)  # what is left of it
+                start_worker(info, index, self.ray.gcs)
+        else:
+            stop_ray(info)
+            self.ray = start_ray(info)
+        self.ray = replace(self.ray, pod=info)  # the hosts as they are now (keys, generations)
+        _stop_unfinished_jobs(self.ray)
+        wait_until(
+            lambda: ray_pod_is_clean(self.ray),
+            60,
+            "the shared Ray pod: every host READY, one Ray node alive on each, no job running",
+        )
+        return self.ray
+
+
+def _pod_status(run_dir: Path) -> PodInfo:
+    info = pod_status(run_dir)
+    assert info is not None, f"the shared pod's emulator is gone ({run_dir})"
+    return info
+
+
+def _head_answers(ray_pod: RayPod) -> bool:
     try:
-        yield start_ray(quiet_pod)
+        with urllib.request.urlopen(f"{ray_pod.dashboard_url}/api/version", timeout=5) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _raylet_running(info: PodInfo, index: int) -> bool:
+    """A raylet among the processes of host ``index`` (a preempted host's processes are all
+    gone: a recreated one has none until Ray is started on it again)."""
+    for pid in find_marked(marker_value(info.run_id, info.hosts[index].name)):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"raylet" in fh.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _stop_unfinished_jobs(ray_pod: RayPod) -> None:
+    """Stop the jobs an earlier test left PENDING or RUNNING (one that failed midway)."""
+    try:
+        with urllib.request.urlopen(f"{ray_pod.dashboard_url}/api/jobs/", timeout=10) as r:
+            jobs = json.loads(r.read().decode())
+    except (OSError, ValueError):
+        return
+    for job in jobs:
+        if job.get("status") in ("PENDING", "RUNNING") and job.get("submission_id"):
+            stop = urllib.request.Request(
+                f"{ray_pod.dashboard_url}/api/jobs/{job['submission_id']}/stop", method="POST"
+            )
+            with contextlib.suppress(OSError), urllib.request.urlopen(stop, timeout=30):
+                pass
+
+
+@pytest.fixture(scope="module")
+def _module_ray_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedRayPod]:
+    run_dir = tmp_path_factory.mktemp("shared-ray-pod")
+    shared = SharedRayPod(start_test_pod(run_dir))
+    try:
+        yield shared
     finally:
-        stop_ray(quiet_pod)
+        try:
+            stop_ray(_pod_status(run_dir))
+        finally:
+            stop_test_pod(run_dir)
 
 
 @pytest.fixture
-def quiet_ray_pod(_module_ray_pod: RayPod) -> RayPod:
-    """One ``ray_pod`` for a module's tests that only run jobs to their end: none preempts,
-    stops or adds a host or a Ray node (a test that does takes ``ray_pod``). Each test finds
-    it as a fresh one would be: every host READY, every Ray node alive, no job unfinished."""
-    wait_until(
-        lambda: ray_pod_is_clean(_module_ray_pod),
-        60,
-        "the shared Ray pod: 4 hosts READY, 4 Ray nodes alive, no job left running",
-    )
-    return _module_ray_pod
+def shared_ray_pod(_module_ray_pod: SharedRayPod) -> RayPod:
+    """One ``ray_pod`` for a module's tests, brought up once (a pod and Ray cost ~35 s in
+    CI). A test may preempt, recreate or stop hosts and Ray nodes, or replace the cluster:
+    the next finds it healed (``SharedRayPod.heal``), as a fresh one would be: every host
+    READY, one Ray node alive on each, no job unfinished. What it cannot give back is a
+    history: Ray still lists the nodes an earlier test lost, as dead (a test that needs a
+    cluster with no past takes ``ray_pod``)."""
+    return _module_ray_pod.heal()
 
 
 def ray_pod_is_clean(ray_pod: RayPod) -> bool:
-    """Every host READY, every host's Ray node alive, and no job PENDING or RUNNING."""
+    """Every host READY, one Ray node alive on each host, and no job PENDING or RUNNING."""
     status = pod_status(ray_pod.run_dir)
     if status is None or any(h.state != "READY" for h in status.hosts):
         return False
@@ -273,9 +373,11 @@ def ray_pod_is_clean(ray_pod: RayPod) -> bool:
             jobs = json.loads(r.read().decode())
     except (OSError, ValueError, KeyError):
         return False
-    alive = {n["raylet"]["nodeManagerAddress"] for n in nodes if n["raylet"]["state"] == "ALIVE"}
+    alive = sorted(
+        n["raylet"]["nodeManagerAddress"] for n in nodes if n["raylet"]["state"] == "ALIVE"
+    )
     unfinished = [j for j in jobs if j.get("status") in ("PENDING", "RUNNING")]
-    return alive == {h.ip for h in ray_pod.pod.hosts} and not unfinished
+    return alive == sorted(h.ip for h in ray_pod.pod.hosts) and not unfinished
 
 
 __all__ = [
@@ -285,9 +387,9 @@ __all__ = [
     "free_port",
     "pod",
     "quiet_pod",
-    "quiet_ray_pod",
     "ray_pod",
     "ray_pod_is_clean",
+    "shared_ray_pod",
     "ssh_run",
     "start_ray",
     "start_test_pod",
