@@ -9,8 +9,11 @@ status churn of running pods) waits for the poll: the signature of each object i
 with the last one seen, so a flood of updates wakes it only on the transitions.
 
 GKE reclaims a TPU slice as one, but its nodes' changes arrive as a burst of watch events
-(one per node). The wake comes ``SETTLE_S`` after the first news of a burst, so the poll
-sees the slice whole and the journal words it once ("8/8 nodes lost"), not once per node.
+(one per node). The wake comes once the burst has been quiet for ``SETTLE_S`` (each news
+puts it off, to at most ``SETTLE_MAX_S`` after the first), so the poll sees the slice whole
+and the journal words it once ("8/8 nodes lost"), not once per node. A fixed delay from the
+first news was not enough: on a loaded machine a slice's 8 node events spanned more than
+it, the poll saw "1/8 nodes lost" and the next one the rest, two `preempted` rows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from console.services.backends.gke.informer import Informer
 from console.services.backends.gke.kube import Obj, WatchType
 from console.services.backends.gke.observe import Caches
 
-SETTLE_S = 0.25  # a burst of news (a slice's nodes, its pods) lands within this
+SETTLE_S = 0.25  # news this close together are one burst (a slice's nodes, its pods)
+SETTLE_MAX_S = 2.0  # a burst that goes on longer wakes the poll anyway
 
 
 def node_signature(node: Obj) -> Hashable:
@@ -49,9 +53,16 @@ class News:
     """Calls ``wake`` when a watched object's signature changes (a deleted object's is
     None). The first list fills the cache: that is the state, not news."""
 
-    def __init__(self, wake: Callable[[], None], settle_s: float = SETTLE_S) -> None:
+    def __init__(
+        self,
+        wake: Callable[[], None],
+        settle_s: float = SETTLE_S,
+        settle_max_s: float = SETTLE_MAX_S,
+    ) -> None:
         self.wake = wake
         self.settle_s = settle_s
+        self.settle_max_s = settle_max_s
+        self._first = 0.0  # when the burst's first news came (the loop's clock)
         self.woken = 0  # how many changes were news
         self._pending: asyncio.TimerHandle | None = None
 
@@ -77,8 +88,14 @@ class News:
         informer.add_listener(listener)
 
     def _soon(self) -> None:
-        if self._pending is None:  # a burst's later news ride on its first's wake
-            self._pending = asyncio.get_running_loop().call_later(self.settle_s, self._fire)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._pending is None:
+            self._first = now
+        else:  # a burst's later news put its wake off, to at most settle_max_s
+            self._pending.cancel()
+        at = min(now + self.settle_s, self._first + self.settle_max_s)
+        self._pending = loop.call_at(at, self._fire)
 
     def cancel(self) -> None:
         if self._pending is not None:
