@@ -243,35 +243,33 @@ class Calls:
 
     async def _one(self, command: Command[Any], cluster: str, args: dict[str, Any]) -> ActionResult:
         """The call on one cluster."""
-        name = command.name
         services = self.clusters[cluster]
         why = command.refusal(services.capabilities)
         if why is not None:
             where = services.settings.cluster.words
-            return ActionResult.refused(name, Reason.UNSUPPORTED, f"{why}; {where} is not one")
-        problem = _schema_problem(command, args)
-        if problem is not None:
-            return ActionResult.refused(name, Reason.BAD_INPUT, problem)
-        why = self.policy.refusal(command)
-        if why is not None:
-            return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
+            return ActionResult.refused(
+                command.name, Reason.UNSUPPORTED, f"{why}; {where} is not one"
+            )
         session = self.sessions[cluster]
-        try:
-            typed = self._bind(command, args, session)
-        except BadArgument as exc:
-            return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
-        result = await execute(command, session, typed)
-        if result.ok:
-            return ActionResult.done(name, f"{name}: ok", result.data)
-        return ActionResult(
-            name, False, message=failure_sentence(result), data=result.data, reason=result.reason
-        )
+        typed = self._checked(command, args, session)
+        if isinstance(typed, ActionResult):
+            return typed
+        return _answered(command.name, await execute(command, session, typed), "ok")
 
     async def _fleet(
         self, command: Command[Any], clusters: Sequence[str], args: dict[str, Any]
     ) -> ActionResult:
         """A read with one answer for the fleet (``Command.fleet``): checked as a call on one
         cluster is, its arguments bound on the first (a read's take no cluster's values)."""
+        sessions = {n: self.sessions[n] for n in clusters}
+        typed = self._checked(command, args, sessions[clusters[0]])
+        if isinstance(typed, ActionResult):
+            return typed
+        result = await execute_fleet(command, sessions, typed)
+        return _answered(command.name, result, f"ok on {len(clusters)} clusters")
+
+    def _checked(self, command: Command[Any], args: Args, session: McpSession) -> Any:
+        """The call's typed arguments, or its refusal (the schema, the policy, the binding)."""
         name = command.name
         problem = _schema_problem(command, args)
         if problem is not None:
@@ -279,17 +277,10 @@ class Calls:
         why = self.policy.refusal(command)
         if why is not None:
             return ActionResult.refused(name, Reason.NOT_ALLOWED, why)
-        sessions = {n: self.sessions[n] for n in clusters}
         try:
-            typed = self._bind(command, args, sessions[clusters[0]])
+            return self._bind(command, args, session)
         except BadArgument as exc:
             return ActionResult.refused(name, Reason.BAD_INPUT, str(exc))
-        result = await execute_fleet(command, sessions, typed)
-        if result.ok:
-            return ActionResult.done(name, f"{name}: ok on {len(clusters)} clusters", result.data)
-        return ActionResult(
-            name, False, message=failure_sentence(result), data=result.data, reason=result.reason
-        )
 
     def _bind(self, command: Command[Any], args: Args, session: McpSession) -> Any:
         """The agent's JSON (it matched the schema) as the command's typed arguments, bound
@@ -334,6 +325,15 @@ class Calls:
             await self.clusters[cluster].journal_call(result, ACTOR)
         except Exception:  # the record is not the action: the agent still gets its answer
             return
+
+
+def _answered(name: str, result: Any, ok: str) -> ActionResult:
+    """An executed command's result as the tool's answer."""
+    if result.ok:
+        return ActionResult.done(name, f"{name}: {ok}", result.data)
+    return ActionResult(
+        name, False, message=failure_sentence(result), data=result.data, reason=result.reason
+    )
 
 
 def _fleet_result(
