@@ -147,19 +147,24 @@ def test_gke_without_a_running_emulator_names_its_run_dir(tmp_path: Path) -> Non
         make_services(cfg, state_dir=tmp_path / "state", autostart_pod=False)
 
 
+def real_gke(kubeconfig: Path) -> dict[str, str]:
+    """A [gke] table for a real cluster (a kubeconfig, not the emulator)."""
+    return {
+        "kubeconfig": str(kubeconfig),
+        "project": "p",
+        "location": "us-central1",
+        "cluster": "c",
+        "base_output_directory": "gs://bucket/runs",
+    }
+
+
 async def test_gke_with_a_kubeconfig_has_no_chaos_and_no_pod_actions(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
     cfg = parse_config(
         {
             "cluster": {"provider": "gke"},
-            "gke": {
-                "kubeconfig": str(kubeconfig),
-                "project": "p",
-                "location": "us-central1",
-                "cluster": "c",
-                "base_output_directory": "gs://bucket/runs",
-            },
+            "gke": real_gke(kubeconfig),
         }
     )
     svc = make_services(cfg, state_dir=tmp_path / "state")
@@ -220,13 +225,7 @@ async def test_a_fleets_refusals_name_the_cluster_and_its_provider(tmp_path: Pat
                 {
                     "name": "grpo",
                     "cluster": {"provider": "gke"},
-                    "gke": {
-                        "kubeconfig": str(kubeconfig),
-                        "project": "p",
-                        "location": "us-central1",
-                        "cluster": "c",
-                        "base_output_directory": "gs://bucket/runs",
-                    },
+                    "gke": real_gke(kubeconfig),
                 },
             ],
         },
