@@ -287,7 +287,10 @@ class Detector:
     async def _emit_slices(
         self, obs: Observation, diag: Diagnosis, emit: Callable[..., Awaitable[None]]
     ) -> None:
-        """A slice's nodes: one row per state change and one per condition entered."""
+        """A slice's nodes: one row per state change and one per condition entered; a slice
+        whose loss grows over polls (a reclaim's node events spread past one poll) is one
+        loss row, its later nodes said by their state change rows."""
+        lost_before = {n for n, c in self._conditions.items() if c is HostCondition.LOST}
         changes: dict[tuple[str, str, str], list[str]] = {}
         entered: dict[tuple[str, HostCondition], list[HostObservation]] = {}
         for h in obs.hosts:
@@ -316,6 +319,13 @@ class Detector:
             pods = _pods_on(obs, [h.name for h in hosts])
             data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool, "pods": pods}
             if cond is HostCondition.LOST:
+                if any(
+                    h.pool == pool
+                    and h.name in lost_before
+                    and diag.conditions[h.name] is HostCondition.LOST
+                    for h in obs.hosts
+                ):
+                    continue  # the slice's loss, already journaled, grew: the same one
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:
                     data["detect_s"] = round(delay, 3)

@@ -44,6 +44,20 @@ async def test_a_slice_preemption_is_one_row_with_its_time_to_detect() -> None:
     assert evs[0].message == "slice np-0: 8 nodes READY -> PREEMPTED"
 
 
+async def test_a_slice_loss_seen_growing_over_polls_is_one_preempted_row() -> None:
+    """A reclaim's node events can straddle a poll: it sees 6/8 nodes lost, the next one the
+    rest. One loss, one `preempted` row; the later nodes are said by their state change."""
+    part = nodes(HostState.PREEMPTED)[:6] + nodes()[6:]
+    evs = await feed(obs(nodes()), obs(part), obs(nodes(HostState.PREEMPTED)))
+    kinds = [e.kind for e in evs]
+    assert kinds == ["state_change", "preempted", "state_change"], kinds
+    assert evs[1].message.startswith("slice np-0: 6/8 nodes lost")
+    assert evs[2].message == "slice np-0: 2 nodes READY -> PREEMPTED"
+    # once the slice is whole again, a new loss is a new row
+    evs = await feed(obs(nodes()), obs(part), obs(nodes()), obs(nodes(HostState.PREEMPTED)))
+    assert [e.kind for e in evs].count("preempted") == 2
+
+
 async def test_a_pod_failure_is_one_row_by_its_cause_and_counts_say_pods() -> None:
     """A crash (exit code, retried or not), an OOM kill and an eviction are each a row of
     their own kind, once; failures already there at the first observation are a baseline;
