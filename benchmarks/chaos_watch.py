@@ -70,7 +70,6 @@ from benchmarks.chaos_watch_plan import (
 from benchmarks.pods import (
     PodInfo,
     daemon_pid,
-    free_port,
     leftovers,
     pod_toml,
     preempt_host,
@@ -145,6 +144,18 @@ class WatchProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def metrics_url(self) -> str | None:
+        """Where this life serves /metrics, as its started line says (None: not started)."""
+        if not self.out.exists():
+            return None
+        for line in self.out.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict) and record.get("state") == "started":
+                    url = record.get("metrics")
+                    return url if isinstance(url, str) else None
+        return None
+
     def kill(self) -> None:
         if self.alive():
             self.proc.send_signal(signal.SIGKILL)
@@ -177,7 +188,6 @@ class WatchDrill:
         # losses journaled between a life's last scrape and its end: counted, never scraped
         self.unscraped: set[tuple[str, str]] = set()
         self.down = False  # the drill killed the watcher and has not started it again
-        self.metrics_port = free_port()
         self.config = work / "phantom.toml"
         self.state = work / "state" / "phantom"
         self.journal_path = self.state / "journal.sqlite"
@@ -216,7 +226,7 @@ class WatchDrill:
             str(self.config),
             "watch",
             "--metrics",
-            f"127.0.0.1:{self.metrics_port}",
+            "127.0.0.1:0",  # each life's own port, read from its started line
         ]
         self.watchers.append(WatchProcess(argv, self.env(), self.work / f"watch-{n}.out"))
 
@@ -231,8 +241,10 @@ class WatchDrill:
 
     def scrape(self) -> float | None:
         """The current watcher's phantom_preemptions_total, summed over its labels."""
+        url = self.watchers[-1].metrics_url() if self.watchers else None
+        if url is None:
+            return None
         try:
-            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=5) as resp:
                 text = resp.read().decode()
         except OSError:

@@ -270,9 +270,12 @@ async def _run(
     # A [cluster] config's lines name its node, as they always did.
     name = cluster.name if cluster.config.state_dir else cluster.config.cluster.node_name
     info: dict[str, Any] = {"cluster": name, "once": options.once}
+    text = f"watching {name}"
     if server is not None:
+        # the port bound, which `--metrics HOST:0` leaves to the system
         info["metrics"] = f"http://{_url_host(options.metrics)}:{server.port}/metrics"
-    lines.note("started", f"watching {name}", **info)
+        text += f", metrics at {info['metrics']}"
+    lines.note("started", text, **info)
     if options.once:
         return await _one_pass(services, stop)
     return exit_codes.OK
