@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +39,18 @@ def _free_ports(host: str, n: int) -> list[int]:
     return sorted(ports)
 
 
+# What `ray start` says when its raylet did not register with the GCS in the 30 s it allows
+# (a fixed wait in Ray): on a loaded machine a healthy node can need more.
+_RAY_START_TIMED_OUT = "timed out during startup"
+START_ATTEMPTS = 3
+
+
 @dataclass
 class LocalNode:
     ip: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    log_from: int = 0  # where this node's own lines start in its log (an earlier try's above)
     preempted: bool = False  # by ``preempt_node``: gone for good
     replaced: bool = False  # by ``replace_preempted``: a new node on a new IP stands in
 
@@ -98,6 +105,7 @@ class LocalRayCluster:
 
     def _spawn(self, ip: str, args: list[str]) -> LocalNode:
         log_path = Path(self.temp_dir) / f"node-{ip}.log"
+        log_from = log_path.stat().st_size if log_path.exists() else 0
         # job entrypoints say `python`: make that this interpreter, as on a bootstrapped VM
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": path}
@@ -109,42 +117,73 @@ class LocalRayCluster:
                 env=env,
                 start_new_session=True,
             )
-        node = LocalNode(ip=ip, proc=proc, log_path=log_path)
+        node = LocalNode(ip=ip, proc=proc, log_path=log_path, log_from=log_from)
         self.nodes.append(node)
         return node
+
+    def _start_node(
+        self, ip: str, args: Callable[[], list[str]], alive: int, timeout: float
+    ) -> LocalNode:
+        """Start a node (``args``: its flags, ports picked anew each try) and wait until
+        ``alive`` nodes are; a node whose `ray start` gave up on its raylet's registration
+        is killed whole and started again, up to ``START_ATTEMPTS`` times."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            node = self._spawn(ip, args())
+            try:
+                self.wait_for_nodes(alive, timeout)
+            except NodeExited as exc:
+                if exc.node is not node or attempt == START_ATTEMPTS:
+                    raise
+                if _RAY_START_TIMED_OUT not in exc.log:
+                    raise
+                self._discard(node)
+                continue
+            return node
+        raise AssertionError("unreachable")
+
+    def _discard(self, node: LocalNode) -> None:
+        """A node that failed to start: every process of it killed, out of the list."""
+        for pid in self.node_processes(node):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._kill_group(node.proc)
+        self.nodes.remove(node)
 
     def start(self, timeout: float = 90.0) -> LocalRayCluster:
         # short path: Ray puts unix sockets under the temp dir (108-char limit)
         self.temp_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")
         ip = f"{self.ip_prefix}1"
-        gcs_port, dash_port, client_port = _free_ports(ip, 3)
-        self.gcs_address = f"{ip}:{gcs_port}"
-        self.dashboard_url = f"http://{ip}:{dash_port}"
-        args = [
-            "--head",
-            "--port",
-            str(gcs_port),
-            "--dashboard-host",
-            ip,
-            "--dashboard-port",
-            str(dash_port),
-            "--include-dashboard",
-            "true",
-            "--ray-client-server-port",
-            str(client_port),
-            "--temp-dir",
-            self.temp_dir,
-            *self._node_args(ip, self.head_cpus),
-        ]
-        self._spawn(ip, args)
-        self.wait_for_nodes(1, timeout)
+
+        def head_args() -> list[str]:
+            gcs_port, dash_port, client_port = _free_ports(ip, 3)
+            self.gcs_address = f"{ip}:{gcs_port}"
+            self.dashboard_url = f"http://{ip}:{dash_port}"
+            return [
+                "--head",
+                "--port",
+                str(gcs_port),
+                "--dashboard-host",
+                ip,
+                "--dashboard-port",
+                str(dash_port),
+                "--include-dashboard",
+                "true",
+                "--ray-client-server-port",
+                str(client_port),
+                "--temp-dir",
+                self.temp_dir,
+                *self._node_args(ip, self.head_cpus),
+            ]
+
+        self._start_node(ip, head_args, 1, timeout)
         return self
 
     def add_node(self, timeout: float = 90.0) -> LocalNode:
         ip = f"{self.ip_prefix}{len(self.nodes) + 1}"
-        node = self._spawn(ip, ["--address", self.gcs_address, *self._node_args(ip)])
-        self.wait_for_nodes(len(self.alive_nodes()) + 1, timeout)
-        return node
+        alive = len(self.alive_nodes()) + 1
+        return self._start_node(
+            ip, lambda: ["--address", self.gcs_address, *self._node_args(ip)], alive, timeout
+        )
 
     def replace_preempted(self, timeout: float = 90.0) -> list[LocalNode]:
         """A new node (on a new IP) for each preempted one not replaced yet, once Ray has marked
@@ -177,9 +216,7 @@ class LocalRayCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 if not node.preempted and node.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"ray node {node.ip} exited: {node.log_path.read_text()[-2000:]}"
-                    )
+                    raise NodeExited(node)
             if len(self.alive_nodes()) >= n:
                 return
             time.sleep(0.5)
@@ -258,6 +295,17 @@ class LocalRayCluster:
                     os.kill(pid, signal.SIGKILL)
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         self.nodes.clear()
+
+
+class NodeExited(RuntimeError):
+    """A node's `ray start` ended while the cluster waited for it; ``log``: its lines."""
+
+    def __init__(self, node: LocalNode) -> None:
+        with open(node.log_path, "rb") as fh:
+            fh.seek(node.log_from)
+            self.log = fh.read().decode(errors="replace")
+        self.node = node
+        super().__init__(f"ray node {node.ip} exited: {self.log[-2000:]}")
 
 
 def _node_ip(summary: dict[str, object]) -> object:
