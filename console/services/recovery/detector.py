@@ -68,6 +68,16 @@ class Verdict:
     confirmed: bool  # hard, or persisted over confirm_polls: auto recovery may act
 
 
+@dataclass
+class _SliceLoss:
+    """A slice's loss journaled and not over: the nodes it had when the loss began, and those
+    lost since. More of ``members`` lost is the same loss; a node lost again (recreated under
+    its name) or a new one (under a new name) is another."""
+
+    members: frozenset[str]
+    lost: set[str]
+
+
 class Detector:
     def __init__(
         self,
@@ -102,6 +112,7 @@ class Detector:
         self._tunnel_down = False
         self._stalled: set[str] = set()
         self._pod_failures: set[tuple[str, str, int]] | None = None  # None: no baseline yet
+        self._slice_losses: dict[str, _SliceLoss] = {}  # a loss row's slice, until it is back
 
     # -- arming ---------------------------------------------------------------------------------
     def arm(self) -> None:
@@ -290,7 +301,9 @@ class Detector:
         """A slice's nodes: one row per state change and one per condition entered; a slice
         whose loss grows over polls (a reclaim's node events spread past one poll) is one
         loss row, its later nodes said by their state change rows."""
-        lost_before = {n for n, c in self._conditions.items() if c is HostCondition.LOST}
+        for pool, loss in list(self._slice_losses.items()):
+            if not any(diag.conditions.get(n) is HostCondition.LOST for n in loss.lost):
+                del self._slice_losses[pool]  # its lost nodes are back (or gone for good)
         changes: dict[tuple[str, str, str], list[str]] = {}
         entered: dict[tuple[str, HostCondition], list[HostObservation]] = {}
         for h in obs.hosts:
@@ -319,13 +332,13 @@ class Detector:
             pods = _pods_on(obs, [h.name for h in hosts])
             data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool, "pods": pods}
             if cond is HostCondition.LOST:
-                if any(
-                    h.pool == pool
-                    and h.name in lost_before
-                    and diag.conditions[h.name] is HostCondition.LOST
-                    for h in obs.hosts
-                ):
-                    continue  # the slice's loss, already journaled, grew: the same one
+                names = {h.name for h in hosts}
+                loss = self._slice_losses.get(pool)
+                if loss is not None and names <= loss.members - loss.lost:
+                    loss.lost |= names  # more of the nodes it had when the loss began: the same
+                    continue
+                members = frozenset(h.name for h in obs.hosts if h.pool == pool)
+                self._slice_losses[pool] = _SliceLoss(members, set(names))
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:
                     data["detect_s"] = round(delay, 3)

@@ -58,6 +58,25 @@ async def test_a_slice_loss_seen_growing_over_polls_is_one_preempted_row() -> No
     assert [e.kind for e in evs].count("preempted") == 2
 
 
+async def test_a_recreated_slice_lost_again_before_the_old_nodes_go_is_a_new_row() -> None:
+    """An overlapping reclaim: GKE recreated the slice's nodes (new names) and they are lost
+    while the old ones are still listed lost; or a node recreated under its own name is lost
+    again while the rest of the first loss is still out. Each is a second preemption."""
+    old_lost = nodes(HostState.PREEMPTED)
+    new_ready = nodes(pool="np-0", n=8)
+    renamed = tuple(replace(h, name=h.name + "-b") for h in new_ready)
+    evs = await feed(
+        obs(nodes()),
+        obs(old_lost),
+        obs(old_lost + renamed),
+        obs(old_lost + tuple(replace(h, tpu_state=HostState.PREEMPTED) for h in renamed)),
+    )
+    assert [e.kind for e in evs].count("preempted") == 2, [e.message for e in evs]
+    back = nodes()[:1] + nodes(HostState.PREEMPTED)[1:]
+    evs = await feed(obs(nodes()), obs(nodes(HostState.PREEMPTED)), obs(back), obs(old_lost))
+    assert [e.kind for e in evs].count("preempted") == 2, [e.message for e in evs]
+
+
 async def test_a_pod_failure_is_one_row_by_its_cause_and_counts_say_pods() -> None:
     """A crash (exit code, retried or not), an OOM kill and an eviction are each a row of
     their own kind, once; failures already there at the first observation are a baseline;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -31,6 +32,7 @@ from console.services.model import HostState
 from console.wiring.pod import EmulatedTpuProvider
 from emulators.tpu_pod import client as pod_client
 from emulators.tpu_pod.client import PodInfo
+from tests.support.fixtures_pod import start_test_pod, stop_test_pod
 
 EPS = [HostEndpoint(f"pod-w{i}", f"127.0.0.{10 + i}", 22, i) for i in range(4)]
 
@@ -234,7 +236,10 @@ async def test_api_errors_are_one_line_and_wait_ready_reports_them(quiet_pod: Po
     assert seen and all(isinstance(s, TpuApiError) for s in seen)
 
 
-async def test_wait_ready_sees_creating_then_ready(pod: PodInfo) -> None:
+async def test_wait_ready_sees_creating_then_ready(tmp_path: Path) -> None:
+    # Its hosts spend 3 s in CREATING: the shared fixture's 0.2 s passed on a loaded CI box
+    # before the first poll, which then saw READY only.
+    pod = await asyncio.to_thread(start_test_pod, tmp_path / "pod", ready_delay=3.0)
     prov = EmulatedTpuProvider(pod, poll_interval_s=0.02)
     states: list[str] = []
     try:
@@ -242,5 +247,6 @@ async def test_wait_ready_sees_creating_then_ready(pod: PodInfo) -> None:
         node = await prov.wait_ready(30, on_progress=lambda n: states.append(n.state))
     finally:
         await prov.close()
+        await asyncio.to_thread(stop_test_pod, tmp_path / "pod")
     assert node.ready
     assert states[0] in ("CREATING", "REPAIRING") and states[-1] == "READY"
