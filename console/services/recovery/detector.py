@@ -301,8 +301,8 @@ class Detector:
         """A slice's nodes: one row per state change and one per condition entered; a slice
         whose loss grows over polls (a reclaim's node events spread past one poll) is one
         loss row, its later nodes said by their state change rows."""
-        for pool, loss in list(self._slice_losses.items()):
-            if not any(diag.conditions.get(n) is HostCondition.LOST for n in loss.lost):
+        for pool, earlier in list(self._slice_losses.items()):
+            if not any(diag.conditions.get(n) is HostCondition.LOST for n in earlier.lost):
                 del self._slice_losses[pool]  # its lost nodes are back (or gone for good)
         changes: dict[tuple[str, str, str], list[str]] = {}
         entered: dict[tuple[str, HostCondition], list[HostObservation]] = {}
@@ -332,13 +332,13 @@ class Detector:
             pods = _pods_on(obs, [h.name for h in hosts])
             data: dict[str, Any] = {"nodes": [h.name for h in hosts], "slice": pool, "pods": pods}
             if cond is HostCondition.LOST:
-                names = {h.name for h in hosts}
-                loss = self._slice_losses.get(pool)
-                if loss is not None and names <= loss.members - loss.lost:
-                    loss.lost |= names  # more of the nodes it had when the loss began: the same
+                newly = {h.name for h in hosts}
+                ongoing = self._slice_losses.get(pool)
+                if ongoing is not None and newly <= ongoing.members - ongoing.lost:
+                    ongoing.lost |= newly  # more of the nodes it had when the loss began
                     continue
                 members = frozenset(h.name for h in obs.hosts if h.pool == pool)
-                self._slice_losses[pool] = _SliceLoss(members, set(names))
+                self._slice_losses[pool] = _SliceLoss(members, newly)
                 delay = self.detect_delay(obs, diag)
                 if delay is not None:
                     data["detect_s"] = round(delay, 3)
