@@ -381,18 +381,17 @@ class GkeObserver:
         )
 
     def _held(self, p: PodStatus) -> str:
-        """ "pod (finalizer, ...)" when the pod is held Terminating: deleted more than
-        ``HELD_AFTER_S`` ago, its containers gone (a terminal phase), finalizers still on.
+        """ "pod (finalizer, ...)" when the pod is held Terminating: deleted, its containers
+        gone (a terminal phase), finalizers still on, all that for more than ``HELD_AFTER_S``.
         The Job controller's own tracking finalizer goes within a second of its count; one
         still there, or another's (a log shipper's, a webhook's), holds the pod for ever
         and with it the Job's foreground deletion: the JobSet cannot recreate that Job."""
         raw = self.caches.pods.get(p.name)
         if raw is None or p.phase not in ("Succeeded", "Failed"):
             return ""
-        m = S.meta(raw)
-        deleted = S.ts(m.get("deletionTimestamp"))
-        finalizers = [str(f) for f in m.get("finalizers") or []]
-        if deleted is None or not finalizers or self._now - deleted < HELD_AFTER_S:
+        since = S.held_since(raw)
+        finalizers = [str(f) for f in S.meta(raw).get("finalizers") or []]
+        if since is None or not finalizers or self._now - since < HELD_AFTER_S:
             return ""
         return f"{p.name} ({', '.join(finalizers)})"
 

@@ -163,6 +163,24 @@ def _int(value: Any) -> int:
         return 0
 
 
+def held_since(pod: Obj) -> float | None:
+    """Since when a deleted pod has been waiting only on its finalizers: the later of its
+    deletion and its last container's end (a pod slow to stop is not held while it stops;
+    the moment it ends, the Job controller's tracking finalizer still on is no hold yet).
+    None: not deleted."""
+    deleted = ts(meta(pod).get("deletionTimestamp"))
+    if deleted is None:
+        return None
+    st = pod.get("status") or {}
+    ended = [
+        t
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])
+        if (t := ts(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+        is not None
+    ]
+    return max([deleted, *ended])
+
+
 def main_container(pod: Obj) -> tuple[str, int, bool]:
     """(name, restartCount, started) of the pod's first container: whose log is the pod's."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}

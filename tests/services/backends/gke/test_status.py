@@ -127,3 +127,19 @@ def test_jobset_status() -> None:
     assert S.jobset_status(failed, []) == (JobStatus.FAILED, "ReachedMaxRestarts", "m")
     done = jobset(terminalState="Completed")
     assert S.jobset_status(done, [])[0] == JobStatus.SUCCEEDED
+
+
+def test_a_pod_is_held_from_its_deletion_or_its_containers_end_whichever_is_later() -> None:
+    """A pod slow to stop (a long grace period, a loaded node) is not held while it stops:
+    the 10 s before a pod counts as held start when its last container ended."""
+
+    def ended(at: str) -> dict[str, Any]:
+        return {"name": "main", "state": {"terminated": {"exitCode": 143, "finishedAt": at}}}
+
+    deleted = {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert S.held_since(pod()) is None
+    assert S.held_since({**pod(), **deleted}) == S.ts("2026-01-01T00:00:00Z")
+    slow = {**pod("Failed", containerStatuses=[ended("2026-01-01T00:00:12Z")]), **deleted}
+    assert S.held_since(slow) == S.ts("2026-01-01T00:00:12Z")
+    quick = {**pod("Failed", containerStatuses=[ended("2025-12-31T23:59:59Z")]), **deleted}
+    assert S.held_since(quick) == S.ts("2026-01-01T00:00:00Z")
