@@ -1,4 +1,8 @@
-"""Ray really runs on the emulated pod: started over SSH, killed by preemption."""
+"""Ray really runs on the emulated pod: started over SSH, killed by preemption.
+
+The tests share one pod and its Ray cluster (``shared_ray_pod``, healed before each): Ray
+still lists, as dead, the nodes an earlier test lost, so they read its alive nodes only, in
+any order."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ NODES = """
 result = sorted(
     [n["NodeManagerAddress"], n["NodeName"], n["Alive"], n["Resources"].get("TPU", 0)]
     for n in ray.nodes()
+    if n["Alive"]
 )
 """
 
@@ -75,25 +80,25 @@ def _pids_named(ray_pod: RayPod, host: int, name: str) -> list[int]:
     return out
 
 
-def test_raycmd_over_ssh_forms_four_node_cluster_and_runs_tpu_tasks(ray_pod: RayPod) -> None:
-    nodes = ray_pod.driver(NODES)
+def test_raycmd_over_ssh_forms_four_node_cluster_and_runs_tpu_tasks(shared_ray_pod: RayPod) -> None:
+    nodes = shared_ray_pod.driver(NODES)
     assert nodes == [
-        [h.ip, h.name, True, 8.0] for h in sorted(ray_pod.pod.hosts, key=lambda h: h.ip)
+        [h.ip, h.name, True, 8.0] for h in sorted(shared_ray_pod.pod.hosts, key=lambda h: h.ip)
     ]
-    placements = ray_pod.driver(TPU_TASKS)
+    placements = shared_ray_pod.driver(TPU_TASKS)
     assert isinstance(placements, list)
     hosts = {host for host, _ in placements}
-    assert hosts == {h.name for h in ray_pod.pod.hosts}  # incl. workers 1..3
-    assert all(ip == ray_pod.pod.host(host).ip for host, ip in placements)
+    assert hosts == {h.name for h in shared_ray_pod.pod.hosts}  # incl. workers 1..3
+    assert all(ip == shared_ray_pod.pod.host(host).ip for host, ip in placements)
 
     # The dashboard (and so the job API) listens on loopback at the advertised URL.
-    with urllib.request.urlopen(f"{ray_pod.dashboard_url}/api/version", timeout=10) as resp:
+    with urllib.request.urlopen(f"{shared_ray_pod.dashboard_url}/api/version", timeout=10) as resp:
         assert "ray_version" in json.loads(resp.read())
 
     # A job submitted from here through the dashboard URL runs on the head host.
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    jobs = JobSubmissionClient(ray_pod.dashboard_url)
+    jobs = JobSubmissionClient(shared_ray_pod.dashboard_url)
     job_id = jobs.submit_job(
         entrypoint="python -c \"import os; print('on', os.environ['PHANTOM_HOST'])\""
     )
@@ -104,20 +109,20 @@ def test_raycmd_over_ssh_forms_four_node_cluster_and_runs_tpu_tasks(ray_pod: Ray
     assert "on phantom-pod-w0" in jobs.get_job_logs(job_id)
 
 
-def test_ray_stop_on_one_emulated_host_leaves_the_others_running(ray_pod: RayPod) -> None:
-    assert _pids_named(ray_pod, 3, "raylet")
-    stopped = ssh_run(ray_pod.pod, 3, raycmd.stop_command())
+def test_ray_stop_on_one_emulated_host_leaves_the_others_running(shared_ray_pod: RayPod) -> None:
+    assert _pids_named(shared_ray_pod, 3, "raylet")
+    stopped = ssh_run(shared_ray_pod.pod, 3, raycmd.stop_command())
     assert stopped.returncode == 0, stopped.stderr
-    assert not _pids_named(ray_pod, 3, "raylet")
+    assert not _pids_named(shared_ray_pod, 3, "raylet")
     for host in (0, 1, 2):
-        assert _pids_named(ray_pod, host, "raylet"), f"host {host} lost its raylet"
+        assert _pids_named(shared_ray_pod, host, "raylet"), f"host {host} lost its raylet"
 
 
-def test_preempting_host_2_kills_its_ray_node_and_recreate_rejoins(ray_pod: RayPod) -> None:
-    pod = ray_pod.pod
+def test_preempting_host_2_kills_its_ray_node_and_recreate_rejoins(shared_ray_pod: RayPod) -> None:
+    pod = shared_ray_pod.pod
     started = ssh_run(pod, 2, "setsid nohup sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
     sleeper = int(started.stdout.strip())
-    raylets = _pids_named(ray_pod, 2, "raylet")
+    raylets = _pids_named(shared_ray_pod, 2, "raylet")
     assert raylets and _alive(sleeper)
     # Found independently of the emulator's tracking: the raylet's children
     # (ray::DashboardAgent, ray::IDLE workers...) hide the marker via setproctitle.
@@ -125,10 +130,10 @@ def test_preempting_host_2_kills_its_ray_node_and_recreate_rejoins(ray_pod: RayP
     assert raylet_children
 
     t0 = time.monotonic()
-    after = client.preempt(ray_pod.run_dir, 2)
+    after = client.preempt(shared_ray_pod.run_dir, 2)
     gone_after = time.monotonic() - t0
     assert not _alive(sleeper) and not any(_alive(p) for p in raylets + raylet_children)
-    assert client.leftover_pids(ray_pod.run_dir)  # the other hosts still run
+    assert client.leftover_pids(shared_ray_pod.run_dir)  # the other hosts still run
     assert not find_marked(marker_value(after.run_id, pod.hosts[2].name))
     print(f"preempt -> raylet and sleep gone: {gone_after:.3f}s (client round trip)")
 
@@ -142,12 +147,14 @@ def test_preempting_host_2_kills_its_ray_node_and_recreate_rejoins(ray_pod: RayP
     assert node.state == tpu_v2.Node.State.PREEMPTED
     assert [s.worker_id for s in node.symptoms] == ["2"]
 
-    dead = ray_pod.driver(
+    dead = shared_ray_pod.driver(
         """
 import time
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
-    alive = {n["NodeManagerAddress"]: n["Alive"] for n in ray.nodes()}
+    alive = {}
+    for n in ray.nodes():  # an address's nodes: alive if any is (earlier tests' dead too)
+        alive[n["NodeManagerAddress"]] = alive.get(n["NodeManagerAddress"], False) or n["Alive"]
     if alive.get("127.0.0.12") is False:
         break
     time.sleep(0.2)  # sleep-noqa: the driver's own poll, on the host
@@ -156,14 +163,14 @@ result = alive
     )
     assert dead == {"127.0.0.10": True, "127.0.0.11": True, "127.0.0.12": False, "127.0.0.13": True}
 
-    client.recreate(ray_pod.run_dir, 2)
-    ready = client.wait_for(ray_pod.run_dir, lambda p: p.state == "READY", 60, "READY")
+    client.recreate(shared_ray_pod.run_dir, 2)
+    ready = client.wait_for(shared_ray_pod.run_dir, lambda p: p.state == "READY", 60, "READY")
     assert ready.hosts[2].host_key != pod.hosts[2].host_key
     listing = ssh_run(ready, 2, "ls -A ~; ls -A $TMPDIR")
     assert listing.returncode == 0 and listing.stdout.split() == [".local", "tmp"]
 
-    start_worker(ready, 2, ray_pod.gcs)  # the recovery loop's "join workers" step
-    alive = ray_pod.driver(
+    start_worker(ready, 2, shared_ray_pod.gcs)  # the recovery loop's "join workers" step
+    alive = shared_ray_pod.driver(
         'result = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])'
     )
     assert alive == ["127.0.0.10", "127.0.0.11", "127.0.0.12", "127.0.0.13"]
