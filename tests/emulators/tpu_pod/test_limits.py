@@ -10,8 +10,13 @@ import pytest
 
 from emulators.tpu_pod.limits import fds_needed
 
+# The probe starts under the limits it is given: it sets them itself, first thing. (A
+# ``preexec_fn`` would run Python in a fork of this multithreaded worker, where another
+# test's gRPC threads left state that aborted the child: "epoll_wait error: Bad file
+# descriptor", exit -6.)
 PROBE = """
 import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), int(sys.argv[3])))
 from emulators.tpu_pod.limits import FdLimitError, ensure_fds
 try:
     ensure_fds(int(sys.argv[1]))
@@ -23,12 +28,8 @@ print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def probe(hosts: int, soft: int, hard: int) -> subprocess.CompletedProcess[str]:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
     return subprocess.run(
-        [sys.executable, "-c", PROBE, str(hosts)],
-        preexec_fn=limit,
+        [sys.executable, "-c", PROBE, str(hosts), str(soft), str(hard)],
         capture_output=True,
         text=True,
         timeout=60,
