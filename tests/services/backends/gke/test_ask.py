@@ -27,7 +27,6 @@ from console.services.backends.gke.ask import ASKED_LINE_RE, NO_SIGNAL, askable
 from console.services.jobs.workload import WorkloadSpec
 from console.wiring.settings import workload_defaults
 from emulators.gke import client as gke_client
-from emulators.gke.kubelet import default_signals
 from emulators.gke.workload.grpo import ASKED_LINE
 from tests.support.fixtures_gke import gke, xpk_jobset
 from tests.support.gke_services import gke_config, gke_services
@@ -131,14 +130,15 @@ def test_the_wrapper_of_a_workload_that_takes_asks_passes_the_signal_on() -> Non
     # process ignores SIGUSR2 meanwhile, as a pytest worker can after in-process engine code
     # (the ask's `installed()` leaves it ignored): a shell cannot trap a signal it was started
     # ignoring, so without the reset the ask never reached the trainer (this test timed out).
+    # The reset is coreutils' `env --default-signal`, not a preexec_fn: Python run in a fork of
+    # this multithreaded worker can abort on another test's gRPC state.
     previous = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
         proc = subprocess.Popen(
-            script,
+            ["env", "--default-signal", *script],
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            preexec_fn=default_signals,
         )
     finally:
         signal.signal(signal.SIGUSR2, previous)
