@@ -63,8 +63,7 @@ async def test_a_recreated_slice_lost_again_before_the_old_nodes_go_is_a_new_row
     while the old ones are still listed lost; or a node recreated under its own name is lost
     again while the rest of the first loss is still out. Each is a second preemption."""
     old_lost = nodes(HostState.PREEMPTED)
-    new_ready = nodes(pool="np-0", n=8)
-    renamed = tuple(replace(h, name=h.name + "-b") for h in new_ready)
+    renamed = tuple(replace(h, name=h.name + "-b") for h in nodes())
     evs = await feed(
         obs(nodes()),
         obs(old_lost),

@@ -172,13 +172,12 @@ def held_since(pod: Obj) -> float | None:
     if deleted is None:
         return None
     st = pod.get("status") or {}
-    ended = [
-        t
-        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])
-        if (t := ts(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")))
-        is not None
-    ]
-    return max([deleted, *ended])
+    since = deleted
+    for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        ended = ts(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        if ended is not None:
+            since = max(since, ended)
+    return since
 
 
 def main_container(pod: Obj) -> tuple[str, int, bool]:

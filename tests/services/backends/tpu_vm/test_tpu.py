@@ -240,13 +240,15 @@ async def test_wait_ready_sees_creating_then_ready(tmp_path: Path) -> None:
     # Its hosts spend 3 s in CREATING: the shared fixture's 0.2 s passed on a loaded CI box
     # before the first poll, which then saw READY only.
     pod = await asyncio.to_thread(start_test_pod, tmp_path / "pod", ready_delay=3.0)
-    prov = EmulatedTpuProvider(pod, poll_interval_s=0.02)
     states: list[str] = []
     try:
-        await asyncio.to_thread(pod_client.recreate, pod.run_dir, "all")
-        node = await prov.wait_ready(30, on_progress=lambda n: states.append(n.state))
+        prov = EmulatedTpuProvider(pod, poll_interval_s=0.02)
+        try:
+            await asyncio.to_thread(pod_client.recreate, pod.run_dir, "all")
+            node = await prov.wait_ready(30, on_progress=lambda n: states.append(n.state))
+        finally:
+            await prov.close()
     finally:
-        await prov.close()
         await asyncio.to_thread(stop_test_pod, tmp_path / "pod")
     assert node.ready
     assert states[0] in ("CREATING", "REPAIRING") and states[-1] == "READY"
